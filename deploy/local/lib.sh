@@ -1,0 +1,72 @@
+# Shared helpers of the local bring-up scripts. Sourced, never run.
+# Every step is idempotent: it checks for what it would make and skips it.
+set -euo pipefail
+
+SG_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+SG_STATE="${SANDGRID_STATE_DIR:-/var/lib/sandgrid}"
+SG_RUN="${SANDGRID_RUN_DIR:-$SG_STATE/run}"
+SG_LOG="${SANDGRID_LOG_DIR:-$SG_STATE/log}"
+SG_BIN="${SANDGRID_BIN_DIR:-$SG_STATE/bin}"
+export PATH="$SG_BIN:/usr/local/go/bin:/root/go/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
+export DEBIAN_FRONTEND=noninteractive
+mkdir -p "$SG_STATE" "$SG_RUN" "$SG_LOG" "$SG_BIN"
+
+log() { printf '\033[1;34m[sandgrid]\033[0m %s\n' "$*" >&2; }
+die() { printf '\033[1;31m[sandgrid] error:\033[0m %s\n' "$*" >&2; exit 1; }
+
+# Use Debian's docker client (it matches the daemon); another may be first on PATH.
+docker() { /usr/bin/docker "$@"; }
+
+apt_updated=0
+# apt_install PKG...: install the Debian packages that are missing.
+apt_install() {
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$apt_updated" = 0 ]; then apt-get update -q >/dev/null; apt_updated=1; fi
+  log "apt-get install ${missing[*]}"
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# pid_alive NAME: is the process recorded in $SG_RUN/NAME.pid running?
+pid_alive() {
+  local f="$SG_RUN/$1.pid"
+  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
+}
+
+# start_bg NAME CMD...: start CMD in the background, its PID in $SG_RUN/NAME.pid.
+start_bg() {
+  local name="$1"; shift
+  if pid_alive "$name"; then return 0; fi
+  setsid nohup "$@" >>"$SG_LOG/$name.log" 2>&1 </dev/null &
+  echo $! >"$SG_RUN/$name.pid"
+}
+
+# wait_for DESC SECONDS CMD...: poll CMD until it succeeds.
+wait_for() {
+  local desc="$1" secs="$2"; shift 2
+  local end=$((SECONDS + secs))
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -ge $end ] && die "$desc did not come up in ${secs}s (logs: $SG_LOG)"
+    sleep 0.2
+  done
+}
+
+# stop_pid NAME: stop the process recorded in $SG_RUN/NAME.pid, and its group.
+stop_pid() {
+  local f="$SG_RUN/$1.pid" pid
+  [ -f "$f" ] || return 0
+  pid="$(cat "$f")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+# Settings shared with the Python side (scheduler/settings.py reads SANDGRID_*).
+export SANDGRID_REDIS_URL="${SANDGRID_REDIS_URL:-redis://127.0.0.1:6379/0}"
+export SANDGRID_MINIO__ENDPOINT="${SANDGRID_MINIO__ENDPOINT:-127.0.0.1:9000}"
+export SANDGRID_MINIO__ACCESS_KEY="${SANDGRID_MINIO__ACCESS_KEY:-sandgrid}"
+export SANDGRID_MINIO__SECRET_KEY="${SANDGRID_MINIO__SECRET_KEY:-sandgrid-secret}"

@@ -1,0 +1,94 @@
+"""Every queue name, task name and Redis key template, written once.
+
+Queues:
+    ``sbx.<type>``         interactive turns of a sandbox type (shared)
+    ``sbx.<type>.batch``   batch jobs of a sandbox type (shared, lower priority)
+    ``node.<name>``        the direct queue of one worker node
+
+Redis keys (all under ``sg:``):
+    ``sg:session:<id>``            hash: the session record (``SessionInfo`` JSON)
+    ``sg:tenant:<tenant>:sessions`` set: the tenant's session ids
+    ``sg:lease:<id>``              string: owner node, with a TTL (the lease)
+    ``sg:turnlock:<id>``           string: the turn in flight (one at a time)
+    ``sg:turn:<turn_id>``          hash: state and attempt of one turn
+    ``sg:node:<name>``             string: node heartbeat, with a TTL
+    ``sg:tenant:<tenant>:turns``   counter: the tenant's turns in flight
+    ``sg:tokens``                  hash: sha256(token) -> tenant record JSON
+    ``sg:batch:<id>``              hash: batch record; ``sg:batch:<id>:done`` set of job ids
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "KEY_PREFIX",
+    "TASK_TURN",
+    "batch_done_key",
+    "batch_key",
+    "batch_queue",
+    "lease_key",
+    "node_key",
+    "node_queue",
+    "session_key",
+    "tenant_sessions_key",
+    "tenant_turns_key",
+    "tokens_key",
+    "turn_key",
+    "turnlock_key",
+    "type_queue",
+]
+
+KEY_PREFIX = "sg:"
+
+TASK_TURN = "sandgrid.turn"
+
+
+def type_queue(sandbox_type: str) -> str:
+    return f"sbx.{sandbox_type}"
+
+
+def batch_queue(sandbox_type: str) -> str:
+    return f"sbx.{sandbox_type}.batch"
+
+
+def node_queue(node: str) -> str:
+    return f"node.{node}"
+
+
+def session_key(session_id: str) -> str:
+    return f"{KEY_PREFIX}session:{session_id}"
+
+
+def tenant_sessions_key(tenant: str) -> str:
+    return f"{KEY_PREFIX}tenant:{tenant}:sessions"
+
+
+def tenant_turns_key(tenant: str) -> str:
+    return f"{KEY_PREFIX}tenant:{tenant}:turns"
+
+
+def lease_key(session_id: str) -> str:
+    return f"{KEY_PREFIX}lease:{session_id}"
+
+
+def turnlock_key(session_id: str) -> str:
+    return f"{KEY_PREFIX}turnlock:{session_id}"
+
+
+def turn_key(turn_id: str) -> str:
+    return f"{KEY_PREFIX}turn:{turn_id}"
+
+
+def node_key(node: str) -> str:
+    return f"{KEY_PREFIX}node:{node}"
+
+
+def tokens_key() -> str:
+    return f"{KEY_PREFIX}tokens"
+
+
+def batch_key(batch_id: str) -> str:
+    return f"{KEY_PREFIX}batch:{batch_id}"
+
+
+def batch_done_key(batch_id: str) -> str:
+    return f"{KEY_PREFIX}batch:{batch_id}:done"
