@@ -1,0 +1,42 @@
+# sandgrid: one place for the commands. Run as root on Debian 12.
+SHELL := /bin/bash
+VENV  := .venv
+PY    := $(VENV)/bin/python
+LOCAL := deploy/local
+
+.PHONY: up down down-all services install lint typecheck test test-unit bench ci
+
+up:            ## services + grid + the main job (one command from a bare machine)
+	$(LOCAL)/up.sh
+
+down:          ## stop the scheduler, workers and Flower started by `make up`
+	$(LOCAL)/down.sh
+
+down-all:      ## also stop Redis, MinIO and dockerd
+	$(LOCAL)/down.sh --all
+
+services:      ## Docker (+runsc), Redis, MinIO, images, .venv: what the tests need
+	$(LOCAL)/services.sh
+
+install:
+	$(LOCAL)/python.sh
+
+lint:
+	$(VENV)/bin/ruff check scheduler worker tests bench
+	$(VENV)/bin/ruff format --check scheduler worker tests bench
+
+typecheck:
+	$(VENV)/bin/mypy
+
+test: services ## the test command: services up, then the whole suite
+	CI=$${CI:-false} $(VENV)/bin/pytest -q tests
+
+test-unit:
+	$(VENV)/bin/pytest -q tests/unit
+
+bench:         ## benchmarks; each prints its figures and ratios
+	$(PY) bench/bench_exec.py
+	$(PY) bench/bench_snapshots.py
+	$(PY) bench/bench_grid.py
+
+ci: services lint typecheck test

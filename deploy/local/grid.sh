@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Start the grid's own processes on loopback: the scheduler (HTTP API), two
+# Celery workers with distinct node names, and Flower (basic auth). Each PID is
+# kept in $SG_RUN so that down.sh stops exactly what was started.
+source "$(dirname "$0")/lib.sh"
+export SANDGRID_TENANTS_FILE="${SANDGRID_TENANTS_FILE:-$SG_STATE/tenants.json}"
+API_PORT="${SANDGRID_API_PORT:-8700}"
+FLOWER_PORT="${SANDGRID_FLOWER_PORT:-5555}"
+WORKERS="${SANDGRID_WORKERS:-w1 w2}"
+flower_pw="$SG_STATE/flower-password"
+[ -s "$flower_pw" ] || (umask 077; "$SG_PY" -c 'import secrets; print(secrets.token_urlsafe(18))' >"$flower_pw")
+
+start_bg scheduler sandgrid serve --host 127.0.0.1 --port "$API_PORT"
+for w in $WORKERS; do
+  start_bg "worker-$w" sandgrid worker --types python --concurrency 4 --node "$w"
+done
+start_bg flower celery -A scheduler.celery_app:app flower --address=127.0.0.1 --port="$FLOWER_PORT" \
+  --basic-auth="admin:$(cat "$flower_pw")" --persistent=False
+wait_for "scheduler" 60 curl -sf "http://127.0.0.1:$API_PORT/v1/health"
+wait_for "flower" 60 curl -sf -u "admin:$(cat "$flower_pw")" "http://127.0.0.1:$FLOWER_PORT/healthcheck"
+log "grid: scheduler http://127.0.0.1:$API_PORT (docs at /docs), workers: $WORKERS"
+log "grid: flower http://127.0.0.1:$FLOWER_PORT (user admin, password in $flower_pw)"
