@@ -7,7 +7,7 @@ status below; the SDK raises the same class again from that body; a Celery task
 returns it inside its result so that nothing is pickled.
 
     SandgridError
-    ├── InvalidInput            422  bad spec, path leaving the workspace, oversized payload
+    ├── InvalidInput            422  bad spec, path leaving the workspace (413: oversized payload)
     ├── AuthError               401  missing or unknown token
     ├── NotFound                404  unknown session (or another tenant's: same answer)
     ├── Conflict                409  session busy with a turn, or closed
@@ -64,6 +64,7 @@ class ErrorCode(StrEnum):
     WORKER_LOST = "worker_lost"
     TURN_TIMEOUT = "turn_timeout"
     STORE_UNAVAILABLE = "store_unavailable"
+    API_UNREACHABLE = "api_unreachable"
     INTERNAL = "internal"
 
 
@@ -212,6 +213,8 @@ def error_from_body(body: dict[str, Any], status: int | None = None) -> Sandgrid
     }
     if cls is LimitExceeded:
         return LimitExceeded(
-            str(err.get("message", "")), retry_after=float(context.get("retry_after", 1.0)), **kwargs
+            str(err.get("message", "")),
+            retry_after=float(context.get("retry_after", 1.0)),
+            **kwargs,
         )
     return cls(str(err.get("message", "")), **kwargs)

@@ -36,6 +36,7 @@ __all__ = [
     "ReadOp",
     "SessionCreate",
     "SessionInfo",
+    "SessionList",
     "SessionState",
     "SnapshotPolicy",
     "TarDownloadOp",
@@ -82,7 +83,9 @@ def workspace_path(raw: str) -> str:
         raise ValueError(f"path {raw!r} must be non-empty and contain no NUL byte")
     if raw.startswith("/"):
         if raw != WORKSPACE and not raw.startswith(WORKSPACE + "/"):
-            raise ValueError(f"path {raw!r} leaves the workspace: absolute paths must be under /workspace")
+            raise ValueError(
+                f"path {raw!r} leaves the workspace: absolute paths must be under /workspace"
+            )
         raw = raw[len(WORKSPACE) :].lstrip("/") or "."
     norm = posixpath.normpath(raw)
     if norm == ".." or norm.startswith("../"):
@@ -272,6 +275,12 @@ class SessionInfo(WireModel):
     created_at: datetime
     last_used: datetime
     labels: dict[str, str] = Field(default_factory=dict)
+
+
+class SessionList(WireModel):
+    """Body of ``GET /v1/sessions``: the tenant's sessions that are not closed."""
+
+    sessions: list[SessionInfo]
 
 
 class TurnJob(WireModel):

@@ -12,7 +12,8 @@ Redis keys (all under ``sg:``):
     ``sg:turnlock:<id>``           string: the turn in flight (one at a time)
     ``sg:turn:<turn_id>``          hash: state and attempt of one turn
     ``sg:node:<name>``             string: node heartbeat, with a TTL
-    ``sg:tenant:<tenant>:turns``   counter: the tenant's turns in flight
+    ``sg:tenant:<tenant>:turns``   sorted set: the tenant's turns in flight (turn id ->
+                                   deadline), so a crashed API process cannot leak a slot
     ``sg:tokens``                  hash: sha256(token) -> tenant record JSON
     ``sg:batch:<id>``              hash: batch record; ``sg:batch:<id>:done`` set of job ids
 """
@@ -26,7 +27,10 @@ __all__ = [
     "batch_key",
     "batch_queue",
     "lease_key",
+    "node_from_key",
     "node_key",
+    "node_key_pattern",
+    "node_of_queue",
     "node_queue",
     "session_key",
     "tenant_sessions_key",
@@ -52,6 +56,11 @@ def batch_queue(sandbox_type: str) -> str:
 
 def node_queue(node: str) -> str:
     return f"node.{node}"
+
+
+def node_of_queue(queue: str) -> str | None:
+    """The node whose direct queue this is, or None for a shared queue."""
+    return queue[len("node.") :] if queue.startswith("node.") else None
 
 
 def session_key(session_id: str) -> str:
@@ -80,6 +89,16 @@ def turn_key(turn_id: str) -> str:
 
 def node_key(node: str) -> str:
     return f"{KEY_PREFIX}node:{node}"
+
+
+def node_key_pattern() -> str:
+    """SCAN pattern matching every node heartbeat key (health, listing live workers)."""
+    return f"{KEY_PREFIX}node:*"
+
+
+def node_from_key(key: str) -> str:
+    """The node name of a heartbeat key returned by a SCAN of ``node_key_pattern``."""
+    return key[len(f"{KEY_PREFIX}node:") :]
 
 
 def tokens_key() -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["MinioSettings", "Settings", "WorkerSettings", "get_settings"]
+__all__ = ["MinioSettings", "Settings", "SnapshotSettings", "WorkerSettings", "get_settings"]
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_MINIO_ENDPOINT = "127.0.0.1:9000"
@@ -20,6 +20,20 @@ DEFAULT_LEASE_TTL_S = 15.0
 DEFAULT_HEARTBEAT_S = 3.0
 DEFAULT_VISIBILITY_TIMEOUT_S = 3900
 DEFAULT_IDLE_TTL_S = 300.0
+DEFAULT_SNAPSHOT_KEEP = 5
+DEFAULT_SNAPSHOT_GC_GRACE_S = 3600.0
+DEFAULT_SNAPSHOT_MAX_FILES = 100_000
+DEFAULT_SNAPSHOT_MAX_BYTES = 4 << 30
+DEFAULT_SNAPSHOT_THREADS = 16
+DEFAULT_API_HOST = "127.0.0.1"
+DEFAULT_API_PORT = 8700
+DEFAULT_MAX_BODY_BYTES = 64 << 20
+DEFAULT_RESULT_EXPIRES_S = 3600
+DEFAULT_TURN_MARGIN_S = 30.0
+DEFAULT_API_THREADS = 256
+DEFAULT_AUTH_CACHE_S = 5.0
+DEFAULT_LOST_CHECK_S = 0.25
+DEFAULT_CLOSED_TTL_S = 86400.0
 
 
 class MinioSettings(BaseModel):
@@ -30,16 +44,46 @@ class MinioSettings(BaseModel):
     secure: bool = Field(False, description="SANDGRID_MINIO__SECURE")
 
 
+class SnapshotSettings(BaseModel):
+    """Retention, garbage collection and limits of the workspace snapshot store."""
+
+    keep: int = Field(
+        DEFAULT_SNAPSHOT_KEEP, ge=1, description="SANDGRID_WORKER__SNAPSHOTS__KEEP per session"
+    )
+    gc_grace_s: float = Field(
+        DEFAULT_SNAPSHOT_GC_GRACE_S,
+        ge=60,
+        description="SANDGRID_WORKER__SNAPSHOTS__GC_GRACE_S: younger unreferenced blobs are kept",
+    )
+    max_files: int = Field(
+        DEFAULT_SNAPSHOT_MAX_FILES, ge=1, description="SANDGRID_WORKER__SNAPSHOTS__MAX_FILES"
+    )
+    max_bytes: int = Field(
+        DEFAULT_SNAPSHOT_MAX_BYTES, ge=1, description="SANDGRID_WORKER__SNAPSHOTS__MAX_BYTES"
+    )
+    threads: int = Field(
+        DEFAULT_SNAPSHOT_THREADS,
+        ge=1,
+        le=128,
+        description="SANDGRID_WORKER__SNAPSHOTS__THREADS: parallel blob transfers",
+    )
+
+
 class WorkerSettings(BaseModel):
     node: str = Field("", description="SANDGRID_WORKER__NODE; default: the host name")
-    types: list[str] = Field(default_factory=lambda: ["python"], description="SANDGRID_WORKER__TYPES")
-    pool_size: int = Field(2, ge=0, description="SANDGRID_WORKER__POOL_SIZE warm containers per type")
+    types: list[str] = Field(
+        default_factory=lambda: ["python"], description="SANDGRID_WORKER__TYPES"
+    )
+    pool_size: int = Field(
+        2, ge=0, description="SANDGRID_WORKER__POOL_SIZE warm containers per type"
+    )
     runtime: str = Field("runc", description="SANDGRID_WORKER__RUNTIME: runc or runsc")
     idle_ttl_s: float = Field(DEFAULT_IDLE_TTL_S, description="SANDGRID_WORKER__IDLE_TTL_S")
     snapshot_store: str = Field("minio", description="SANDGRID_WORKER__SNAPSHOT_STORE: minio|local")
     local_snapshot_dir: Path = Field(
         Path("/var/lib/sandgrid/snapshots"), description="SANDGRID_WORKER__LOCAL_SNAPSHOT_DIR"
     )
+    snapshots: SnapshotSettings = Field(default_factory=SnapshotSettings)
 
 
 class Settings(BaseSettings):
@@ -57,6 +101,32 @@ class Settings(BaseSettings):
         DEFAULT_VISIBILITY_TIMEOUT_S, description="SANDGRID_VISIBILITY_TIMEOUT_S"
     )
     queue_depth_limit: int = Field(500, description="SANDGRID_QUEUE_DEPTH_LIMIT (429 above)")
+    api_host: str = Field(DEFAULT_API_HOST, description="SANDGRID_API_HOST (sandgrid serve)")
+    api_port: int = Field(DEFAULT_API_PORT, description="SANDGRID_API_PORT (sandgrid serve)")
+    api_threads: int = Field(
+        DEFAULT_API_THREADS, ge=4, description="SANDGRID_API_THREADS: turns waited on at once"
+    )
+    max_body_bytes: int = Field(
+        DEFAULT_MAX_BODY_BYTES, ge=1024, description="SANDGRID_MAX_BODY_BYTES (413 above)"
+    )
+    result_expires_s: int = Field(
+        DEFAULT_RESULT_EXPIRES_S, description="SANDGRID_RESULT_EXPIRES_S: Celery results kept"
+    )
+    turn_margin_s: float = Field(
+        DEFAULT_TURN_MARGIN_S,
+        description="SANDGRID_TURN_MARGIN_S: extra wait (queue, restore, snapshot)",
+    )
+    lost_check_s: float = Field(
+        DEFAULT_LOST_CHECK_S,
+        gt=0,
+        description="SANDGRID_LOST_CHECK_S: how often a waiting turn checks its worker's heartbeat",
+    )
+    auth_cache_s: float = Field(
+        DEFAULT_AUTH_CACHE_S, ge=0, description="SANDGRID_AUTH_CACHE_S: token lookups cached"
+    )
+    closed_ttl_s: float = Field(
+        DEFAULT_CLOSED_TTL_S, description="SANDGRID_CLOSED_TTL_S: closed session records kept"
+    )
     image_prefix: str = Field("sandgrid/sandbox-", description="SANDGRID_IMAGE_PREFIX")
     minio: MinioSettings = Field(default_factory=MinioSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)

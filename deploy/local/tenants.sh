@@ -10,15 +10,12 @@ fi
 "$SG_PY" - "$tok" "$SG_STATE/tenants.json" <<'PY'
 import hashlib, json, sys
 token = open(sys.argv[1]).read().strip()
-path = sys.argv[2]
+digest = hashlib.sha256(token.encode()).hexdigest()
+want = {"tenants": [{"name": "dev", "token_sha256": digest}]}
 try:
-    data = json.load(open(path))
+    have = json.load(open(sys.argv[2]))
 except (OSError, ValueError):
-    data = {}
-data.setdefault("tenants", {})
-h = hashlib.sha256(token.encode()).hexdigest()
-data["tenants"].setdefault("dev", {"token_sha256": [h]})
-if h not in data["tenants"]["dev"].setdefault("token_sha256", []):
-    data["tenants"]["dev"]["token_sha256"].append(h)
-json.dump(data, open(path, "w"), indent=2)
+    have = None
+if have != want:
+    json.dump(want, open(sys.argv[2], "w"), indent=2)
 PY

@@ -1,0 +1,161 @@
+"""Errors at the HTTP edge: one JSON body shape for every failure.
+
+Every error answer is ``SandgridError.to_body()`` with the error's status:
+validation failures are 422 ``invalid_input`` naming the field (``loc``) and the
+rule (``msg``); a path leaving the workspace is ``path_outside_workspace``; a body
+over the limit is 413 ``payload_too_large``; anything unexpected is a 500
+``internal`` without a traceback (that goes to the log). Never a 500 for bad input.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from scheduler.errors import AuthError, ErrorCode, InvalidInput, LimitExceeded, SandgridError
+
+__all__ = ["EdgeMiddleware", "install_error_handlers", "invalid_input_from"]
+
+log = logging.getLogger("sandgrid.api")
+
+_WORKSPACE_RULE = "leaves the workspace"
+_LOCATIONS = ("body", "query", "path", "header")
+
+
+def invalid_input_from(errors: Sequence[Any], operation: str = "") -> InvalidInput:
+    """An ``InvalidInput`` naming the first bad field and its rule, listing all."""
+    items = []
+    for err in errors:
+        loc = [str(p) for p in err.get("loc", ())]
+        where = loc[0] if loc and loc[0] in _LOCATIONS else "body"
+        fld = ".".join(loc[1:] if loc and loc[0] in _LOCATIONS else loc) or where
+        items.append(
+            {
+                "field": fld,
+                "in": where,
+                "rule": str(err.get("msg", "")),
+                "type": err.get("type", ""),
+            }
+        )
+    first = items[0] if items else {"field": "", "rule": "invalid input"}
+    code = ErrorCode.INVALID_INPUT
+    if any(_WORKSPACE_RULE in i["rule"] for i in items):
+        code = ErrorCode.PATH_OUTSIDE_WORKSPACE
+    more = f" (and {len(items) - 1} more)" if len(items) > 1 else ""
+    return InvalidInput(
+        f"{first['field']}: {first['rule']}{more}",
+        code=code,
+        operation=operation,
+        context={"field": first["field"], "rule": first["rule"], "errors": items[:20]},
+    )
+
+
+def error_response(err: SandgridError) -> JSONResponse:
+    """The HTTP answer of a ``SandgridError`` (status, body, helpful headers)."""
+    headers: dict[str, str] = {}
+    status = err.http_status
+    if isinstance(err, LimitExceeded):
+        headers["Retry-After"] = str(max(1, round(err.retry_after)))
+    elif isinstance(err, AuthError):
+        headers["WWW-Authenticate"] = "Bearer"
+    if err.code == ErrorCode.PAYLOAD_TOO_LARGE:
+        status = 413
+    return JSONResponse(err.to_body(), status_code=status, headers=headers)
+
+
+def _operation(request: Request) -> str:
+    return f"{request.method} {request.url.path}"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every exception type to the one body shape."""
+
+    async def on_sandgrid(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, SandgridError)
+        if not exc.operation:
+            exc.operation = _operation(request)
+        return error_response(exc)
+
+    async def on_validation(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, RequestValidationError | ValidationError)
+        return error_response(invalid_input_from(exc.errors(), _operation(request)))
+
+    async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s", _operation(request), exc_info=exc)
+        err = SandgridError(f"internal error: {type(exc).__name__}", operation=_operation(request))
+        return error_response(err)
+
+    app.add_exception_handler(SandgridError, on_sandgrid)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(ValidationError, on_validation)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class EdgeMiddleware:
+    """Stamps the request's start time (for ``timings.api_ms``) and caps body size.
+
+    The cap is checked on ``Content-Length`` up front and again while the body
+    streams in (chunked uploads), so an oversized body is never fully buffered.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        scope.setdefault("state", {})["t0"] = time.perf_counter()
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            await self._reject(send, int(length))
+            return
+        seen = 0
+        exceeded = False
+
+        async def counted() -> Message:
+            nonlocal seen, exceeded
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body_bytes:
+                    exceeded = True
+                    raise _TooLarge
+            return message
+
+        async def guarded(message: Message) -> None:
+            if not exceeded:
+                await send(message)
+
+        with contextlib.suppress(_TooLarge):
+            await self.app(scope, counted, guarded)
+        if exceeded:
+            await self._reject(send, seen)
+
+    async def _reject(self, send: Send, size: int) -> None:
+        err = InvalidInput(
+            f"request body of {size} bytes or more exceeds the limit of {self.max_body_bytes}",
+            code=ErrorCode.PAYLOAD_TOO_LARGE,
+            context={
+                "field": "body",
+                "rule": f"<= {self.max_body_bytes} bytes",
+                "limit": self.max_body_bytes,
+            },
+        )
+        response = error_response(err)
+        await send({"type": "http.response.start", "status": 413, "headers": response.raw_headers})
+        await send({"type": "http.response.body", "body": response.body})

@@ -1,0 +1,99 @@
+"""Routes of workspace files: write, read, list, delete, tar upload and download.
+
+Paths are validated here (``models.workspace_path``): a path leaving
+``/workspace`` is 422 ``path_outside_workspace`` before any turn is queued.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Body, Query, Request, Response
+from pydantic import AfterValidator
+
+from scheduler.api.deps import CurrentTenant, Svc
+from scheduler.errors import SandboxError
+from scheduler.models import (
+    DeleteOp,
+    FileList,
+    FileRead,
+    ListOp,
+    ReadOp,
+    TarDownloadOp,
+    TarUploadOp,
+    WriteOp,
+    workspace_path,
+)
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["files"])
+
+PathQ = Annotated[str, AfterValidator(workspace_path), Query(description="path under /workspace")]
+RootQ = Annotated[
+    str, AfterValidator(workspace_path), Query(description="directory under /workspace")
+]
+TAR = "application/x-tar"
+
+
+@router.post("/files")
+def write_files(
+    session_id: str, body: WriteOp, request: Request, svc: Svc, tenant: CurrentTenant
+) -> dict[str, Any]:
+    """Write files (``{"files": [{"path", "content", "encoding", "mode"}]}``)."""
+    return svc.runner.op(tenant, session_id, body, t0=request.state.t0)
+
+
+@router.get("/files", response_model=FileRead)
+def read_file(
+    session_id: str,
+    path: PathQ,
+    svc: Svc,
+    tenant: CurrentTenant,
+    encoding: Literal["utf-8", "base64"] = "utf-8",
+) -> FileRead:
+    """Read one file; ``encoding=base64`` for binary content."""
+    result = svc.runner.op(tenant, session_id, ReadOp(path=path, encoding=encoding))
+    return FileRead.model_validate(result)
+
+
+@router.get("/files/list", response_model=FileList)
+def list_files(
+    session_id: str, svc: Svc, tenant: CurrentTenant, path: RootQ = ".", recursive: bool = False
+) -> FileList:
+    """List a directory of the workspace."""
+    result = svc.runner.op(tenant, session_id, ListOp(path=path, recursive=recursive))
+    return FileList.model_validate(result)
+
+
+@router.delete("/files")
+def delete_file(
+    session_id: str, path: PathQ, svc: Svc, tenant: CurrentTenant, recursive: bool = False
+) -> dict[str, Any]:
+    """Delete a file, or a directory with ``recursive=true``."""
+    return svc.runner.op(tenant, session_id, DeleteOp(path=path, recursive=recursive))
+
+
+@router.put("/tar")
+def upload_tar(
+    session_id: str,
+    data: Annotated[bytes, Body(media_type=TAR)],
+    svc: Svc,
+    tenant: CurrentTenant,
+    path: RootQ = ".",
+) -> dict[str, Any]:
+    """Unpack a tar archive (the raw request body) into a workspace directory."""
+    op = TarUploadOp(path=path, data_b64=base64.b64encode(data).decode())
+    return svc.runner.op(tenant, session_id, op)
+
+
+@router.get("/tar", response_class=Response, responses={200: {"content": {TAR: {}}}})
+def download_tar(session_id: str, svc: Svc, tenant: CurrentTenant, path: RootQ = ".") -> Response:
+    """A tar archive of a workspace directory, paths relative to it."""
+    result = svc.runner.op(tenant, session_id, TarDownloadOp(path=path))
+    try:
+        data = base64.b64decode(result["data_b64"], validate=True)
+    except (KeyError, ValueError) as exc:
+        raise SandboxError("the worker returned no tar data", operation="tar_download") from exc
+    return Response(content=data, media_type=TAR)

@@ -1,0 +1,12 @@
+-- Create a session record unless the tenant is at its ceiling of live sessions.
+-- KEYS[1] session hash, KEYS[2] tenant's session set
+-- ARGV[1] max live sessions (0: no ceiling), ARGV[2] session id, ARGV[3..] field, value pairs
+local max = tonumber(ARGV[1])
+if max > 0 and redis.call('SCARD', KEYS[2]) >= max then
+  return 0
+end
+for i = 3, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+redis.call('SADD', KEYS[2], ARGV[2])
+return 1

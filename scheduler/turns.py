@@ -1,0 +1,279 @@
+"""The flow of one turn on the scheduler side.
+
+    lookup -> route -> backpressure -> tenant slot -> session turn lock (409 if busy)
+    -> send -> wait (watching the worker's heartbeat) -> unlock -> outcome
+
+One session runs one turn at a time: a second concurrent turn is refused with
+409 ``session_busy`` instead of being queued behind the first, so that a client
+never waits an unbounded time for a slot it cannot see, and the order of turns
+is always the order the client chose.
+
+While waiting, the runner watches the node that has (or will have) the turn: the
+node that claimed it, else the node whose direct queue it was sent to, else the
+node that took the session's lease after routing. When that node's heartbeat
+lapses before an outcome arrives, ``on_worker_lost`` decides; by default the turn
+is abandoned (a late redelivery is refused by ``claim_turn``) and the caller gets
+503 ``worker_lost``. Re-dispatching from the last snapshot belongs in that hook.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from scheduler import names
+from scheduler.admission import Admission, check_exec
+from scheduler.dispatch import Dispatcher
+from scheduler.errors import (
+    Conflict,
+    ErrorCode,
+    InfrastructureError,
+    SandboxError,
+    error_from_body,
+)
+from scheduler.models import (
+    CloseOp,
+    ExecOp,
+    ExecRequest,
+    ExecResult,
+    SessionInfo,
+    TurnJob,
+    TurnOp,
+    TurnOutcome,
+)
+from scheduler.routing import route
+from scheduler.sessions import SessionRegistry, new_turn_id
+from scheduler.tenants import Tenant
+
+__all__ = ["TurnDone", "TurnRunner"]
+
+#: How long a close message may wait in the owner's queue before it is dropped.
+CLOSE_EXPIRES_S = 120.0
+
+
+@dataclass(frozen=True)
+class TurnDone:
+    """A finished turn: the worker's outcome and the scheduler's timings (ms)."""
+
+    outcome: TurnOutcome
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class TurnRunner:
+    """Runs turns for the API: every step of the flow above, in one place.
+
+    Args:
+        registry: the session registry.
+        admission: queue-depth and tenant slot checks.
+        dispatcher: sends jobs and waits for outcomes.
+        turn_margin_s: wait beyond the exec deadline (queue, restore, snapshot).
+        lost_check_s: how often the waiter checks the worker's heartbeat.
+    """
+
+    def __init__(
+        self,
+        registry: SessionRegistry,
+        admission: Admission,
+        dispatcher: Dispatcher,
+        *,
+        turn_margin_s: float = 30.0,
+        lost_check_s: float = 0.25,
+    ) -> None:
+        self.registry = registry
+        self.admission = admission
+        self.dispatcher = dispatcher
+        self.turn_margin_s = turn_margin_s
+        self.lost_check_s = lost_check_s
+
+    def exec(
+        self, tenant: Tenant, session_id: str, request: ExecRequest, *, t0: float | None = None
+    ) -> ExecResult:
+        """Run one command; a non-zero exit is a result, not an error.
+
+        Raises:
+            SandgridError: the subclass the turn's error body names.
+        """
+        check_exec(tenant, request)
+        session = self.registry.get(tenant.name, session_id)
+        done = self.run(
+            tenant, session, ExecOp(request=request), timeout_s=request.timeout_s, t0=t0
+        )
+        try:
+            result = ExecResult.model_validate(done.outcome.result or {})
+        except ValidationError as exc:
+            raise SandboxError(
+                f"the worker returned a malformed exec result: {exc.errors()[0]['msg']}",
+                operation="exec",
+            ) from exc
+        sandbox_ms = done.outcome.timings.get("sandbox_ms", result.duration_ms)
+        timings = {**result.timings, **done.outcome.timings, **done.timings}
+        timings["sandbox_ms"] = round(sandbox_ms, 3)
+        return result.model_copy(update={"timings": timings, "node": done.outcome.node})
+
+    def op(
+        self, tenant: Tenant, session_id: str, op: TurnOp, *, t0: float | None = None
+    ) -> dict[str, Any]:
+        """Run a file operation (write, read, list, delete, tar); its result dict."""
+        session = self.registry.get(tenant.name, session_id)
+        return self.run(tenant, session, op, timeout_s=None, t0=t0).outcome.result or {}
+
+    def run(
+        self,
+        tenant: Tenant,
+        session: SessionInfo,
+        op: TurnOp,
+        *,
+        timeout_s: float | None,
+        t0: float | None = None,
+        batch: bool = False,
+    ) -> TurnDone:
+        """One turn of ``session``, end to end.
+
+        Raises:
+            Conflict: the session is closed, or busy with another turn.
+            LimitExceeded: backpressure, or the tenant's turns in flight.
+            InfrastructureError: the worker was lost, or the turn timed out.
+            SandgridError: the error the worker reported for the turn.
+        """
+        t0 = time.perf_counter() if t0 is None else t0
+        if session.state == "closed":
+            raise Conflict(
+                f"session {session.id!r} is closed",
+                code=ErrorCode.SESSION_CLOSED,
+                operation=op.kind,
+                context={"session": session.id},
+            )
+        ttl = (timeout_s or session.quotas.timeout_s) + self.turn_margin_s
+        queue = route(self.registry, session, batch=batch)
+        self.admission.check_queue(queue)
+        job = TurnJob(turn_id=new_turn_id(), session=session, op=op, batch=batch)
+        self.admission.acquire_turn(tenant, job.turn_id, ttl)
+        try:
+            outcome, wait_ms = self._locked(job, queue, ttl)
+        finally:
+            self.admission.release_turn(tenant, job.turn_id)
+        if not outcome.ok:
+            raise error_from_body(outcome.error or {})
+        # The worker counts the turn and stores its snapshot (record_turn) before
+        # it reports, so the next turn can run anywhere.
+        return TurnDone(outcome, _timings(t0, wait_ms, outcome))
+
+    def close(self, tenant: Tenant, session_id: str) -> SessionInfo:
+        """Close a session: mark it closed and tell its owner to destroy the container.
+
+        Raises:
+            NotFound: unknown session. Conflict: a turn is in flight.
+        """
+        session = self.registry.get(tenant.name, session_id)
+        if session.state == "closed":
+            return session
+        lock = new_turn_id()
+        if not self.registry.begin_turn(session.id, lock, self.turn_margin_s):
+            raise _busy(session.id, "sessions.close")
+        try:
+            self.registry.close(session.id)
+            if session.owner and self.registry.node_alive(session.owner):
+                job = TurnJob(turn_id=new_turn_id(), session=session, op=CloseOp())
+                queue = names.node_queue(session.owner)
+                self.dispatcher.send(job, queue, expires=CLOSE_EXPIRES_S)
+        finally:
+            self.registry.end_turn(session.id, lock)
+        return self.registry.get(tenant.name, session_id)
+
+    def _locked(self, job: TurnJob, queue: str, ttl: float) -> tuple[TurnOutcome, float]:
+        """Send and wait under the session's turn lock; the wait in ms."""
+        sid = job.session.id
+        if not self.registry.begin_turn(sid, job.turn_id, ttl):
+            raise _busy(sid, job.op.kind)
+        try:
+            t_send = time.perf_counter()
+            handle = self.dispatcher.send(job, queue, expires=ttl)
+            outcome = self._wait(job, handle, queue, ttl)
+            wait_ms = (time.perf_counter() - t_send) * 1000
+            self.dispatcher.forget(handle)
+        finally:
+            self.registry.end_turn(sid, job.turn_id)
+        return outcome, wait_ms
+
+    def _wait(self, job: TurnJob, handle: Any, queue: str, ttl: float) -> TurnOutcome:
+        """Wait for the outcome, checking every ``lost_check_s`` that the worker lives."""
+        deadline = time.monotonic() + ttl
+        direct = names.node_of_queue(queue)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return self.on_turn_timeout(job, handle, ttl)
+            outcome = self.dispatcher.wait(handle, min(self.lost_check_s, left))
+            if outcome is not None:
+                return outcome
+            node = self._watched_node(job, direct)
+            if node and not self.registry.node_alive(node):
+                last = self.dispatcher.wait(handle, self.lost_check_s / 10)
+                return last if last is not None else self.on_worker_lost(job, handle, node)
+
+    def _watched_node(self, job: TurnJob, direct: str | None) -> str | None:
+        claimed = self.registry.turn_state(job.turn_id).get("node")
+        if claimed or direct:
+            return claimed or direct
+        owner = self.registry.lease_owner(job.session.id)
+        return owner if owner and owner != job.session.owner else None
+
+    def on_worker_lost(self, job: TurnJob, handle: Any, node: str) -> TurnOutcome:
+        """Hook: the watched worker's heartbeat lapsed before the outcome came.
+
+        The default abandons the turn (a redelivered message is then refused by
+        ``claim_turn``) and raises 503 ``worker_lost``. An exactly-once policy
+        (re-dispatch ``job`` with ``attempt + 1`` from the last snapshot and return
+        its outcome) replaces this method.
+
+        Raises:
+            InfrastructureError: code ``worker_lost``.
+        """
+        self.registry.abandon_turn(job.turn_id)
+        self.dispatcher.forget(handle)
+        raise InfrastructureError(
+            f"worker {node!r} stopped heartbeating during turn {job.turn_id}; "
+            "the turn did not complete, the session continues from its last snapshot",
+            code=ErrorCode.WORKER_LOST,
+            operation=job.op.kind,
+            context={"node": node, "turn": job.turn_id, "session": job.session.id},
+            retryable=False,
+        )
+
+    def on_turn_timeout(self, job: TurnJob, handle: Any, ttl: float) -> TurnOutcome:
+        """Hook: no outcome within the deadline plus margin. Default: abandon, 503."""
+        self.registry.abandon_turn(job.turn_id)
+        self.dispatcher.forget(handle)
+        raise InfrastructureError(
+            f"no outcome for turn {job.turn_id} within {ttl:.1f}s (no worker took it, "
+            "or it overran its deadline)",
+            code=ErrorCode.TURN_TIMEOUT,
+            operation=job.op.kind,
+            context={"turn": job.turn_id, "session": job.session.id, "waited_s": ttl},
+            retryable=False,
+        )
+
+
+def _busy(session_id: str, operation: str) -> Conflict:
+    return Conflict(
+        f"session {session_id!r} is busy with another turn; turns of one session run "
+        "one at a time: retry when it finishes",
+        code=ErrorCode.SESSION_BUSY,
+        operation=operation,
+        context={"session": session_id},
+    )
+
+
+def _timings(t0: float, wait_ms: float, outcome: TurnOutcome) -> dict[str, float]:
+    """api_ms (scheduler), queue_ms (broker + result transport), worker_ms, total_ms."""
+    total_ms = (time.perf_counter() - t0) * 1000
+    worker_ms = outcome.timings.get("worker_ms", 0.0)
+    return {
+        "api_ms": round(total_ms - wait_ms, 3),
+        "queue_ms": round(max(0.0, wait_ms - worker_ms), 3),
+        "worker_ms": round(worker_ms, 3),
+        "total_ms": round(total_ms, 3),
+    }

@@ -1,0 +1,51 @@
+"""Fixtures shared by every test: the real Redis on loopback, database 15.
+
+Redis missing is a skip on a developer's machine and a failure in CI
+(``CI=true``), so a broken CI host cannot pass silently. Database 15 is flushed
+before and after each test that uses it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from scheduler.settings import Settings
+
+TEST_REDIS_URL = os.environ.get("SANDGRID_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def _redis_unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"Redis missing in CI: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def redis_client() -> Iterator[redis.Redis[str]]:
+    """A client of the test database, flushed before and after the test."""
+    client: redis.Redis[str] = redis.Redis.from_url(TEST_REDIS_URL, decode_responses=True)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        _redis_unavailable(f"Redis at {TEST_REDIS_URL} unreachable: {exc}")
+    client.flushdb()
+    yield client
+    client.flushdb()
+    client.close()
+
+
+@pytest.fixture
+def test_settings() -> Settings:
+    """Settings pointing at the test database, with short waits."""
+    return Settings(
+        redis_url=TEST_REDIS_URL,
+        lease_ttl_s=5.0,
+        turn_margin_s=5.0,
+        lost_check_s=0.05,
+        auth_cache_s=0.0,
+        max_body_bytes=4 << 20,
+    )

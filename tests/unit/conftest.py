@@ -1,0 +1,16 @@
+"""API fixtures: the real app and Redis (db 15), a fake worker instead of Celery."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+from fakes import Grid, make_grid
+
+from scheduler.settings import Settings
+
+
+@pytest.fixture
+def grid(redis_client: redis.Redis[str], test_settings: Settings) -> Iterator[Grid]:
+    yield from make_grid(redis_client, test_settings)
