@@ -16,6 +16,12 @@ Redis keys (all under ``sg:``):
                                    deadline), so a crashed API process cannot leak a slot
     ``sg:tokens``                  hash: sha256(token) -> tenant record JSON
     ``sg:batch:<id>``              hash: batch record; ``sg:batch:<id>:done`` set of job ids
+    ``sg:batch:<id>:jobs``         list: ``BatchJob`` JSON, in submission order
+    ``sg:batch:<id>:results``      list: ``BatchResult`` JSON lines, in completion order
+    ``sg:batch:<id>:runner``       string: the API process running the batch, with a TTL
+    ``sg:tenant:<tenant>:batches`` sorted set: the tenant's batch ids by creation time
+    ``sg:batchslots:<type>``       sorted set: batch turns in flight on a type (id -> deadline),
+                                   so batches never take every worker thread of the grid
 """
 
 from __future__ import annotations
@@ -24,8 +30,12 @@ __all__ = [
     "KEY_PREFIX",
     "TASK_TURN",
     "batch_done_key",
+    "batch_jobs_key",
     "batch_key",
     "batch_queue",
+    "batch_results_key",
+    "batch_runner_key",
+    "batch_slots_key",
     "lease_key",
     "node_from_key",
     "node_key",
@@ -33,6 +43,7 @@ __all__ = [
     "node_of_queue",
     "node_queue",
     "session_key",
+    "tenant_batches_key",
     "tenant_sessions_key",
     "tenant_turns_key",
     "tokens_key",
@@ -111,3 +122,23 @@ def batch_key(batch_id: str) -> str:
 
 def batch_done_key(batch_id: str) -> str:
     return f"{KEY_PREFIX}batch:{batch_id}:done"
+
+
+def batch_jobs_key(batch_id: str) -> str:
+    return f"{KEY_PREFIX}batch:{batch_id}:jobs"
+
+
+def batch_results_key(batch_id: str) -> str:
+    return f"{KEY_PREFIX}batch:{batch_id}:results"
+
+
+def batch_runner_key(batch_id: str) -> str:
+    return f"{KEY_PREFIX}batch:{batch_id}:runner"
+
+
+def tenant_batches_key(tenant: str) -> str:
+    return f"{KEY_PREFIX}tenant:{tenant}:batches"
+
+
+def batch_slots_key(sandbox_type: str) -> str:
+    return f"{KEY_PREFIX}batchslots:{sandbox_type}"

@@ -186,9 +186,17 @@ class SessionRegistry:
         """
         self._update(session_id, fields, incr="")
 
-    def record_turn(self, session_id: str, snapshot: str | None = None) -> None:
-        """Count a finished turn, stamp ``last_used`` and keep the latest snapshot."""
+    def record_turn(
+        self, session_id: str, snapshot: str | None = None, turn_id: str | None = None
+    ) -> None:
+        """Count a finished turn, stamp ``last_used`` and keep the latest snapshot.
+
+        ``turn_id`` is kept as ``last_turn``: a turn re-dispatched after its
+        worker died is not run again when the record shows it completed.
+        """
         fields: dict[str, Any] = {"last_used": datetime.now(UTC)}
+        if turn_id:
+            fields["last_turn"] = turn_id
         if snapshot:
             fields["snapshot"] = snapshot
         self._update(session_id, fields, incr="turns")
@@ -317,6 +325,14 @@ class SessionRegistry:
         """
         args = [node, attempt, time.time()]
         return bool(self._run("claim_turn", [names.turn_key(turn_id)], args))
+
+    def retry_turn(self, turn_id: str, attempt: int) -> bool:
+        """API side: queue attempt ``attempt`` of a turn whose worker died.
+
+        Only the attempt before it may be replaced; a redelivered message of an
+        older attempt is then refused by ``claim_turn``.
+        """
+        return bool(self._run("retry_turn", [names.turn_key(turn_id)], [attempt]))
 
     def abandon_turn(self, turn_id: str) -> bool:
         """API side: nobody waits for this turn any more; a late claim is refused."""

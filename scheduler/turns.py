@@ -50,6 +50,9 @@ from scheduler.tenants import Tenant
 
 __all__ = ["TurnDone", "TurnRunner"]
 
+#: Runs of one turn at most: the first, and one more after its worker died.
+MAX_ATTEMPTS = 2
+
 #: How long a close message may wait in the owner's queue before it is dropped.
 CLOSE_EXPIRES_S = 120.0
 
@@ -129,8 +132,13 @@ class TurnRunner:
         timeout_s: float | None,
         t0: float | None = None,
         batch: bool = False,
+        close_after: bool = False,
     ) -> TurnDone:
         """One turn of ``session``, end to end.
+
+        ``batch`` routes a session that is not live to its type's batch queue;
+        ``close_after`` asks the worker to destroy the sandbox after the turn
+        (a batch job's one-turn session; see ``TurnJob.close_after``).
 
         Raises:
             Conflict: the session is closed, or busy with another turn.
@@ -149,7 +157,9 @@ class TurnRunner:
         ttl = (timeout_s or session.quotas.timeout_s) + self.turn_margin_s
         queue = route(self.registry, session, batch=batch)
         self.admission.check_queue(queue)
-        job = TurnJob(turn_id=new_turn_id(), session=session, op=op, batch=batch)
+        job = TurnJob(
+            turn_id=new_turn_id(), session=session, op=op, batch=batch, close_after=close_after
+        )
         self.admission.acquire_turn(tenant, job.turn_id, ttl)
         try:
             outcome, wait_ms = self._locked(job, queue, ttl)
@@ -222,26 +232,34 @@ class TurnRunner:
         return owner if owner and owner != job.session.owner else None
 
     def on_worker_lost(self, job: TurnJob, handle: Any, node: str) -> TurnOutcome:
-        """Hook: the watched worker's heartbeat lapsed before the outcome came.
+        """The watched worker's heartbeat lapsed before the outcome came.
 
-        The default abandons the turn (a redelivered message is then refused by
-        ``claim_turn``) and raises 503 ``worker_lost``. An exactly-once policy
-        (re-dispatch ``job`` with ``attempt + 1`` from the last snapshot and return
-        its outcome) replaces this method.
+        Exactly one run per turn: the turn is sent again (``attempt + 1``) to the
+        shared queue of its type, where another worker restores the session's
+        last snapshot, the one taken before this turn, and runs it. The older
+        attempt can no longer be claimed (``retry_turn``). When the session's
+        record shows that the turn did complete (its worker died after saving the
+        snapshot but before reporting), it is not run again: the caller gets a
+        clear 503 instead.
 
         Raises:
-            InfrastructureError: code ``worker_lost``.
+            InfrastructureError: ``worker_lost``, when the turn cannot be re-run.
         """
-        self.registry.abandon_turn(job.turn_id)
         self.dispatcher.forget(handle)
-        raise InfrastructureError(
-            f"worker {node!r} stopped heartbeating during turn {job.turn_id}; "
-            "the turn did not complete, the session continues from its last snapshot",
-            code=ErrorCode.WORKER_LOST,
-            operation=job.op.kind,
-            context={"node": node, "turn": job.turn_id, "session": job.session.id},
-            retryable=False,
-        )
+        fresh = self.registry.get_any(job.session.id)
+        completed = fresh is not None and fresh.last_turn == job.turn_id
+        if (
+            completed
+            or fresh is None
+            or job.attempt >= MAX_ATTEMPTS
+            or not self.registry.retry_turn(job.turn_id, job.attempt + 1)
+        ):
+            self.registry.abandon_turn(job.turn_id)
+            raise _lost(job, node, completed)
+        retry = job.model_copy(update={"attempt": job.attempt + 1, "session": fresh})
+        queue = names.batch_queue(fresh.type) if job.batch else names.type_queue(fresh.type)
+        ttl = (_timeout_of(job) or fresh.quotas.timeout_s) + self.turn_margin_s
+        return self._wait(retry, self.dispatcher.send(retry, queue, expires=ttl), queue, ttl)
 
     def on_turn_timeout(self, job: TurnJob, handle: Any, ttl: float) -> TurnOutcome:
         """Hook: no outcome within the deadline plus margin. Default: abandon, 503."""
@@ -255,6 +273,25 @@ class TurnRunner:
             context={"turn": job.turn_id, "session": job.session.id, "waited_s": ttl},
             retryable=False,
         )
+
+
+def _timeout_of(job: TurnJob) -> float | None:
+    return job.op.request.timeout_s if isinstance(job.op, ExecOp) else None
+
+
+def _lost(job: TurnJob, node: str, completed: bool) -> InfrastructureError:
+    why = (
+        "the turn completed and was saved, but its result was lost with the worker"
+        if completed
+        else "the turn did not complete; the session continues from its last snapshot"
+    )
+    return InfrastructureError(
+        f"worker {node!r} stopped heartbeating during turn {job.turn_id}: {why}",
+        code=ErrorCode.WORKER_LOST,
+        operation=job.op.kind,
+        context={"node": node, "turn": job.turn_id, "session": job.session.id},
+        retryable=False,
+    )
 
 
 def _busy(session_id: str, operation: str) -> Conflict:

@@ -38,6 +38,12 @@ build_image() {
 ensure_base
 for dir in "$SG_ROOT"/images/sandbox-*/; do
   name="$(basename "$dir")"
+  # A sandbox image may fetch its inputs on the host first (wheels: the host
+  # trusts its CA bundle and reaches PyPI; the build then needs no index).
+  if [ -x "$dir/prepare.sh" ]; then
+    SG_PY="$SG_PY" "$dir/prepare.sh" >"$SG_LOG/prepare-$name.log" 2>&1 \
+      || { tail -n 20 "$SG_LOG/prepare-$name.log"; die "$dir/prepare.sh failed"; }
+  fi
   build_image "sandgrid/$name:latest" "$dir" "$dir/Dockerfile" "$dir"
 done
 

@@ -1,0 +1,143 @@
+"""How many batch turns the grid may run at once without starving interactive turns.
+
+A worker node runs its direct queue, ``sbx.<type>`` and ``sbx.<type>.batch``
+in one Celery worker with N threads. If batch jobs held all N threads, an
+interactive turn would wait for a whole batch job. So a node lends at most
+``batch_limit(N)`` threads to batch (N minus a reserve of a quarter, at least
+one), and the scheduler never has more batch turns in flight on a type than
+the sum of those limits over the live nodes serving it: then the batch queue
+never holds a backlog, and every node keeps a free thread for interactive work.
+The worker's own gate (``worker/batch_gate.py``) enforces the per-node limit
+when a node happens to take more than its share.
+
+``CeleryCapacity`` learns each node's thread count and queues from Celery's
+remote control (``inspect().stats()`` and ``active_queues()``), cached for a
+few seconds; ``BatchSlots`` is the grid-wide semaphore, a Redis sorted set
+(slot id -> deadline) shared by every batch and every API process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import redis
+
+from scheduler import names
+
+__all__ = ["BatchSlots", "CapacitySource", "CeleryCapacity", "StaticCapacity", "batch_limit"]
+
+log = logging.getLogger(__name__)
+
+_SLOT_SCRIPT = Path(__file__).with_name("lua") / "turn_slot.lua"
+#: How long a probe of the workers is trusted (s).
+PROBE_TTL_S = 10.0
+#: How long a probe waits for the workers' replies (s).
+PROBE_TIMEOUT_S = 1.0
+
+
+def batch_limit(concurrency: int) -> int:
+    """Threads of a node with ``concurrency`` threads that batch jobs may use.
+
+    A quarter (at least one) is kept for interactive turns; a one-thread node
+    cannot keep any and lends its thread.
+    """
+    reserve = max(1, concurrency // 4)
+    return max(1, concurrency - reserve)
+
+
+class CapacitySource(Protocol):
+    """What the batch runner needs to know about the workers of a type."""
+
+    def limits(self, sandbox_type: str) -> dict[str, int]:
+        """Node name -> batch threads it may lend, for the live nodes serving the type."""
+        ...
+
+
+class StaticCapacity:
+    """A fixed answer (tests, or a deployment that knows its nodes)."""
+
+    def __init__(self, limits: dict[str, int]) -> None:
+        self._limits = dict(limits)
+
+    def limits(self, sandbox_type: str) -> dict[str, int]:
+        return dict(self._limits)
+
+
+class CeleryCapacity:
+    """Node limits from Celery's remote control, cached for ``ttl_s``.
+
+    Args:
+        app: the Celery app (its broker is the grid's Redis).
+        fallback: the live nodes when no worker answers (each lends one thread).
+    """
+
+    def __init__(self, app: Any, fallback: Any = None, *, ttl_s: float = PROBE_TTL_S) -> None:
+        self.app = app
+        self.fallback = fallback
+        self.ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._cache: tuple[float, dict[str, tuple[int, set[str]]]] | None = None
+
+    def limits(self, sandbox_type: str) -> dict[str, int]:
+        want = names.batch_queue(sandbox_type)
+        nodes = self._probe()
+        found = {n: batch_limit(c) for n, (c, queues) in nodes.items() if want in queues}
+        if found:
+            return found
+        live = self.fallback.live_nodes() if self.fallback is not None else []
+        return {str(n): 1 for n in live}
+
+    def _probe(self) -> dict[str, tuple[int, set[str]]]:
+        with self._lock:
+            if self._cache and time.monotonic() - self._cache[0] < self.ttl_s:
+                return self._cache[1]
+            try:
+                nodes = self._ask()
+            except Exception as exc:  # the broker is down: use what we knew
+                log.warning("capacity probe failed: %s", exc)
+                nodes = self._cache[1] if self._cache else {}
+            self._cache = (time.monotonic(), nodes)
+            return nodes
+
+    def _ask(self) -> dict[str, tuple[int, set[str]]]:
+        expected = len(self.fallback.live_nodes()) if self.fallback is not None else None
+        inspect = self.app.control.inspect(timeout=PROBE_TIMEOUT_S, limit=expected or None)
+        stats = inspect.stats() or {}
+        queues = inspect.active_queues() or {}
+        nodes: dict[str, tuple[int, set[str]]] = {}
+        for host, st in stats.items():
+            concurrency = int((st.get("pool") or {}).get("max-concurrency") or 1)
+            served = {str(q.get("name")) for q in queues.get(host, [])}
+            nodes[host.split("@", 1)[0]] = (concurrency, served)
+        return nodes
+
+
+class BatchSlots:
+    """The grid-wide semaphore of batch turns in flight on a sandbox type.
+
+    A slot is a member of a Redis sorted set scored by its deadline, so a
+    crashed API process cannot leak one (the same script as the tenants' turn
+    slots: ``lua/turn_slot.lua``).
+    """
+
+    def __init__(self, client: redis.Redis[str]) -> None:
+        self.redis = client
+        self._take = client.register_script(_SLOT_SCRIPT.read_text())
+
+    def acquire(self, sandbox_type: str, slot: str, limit: int, ttl_s: float) -> bool:
+        """Take a slot unless ``limit`` are taken; it lapses after ``ttl_s``."""
+        now = time.time()
+        key = names.batch_slots_key(sandbox_type)
+        args = [slot, limit, now, now + ttl_s, int(ttl_s * 1000) + 60_000]
+        return bool(self._take(keys=[key], args=args))
+
+    def release(self, sandbox_type: str, slot: str) -> None:
+        self.redis.zrem(names.batch_slots_key(sandbox_type), slot)
+
+    def in_flight(self, sandbox_type: str) -> int:
+        key = names.batch_slots_key(sandbox_type)
+        return int(self.redis.zcount(key, time.time(), "+inf"))

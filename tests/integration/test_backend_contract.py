@@ -1,0 +1,360 @@
+"""The contract every sandbox backend keeps, run against each real runtime (runc, runsc).
+
+Most tests share one sandbox per runtime (creating one is the slow part); the
+tests that break or fill a sandbox make their own.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import tarfile
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from scheduler.errors import ErrorCode, InvalidInput, SandboxError, SandboxLost
+from scheduler.models import ExecRequest, FileWrite, Quotas
+from worker.backends import Sandbox, SandboxBackend
+
+pytestmark = pytest.mark.integration
+
+
+def run(backend: SandboxBackend, sbx: Sandbox, **kw: Any) -> Any:
+    return backend.exec(sbx, ExecRequest(**kw))
+
+
+def tar_of(members: dict[str, bytes | str]) -> bytes:
+    """A tar: bytes values are files, ``"->target"`` strings are symlinks."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, value in members.items():
+            info = tarfile.TarInfo(name)
+            if isinstance(value, str):
+                info.type, info.linkname = tarfile.SYMTYPE, value.removeprefix("->")
+                tar.addfile(info)
+            else:
+                info.size = len(value)
+                tar.addfile(info, io.BytesIO(value))
+    return buf.getvalue()
+
+
+# ---- exec ----------------------------------------------------------------------
+
+
+def test_exec_argv_shell_python(backend: SandboxBackend, shared: Sandbox) -> None:
+    r = run(backend, shared, argv=["echo", "a b", "c"])
+    assert (r.exit_code, r.stdout, r.stderr) == (0, "a b c\n", "")
+    r = run(backend, shared, shell="echo out; echo err >&2; exit 7")
+    assert (r.exit_code, r.stdout, r.stderr) == (7, "out\n", "err\n")
+    r = run(backend, shared, python="import sys; print(sys.version_info[:2]); sys.exit(3)")
+    assert (r.exit_code, r.stdout) == (3, "(3, 11)\n")
+    assert r.node == backend.node and r.duration_ms > 0 and not r.timed_out
+
+
+def test_exec_large_python_source(backend: SandboxBackend, shared: Sandbox) -> None:
+    source = "x = 1\n" * 50_000 + "print(x + 1)\n"  # 300 kB: over one argv string's limit
+    assert run(backend, shared, python=source).stdout == "2\n"
+
+
+def test_exec_env_cwd_stdin(backend: SandboxBackend, shared: Sandbox) -> None:
+    backend.write_files(shared, [FileWrite(path="sub/dir/f.txt", content="x")])
+    r = run(backend, shared, shell="echo $FOO $HOME; pwd; cat", env={"FOO": "bar"}, cwd="sub/dir",
+            stdin="from stdin")  # fmt: skip
+    assert r.stdout == "bar /home/sandbox\n/workspace/sub/dir\nfrom stdin"
+    big = "y" * 300_000  # more than a pipe buffer: stdin is fed while output is read
+    assert len(run(backend, shared, argv=["cat"], stdin=big).stdout) == 300_000
+
+
+def test_exec_missing_command(backend: SandboxBackend, shared: Sandbox) -> None:
+    r = run(backend, shared, argv=["no-such-command"])
+    assert r.exit_code == 127 and "no-such-command" in r.stderr
+
+
+def test_exec_cwd_outside_workspace(backend: SandboxBackend, shared: Sandbox) -> None:
+    run(backend, shared, shell="ln -sfn /etc /workspace/etc-link")
+    with pytest.raises(InvalidInput) as err:
+        run(backend, shared, argv=["pwd"], cwd="etc-link")
+    assert err.value.code == ErrorCode.PATH_OUTSIDE_WORKSPACE
+
+
+def test_output_cap_and_truncation(backend: SandboxBackend, shared: Sandbox) -> None:
+    cap = shared.quotas.output_bytes
+    r = run(backend, shared, shell=f"head -c {cap + 5000} /dev/zero | tr '\\0' a; echo e >&2")
+    assert len(r.stdout) == cap and r.stdout_truncated and not r.stderr_truncated
+    assert r.stderr == "e\n" and r.exit_code == 0
+
+
+def test_streaming_chunks(backend: SandboxBackend, shared: Sandbox) -> None:
+    seen: list[tuple[str, str, float]] = []
+    t0 = time.monotonic()
+    r = backend.exec(
+        shared,
+        ExecRequest(shell="echo one; sleep 0.3; echo two >&2; sleep 0.3; echo three"),
+        on_chunk=lambda stream, text: seen.append((stream, text, time.monotonic() - t0)),
+    )
+    assert "".join(t for s, t, _ in seen if s == "stdout") == r.stdout == "one\nthree\n"
+    assert "".join(t for s, t, _ in seen if s == "stderr") == "two\n"
+    assert seen[0][2] < 0.25  # the first chunk came while the command still ran
+
+
+def test_signal_reported(backend: SandboxBackend, shared: Sandbox) -> None:
+    r = run(backend, shared, shell="kill -TERM $$")
+    assert r.exit_code is None and r.signal == 15 and not r.oom_killed
+
+
+# ---- the deadline ----------------------------------------------------------------
+
+
+def test_deadline_kills_everything(backend: SandboxBackend, shared: Sandbox) -> None:
+    run(backend, shared, shell="sleep 1000 > /dev/null 2>&1 &")  # earlier, not this exec's
+    t0 = time.monotonic()
+    r = run(backend, shared, shell="sleep 1000 & setsid sleep 1000 & (sleep 1000 &) ; sleep 1000",
+            timeout_s=1)  # fmt: skip
+    elapsed = time.monotonic() - t0
+    assert r.timed_out and r.exit_code is None and r.signal == 9
+    assert 1.0 <= elapsed < 2.0
+    ps = run(backend, shared, argv=["ps", "-eo", "pid,ppid,user,stat,args"]).stdout
+    sleeps = [line for line in ps.splitlines() if "sleep 1000" in line]
+    assert len(sleeps) == 1, ps  # only the one started before this exec
+    run(backend, shared, shell="pkill -x sleep; true")
+
+
+def test_background_process_survives_normal_exit(backend: SandboxBackend, shared: Sandbox) -> None:
+    t0 = time.monotonic()
+    r = run(backend, shared, shell="sleep 30 & echo started")
+    assert r.exit_code == 0 and r.stdout == "started\n" and time.monotonic() - t0 < 2
+    assert "sleep 30" in run(backend, shared, argv=["ps", "-eo", "args"]).stdout
+    run(backend, shared, shell="pkill -x sleep; true")
+
+
+# ---- files ---------------------------------------------------------------------
+
+
+def test_file_roundtrip(backend: SandboxBackend, shared: Sandbox) -> None:
+    raw = bytes(range(256)) + b"\x10\x11"  # ctrl-p ctrl-q must not detach the attach stream
+    n = backend.write_files(
+        shared,
+        [
+            FileWrite(path="files/a.txt", content="héllo\n"),
+            FileWrite(path="/workspace/files/b.bin", content=base64.b64encode(raw).decode(),
+                      encoding="base64", mode=0o600),
+        ],
+    )  # fmt: skip
+    assert n == 2
+    a = backend.read_file(shared, "files/a.txt")
+    assert (a.content, a.encoding, a.size) == ("héllo\n", "utf-8", 7)
+    b = backend.read_file(shared, "files/b.bin")
+    assert b.encoding == "base64" and base64.b64decode(b.content) == raw
+    entries = {e.path: e for e in backend.list_files(shared, "files").entries}
+    assert set(entries) == {"files/a.txt", "files/b.bin"}
+    assert entries["files/b.bin"].mode == 0o600 and entries["files/b.bin"].size == len(raw)
+    owner = run(backend, shared, argv=["stat", "-c", "%u:%g", "files/a.txt"]).stdout
+    assert owner == "1000:1000\n"
+    assert backend.delete(shared, "files", recursive=True) == 3
+    assert "files" not in [e.path for e in backend.list_files(shared, ".").entries]
+
+
+def test_file_errors(backend: SandboxBackend, shared: Sandbox) -> None:
+    with pytest.raises(InvalidInput):
+        backend.read_file(shared, "does/not/exist")
+    backend.write_files(shared, [FileWrite(path="big.txt", content="z" * 5000)])
+    with pytest.raises(InvalidInput) as err:
+        backend.read_file(shared, "big.txt", max_bytes=1000)
+    assert err.value.code == ErrorCode.PAYLOAD_TOO_LARGE
+    backend.write_files(shared, [FileWrite(path="d/x", content="")])
+    with pytest.raises(InvalidInput):
+        backend.delete(shared, "d")  # not empty, not recursive
+    with pytest.raises(InvalidInput):
+        backend.delete(shared, ".", recursive=True)
+
+
+@pytest.mark.parametrize("path", ["../etc/passwd", "/etc/passwd", "a/../../etc/passwd"])
+def test_paths_leaving_the_workspace(backend: SandboxBackend, shared: Sandbox, path: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        backend.read_file(shared, path)
+    assert err.value.code == ErrorCode.PATH_OUTSIDE_WORKSPACE and path in str(err.value)
+
+
+def test_symlink_out_is_refused(backend: SandboxBackend, shared: Sandbox) -> None:
+    run(backend, shared, shell="ln -sfn /etc out; ln -sfn /etc/passwd pw; ln -sfn /tmp/x tmpx")
+    for op in (
+        lambda: backend.read_file(shared, "pw"),
+        lambda: backend.read_file(shared, "out/passwd"),
+        lambda: backend.list_files(shared, "out"),
+        lambda: backend.write_files(shared, [FileWrite(path="tmpx", content="no")]),
+        lambda: backend.write_files(shared, [FileWrite(path="out/new", content="no")]),
+        lambda: backend.get_tar(shared, "out"),
+        lambda: backend.put_tar(shared, "out", tar_of({"f": b"no"})),
+    ):
+        with pytest.raises(InvalidInput) as err:
+            op()
+        assert err.value.code == ErrorCode.PATH_OUTSIDE_WORKSPACE
+        assert "'pw'" in str(err.value) or "'out" in str(err.value) or "'tmpx'" in str(err.value)
+    assert run(backend, shared, argv=["ls", "/tmp"]).stdout == ""
+    assert backend.delete(shared, "out") == 1  # the link itself, not /etc
+    assert run(backend, shared, argv=["test", "-d", "/etc"]).exit_code == 0
+
+
+def test_tar_upload_download(backend: SandboxBackend, shared: Sandbox) -> None:
+    data = tar_of({"t/a.txt": b"A", "t/sub/b.txt": b"B", "t/link": "->sub/b.txt"})
+    assert backend.put_tar(shared, "up", data) == 3
+    assert run(backend, shared, shell="cat up/t/a.txt up/t/link").stdout == "AB"
+    with tarfile.open(fileobj=io.BytesIO(backend.get_tar(shared, "up/t"))) as tar:
+        names = {m.name: m for m in tar.getmembers()}
+        assert set(names) == {"a.txt", "sub", "sub/b.txt", "link"}
+        assert names["link"].issym() and names["link"].linkname == "sub/b.txt"
+        member = tar.extractfile("a.txt")
+        assert member is not None and member.read() == b"A"
+
+
+@pytest.mark.parametrize(
+    "members",
+    [{"/abs": b"x"}, {"../up": b"x"}, {"ok": b"x", "l": "->/etc/passwd"}, {"l2": "->../../etc"}],
+    ids=["absolute", "dotdot", "symlink-abs-out", "symlink-rel-out"],
+)
+def test_tar_upload_refuses_escapes(
+    backend: SandboxBackend, shared: Sandbox, members: dict[str, bytes | str]
+) -> None:
+    with pytest.raises(InvalidInput):
+        backend.put_tar(shared, "refused", tar_of(members))
+    assert run(backend, shared, argv=["test", "-e", "refused/ok"]).exit_code == 1
+
+
+# ---- snapshots: scan, pack, unpack ------------------------------------------------
+
+
+def test_scan_pack_unpack(backend: SandboxBackend, sandbox_factory: Any) -> None:
+    src = sandbox_factory()
+    run(backend, src, shell="mkdir -p w/d && echo hi > w/d/f && chmod 640 w/d/f && ln -s d/f w/l "
+        "&& echo h > /home/sandbox/.rc && mkfifo w/fifo")  # fmt: skip
+    entries = {e["path"]: e for e in backend.scan(src, ["/workspace", "/home/sandbox"])}
+    assert "/workspace/w/fifo" not in entries
+    f = entries["/workspace/w/d/f"]
+    assert (f["type"], f["size"], f["mode"]) == ("file", 3, 0o640)
+    assert f["sha256"] == "98ea6e4f216f2fb4b69fff9b3a44842c38686ca685f3f55dc48c5d3fb1107be4"
+    assert (
+        entries["/workspace/w/l"]["target"] == "d/f" and entries["/workspace/w/d"]["type"] == "dir"
+    )
+    assert backend.scan(src, ["/workspace", "/home/sandbox"]) == list(entries.values())
+    files = [p for p, e in entries.items() if e["type"] == "file"]
+    packed = backend.pack(src, files)
+    with tarfile.open(fileobj=io.BytesIO(packed), mode="r:gz") as tar:
+        assert sorted(tar.getnames()) == sorted(p.lstrip("/") for p in files)
+    dst = sandbox_factory()
+    run(backend, dst, shell="echo stale > old.txt")
+    restore = tar_of(
+        {"workspace/w/d/f": b"hi\n", "workspace/w/l": "->d/f", "home/sandbox/.rc": b"h\n"}
+    )
+    assert backend.unpack(dst, restore, ["/workspace", "/home/sandbox"], clear=True) == 3
+    assert run(backend, dst, shell="cat w/l ~/.rc; ls").stdout == "hi\nh\nw\n"
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        {"/workspace/abs": b"x"},
+        {"workspace/../etc/x": b"x"},
+        {"workspace/l": "->/etc"},
+        {"etc/x": b"x"},
+        {"workspace/ok": b"x", "workspace/dev": "DEVICE"},
+    ],
+    ids=["absolute", "dotdot", "symlink-out", "outside-roots", "device"],
+)
+def test_unpack_refuses(backend: SandboxBackend, shared: Sandbox, members: dict[str, Any]) -> None:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, value in members.items():
+            info = tarfile.TarInfo(name)
+            if value == "DEVICE":
+                info.type, info.devmajor, info.devminor = tarfile.CHRTYPE, 1, 3
+                tar.addfile(info)
+            elif isinstance(value, str):
+                info.type, info.linkname = tarfile.SYMTYPE, value[2:]
+                tar.addfile(info)
+            else:
+                info.size = len(value)
+                tar.addfile(info, io.BytesIO(value))
+    run(backend, shared, shell="echo keep > keep.txt")
+    with pytest.raises(InvalidInput):
+        backend.unpack(shared, buf.getvalue(), ["/workspace"], clear=True)
+    assert run(backend, shared, shell="cat keep.txt; ls ok 2>&1").stdout.startswith("keep\n")
+
+
+def test_scan_roots_validated(backend: SandboxBackend, shared: Sandbox) -> None:
+    with pytest.raises(InvalidInput):
+        backend.scan(shared, ["/etc"])
+    with pytest.raises(InvalidInput):
+        backend.pack(shared, ["/etc/passwd"])
+
+
+# ---- isolation and hardening -------------------------------------------------------
+
+
+def test_user_cannot_touch_the_agent(backend: SandboxBackend, shared: Sandbox) -> None:
+    r = run(backend, shared, shell="kill -9 1; echo rc=$?")
+    assert "rc=1" in r.stdout
+    r = run(backend, shared, shell="echo x > /proc/1/fd/0; echo rc=$?; ls /proc/1/fd; echo rc=$?")
+    assert r.stdout == "rc=2\nrc=2\n"
+    r = run(
+        backend,
+        shared,
+        python=(
+            "import ctypes,os; libc=ctypes.CDLL(None,use_errno=True)\n"
+            "print(libc.ptrace(16, 1, 0, 0), ctypes.get_errno())"
+        ),
+    )  # fmt: skip  PTRACE_ATTACH
+    assert r.stdout.startswith("-1 ")
+    r = run(backend, shared, shell="echo x >> /opt/sandgrid/agent.py; echo rc=$?")
+    assert "rc=1" in r.stdout or "rc=2" in r.stdout
+    backend.ping(shared)
+
+
+def test_hardening(backend: SandboxBackend, shared: Sandbox) -> None:
+    r = run(backend, shared, shell="id -u; id -g; id -G; grep CapEff /proc/self/status")
+    assert r.stdout == "1000\n1000\n1000\nCapEff:\t0000000000000000\n"
+    root = run(backend, shared, shell="grep '^[^ ]* / ' /proc/mounts").stdout.split()
+    assert root[3].split(",")[0] == "ro"
+    assert run(backend, shared, shell="touch /x || touch /usr/x").exit_code == 1
+    r = run(backend, shared, argv=["python3", "-c", "import socket; print(socket.if_nameindex())"])
+    assert r.stdout == "[(1, 'lo')]\n"
+    r = run(backend, shared, shell="grep NoNewPrivs /proc/self/status")
+    assert r.stdout.split() == ["NoNewPrivs:", "1"]
+    info = backend.inspect(shared)
+    assert info["running"] and info["runtime"] == backend.runtime
+    assert (
+        info["labels"]["sandgrid.worker"] == backend.node
+        and info["labels"]["sandgrid.managed"] == "1"
+    )
+
+
+def test_lost_channel(backend: SandboxBackend, sandbox_factory: Any, docker_client: Any) -> None:
+    sbx = sandbox_factory()
+    docker_client.api.kill(sbx.id)
+    with pytest.raises(SandboxLost):
+        backend.ping(sbx)
+    assert sbx.state == "lost"
+    with pytest.raises(SandboxError):
+        run(backend, sbx, argv=["true"])
+
+
+def test_concurrent_requests_are_serialised(backend: SandboxBackend, shared: Sandbox) -> None:
+    results: list[str] = []
+
+    def worker(i: int) -> None:
+        results.append(run(backend, shared, shell=f"echo {i}").stdout)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == sorted(f"{i}\n" for i in range(8))
+
+
+def test_network_needs_permission(backend: SandboxBackend) -> None:
+    with pytest.raises(InvalidInput) as err:
+        backend.create("python", Quotas(network=True))
+    assert err.value.context["field"] == "quotas.network"

@@ -1,0 +1,75 @@
+"""Quotas hold under abuse, on each real runtime: pids, memory, output, disk, CPU."""
+
+from __future__ import annotations
+
+import resource
+import time
+from typing import Any
+
+import pytest
+
+from scheduler.models import ExecRequest, Quotas
+from worker.backends import Sandbox, SandboxBackend
+
+pytestmark = pytest.mark.integration
+
+LIMITED = Quotas(cpus=0.5, memory_mb=256, pids=64, workspace_mb=16, output_bytes=1 << 20)
+
+
+@pytest.fixture(scope="module")
+def limited(module_factory: Any) -> Sandbox:
+    sbx: Sandbox = module_factory(quotas=LIMITED)
+    return sbx
+
+
+def run(backend: SandboxBackend, sbx: Sandbox, **kw: Any) -> Any:
+    return backend.exec(sbx, ExecRequest(**kw))
+
+
+def test_fork_bomb_is_contained(backend: SandboxBackend, limited: Sandbox) -> None:
+    t0 = time.monotonic()
+    r = run(backend, limited, shell="b(){ b|b& }; b; sleep 100", timeout_s=2)
+    assert r.timed_out and time.monotonic() - t0 < 2 + 1.3
+    assert "fork" in r.stderr.lower()  # fork failed inside: the pids limit held
+    backend.ping(limited)
+    ps = run(backend, limited, argv=["ps", "-e", "-o", "args="]).stdout.splitlines()
+    assert ps == ["python3 -I /opt/sandgrid/agent.py", "ps -e -o args="]
+
+
+def test_memory_hog_is_oom_killed(backend: SandboxBackend, limited: Sandbox) -> None:
+    r = run(
+        backend, limited, python="b = []\nwhile True: b.append(bytearray(16 << 20))", timeout_s=20
+    )
+    assert r.oom_killed and r.signal == 9 and not r.timed_out
+    assert run(backend, limited, argv=["echo", "alive"]).stdout == "alive\n"
+    assert not run(backend, limited, argv=["true"]).oom_killed  # the flag is per exec
+
+
+def test_huge_output_is_capped(backend: SandboxBackend, limited: Sandbox) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    r = run(backend, limited, shell="head -c 200000000 /dev/zero | tr '\\0' x", timeout_s=30)
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert r.exit_code == 0 and r.stdout_truncated and len(r.stdout) == 1 << 20
+    assert grown_mb < 48, f"worker peak RSS grew {grown_mb:.0f} MB"
+    # the agent kept only the cap: its peak RSS (gVisor has no VmHWM: current RSS)
+    status = run(backend, limited, argv=["cat", "/proc/1/status"]).stdout
+    vm = dict(line.split(":", 1) for line in status.splitlines() if line.startswith("Vm"))
+    assert int(vm.get("VmHWM", vm["VmRSS"]).split()[0]) < 96 * 1024, vm
+
+
+def test_workspace_full(backend: SandboxBackend, limited: Sandbox) -> None:
+    r = run(backend, limited, shell="dd if=/dev/zero of=fill bs=1M count=64", timeout_s=20)
+    assert r.exit_code != 0 and "No space left on device" in r.stderr and r.workspace_full
+    r = run(backend, limited, shell="rm fill; echo ok")
+    assert r.stdout == "ok\n" and not r.workspace_full
+
+
+def test_cpu_quota(backend: SandboxBackend, limited: Sandbox) -> None:
+    code = (
+        "import os, time\n"
+        "t0, c0 = time.monotonic(), sum(os.times()[:2])\n"
+        "while time.monotonic() - t0 < 1.5: pass\n"
+        "print((sum(os.times()[:2]) - c0) / (time.monotonic() - t0))"
+    )
+    share = float(run(backend, limited, python=code).stdout)
+    assert 0.3 <= share <= 0.7, f"used {share:.2f} of a core under cpus=0.5"

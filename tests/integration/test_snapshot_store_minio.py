@@ -1,0 +1,292 @@
+"""The snapshot store against its real backends: one contract suite for MinIO and local.
+
+MinIO is the server that ``deploy/local/minio.sh`` runs on loopback. It missing
+is a skip on a developer's machine and a *failure* in CI (``CI=true``). Each
+test gets a bucket of its own (MinIO) or a directory (local), removed at the
+end. One test stops MinIO (via its pid file) in the middle of a snapshot and
+starts it again with ``deploy/local/minio.sh``, whatever happens.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scheduler.errors import ErrorCode, InfrastructureError, InvalidInput, NotFound, SnapshotError
+from scheduler.settings import MinioSettings
+from worker.snapshots import (
+    HostDirBackend,
+    LocalStore,
+    SnapshotStore,
+    restore_sandbox,
+    snapshot_sandbox,
+)
+from worker.snapshots import keys as store_keys
+from worker.snapshots.blobs import decode, encode
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+MINIO_SH = REPO / "deploy" / "local" / "minio.sh"
+PID_FILE = Path(os.environ.get("SANDGRID_RUN_DIR", "/var/lib/sandgrid/run")) / "minio.pid"
+SETTINGS = MinioSettings()
+TENANT, OTHER = "acme", "globex"
+LATER = 3600.0
+
+
+def minio_ready(timeout: float = 2.0) -> bool:
+    try:
+        url = f"http://{SETTINGS.endpoint}/minio/health/ready"
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def require_minio() -> None:
+    if minio_ready():
+        return
+    reason = f"MinIO is not running on {SETTINGS.endpoint} (deploy/local/minio.sh starts it)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"MinIO missing in CI: {reason}")
+    pytest.skip(reason)
+
+
+def make_minio(**options: Any) -> SnapshotStore:
+    from worker.snapshots.minio import MinioStore
+
+    bucket = f"sgtest-{uuid.uuid4().hex[:12]}"
+    s = SETTINGS
+    return MinioStore(s.endpoint, s.access_key, s.secret_key, bucket, secure=s.secure, **options)
+
+
+@pytest.fixture(params=["minio", "local"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SnapshotStore]:
+    options: dict[str, Any] = {"keep": 2, "gc_grace_s": 600.0, "threads": 8}
+    options["small_file_bytes"] = 16 << 10
+    if request.param == "minio":
+        require_minio()
+        made = make_minio(**options)
+    else:
+        made = LocalStore(tmp_path / "store", **options)
+    yield made
+    if request.param == "minio" and minio_ready():
+        made.drop_bucket()  # type: ignore[attr-defined]
+    made.close()
+
+
+def sandbox(tmp_path: Path, name: str) -> Path:
+    path = tmp_path / name
+    (path / "workspace").mkdir(parents=True)
+    (path / "home/sandbox").mkdir(parents=True)
+    return path
+
+
+def fill(sbx: Path) -> None:
+    (sbx / "workspace/src").mkdir()
+    for i in range(40):
+        (sbx / f"workspace/src/m{i}.py").write_text(f"VALUE = {i}\n" * 20)
+    (sbx / "workspace/data.bin").write_bytes(os.urandom(200_000))
+    (sbx / "workspace/run.sh").write_text("#!/bin/sh\n")
+    (sbx / "workspace/run.sh").chmod(0o755)
+    os.symlink("src/m1.py", sbx / "workspace/link")
+    (sbx / "home/sandbox/.profile").write_text("export A=1\n")
+
+
+def listing(sbx: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for p in sorted(sbx.rglob("*")):
+        rel = str(p.relative_to(sbx))
+        if p.is_symlink():
+            out[rel] = ("link", os.readlink(p))
+        elif p.is_dir():
+            out[rel] = ("dir", p.stat().st_mode & 0o777)
+        else:
+            out[rel] = ("file", p.stat().st_mode & 0o777, p.read_bytes())
+    return out
+
+
+def count_calls(store: SnapshotStore) -> Counter[str]:
+    """Count the store's primitive calls from now on (instance-level wrappers)."""
+    calls: Counter[str] = Counter()
+    for name in ("_put", "_get", "_exists", "_mtime", "_list", "_delete"):
+        original = getattr(store, name)
+
+        def wrapper(*a: Any, _n: str = name, _o: Callable[..., Any] = original) -> Any:
+            calls[_n] += 1
+            return _o(*a)
+
+        setattr(store, name, wrapper)
+    return calls
+
+
+def take(store: SnapshotStore, sbx: Path, session: str = "s1", tenant: str = TENANT) -> Any:
+    ref = snapshot_sandbox(HostDirBackend(), sbx, store, tenant, session, None)
+    assert ref is not None
+    return ref
+
+
+# ---- the contract -------------------------------------------------------------------
+
+
+def test_primitives(store: SnapshotStore) -> None:
+    key = f"t/{TENANT}/blobs/" + "a" * 64
+    with pytest.raises(KeyError):
+        store._get(key)
+    assert not store._exists(key) and store._mtime(key) is None
+    store._put(key, b"one")
+    store._put(key, b"two")
+    assert store._get(key) == b"two" and store._exists(key)
+    mtime = store._mtime(key)
+    assert mtime is not None and abs(mtime - time.time()) < 60
+    store._put(f"t/{TENANT}/s/s1/latest", b"x")
+    assert sorted(store._list(f"t/{TENANT}/blobs/")) == [key]
+    assert len(store._list(f"t/{TENANT}/")) == 2 and store._list(f"t/{OTHER}/") == []
+    store._delete(key)
+    store._delete(key)
+    assert not store._exists(key)
+
+
+def test_snapshot_and_restore_round_trip(store: SnapshotStore, tmp_path: Path) -> None:
+    sbx = sandbox(tmp_path, "sbx")
+    fill(sbx)
+    ref = take(store, sbx)
+    dst = sandbox(tmp_path, "dst")
+    (dst / "workspace/stale").write_text("gone after restore")
+    restore_sandbox(HostDirBackend(), dst, store, TENANT, "s1", ref.name)
+    assert listing(dst) == listing(sbx)
+
+
+def test_incremental_and_unchanged(store: SnapshotStore, tmp_path: Path) -> None:
+    sbx = sandbox(tmp_path, "sbx")
+    fill(sbx)
+    backend = HostDirBackend()
+    ref = snapshot_sandbox(backend, sbx, store, TENANT, "s1", None)
+    assert ref is not None
+    calls = count_calls(store)
+    assert snapshot_sandbox(backend, sbx, store, TENANT, "s1", ref.manifest) is None
+    assert sum(calls.values()) == 0
+    (sbx / "workspace/src/m7.py").write_text("VALUE = 'changed'\n")
+    ref2 = snapshot_sandbox(backend, sbx, store, TENANT, "s1", ref.manifest)
+    assert ref2 is not None and ref2.stats["uploaded_blobs"] == 1
+    assert calls["_put"] == 3  # one blob, the manifest, the pointer
+
+
+def test_damaged_blob_is_refused(store: SnapshotStore, tmp_path: Path) -> None:
+    sbx = sandbox(tmp_path, "sbx")
+    fill(sbx)
+    ref = take(store, sbx)
+    blob = max(ref.manifest.blobs, key=lambda b: ref.manifest.blobs[b])
+    key = store_keys.blob_key(TENANT, blob)
+    data = bytearray(decode(store._get(key)))
+    data[1000] ^= 0x01
+    store._put(key, encode(bytes(data)))
+    dst = sandbox(tmp_path, "dst")
+    (dst / "workspace/keep").write_text("untouched")
+    with pytest.raises(SnapshotError) as err:
+        restore_sandbox(HostDirBackend(), dst, store, TENANT, "s1", ref)
+    assert err.value.code == ErrorCode.SNAPSHOT_CORRUPT
+    assert (dst / "workspace/keep").read_text() == "untouched"
+    store._delete(key)
+    with pytest.raises(SnapshotError, match="missing"):
+        store.restore_tars(store.load(TENANT, "s1"))
+
+
+def test_second_tenant_cannot_reach_the_first(store: SnapshotStore, tmp_path: Path) -> None:
+    sbx = sandbox(tmp_path, "sbx")
+    fill(sbx)
+    ref = take(store, sbx)
+    assert store.snapshots(OTHER, "s1") == []
+    for call in (
+        lambda: store.load(OTHER, "s1"),
+        lambda: store.load(OTHER, "s1", ref.name),
+        lambda: store.fork(OTHER, "s1", "s2"),
+        lambda: restore_sandbox(HostDirBackend(), sbx, store, OTHER, "s1", ref.name),
+    ):
+        with pytest.raises(NotFound):
+            call()
+    with pytest.raises(InvalidInput):
+        store.load(OTHER, "s1", ref)
+    with pytest.raises(InvalidInput):
+        store.load(f"{TENANT}/../{OTHER}", "s1")
+    assert store.gc(OTHER).blobs_deleted == 0
+    assert store.load(TENANT, "s1").hash == ref.hash
+
+
+def test_retention_gc_and_fork(store: SnapshotStore, tmp_path: Path) -> None:
+    sbx = sandbox(tmp_path, "sbx")
+    for i in range(4):
+        (sbx / "workspace/big.bin").write_bytes(os.urandom(50_000) + bytes([i]))
+        last = take(store, sbx)
+    assert len(store.snapshots(TENANT, "s1")) == 2
+    fork = store.fork(TENANT, "s1", "s2")
+    assert fork.hash == last.hash
+    report = store.gc(TENANT, now=time.time() + LATER)
+    assert report.blobs_deleted == 2 and report.blobs_referenced == 2
+    dst = sandbox(tmp_path, "dst")
+    restore_sandbox(HostDirBackend(), dst, store, TENANT, "s2", None)
+    assert (dst / "workspace/big.bin").read_bytes() == (sbx / "workspace/big.bin").read_bytes()
+
+
+# ---- MinIO going away -----------------------------------------------------------------
+
+
+def stop_minio() -> None:
+    pid = int(PID_FILE.read_text().strip())
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+
+
+def start_minio() -> None:
+    if not minio_ready():
+        subprocess.run(["bash", str(MINIO_SH)], check=True, capture_output=True, timeout=120)
+    assert minio_ready(), "deploy/local/minio.sh did not bring MinIO back"
+
+
+def test_minio_stopped_mid_snapshot_then_back(tmp_path: Path) -> None:
+    require_minio()
+    if not PID_FILE.exists():
+        pytest.skip(f"no MinIO pid file at {PID_FILE}: MinIO was not started by minio.sh")
+    store = make_minio(threads=4)
+    sbx = sandbox(tmp_path, "sbx")
+    fill(sbx)
+
+    class StopsMinio(HostDirBackend):
+        def pack(self, sbx: Path, paths: list[str]) -> bytes:
+            stop_minio()
+            return super().pack(sbx, paths)
+
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(InfrastructureError) as err:
+            snapshot_sandbox(StopsMinio(), sbx, store, TENANT, "s1", None)
+        assert err.value.code == ErrorCode.STORE_UNAVAILABLE and err.value.retryable
+        assert "is MinIO running?" in err.value.message and SETTINGS.endpoint in err.value.message
+        assert time.monotonic() - t0 < 10
+        start_minio()
+        ref = snapshot_sandbox(HostDirBackend(), sbx, store, TENANT, "s1", None)
+        assert ref is not None
+        dst = sandbox(tmp_path, "dst")
+        restore_sandbox(HostDirBackend(), dst, store, TENANT, "s1", ref)
+        assert listing(dst) == listing(sbx)
+    finally:
+        start_minio()
+        store.drop_bucket()  # type: ignore[attr-defined]
+        store.close()

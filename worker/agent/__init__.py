@@ -1,0 +1,15 @@
+"""The in-sandbox agent: one stdlib-only file that runs as PID 1 of every sandbox.
+
+The worker never imports the agent; it bind-mounts the file read-only into each
+container. ``AGENT_PATH`` is where that file is on the worker's disk and
+``AGENT_MOUNT`` where the image expects it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["AGENT_MOUNT", "AGENT_PATH"]
+
+AGENT_PATH = Path(__file__).with_name("sandgrid_agent.py")
+AGENT_MOUNT = "/opt/sandgrid/agent.py"

@@ -1,0 +1,403 @@
+"""The sandbox backend interface: the base owns the algorithm, backends the primitives.
+
+``SandboxBackend`` does everything that must be the same for every runtime:
+validating input, building the container's limits and labels, opening the
+agent channel and checking it answers, deadlines (the exec timeout plus a
+margin for the channel), output caps, state changes, and turning agent replies
+into ``scheduler.models`` results and ``scheduler.errors`` errors. A backend
+implements six small primitives: create, attach, start, remove, inspect, list.
+
+A ``Sandbox`` is the handle of one container. Its life:
+``warm`` (created, answering) -> ``leased`` (serving its one session) ->
+``released`` -> ``destroyed``; ``error`` if it failed to start, ``lost`` when
+its channel broke. Nothing but ``warm`` and ``leased`` sandboxes accept work.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import socket
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from scheduler.errors import CapacityError, InvalidInput, SandboxError, SandboxLost
+from scheduler.models import (
+    MAX_FILE_BYTES,
+    ExecRequest,
+    ExecResult,
+    FileList,
+    FileRead,
+    FileWrite,
+    Quotas,
+)
+from scheduler.settings import get_settings
+from worker.agent_api import (
+    check_path,
+    check_roots,
+    exec_fields,
+    exec_result,
+    file_list,
+    file_read,
+    write_fields,
+)
+from worker.channel import AgentChannel, ChunkCallback
+from worker.quotas import container_kwargs, sandbox_labels
+
+__all__ = [
+    "DEADLINE_MARGIN_S",
+    "FILE_OP_TIMEOUT_S",
+    "START_TIMEOUT_S",
+    "Sandbox",
+    "SandboxBackend",
+    "SandboxState",
+]
+
+SandboxState = Literal["warm", "leased", "released", "destroyed", "error", "lost"]
+
+DEADLINE_MARGIN_S = 5.0
+"""Channel read deadline beyond an exec's timeout (the agent answers within +1 s)."""
+FILE_OP_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 30.0
+PING_TIMEOUT_S = 5.0
+INCARNATION = uuid.uuid4().hex[:12]
+"""This worker process: labels its containers so a successor can spot orphans."""
+
+_TYPE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+_USABLE: tuple[SandboxState, ...] = ("warm", "leased")
+
+
+@dataclass(eq=False)
+class Sandbox:
+    """The handle of one sandbox container (a plain dataclass, never on a wire)."""
+
+    id: str
+    name: str
+    sandbox_type: str
+    runtime: str
+    quotas: Quotas
+    labels: dict[str, str]
+    state: SandboxState = "warm"
+    created_at: float = field(default_factory=time.time)
+    session_id: str | None = None
+    tenant: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    channel: AgentChannel | None = field(default=None, repr=False)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+
+class SandboxBackend(ABC):
+    """One container runtime. Subclasses set ``runtime`` and fill the primitives.
+
+    Args:
+        node: this worker's name (``sandgrid.worker`` label); default from settings.
+        image_prefix: sandbox images are ``<prefix><type>:latest``.
+        network_types: sandbox types allowed to have a network.
+        network: the Docker network those types join.
+    """
+
+    runtime: ClassVar[str]
+    host_pids_headroom: ClassVar[tuple[int, int]] = (1, 0)
+    """(factor, extra): the host pids limit is ``pids * factor + extra``."""
+    host_memory_headroom_mb: ClassVar[int] = 0
+    """Added to ``memory_mb`` for the host memory limit (the runtime's own usage)."""
+
+    def __init__(
+        self,
+        *,
+        node: str | None = None,
+        image_prefix: str | None = None,
+        network_types: frozenset[str] = frozenset(),
+        network: str = "bridge",
+    ) -> None:
+        settings = get_settings()
+        self.node = node or settings.worker.node or socket.gethostname()
+        self.image_prefix = image_prefix or settings.image_prefix
+        self.network_types = network_types
+        self.network = network
+
+    # ---- life cycle ----------------------------------------------------------
+
+    def image_for(self, sandbox_type: str) -> str:
+        """The catalog's image for a known type, else ``<prefix><type>:latest``."""
+        from scheduler.catalog import CATALOG
+
+        known = CATALOG.get(sandbox_type)
+        return known.image if known else f"{self.image_prefix}{sandbox_type}:latest"
+
+    def create(
+        self,
+        sandbox_type: str,
+        quotas: Quotas | None = None,
+        labels: dict[str, str] | None = None,
+        *,
+        session_id: str | None = None,
+        tenant: str | None = None,
+    ) -> Sandbox:
+        """Create and start a sandbox, and wait until its agent answers.
+
+        Args:
+            sandbox_type: the type name (selects the image).
+            quotas: its limits; the defaults of ``Quotas`` if omitted.
+            labels: extra container labels (the ``sandgrid.*`` ones are ours).
+            session_id: set when the container is made for a known session.
+            tenant: likewise.
+
+        Returns:
+            A ``warm`` sandbox.
+
+        Raises:
+            InvalidInput: bad type name, network not allowed for the type.
+            CapacityError: the container could not be created or did not answer.
+        """
+        quotas = quotas or Quotas.model_validate({})
+        network = self._network_for(sandbox_type, quotas)
+        name = f"sandgrid-{sandbox_type}-{uuid.uuid4().hex[:12]}"
+        all_labels = sandbox_labels(
+            node=self.node,
+            sandbox_type=sandbox_type,
+            incarnation=INCARNATION,
+            session_id=session_id,
+            tenant=tenant,
+            extra=labels,
+        )
+        kwargs = container_kwargs(
+            quotas,
+            image=self.image_for(sandbox_type),
+            name=name,
+            labels=all_labels,
+            runtime=self.runtime,
+            network=network,
+            host_pids=quotas.pids * self.host_pids_headroom[0] + self.host_pids_headroom[1],
+            host_memory_mb=quotas.memory_mb + self.host_memory_headroom_mb,
+        )
+        t0 = time.perf_counter()
+        try:
+            cid = self._create(kwargs)
+        except Exception as exc:
+            raise CapacityError(
+                f"cannot create a {sandbox_type} sandbox ({self.runtime}): {exc}",
+                operation="create",
+                context={"type": sandbox_type, "runtime": self.runtime},
+            ) from exc
+        sbx = Sandbox(cid, name, sandbox_type, self.runtime, quotas, all_labels)
+        sbx.session_id, sbx.tenant = session_id, tenant
+        sbx.timings["create_ms"] = (time.perf_counter() - t0) * 1000
+        self._bring_up(sbx)
+        return sbx
+
+    def _network_for(self, sandbox_type: str, quotas: Quotas) -> str | None:
+        if not _TYPE_NAME.match(sandbox_type):
+            raise InvalidInput(
+                f"sandbox type {sandbox_type!r} must match {_TYPE_NAME.pattern}",
+                operation="create",
+                context={"field": "type", "value": sandbox_type},
+            )
+        if not quotas.network:
+            return None
+        if sandbox_type not in self.network_types:
+            raise InvalidInput(
+                f"sandbox type {sandbox_type!r} does not allow network access",
+                operation="create",
+                context={"field": "quotas.network", "type": sandbox_type},
+            )
+        return self.network
+
+    def _bring_up(self, sbx: Sandbox) -> None:
+        """Attach, start, first ping; on any failure the container is removed."""
+        try:
+            t0 = time.perf_counter()
+            sbx.channel = AgentChannel(self._attach(sbx.id), sbx.name)
+            t1 = time.perf_counter()
+            self._start(sbx.id)
+            t2 = time.perf_counter()
+            sbx.channel.request("ping", timeout=START_TIMEOUT_S)
+            t3 = time.perf_counter()
+        except Exception as exc:
+            sbx.state = "error"
+            self.destroy(sbx)
+            raise CapacityError(
+                f"sandbox {sbx.name} did not come up ({self.runtime}): {exc}",
+                operation="create",
+                context={"sandbox": sbx.name, "runtime": self.runtime},
+            ) from exc
+        sbx.timings.update(
+            attach_ms=(t1 - t0) * 1000, start_ms=(t2 - t1) * 1000, ping_ms=(t3 - t2) * 1000
+        )
+
+    def destroy(self, sbx: Sandbox) -> None:
+        """Close the channel and remove the container. Idempotent; never raises
+        for a container that is already gone."""
+        if sbx.channel is not None:
+            sbx.channel.close()
+        if sbx.state != "destroyed":
+            self._remove(sbx.id)
+        sbx.state = "destroyed"
+
+    def ping(self, sbx: Sandbox, timeout: float = PING_TIMEOUT_S) -> float:
+        """Round trip to the agent, in milliseconds (the pool's health check).
+
+        Raises:
+            SandboxLost: no answer; the sandbox is now ``lost``.
+        """
+        t0 = time.perf_counter()
+        self.call(sbx, "ping", {}, timeout=timeout)
+        return (time.perf_counter() - t0) * 1000
+
+    def inspect(self, sbx: Sandbox) -> dict[str, Any]:
+        """The container as the runtime sees it, plus the handle's own state."""
+        info = self._inspect(sbx.id)
+        info.update(sandbox_state=sbx.state, session_id=sbx.session_id, type=sbx.sandbox_type)
+        return info
+
+    def list_managed(self, node: str | None = None) -> list[dict[str, Any]]:
+        """Summaries of every sandgrid container (of ``node`` if given), for the reaper."""
+        filters = {"sandgrid.managed": "1"}
+        if node is not None:
+            filters["sandgrid.worker"] = node
+        return self._list(filters)
+
+    # ---- operations ----------------------------------------------------------
+
+    def exec(
+        self, sbx: Sandbox, request: ExecRequest, on_chunk: ChunkCallback | None = None
+    ) -> ExecResult:
+        """Run one command in the sandbox under its quotas.
+
+        The deadline is ``request.timeout_s`` (else the quotas' ``timeout_s``);
+        the agent kills everything the command started when it passes, and the
+        channel waits ``DEADLINE_MARGIN_S`` longer before giving the sandbox up.
+
+        Args:
+            sbx: a warm or leased sandbox.
+            request: the command.
+            on_chunk: if given, output is streamed to it as ``(stream, text)``
+                while the command runs (within the output cap).
+
+        Returns:
+            The result, with the truncation, timeout, OOM and workspace flags.
+
+        Raises:
+            SandboxLost: the channel broke (the user's code may have broken it).
+            InvalidInput: bad cwd (outside the workspace), oversized request.
+        """
+        fields = exec_fields(request, sbx.quotas, stream=on_chunk is not None)
+        t0 = time.perf_counter()
+        reply = self.call(
+            sbx, "exec", fields, timeout=fields["timeout"] + DEADLINE_MARGIN_S, on_chunk=on_chunk
+        )
+        timings = {"exec_ms": (time.perf_counter() - t0) * 1000}
+        return exec_result(reply, node=self.node, timings=timings)
+
+    def write_files(self, sbx: Sandbox, files: list[FileWrite]) -> int:
+        """Write files in the workspace as the sandbox user; return how many."""
+        return int(self.call(sbx, "write", write_fields(files))["written"])
+
+    def read_file(
+        self, sbx: Sandbox, path: str, encoding: str = "utf-8", max_bytes: int = MAX_FILE_BYTES
+    ) -> FileRead:
+        """Read one file. Raises ``InvalidInput`` (``payload_too_large``) over ``max_bytes``."""
+        rel = check_path(path, operation="files.read")
+        reply = self.call(sbx, "read", {"path": rel, "max_bytes": max_bytes})
+        return file_read(rel, reply, encoding)
+
+    def list_files(self, sbx: Sandbox, path: str = ".", recursive: bool = False) -> FileList:
+        """List a directory of the workspace (symlinks are listed, not followed)."""
+        rel = check_path(path, operation="files.list")
+        return file_list(self.call(sbx, "list", {"path": rel, "recursive": recursive}))
+
+    def delete(self, sbx: Sandbox, path: str, recursive: bool = False) -> int:
+        """Delete a file, a symlink (not its target) or a directory; return the count."""
+        rel = check_path(path, operation="files.delete")
+        return int(self.call(sbx, "delete", {"path": rel, "recursive": recursive})["deleted"])
+
+    def put_tar(self, sbx: Sandbox, path: str, data: bytes) -> int:
+        """Extract a tar under a workspace directory; every member must stay inside
+        the workspace (no absolute paths, ``..``, devices, links out)."""
+        rel = check_path(path, operation="files.tar_upload")
+        fields = {"path": rel, "data_b64": base64.b64encode(data).decode()}
+        return int(self.call(sbx, "tar_put", fields)["files"])
+
+    def get_tar(self, sbx: Sandbox, path: str = ".") -> bytes:
+        """A tar of a workspace path, member names relative to it."""
+        rel = check_path(path, operation="files.tar_download")
+        return base64.b64decode(self.call(sbx, "tar_get", {"path": rel})["data_b64"])
+
+    def scan(self, sbx: Sandbox, roots: list[str]) -> list[dict[str, Any]]:
+        """The snapshot manifest of ``roots``: path, type, mode, size, sha256, target."""
+        fields = {"roots": check_roots(roots, "snapshot.scan")}
+        return list(self.call(sbx, "scan", fields)["entries"])
+
+    def pack(self, sbx: Sandbox, paths: list[str]) -> bytes:
+        """A tar.gz (level 1) of these regular files (absolute paths under the roots)."""
+        return base64.b64decode(self.call(sbx, "pack", {"files": list(paths)})["data_b64"])
+
+    def unpack(self, sbx: Sandbox, data: bytes, roots: list[str], clear: bool) -> int:
+        """Extract a tar (names relative to ``/``) into ``roots``, after emptying them
+        if ``clear``; the whole tar is checked first, so a bad one changes nothing."""
+        fields = {
+            "data_b64": base64.b64encode(data).decode(),
+            "roots": check_roots(roots, "snapshot.unpack"),
+            "clear": clear,
+        }
+        return int(self.call(sbx, "unpack", fields)["files"])
+
+    # ---- the channel ---------------------------------------------------------
+
+    def call(
+        self,
+        sbx: Sandbox,
+        op: str,
+        fields: dict[str, Any],
+        *,
+        timeout: float = FILE_OP_TIMEOUT_S,
+        on_chunk: ChunkCallback | None = None,
+    ) -> dict[str, Any]:
+        """One agent request on a usable sandbox; a broken channel marks it ``lost``.
+
+        Raises:
+            SandboxError: the sandbox is not usable (released, destroyed, lost).
+            SandboxLost: the channel broke during this request.
+            InvalidInput: the agent refused the input.
+        """
+        if sbx.state not in _USABLE or sbx.channel is None:
+            raise SandboxError(
+                f"sandbox {sbx.name} is {sbx.state}, not usable",
+                operation=op,
+                context={"sandbox": sbx.name, "state": sbx.state},
+            )
+        try:
+            return sbx.channel.request(op, fields, timeout=timeout, on_chunk=on_chunk)
+        except SandboxLost:
+            sbx.state = "lost"
+            raise
+
+    # ---- primitives ----------------------------------------------------------
+
+    @abstractmethod
+    def _create(self, kwargs: dict[str, Any]) -> str:
+        """Create (not start) a container from ``container_kwargs``; return its id."""
+
+    @abstractmethod
+    def _attach(self, container_id: str) -> socket.socket:
+        """Attach to stdin/stdout/stderr; return the raw socket of the stream."""
+
+    @abstractmethod
+    def _start(self, container_id: str) -> None:
+        """Start the created container."""
+
+    @abstractmethod
+    def _remove(self, container_id: str) -> None:
+        """Kill and remove the container; a missing container is not an error."""
+
+    @abstractmethod
+    def _inspect(self, container_id: str) -> dict[str, Any]:
+        """A JSON-able summary: id, name, status, running, oom_killed, labels, runtime."""
+
+    @abstractmethod
+    def _list(self, labels: dict[str, str]) -> list[dict[str, Any]]:
+        """Summaries (as ``_inspect``) of containers carrying all these labels."""

@@ -1,0 +1,187 @@
+"""The worker's persistent channel to one sandbox's agent, over Docker attach.
+
+One channel per container, opened once when the container is created and kept
+for its life: a request is one frame written to the container's stdin, the
+reply one frame read back from its stdout (``docs/agent-protocol.md``). No
+``docker exec``, no network, the same under runc and runsc.
+
+Requests on one channel are serialised by a lock: the agent answers one
+request at a time anyway, and a turn of a session never overlaps another. The
+read is synchronous in the caller's thread (no reader thread per container), so
+a round trip costs two socket operations and nothing else.
+
+Anything that leaves the byte stream in an unknown state (socket error, EOF,
+bad framing, no reply by the deadline) breaks the channel for good: it is
+closed and every later request raises ``SandboxLost``. The sandbox is then
+lost; the caller destroys it and continues the session elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from scheduler.errors import SandboxLost
+from worker.protocol import (
+    STDERR,
+    STDOUT,
+    AttachDemux,
+    FrameDecoder,
+    FrameError,
+    encode_frame,
+    error_from_reply,
+)
+
+__all__ = ["AgentChannel", "ChunkCallback", "attach_params"]
+
+log = logging.getLogger(__name__)
+
+ChunkCallback = Callable[[str, str], None]
+"""Called as ``on_chunk(stream, text)`` for each streamed piece of output."""
+
+RECV_SIZE = 1 << 20
+
+
+def attach_params() -> dict[str, int]:
+    """Query parameters of the Docker attach call: all three streams, no logs replay."""
+    return {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+
+
+class AgentChannel:
+    """Request/response over one container's attached stdio.
+
+    Args:
+        sock: the raw socket of the hijacked attach connection (for the Docker
+            SDK's ``attach_socket`` on a unix socket that is ``result._sock``).
+        name: the sandbox's name, for logs and error context.
+    """
+
+    def __init__(self, sock: socket.socket, name: str) -> None:
+        self.name = name
+        self._sock = sock
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._demux = AttachDemux()
+        self._frames = FrameDecoder()
+        self._ready: deque[dict[str, Any]] = deque()
+        self._stderr = bytearray()
+        self.broken: str | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.broken is None
+
+    def request(
+        self,
+        op: str,
+        fields: dict[str, Any] | None = None,
+        *,
+        timeout: float,
+        on_chunk: ChunkCallback | None = None,
+    ) -> dict[str, Any]:
+        """Send one request and wait for its reply.
+
+        Args:
+            op: the agent operation.
+            fields: the request's other fields.
+            timeout: seconds to wait for the reply before the channel is given up.
+            on_chunk: receives streamed output frames of this request.
+
+        Returns:
+            The reply's ``result`` object.
+
+        Raises:
+            SandboxLost: the channel broke or the agent did not answer in time.
+            InvalidInput: the agent refused the request as bad input (path
+                outside the workspace, payload too large...); channel intact.
+            SandboxError: the agent failed to do the operation; channel intact.
+        """
+        frame_id = next(self._ids)
+        data = encode_frame({"id": frame_id, "op": op, **(fields or {})})
+        with self._lock:
+            if self.broken is not None:
+                raise self._lost(op, self.broken)
+            try:
+                reply = self._round_trip(data, frame_id, time.monotonic() + timeout, on_chunk)
+            except (OSError, FrameError) as exc:
+                reason = "no reply in time" if isinstance(exc, TimeoutError) else str(exc)
+                self._break(f"{op}: {reason or type(exc).__name__}")
+                raise self._lost(op, self.broken or reason) from exc
+        if not reply.get("ok"):
+            raise error_from_reply(op, reply.get("error") or {})
+        result = reply.get("result")
+        return result if isinstance(result, dict) else {}
+
+    def close(self) -> None:
+        """Close the socket; the agent sees EOF on stdin and exits."""
+        with self._lock:
+            self._break("closed")
+
+    # ---- internals ---------------------------------------------------------
+
+    def _round_trip(
+        self, data: bytes, frame_id: int, deadline: float, on_chunk: ChunkCallback | None
+    ) -> dict[str, Any]:
+        self._sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        self._sock.sendall(data)
+        while True:
+            while self._ready:
+                frame = self._ready.popleft()
+                if frame.get("id") != frame_id:
+                    log.warning("sandbox %s: dropping stale frame %r", self.name, frame.get("id"))
+                elif frame.get("event") == "chunk":
+                    self._chunk(frame, on_chunk)
+                else:
+                    return frame
+            self._receive(deadline)
+
+    def _receive(self, deadline: float) -> None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("no reply in time")
+        self._sock.settimeout(remaining)
+        data = self._sock.recv(RECV_SIZE)
+        if not data:
+            raise ConnectionResetError("the agent closed the channel (container exited?)")
+        for stream, payload in self._demux.feed(data):
+            if stream == STDOUT:
+                self._ready.extend(self._frames.feed(payload))
+            elif stream == STDERR:
+                self._log_stderr(payload)
+
+    def _chunk(self, frame: dict[str, Any], on_chunk: ChunkCallback | None) -> None:
+        if on_chunk is None:
+            return
+        try:
+            on_chunk(str(frame.get("stream", "stdout")), str(frame.get("data", "")))
+        except Exception:  # a consumer's bug must not break the channel
+            log.exception("sandbox %s: chunk callback failed", self.name)
+
+    def _log_stderr(self, payload: bytes) -> None:
+        self._stderr += payload
+        *lines, rest = self._stderr.split(b"\n")
+        self._stderr = bytearray(rest[-4096:])
+        for line in lines:
+            log.warning("sandbox %s agent: %s", self.name, line.decode(errors="replace"))
+
+    def _break(self, reason: str) -> None:
+        if self.broken is None:
+            self.broken = reason
+            log.info("sandbox %s: channel closed (%s)", self.name, reason)
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+
+    def _lost(self, op: str, reason: str) -> SandboxLost:
+        return SandboxLost(
+            f"the channel to sandbox {self.name} is gone: {reason}",
+            operation=op,
+            context={"sandbox": self.name, "reason": reason},
+        )

@@ -1,0 +1,240 @@
+"""One turn, start to end: claim -> lease -> sandbox (+restore) -> op -> snapshot.
+
+The executor is the only place that knows the order of a turn's steps; the
+Celery task around it is a thin shell (``worker.tasks``) and every step below is
+a call into its own module (registry, pool, backend, snapshots).
+
+Why snapshot before reporting: with the default policy ``after_turn`` the
+turn's result is only returned once its workspace is safe in the store, so the
+next turn can run on any worker, and a worker that dies mid-turn leaves the
+snapshot of the turn before it, from which the turn can run again exactly once.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.errors import (
+    Conflict,
+    ErrorCode,
+    InfrastructureError,
+    SandboxLost,
+    SandgridError,
+    SnapshotError,
+)
+from scheduler.models import (
+    CloseOp,
+    DeleteOp,
+    ExecOp,
+    ListOp,
+    ReadOp,
+    SessionInfo,
+    TarDownloadOp,
+    TarUploadOp,
+    TurnJob,
+    TurnOutcome,
+    WriteOp,
+)
+from worker.session_table import LocalSession
+
+__all__ = ["MUTATING_OPS", "Executor"]
+
+log = logging.getLogger(__name__)
+
+#: Ops that may change the workspace, hence need a snapshot afterwards.
+MUTATING_OPS = frozenset({"exec", "write", "delete", "tar_upload"})
+
+
+@dataclass
+class _Turn:
+    """Timings of one turn, in milliseconds."""
+
+    started: float
+    marks: dict[str, float]
+
+    def mark(self, name: str, since: float) -> float:
+        now = time.perf_counter()
+        self.marks[name] = round((now - since) * 1000, 3)
+        return now
+
+
+class Executor:
+    """Runs turns for the node.
+
+    Args:
+        node: the node context (``worker.node.Node``): registry, pool,
+            backends, snapshot store, session table, node name.
+    """
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+
+    # ---- the turn --------------------------------------------------------------
+
+    def run(self, job: TurnJob) -> TurnOutcome:
+        """Run one turn and report it; never raises for a turn's own failure."""
+        turn = _Turn(time.perf_counter(), {})
+        name = self.node.name
+        if not self.node.registry.claim_turn(job.turn_id, name, job.attempt):
+            log.info("turn %s: already claimed, abandoned or done; skipped", job.turn_id)
+            err = InfrastructureError(
+                "turn was abandoned or already ran", code=ErrorCode.WORKER_LOST
+            )
+            return self._failed(job, err, turn)
+        try:
+            local = self._session_for(job, turn)
+            with local.lock:
+                t = time.perf_counter()
+                result = self._apply(local, job)
+                t = turn.mark("sandbox_ms", t)
+                snapshot = self._after_turn(local, job)
+                turn.mark("snapshot_ms", t)
+            self._record(job, local, snapshot)
+        except SandgridError as exc:
+            return self._failed(job, exc, turn)
+        except Exception as exc:  # a bug must still answer the caller
+            log.exception("turn %s failed unexpectedly", job.turn_id)
+            return self._failed(job, SandgridError(f"internal error: {exc}"), turn)
+        turn.mark("worker_ms", turn.started)
+        return TurnOutcome(
+            turn_id=job.turn_id,
+            node=name,
+            ok=True,
+            result=result,
+            snapshot=local.snapshot,
+            timings=turn.marks,
+        )
+
+    def _failed(self, job: TurnJob, exc: SandgridError, turn: _Turn) -> TurnOutcome:
+        turn.mark("worker_ms", turn.started)
+        body = exc.to_body()["error"]
+        return TurnOutcome(
+            turn_id=job.turn_id, node=self.node.name, ok=False, error=body, timings=turn.marks
+        )
+
+    # ---- the session's sandbox ----------------------------------------------------
+
+    def _session_for(self, job: TurnJob, turn: _Turn) -> LocalSession:
+        """The local sandbox of the session: here already, or leased and restored."""
+        sid, node = job.session.id, self.node
+        t = time.perf_counter()
+        if not node.registry.acquire_lease(sid, node.name):
+            owner = node.registry.lease_owner(sid)
+            raise Conflict(
+                f"session {sid} is held by node {owner}",
+                code=ErrorCode.SESSION_BUSY,
+                operation="turn",
+                context={"owner": owner},
+                retryable=True,
+            )
+        t = turn.mark("lease_ms", t)
+        local: LocalSession | None = node.sessions.get(sid)
+        if local is not None and local.sandbox.state not in ("lost", "error", "destroyed"):
+            return local
+        if local is not None:  # its sandbox was lost: start again from the snapshot
+            node.discard(local)
+        info = node.registry.get_any(sid) or job.session
+        if info.state == "closed" and not isinstance(job.op, CloseOp):
+            raise Conflict(
+                f"session {sid} is closed", code=ErrorCode.SESSION_CLOSED, operation="turn"
+            )
+        local = self._materialise(info)
+        turn.mark("acquire_ms", t)
+        return local
+
+    def _materialise(self, info: SessionInfo) -> LocalSession:
+        """Take a warm sandbox for the session and restore its latest snapshot."""
+        node = self.node
+        sbx = node.pool.acquire(info.type, info.quotas, session_id=info.id, tenant=info.tenant)
+        local = LocalSession(
+            session_id=info.id,
+            tenant=info.tenant,
+            sandbox_type=info.type,
+            sandbox=sbx,
+            policy=info.snapshot_policy,
+        )
+        try:
+            if info.snapshot:
+                local.manifest = node.restore(sbx, info.tenant, info.id, info.snapshot)
+                local.snapshot = info.snapshot
+        except BaseException:
+            node.pool.discard(sbx)
+            raise
+        node.sessions.put(local)
+        return local
+
+    # ---- the operation ----------------------------------------------------------------
+
+    def _apply(self, local: LocalSession, job: TurnJob) -> dict[str, Any]:
+        """Run the turn's op in the sandbox; the JSON result of the op."""
+        backend = self.node.backend_for(local.sandbox_type)
+        sbx, op = local.sandbox, job.op
+        try:
+            out = self._dispatch(backend, sbx, op, job.session)
+        except SandboxLost:
+            self.node.discard(local)
+            raise
+        if op.kind in MUTATING_OPS:
+            local.dirty = True
+        return out
+
+    def _dispatch(self, backend: Any, sbx: Any, op: Any, info: SessionInfo) -> dict[str, Any]:
+        if isinstance(op, ExecOp):
+            request = op.request
+            if info.env:
+                request = request.model_copy(update={"env": {**info.env, **request.env}})
+            result = backend.exec(sbx, request)
+            return dict(result.model_copy(update={"node": self.node.name}).model_dump(mode="json"))
+        if isinstance(op, WriteOp):
+            return {"written": backend.write_files(sbx, op.files)}
+        if isinstance(op, ReadOp):
+            return dict(backend.read_file(sbx, op.path, op.encoding).model_dump(mode="json"))
+        if isinstance(op, ListOp):
+            return dict(backend.list_files(sbx, op.path, op.recursive).model_dump(mode="json"))
+        if isinstance(op, DeleteOp):
+            return {"deleted": backend.delete(sbx, op.path, op.recursive)}
+        if isinstance(op, TarUploadOp):
+            return {"files": backend.put_tar(sbx, op.path, base64.b64decode(op.data_b64))}
+        if isinstance(op, TarDownloadOp):
+            return {"data_b64": base64.b64encode(backend.get_tar(sbx, op.path)).decode()}
+        if isinstance(op, CloseOp):
+            return {"closed": True}
+        raise SandgridError(f"unknown op {op!r}")
+
+    # ---- after the turn --------------------------------------------------------------
+
+    def _after_turn(self, local: LocalSession, job: TurnJob) -> str | None:
+        """Snapshot as the session's policy says; close the sandbox on a CloseOp."""
+        if isinstance(job.op, CloseOp):
+            self.node.close_session(local)
+            return local.snapshot
+        if local.policy == "after_turn" and local.dirty:
+            self.snapshot(local)
+        return local.snapshot
+
+    def snapshot(self, local: LocalSession) -> None:
+        """Save the session's workspace if it changed since the last snapshot.
+
+        Raises:
+            SnapshotError / InfrastructureError: the store failed; the session
+                stays dirty and usable, and the next snapshot tries again.
+        """
+        try:
+            ref = self.node.save(local)
+        except SandgridError:
+            raise
+        except Exception as exc:
+            raise SnapshotError(f"snapshot failed: {exc}", operation="snapshot") from exc
+        if ref is not None:
+            local.snapshot, local.manifest = ref
+        local.dirty = False
+
+    def _record(self, job: TurnJob, local: LocalSession, snapshot: str | None) -> None:
+        local.last_used = time.monotonic()
+        if isinstance(job.op, CloseOp):
+            return
+        self.node.registry.record_turn(job.session.id, snapshot=snapshot, turn_id=job.turn_id)

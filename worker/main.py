@@ -1,0 +1,57 @@
+"""``sandgrid worker``: one Celery worker process per node.
+
+The pool is ``threads``: the warm pools and the session table exist once per
+node, shared by every task thread (a prefork pool would copy them per child).
+The node consumes its own direct queue and the shared queues of its types.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from celery import signals
+
+from scheduler.celery_app import app, worker_queues
+
+__all__ = ["run_worker"]
+
+log = logging.getLogger(__name__)
+
+
+def run_worker(types: list[str], concurrency: int, node: str) -> None:
+    """Run the worker node until it is stopped (SIGTERM drains it).
+
+    Args:
+        types: sandbox types served (``python``, ``python-gvisor``...).
+        concurrency: turns run at once (threads).
+        node: the node's name, unique in the grid.
+    """
+    os.environ["SANDGRID_WORKER__NODE"] = node
+    import worker.tasks  # noqa: F401  (registers the task)
+    from worker.node import start_node, stop_node
+
+    @signals.worker_shutting_down.connect(weak=False)
+    def _drain(**_: Any) -> None:
+        log.info("node %s: draining", node)
+
+    @signals.worker_shutdown.connect(weak=False)
+    def _stop(**_: Any) -> None:
+        stop_node()
+
+    start_node(node, types)  # before consuming: a task may arrive at once
+    queues = ",".join(worker_queues(types, node))
+    app.worker_main(
+        [
+            "worker",
+            "--pool=threads",
+            f"--concurrency={concurrency}",
+            f"--hostname={node}@%h",
+            f"--queues={queues}",
+            "--without-mingle",
+            "--without-gossip",
+            "--task-events",
+            "--loglevel=INFO",
+        ]
+    )

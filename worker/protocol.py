@@ -1,0 +1,143 @@
+"""Framing of the exec channel, and the demultiplexer of Docker's attach stream.
+
+Pure code, no I/O, so it is unit-tested without Docker. The wire format is
+``docs/agent-protocol.md``: a 4-byte big-endian length, then that many bytes of
+UTF-8 JSON. Docker wraps what the container writes to stdout and stderr in its
+own 8-byte headers (stream id, 3 zero bytes, 4-byte big-endian length) when the
+container has no TTY; ``AttachDemux`` strips them, ``FrameDecoder`` then cuts
+the stdout bytes into frames. Both are incremental: bytes arrive as the socket
+gives them, split anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+from scheduler.errors import ErrorCode, InvalidInput, SandboxError, SandgridError
+
+__all__ = [
+    "MAX_FRAME",
+    "STDERR",
+    "STDOUT",
+    "AttachDemux",
+    "FrameDecoder",
+    "FrameError",
+    "decode_frame",
+    "encode_frame",
+    "error_from_reply",
+]
+
+MAX_FRAME = 64 << 20
+STDOUT = 1
+STDERR = 2
+_LENGTH = struct.Struct(">I")
+_DOCKER_HEADER = struct.Struct(">BxxxI")
+
+
+class FrameError(ValueError):
+    """The byte stream is not valid framing: the channel cannot be trusted any more."""
+
+
+def encode_frame(obj: dict[str, Any]) -> bytes:
+    """One frame: length prefix + compact UTF-8 JSON.
+
+    Raises:
+        InvalidInput: the encoded message is larger than ``MAX_FRAME``; nothing
+            was sent, so the caller can report it as bad input.
+    """
+    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    if len(body) > MAX_FRAME:
+        raise InvalidInput(
+            f"request of {len(body)} bytes exceeds the frame cap of {MAX_FRAME}",
+            code=ErrorCode.PAYLOAD_TOO_LARGE,
+            operation=str(obj.get("op", "")),
+            context={"size": len(body), "limit": MAX_FRAME},
+        )
+    return _LENGTH.pack(len(body)) + body
+
+
+def decode_frame(body: bytes) -> dict[str, Any]:
+    """Parse one frame body; anything but a JSON object is a framing error."""
+    try:
+        obj = json.loads(body)
+    except ValueError as exc:
+        raise FrameError(f"frame is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise FrameError(f"frame is a JSON {type(obj).__name__}, not an object")
+    return obj
+
+
+class FrameDecoder:
+    """Cut a byte stream into frames, whatever sizes the bytes arrive in."""
+
+    def __init__(self, max_frame: int = MAX_FRAME) -> None:
+        self._buf = bytearray()
+        self._max = max_frame
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        """Add bytes; return every frame they completed, in order."""
+        self._buf += data
+        frames: list[dict[str, Any]] = []
+        while len(self._buf) >= _LENGTH.size:
+            (size,) = _LENGTH.unpack_from(self._buf)
+            if size > self._max:
+                raise FrameError(f"frame of {size} bytes exceeds the cap of {self._max}")
+            end = _LENGTH.size + size
+            if len(self._buf) < end:
+                break
+            frames.append(decode_frame(bytes(self._buf[_LENGTH.size : end])))
+            del self._buf[:end]
+        return frames
+
+    @property
+    def pending(self) -> int:
+        """Bytes held for an incomplete frame."""
+        return len(self._buf)
+
+
+class AttachDemux:
+    """Split Docker's multiplexed attach stream into (stream id, payload) pieces."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        """Add bytes; return the complete pieces, in order, by stream id."""
+        self._buf += data
+        out: list[tuple[int, bytes]] = []
+        while len(self._buf) >= _DOCKER_HEADER.size:
+            stream, size = _DOCKER_HEADER.unpack_from(self._buf)
+            if stream not in (0, STDOUT, STDERR):
+                raise FrameError(f"bad Docker stream header: stream id {stream}")
+            end = _DOCKER_HEADER.size + size
+            if len(self._buf) < end:
+                break
+            out.append((stream, bytes(self._buf[_DOCKER_HEADER.size : end])))
+            del self._buf[:end]
+        return out
+
+
+_INPUT_CODES = {
+    ErrorCode.INVALID_INPUT,
+    ErrorCode.PATH_OUTSIDE_WORKSPACE,
+    ErrorCode.PAYLOAD_TOO_LARGE,
+}
+
+
+def error_from_reply(operation: str, error: dict[str, Any]) -> SandgridError:
+    """The sandgrid error for an agent's ``{"code", "message", "context"}`` reply.
+
+    Input errors (bad path, payload too large...) become ``InvalidInput`` with
+    the agent's code; anything else is a ``SandboxError``.
+    """
+    message = str(error.get("message", "the agent refused the request"))
+    context = dict(error.get("context") or {})
+    try:
+        code = ErrorCode(str(error.get("code", ErrorCode.SANDBOX_ERROR)))
+    except ValueError:
+        code = ErrorCode.SANDBOX_ERROR
+    if code in _INPUT_CODES:
+        return InvalidInput(message, code=code, operation=operation, context=context)
+    return SandboxError(message, code=ErrorCode.SANDBOX_ERROR, operation=operation, context=context)

@@ -1,0 +1,80 @@
+"""The reaper: idle sessions are snapshotted and released; orphans are removed.
+
+Every container the grid makes carries ``sandgrid.managed=1`` and the label of
+its worker node. A container of this node that neither the warm pool nor the
+session table holds belongs to no live session: it is removed. At start every
+container of this node is an orphan (the process that made it is gone).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+__all__ = ["Reaper"]
+
+log = logging.getLogger(__name__)
+
+REAP_INTERVAL_S = 5.0
+ORPHAN_GRACE_S = 30.0
+"""A container younger than this may be in the middle of being created."""
+
+
+class Reaper:
+    """A daemon thread that releases idle sessions and collects orphans."""
+
+    def __init__(self, node: Any, interval_s: float = REAP_INTERVAL_S) -> None:
+        self.node = node
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def reap_idle(self) -> int:
+        """Snapshot and release sessions idle past the TTL; how many."""
+        node = self.node
+        cutoff = time.monotonic() - node.settings.worker.idle_ttl_s
+        count = 0
+        for local in node.sessions.idle_since(cutoff):
+            if not local.lock.acquire(blocking=False):
+                continue  # a turn is running: not idle
+            try:
+                log.info("session %s: idle, releasing", local.session_id)
+                node.release(local, snapshot=True)
+                count += 1
+            finally:
+                local.lock.release()
+        return count
+
+    def collect_orphans(self, *, startup: bool = False) -> int:
+        """Remove this node's containers that no live session or pool holds."""
+        node = self.node
+        held = node.sessions.container_ids() | node.pool.container_ids()
+        removed = 0
+        for backend in node.backends.values():
+            for c in backend.list_managed(node.name):
+                young = time.time() - float(c.get("created", 0)) < ORPHAN_GRACE_S
+                if c["id"] in held or (young and not startup):
+                    continue
+                log.warning("removing orphan container %s", c.get("name", c["id"]))
+                backend._remove(c["id"])
+                removed += 1
+        return removed
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="sandgrid-reaper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.reap_idle()
+                self.collect_orphans()
+            except Exception:
+                log.exception("reaper pass failed")

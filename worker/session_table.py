@@ -1,0 +1,86 @@
+"""The node's session table: which local sandbox serves which session.
+
+One table per node (the Celery worker runs a thread pool in one process, so
+every task thread sees the same table). An entry lives from the turn that
+brought the session here until the session is closed, goes idle, or its
+sandbox is lost; the container is then destroyed, never reused.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["LocalSession", "SessionTable"]
+
+
+@dataclass
+class LocalSession:
+    """A session served on this node.
+
+    Attributes:
+        session_id: the session.
+        tenant: its tenant (a container serves one tenant's one session).
+        sandbox: the backend's handle of the session's container.
+        manifest: the manifest of the session's latest snapshot, kept to diff
+            the next snapshot against without a store round trip.
+        snapshot: the reference of that snapshot.
+        dirty: the workspace changed since the last snapshot.
+        last_used: monotonic time of the last turn's end.
+        lock: serialises turns of this session on this node.
+    """
+
+    session_id: str
+    tenant: str
+    sandbox_type: str
+    sandbox: Any
+    manifest: Any = None
+    snapshot: str | None = None
+    policy: str = "after_turn"
+    dirty: bool = False
+    last_used: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class SessionTable:
+    """Thread-safe map of session id to ``LocalSession``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, LocalSession] = {}
+
+    def get(self, session_id: str) -> LocalSession | None:
+        with self._lock:
+            return self._entries.get(session_id)
+
+    def put(self, entry: LocalSession) -> None:
+        with self._lock:
+            self._entries[entry.session_id] = entry
+
+    def pop(self, session_id: str) -> LocalSession | None:
+        with self._lock:
+            return self._entries.pop(session_id, None)
+
+    def ids(self) -> list[str]:
+        with self._lock:
+            return list(self._entries)
+
+    def idle_since(self, cutoff: float) -> list[LocalSession]:
+        """Entries whose last turn ended before ``cutoff`` (monotonic)."""
+        with self._lock:
+            return [e for e in self._entries.values() if e.last_used < cutoff]
+
+    def container_ids(self) -> set[str]:
+        with self._lock:
+            return {str(getattr(e.sandbox, "id", "")) for e in self._entries.values()}
+
+    def __iter__(self) -> Iterator[LocalSession]:
+        with self._lock:
+            return iter(list(self._entries.values()))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)

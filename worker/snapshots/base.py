@@ -1,0 +1,424 @@
+"""The snapshot store: the algorithm lives here, backends fill in six primitives.
+
+``SnapshotStore`` owns everything that must be the same on every backend:
+tenant namespacing and id checks (``keys``), manifests and their validation
+(``manifest``), content addressing, packing and dedupe (``blobs``), parallel
+transfers, verification on restore, retention and garbage collection. A backend
+implements ``_put``, ``_get``, ``_exists``, ``_mtime``, ``_list``, ``_delete``
+over some object namespace, raising ``KeyError`` for a missing key and
+``InfrastructureError`` (``store_unavailable``) when the store cannot be
+reached: it must not keep a broken connection, so the next call can succeed.
+
+A snapshot is two calls, so that the sandbox is asked only for what is missing
+(see ``workspace.snapshot_sandbox``): ``prepare`` validates a scan, compares it
+with the previous manifest (a turn that changed nothing stops there, without a
+round trip) and lists the files whose content is not stored yet; ``commit``
+takes their bytes, verifies them, uploads them in parallel, and writes the
+manifest and then the session's pointer. Until the pointer names it, a
+manifest is not a snapshot.
+
+Retention: the pointer holds the last ``keep`` snapshot names; an older one is
+deleted when it falls out. Its blobs are left to ``gc``; see there for why
+collection is safe against snapshots in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from scheduler.errors import ErrorCode, InfrastructureError, InvalidInput, NotFound, SnapshotError
+from scheduler.settings import (
+    DEFAULT_SNAPSHOT_GC_GRACE_S,
+    DEFAULT_SNAPSHOT_KEEP,
+    DEFAULT_SNAPSHOT_THREADS,
+)
+from worker.snapshots import keys, lifecycle, transfer
+from worker.snapshots.archive import MAX_TAR_BYTES
+from worker.snapshots.blobs import PACK_BYTES, SMALL_FILE_BYTES, KnownBlobs, decode, encode
+from worker.snapshots.entries import ManifestLimits, check_roots, entries_from_scan, scan_rows
+from worker.snapshots.manifest import Manifest, content_hash
+from worker.snapshots.refs import GcReport, SnapshotDraft, SnapshotRef, make_ref
+
+__all__ = ["DEFAULT_ROOTS", "GcReport", "SnapshotDraft", "SnapshotRef", "SnapshotStore"]
+
+DEFAULT_ROOTS = ("/workspace", "/home/sandbox")
+"""What a snapshot holds (the same as ``worker.agent_api.SNAPSHOT_ROOTS``)."""
+MAX_MANIFEST_BYTES = 256 << 20
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class SnapshotStore(ABC):
+    """Snapshots of session workspaces, per tenant, on some object store.
+
+    Args:
+        keep: snapshots retained per session (the pointer's history).
+        gc_grace_s: unreferenced blobs younger than this survive ``gc``; reuse
+            of stored content is trusted for half of it.
+        limits: ceilings on one snapshot (entries, bytes, path length).
+        threads: parallel blob transfers.
+        small_file_bytes: files below this go into packs.
+        pack_bytes: target size of a pack.
+    """
+
+    location: str = "?"
+
+    def __init__(
+        self,
+        *,
+        keep: int = DEFAULT_SNAPSHOT_KEEP,
+        gc_grace_s: float = DEFAULT_SNAPSHOT_GC_GRACE_S,
+        limits: ManifestLimits | None = None,
+        threads: int = DEFAULT_SNAPSHOT_THREADS,
+        small_file_bytes: int = SMALL_FILE_BYTES,
+        pack_bytes: int = PACK_BYTES,
+    ) -> None:
+        if keep < 1 or gc_grace_s <= 0 or threads < 1:
+            raise InvalidInput(
+                "keep, gc_grace_s and threads must be positive", operation="snapshot"
+            )
+        self.keep = keep
+        self.gc_grace_s = gc_grace_s
+        self.limits = limits or ManifestLimits()
+        self.threads = threads
+        self.small_file_bytes = small_file_bytes
+        self.pack_bytes = pack_bytes
+        self.known = KnownBlobs(fresh_s=gc_grace_s / 2)
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="sg-snapshots")
+
+    # ---- primitives (one object namespace) ------------------------------------------
+
+    @abstractmethod
+    def _put(self, key: str, data: bytes) -> None:
+        """Store ``data`` under ``key`` atomically (readers see all of it or the old one)."""
+
+    @abstractmethod
+    def _get(self, key: str) -> bytes:
+        """The bytes under ``key``; ``KeyError`` if there are none."""
+
+    @abstractmethod
+    def _exists(self, key: str) -> bool: ...
+
+    @abstractmethod
+    def _mtime(self, key: str) -> float | None:
+        """When ``key`` was last written (epoch seconds), None if absent."""
+
+    @abstractmethod
+    def _list(self, prefix: str) -> list[str]:
+        """Every key that starts with ``prefix``, in any order."""
+
+    @abstractmethod
+    def _delete(self, key: str) -> None:
+        """Remove ``key``; absent is not an error."""
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> SnapshotStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- snapshot -------------------------------------------------------------------
+
+    def prepare(
+        self,
+        tenant: str,
+        session_id: str,
+        scan: Sequence[Mapping[str, Any]],
+        previous: Manifest | None,
+        *,
+        roots: Sequence[str] = DEFAULT_ROOTS,
+    ) -> SnapshotDraft | None:
+        """Validate a scan and find what must be uploaded to snapshot it.
+
+        Args:
+            scan: the sandbox's ``scan`` entries (path, type, mode, size, sha256, target).
+            previous: the session's manifest as the worker last saw it (restored
+                or snapshotted), or None to compare with the stored latest.
+
+        Returns:
+            None when the tree equals ``previous`` (no store round trip) or the
+            stored latest; otherwise a draft for ``commit``.
+
+        Raises:
+            InvalidInput: a bad id, an entry leaving the roots, a limit exceeded,
+                or a ``previous`` of another tenant or session.
+            InfrastructureError: ``store_unavailable``.
+        """
+        keys.check_id("tenant", tenant)
+        keys.check_id("session_id", session_id)
+        roots_t = check_roots(list(roots))
+        rows = scan_rows(scan)
+        if previous is not None:
+            _check_owner(previous, tenant, session_id)
+            if previous.roots == roots_t and rows == list(previous.entries):
+                return None
+        entries = entries_from_scan(rows, roots_t, self.limits)
+        digest = content_hash(roots_t, entries)
+        if previous is not None and previous.hash == digest:
+            return None
+        started = time.time()
+        history = self._read_pointer(tenant, session_id)
+        if previous is None and history:
+            if history[-1][1] == digest:
+                return None
+            previous = self._load(tenant, session_id, history[-1][0], via_pointer=True)
+        draft = SnapshotDraft(
+            tenant=tenant,
+            session_id=session_id,
+            roots=roots_t,
+            entries=entries,
+            hash=digest,
+            seq=(int(history[-1][0][:12]) if history else 0) + 1,
+            parent=f"{session_id}/{previous.name}" if previous else None,
+            history=history,
+            where={},
+            blobs={},
+            need={},
+            started=started,
+        )
+        trusted = previous if previous and previous.name in {n for n, _ in history} else None
+        transfer.classify(self, draft, trusted)
+        return draft
+
+    def commit(self, draft: SnapshotDraft, contents: Mapping[str, bytes]) -> SnapshotRef:
+        """Upload the missing contents, then write the manifest and the pointer.
+
+        Args:
+            draft: ``prepare``'s result.
+            contents: the bytes of every content in ``draft.need``, by sha256.
+
+        Raises:
+            WorkspaceChanged: some bytes do not hash to what the scan said (retryable).
+            SnapshotError: contents missing, or the snapshot took so long that
+                reused blobs may have been collected (retryable).
+            InfrastructureError: ``store_unavailable``.
+        """
+        t0 = time.perf_counter()
+        missing = [e.path for sha, e in draft.need.items() if sha not in contents]
+        if missing:
+            raise SnapshotError(
+                f"commit lacks the bytes of {missing[:5]}", operation="snapshot", context={}
+            )
+        uploaded = transfer.upload(self, draft, contents)
+        if time.time() - draft.started > self.known.fresh_s:
+            raise SnapshotError(
+                "the snapshot took longer than half the GC grace period; take it again",
+                operation="snapshot",
+                retryable=True,
+            )
+        manifest = Manifest(
+            tenant=draft.tenant,
+            session_id=draft.session_id,
+            seq=draft.seq,
+            snapshot_id=secrets.token_hex(6),
+            created=time.time(),
+            parent=draft.parent,
+            roots=draft.roots,
+            entries=draft.entries,
+            hash=draft.hash,
+            where=draft.where,
+            blobs=draft.blobs,
+        )
+        self._write_manifest(manifest)
+        self._advance_pointer(manifest, draft.history)
+        stats = {
+            "files": sum(1 for _ in manifest.files()),
+            "bytes": manifest.total_bytes,
+            "uploaded_blobs": len(uploaded),
+            "uploaded_bytes": sum(uploaded.values()),
+            "commit_ms": (time.perf_counter() - t0) * 1000,
+        }
+        return make_ref(manifest, stats)
+
+    # ---- restore --------------------------------------------------------------------
+
+    def load(self, tenant: str, session_id: str, ref: SnapshotRef | str | None = None) -> Manifest:
+        """The manifest of a snapshot of this session (the latest if ``ref`` is None),
+        fully validated: ids, ownership, entries, hash, completeness.
+
+        Raises:
+            InvalidInput: a bad id or name, or a ref of another tenant or session.
+            NotFound: the session has no snapshot, or no snapshot of that name.
+            SnapshotError: ``snapshot_corrupt`` when the manifest does not verify.
+            InfrastructureError: ``store_unavailable``.
+        """
+        keys.check_id("tenant", tenant)
+        keys.check_id("session_id", session_id)
+        if isinstance(ref, SnapshotRef):
+            if (ref.tenant, ref.session_id) != (tenant, session_id):
+                raise InvalidInput(
+                    "the snapshot ref belongs to another tenant or session",
+                    operation="snapshot.restore",
+                    context={"field": "ref"},
+                )
+            return self._load(tenant, session_id, keys.check_snapshot_name(ref.name))
+        if ref is not None:
+            return self._load(tenant, session_id, keys.check_snapshot_name(ref))
+        history = self._read_pointer(tenant, session_id)
+        if not history:
+            raise NotFound(
+                f"session {session_id} has no snapshot",
+                operation="snapshot.restore",
+                context={"session": session_id},
+            )
+        return self._load(tenant, session_id, history[-1][0], via_pointer=True)
+
+    def _load(
+        self, tenant: str, session_id: str, name: str, *, via_pointer: bool = False
+    ) -> Manifest:
+        try:
+            stored = self._get(keys.manifest_key(tenant, session_id, name))
+        except KeyError:
+            if via_pointer:
+                raise _corrupt(name, "the session's pointer names a missing manifest") from None
+            raise NotFound(
+                f"session {session_id} has no snapshot {name}",
+                operation="snapshot.restore",
+                context={"session": session_id, "snapshot": name},
+            ) from None
+        try:
+            data = decode(stored, limit=MAX_MANIFEST_BYTES)
+        except ValueError as exc:
+            raise _corrupt(name, str(exc)) from None
+        return Manifest.from_json(
+            bytes(data), tenant=tenant, session_id=session_id, name=name, limits=self.limits
+        )
+
+    def restore_tars(
+        self, manifest: Manifest, *, max_tar_bytes: int = MAX_TAR_BYTES
+    ) -> list[bytes]:
+        """Fetch and verify every blob of ``manifest``, then build the tar(s) to unpack.
+
+        Nothing is returned unless every blob and every file hashes to what the
+        manifest says: a caller that unpacks only after this cannot half-restore
+        because of bad data.
+
+        Raises:
+            SnapshotError: ``snapshot_corrupt`` for a missing blob or a hash mismatch.
+            InfrastructureError: ``store_unavailable``.
+        """
+        return transfer.restore_tars(self, manifest, max_tar_bytes)
+
+    # ---- sessions -------------------------------------------------------------------
+
+    def fork(self, tenant: str, src_session: str, dst_session: str) -> SnapshotRef:
+        """Start ``dst_session`` from the latest snapshot of ``src_session``.
+
+        The manifest is copied (with the new session's name on it); the blobs are
+        shared, never copied: they are the tenant's, not the session's.
+
+        Raises:
+            InvalidInput: bad ids, the same session twice, or a destination
+                that already has snapshots.
+            NotFound: the source has no snapshot.
+            SnapshotError: the source changed under the fork and its blobs could
+                not be proven present (retryable).
+        """
+        return lifecycle.fork(self, tenant, src_session, dst_session)
+
+    def gc(self, tenant: str, *, now: float | None = None) -> GcReport:
+        """Delete the tenant's blobs that no retained manifest refers to.
+
+        See ``lifecycle.collect`` for why this is safe while snapshots are taken.
+        """
+        return lifecycle.collect(self, tenant, time.time() if now is None else now)
+
+    def latest(self, tenant: str, session_id: str) -> SnapshotRef | None:
+        refs = self.snapshots(tenant, session_id)
+        return refs[-1] if refs else None
+
+    def snapshots(self, tenant: str, session_id: str) -> list[SnapshotRef]:
+        """The session's retained snapshots, oldest first."""
+        history = self._read_pointer(tenant, session_id)
+        return [SnapshotRef(tenant, session_id, name, digest) for name, digest in history]
+
+    def delete_session(self, tenant: str, session_id: str) -> int:
+        """Forget a closed session's snapshots (its blobs are left to ``gc``).
+
+        Returns:
+            How many manifests were deleted.
+        """
+        self._delete(keys.pointer_key(tenant, session_id))
+        names = self._list(keys.manifests_prefix(tenant, session_id))
+        self._parallel(self._delete, names)
+        return len(names)
+
+    # ---- pointer and manifests ------------------------------------------------------
+
+    def _read_pointer(self, tenant: str, session_id: str) -> list[tuple[str, str]]:
+        try:
+            stored = self._get(keys.pointer_key(tenant, session_id))
+        except KeyError:
+            return []
+        try:
+            doc = json.loads(bytes(decode(stored, limit=1 << 20)))
+            history = [(keys.check_snapshot_name(n), str(h)) for n, h in doc["history"]]
+        except (ValueError, TypeError, KeyError, InvalidInput) as exc:
+            raise _corrupt(session_id, f"unreadable pointer ({exc})") from None
+        if not history:
+            raise _corrupt(session_id, "empty pointer")
+        return history
+
+    def _write_manifest(self, manifest: Manifest) -> None:
+        key = keys.manifest_key(manifest.tenant, manifest.session_id, manifest.name)
+        self._put(key, encode(manifest.to_json()))
+
+    def _advance_pointer(self, manifest: Manifest, history: list[tuple[str, str]]) -> None:
+        """Make ``manifest`` the latest, then delete what fell out of retention."""
+        full = [*history, (manifest.name, manifest.hash)]
+        kept, dropped = full[-self.keep :], full[: -self.keep]
+        doc = {"v": 1, "history": kept}
+        self._put(
+            keys.pointer_key(manifest.tenant, manifest.session_id),
+            encode(json.dumps(doc).encode()),
+        )
+        for name, _ in dropped:
+            try:
+                self._delete(keys.manifest_key(manifest.tenant, manifest.session_id, name))
+            except InfrastructureError as exc:  # gc removes strays later
+                log.warning("retention could not delete %s: %s", name, exc)
+
+    # ---- helpers --------------------------------------------------------------------
+
+    def _parallel(self, fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
+        """``fn`` over ``items`` on the transfer pool, in order; the first error wins
+        and cancels what has not started."""
+        items = list(items)
+        if len(items) <= 1:
+            return [fn(i) for i in items]
+        futures = [self._pool.submit(fn, i) for i in items]
+        try:
+            return [f.result() for f in futures]
+        finally:
+            for f in futures:
+                f.cancel()
+
+
+def _check_owner(manifest: Manifest, tenant: str, session_id: str) -> None:
+    if (manifest.tenant, manifest.session_id) != (tenant, session_id):
+        raise InvalidInput(
+            "the previous manifest belongs to another tenant or session",
+            operation="snapshot",
+            context={"field": "previous"},
+        )
+
+
+def _corrupt(what: str, why: str) -> SnapshotError:
+    return SnapshotError(
+        f"snapshot {what} is refused: {why}",
+        code=ErrorCode.SNAPSHOT_CORRUPT,
+        operation="snapshot.restore",
+        context={"snapshot": what},
+    )

@@ -1,0 +1,152 @@
+"""Blobs: how bytes are stored, how files are grouped into them, and which are known stored.
+
+A blob is the concatenation of the contents of one or more files, stored under
+the sha256 of those (uncompressed) bytes: a large file is a blob of its own (so
+the same file in two sessions of a tenant is stored once), small files travel in
+packs of up to ``PACK_BYTES`` (one request for many files: a 10,000-file
+workspace is a few objects, not 10,000). A pack of one file is the file's own
+blob, since both are named by the same hash.
+
+Stored form: one tag byte, then the payload: ``Z`` zlib level 1, or ``R`` raw
+when a 64 KiB sample does not compress (random or already compressed data costs
+no CPU then). ``decode`` never inflates past the size the manifest announces.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from worker.snapshots.entries import Entry
+from worker.snapshots.manifest import Location
+
+__all__ = [
+    "PACK_BYTES",
+    "SMALL_FILE_BYTES",
+    "KnownBlobs",
+    "decode",
+    "encode",
+    "group_files",
+]
+
+SMALL_FILE_BYTES = 256 << 10
+"""Files below this size go into packs; larger ones are blobs of their own."""
+PACK_BYTES = 8 << 20
+"""Target size of a pack: large enough to amortise a request, small enough to
+keep a few in flight per thread."""
+_SAMPLE = 64 << 10
+_RAW, _ZLIB = b"R", b"Z"
+
+
+def encode(data: bytes | memoryview) -> bytes:
+    """The stored form of ``data``: zlib level 1, or raw if a sample does not compress."""
+    sample = data[:_SAMPLE]
+    if len(sample) >= 512 and len(zlib.compress(sample, 1)) > 0.9 * len(sample):
+        return _RAW + bytes(data)
+    return _ZLIB + zlib.compress(data, 1)
+
+
+def decode(stored: bytes, *, size: int | None = None, limit: int = 1 << 30) -> memoryview:
+    """The bytes of a stored object, at most ``limit`` (exactly ``size`` if given).
+
+    Raises:
+        ValueError: unknown tag, corrupt or truncated stream, or the wrong size.
+    """
+    bound = limit if size is None else size
+    tag, body = stored[:1], memoryview(stored)[1:]
+    if tag == _RAW:
+        data = body
+    elif tag == _ZLIB:
+        z = zlib.decompressobj()
+        try:
+            data = memoryview(z.decompress(body, bound + 1))
+        except zlib.error as exc:
+            raise ValueError(f"corrupt zlib stream: {exc}") from None
+        if len(data) > bound:
+            raise ValueError(f"inflates past the {bound} bytes expected")
+        if not z.eof or z.unused_data:
+            raise ValueError("truncated zlib stream, or data beyond its end")
+    else:
+        raise ValueError(f"unknown blob encoding {tag!r}")
+    if len(data) > bound or (size is not None and len(data) != size):
+        raise ValueError(f"{len(data)} bytes where {bound} were expected")
+    return data
+
+
+def group_files(entries: Iterable[Entry], small: int, pack_bytes: int) -> list[list[Entry]]:
+    """Group the files to upload into blobs: a large file alone, small ones in packs
+    (in path order, so a directory's files tend to share a pack)."""
+    groups: list[list[Entry]] = []
+    pack: list[Entry] = []
+    used = 0
+    for e in sorted(entries, key=lambda e: e.path):
+        if e.size >= small:
+            groups.append([e])
+            continue
+        if pack and used + e.size > pack_bytes:
+            groups.append(pack)
+            pack, used = [], 0
+        pack.append(e)
+        used += e.size
+    if pack:
+        groups.append(pack)
+    return groups
+
+
+class _Known(NamedTuple):
+    location: Location
+    blob_size: int
+    stamp: float
+
+
+class KnownBlobs:
+    """This process's memory of contents already stored, per tenant.
+
+    It spares a HEAD request (and an upload) for content seen before. An entry
+    is trusted only while its stamp (when the blob was last written, by the
+    store's clock as far as we know) is younger than ``fresh_s``: garbage
+    collection deletes an unreferenced blob only once it is older than twice
+    that, so a snapshot that reuses a fresh entry cannot lose the blob before
+    its manifest names it (see ``SnapshotStore.gc``).
+    """
+
+    def __init__(self, fresh_s: float, max_entries: int = 200_000) -> None:
+        self.fresh_s = fresh_s
+        self.max_entries = max_entries
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple[str, str], _Known] = OrderedDict()
+
+    def get(self, tenant: str, sha256: str, now: float | None = None) -> _Known | None:
+        now = time.time() if now is None else now
+        with self._lock:
+            hit = self._items.get((tenant, sha256))
+            if hit is None or hit.stamp < now - self.fresh_s:
+                return None
+            self._items.move_to_end((tenant, sha256))
+            return hit
+
+    def put(
+        self, tenant: str, sha256: str, location: Location, blob_size: int, stamp: float
+    ) -> None:
+        with self._lock:
+            self._items[(tenant, sha256)] = _Known(location, blob_size, stamp)
+            self._items.move_to_end((tenant, sha256))
+            while len(self._items) > self.max_entries:
+                self._items.popitem(last=False)
+
+    def forget(self, tenant: str, blobs: Iterable[str]) -> None:
+        """Drop every entry that lives in these blobs (after GC deleted them)."""
+        gone = set(blobs)
+        with self._lock:
+            for key in [
+                k for k, v in self._items.items() if k[0] == tenant and v.location.blob in gone
+            ]:
+                del self._items[key]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()

@@ -1,0 +1,255 @@
+"""Scan, pack and unpack over a host directory: the snapshot half of a backend, without a sandbox.
+
+A reference implementation of what the in-sandbox agent does for ``scan``,
+``pack`` and ``unpack`` (docs/agent-protocol.md), with the sandbox's ``/``
+mapped to a host directory (``sbx`` is that directory's ``Path``). Tests and
+the benchmark use it to run the store end to end without containers.
+
+It is careful in the same ways as the agent: no symlink is followed when
+reading or writing (every directory is opened with ``O_NOFOLLOW`` from the top),
+device files, fifos and sockets are skipped, and a tar is checked whole before
+anything is written. It is not an isolation boundary: never point it at a
+directory that untrusted code can change while it runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import shutil
+import stat
+import zlib
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from scheduler.errors import ErrorCode, InvalidInput
+from worker.snapshots.archive import Member, TarError, gunzip_bounded, iter_tar, tar_member
+
+__all__ = ["HostDirBackend"]
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+_MAX_OPEN_DIRS = 128
+_UNPACK_LIMIT = 16 << 30
+
+
+def _refuse(path: str, why: str) -> InvalidInput:
+    return InvalidInput(
+        f"{path!r} refused: {why}",
+        code=ErrorCode.PATH_OUTSIDE_WORKSPACE,
+        operation="snapshot",
+        context={"path": path},
+    )
+
+
+class _Dirs:
+    """Directory fds below a sandbox's ``/``, each opened without following a symlink."""
+
+    def __init__(self, top: Path, *, create: bool) -> None:
+        self.top = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+        self.create = create
+        self.open: OrderedDict[str, int] = OrderedDict()
+
+    def fd(self, path: str) -> int:
+        if path == "/":
+            return self.top
+        if (hit := self.open.get(path)) is not None:
+            self.open.move_to_end(path)
+            return hit
+        parent, name = posixpath.split(path)
+        pfd = self.fd(parent)
+        try:
+            fd = os.open(name, _DIR_FLAGS, dir_fd=pfd)
+        except FileNotFoundError:
+            if not self.create:
+                raise
+            os.mkdir(name, 0o700, dir_fd=pfd)
+            fd = os.open(name, _DIR_FLAGS, dir_fd=pfd)
+        except OSError as exc:  # ELOOP / ENOTDIR: a symlink or a file on the way
+            raise _refuse(path, f"not a directory ({exc.strerror})") from None
+        self.open[path] = fd
+        while len(self.open) > _MAX_OPEN_DIRS:
+            os.close(self.open.popitem(last=False)[1])
+        return fd
+
+    def close(self) -> None:
+        for fd in self.open.values():
+            os.close(fd)
+        os.close(self.top)
+
+
+class HostDirBackend:
+    """``scan``/``pack``/``unpack`` on host directories (see the module doc)."""
+
+    def __init__(self) -> None:
+        self._hashes: dict[str, tuple[int, int, int, str]] = {}
+
+    def scan(self, sbx: Path, roots: list[str]) -> list[dict[str, Any]]:
+        """Entries under each root (not the root), sorted; sha256 cached by
+        (size, mtime_ns, inode) like the agent, so an unchanged tree is one stat walk."""
+        out: list[dict[str, Any]] = []
+        fresh: dict[str, tuple[int, int, int, str]] = {}
+        for root in roots:
+            top = Path(sbx, root.lstrip("/"))
+            if top.is_symlink() or not top.is_dir():
+                continue
+            stack = [(str(top), root)]
+            while stack:
+                host_dir, sbx_dir = stack.pop()
+                with os.scandir(host_dir) as it:
+                    for de in it:
+                        entry = self._entry(de, f"{sbx_dir}/{de.name}", fresh)
+                        if entry is not None:
+                            out.append(entry)
+                            if entry["type"] == "dir":
+                                stack.append((de.path, entry["path"]))
+        self._hashes = fresh
+        out.sort(key=lambda d: str(d["path"]))
+        return out
+
+    def _entry(
+        self, de: os.DirEntry[str], path: str, fresh: dict[str, tuple[int, int, int, str]]
+    ) -> dict[str, Any] | None:
+        st = de.stat(follow_symlinks=False)
+        entry: dict[str, Any] = {
+            "path": path,
+            "type": "dir",
+            "mode": stat.S_IMODE(st.st_mode),
+            "size": 0,
+            "sha256": None,
+            "target": None,
+        }
+        if stat.S_ISREG(st.st_mode):
+            key = (st.st_size, st.st_mtime_ns, st.st_ino)
+            hit = self._hashes.get(de.path)
+            digest = hit[3] if hit and hit[:3] == key else _sha256_file(de.path)
+            fresh[de.path] = (*key, digest)
+            entry.update(type="file", size=st.st_size, sha256=digest)
+        elif stat.S_ISLNK(st.st_mode):
+            entry.update(type="symlink", target=os.readlink(de.path))
+        elif not stat.S_ISDIR(st.st_mode):
+            return None
+        return entry
+
+    def pack(self, sbx: Path, paths: list[str]) -> bytes:
+        """A tar.gz (level 1) of these regular files; names without the leading ``/``."""
+        z = zlib.compressobj(1, zlib.DEFLATED, 31)
+        out: list[bytes] = []
+        dirs = _Dirs(sbx, create=False)
+        try:
+            for path in paths:
+                if not path.startswith("/") or posixpath.normpath(path) != path:
+                    raise _refuse(path, "not an absolute normalised path")
+                parent, name = posixpath.split(path)
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dirs.fd(parent))
+                with os.fdopen(fd, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    if not stat.S_ISREG(st.st_mode):
+                        raise _refuse(path, "not a regular file")
+                    data = f.read()
+                head = tar_member(path.lstrip("/"), b"0", stat.S_IMODE(st.st_mode), len(data))
+                out += [z.compress(head), z.compress(data), z.compress(bytes(-len(data) % 512))]
+        finally:
+            dirs.close()
+        out += [z.compress(bytes(1024)), z.flush()]
+        return b"".join(out)
+
+    def unpack(self, sbx: Path, data: bytes, roots: list[str], clear: bool) -> int:
+        """Extract a tar into the roots, emptying them first if ``clear``; every
+        member is checked before anything is written. Returns files + symlinks."""
+        try:
+            members = list(iter_tar(gunzip_bounded(data, _UNPACK_LIMIT)))
+        except TarError as exc:
+            raise InvalidInput(f"not a readable tar: {exc}", operation="snapshot") from None
+        plan = [(_check_member(m, roots), m) for m in members]
+        if clear:
+            for root in roots:
+                _clear(Path(sbx, root.lstrip("/")))
+        dirs = _Dirs(sbx, create=True)
+        count = 0
+        modes: list[tuple[str, int]] = []
+        try:
+            for path, m in plan:
+                parent, name = posixpath.split(path)
+                pfd = dirs.fd(parent)
+                if m.type == b"5":
+                    dirs.fd(path)
+                    modes.append((path, m.mode & 0o777))
+                    continue
+                if m.type == b"2":
+                    _remove_non_dir(pfd, name)
+                    os.symlink(m.linkname, name, dir_fd=pfd)
+                else:
+                    _write_file(pfd, name, m.data, m.mode & 0o777)
+                count += 1
+            for path, mode in reversed(modes):
+                os.fchmod(dirs.fd(path), mode)
+        finally:
+            dirs.close()
+        return count
+
+
+def _sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r + "/") for r in roots)
+
+
+def _check_member(m: Member, roots: list[str]) -> str:
+    path = "/" + m.name
+    if m.name.startswith("/") or posixpath.normpath(path) != path or not _under(path, roots):
+        raise _refuse(m.name, "outside the roots, absolute, or not normalised")
+    if m.type not in (b"0", b"\0", b"5", b"2") or (path in roots and m.type != b"5"):
+        raise _refuse(m.name, "only files, directories and symlinks below the roots")
+    if m.type == b"2":
+        dest = posixpath.normpath(posixpath.join(posixpath.dirname(path), m.linkname))
+        if not _under(dest, roots):
+            raise _refuse(m.name, f"symlink to {m.linkname!r} leaves the roots")
+    return path
+
+
+def _clear(top: Path) -> None:
+    if top.is_symlink():
+        raise _refuse(str(top), "a root is a symlink")
+    top.mkdir(parents=True, exist_ok=True)
+    for entry in os.scandir(top):
+        if entry.is_dir(follow_symlinks=False):
+            for dirpath, _, _ in os.walk(entry.path):
+                os.chmod(dirpath, 0o700)
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
+
+
+def _write_file(dir_fd: int, name: str, data: memoryview, mode: int) -> None:
+    """Create ``name`` afresh (never through a symlink), write it, set its mode."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    try:
+        fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
+    except FileExistsError:
+        _remove_non_dir(dir_fd, name)
+        fd = os.open(name, flags, 0o600, dir_fd=dir_fd)
+    try:
+        done = 0
+        while done < len(data):
+            done += os.write(fd, data[done:])
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def _remove_non_dir(dir_fd: int, name: str) -> None:
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise _refuse(name, "a directory is in the way")
+    os.unlink(name, dir_fd=dir_fd)

@@ -1,0 +1,128 @@
+"""Object keys of the snapshot store, written once, and the id rules that keep them safe.
+
+Every key starts with the tenant, so that a tenant's data is one prefix and no
+key built for one tenant can name another tenant's object::
+
+    t/<tenant>/blobs/<sha256>                     a blob: one file, or a pack of small files
+    t/<tenant>/s/<session>/latest                 the pointer: newest snapshot + retained history
+    t/<tenant>/s/<session>/snap/<seq>-<id>.json   a manifest
+
+Ids are checked here before any key is built: no ``/``, no ``..``, no empty or
+odd characters, so a caller's string can never walk out of its prefix.
+"""
+
+from __future__ import annotations
+
+import re
+
+from scheduler.errors import InvalidInput
+
+__all__ = [
+    "SHA256_RE",
+    "SNAPSHOT_NAME_RE",
+    "blob_key",
+    "blobs_prefix",
+    "check_id",
+    "check_snapshot_name",
+    "manifest_key",
+    "manifests_prefix",
+    "parse_session_key",
+    "pointer_key",
+    "session_prefix",
+    "sessions_prefix",
+    "snapshot_name",
+]
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+SNAPSHOT_NAME_RE = re.compile(r"^[0-9]{12}-[0-9a-f]{12}$")
+"""``<seq, 12 digits>-<random id, 12 hex>``: sorts by sequence as a string."""
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_MANIFEST_SUFFIX = ".json"
+
+
+def check_id(field: str, value: object) -> str:
+    """Return ``value`` if it is a safe tenant or session id.
+
+    Raises:
+        InvalidInput: not a string of 1-128 letters, digits, ``_ . -`` starting
+            with a letter or digit, or containing ``..``.
+    """
+    if not isinstance(value, str) or not _ID_RE.fullmatch(value) or ".." in value:
+        raise InvalidInput(
+            f"{field} {value!r} must match {_ID_RE.pattern} and must not contain '..'",
+            operation="snapshot",
+            context={"field": field, "value": str(value)[:200]},
+        )
+    return value
+
+
+def check_snapshot_name(value: object) -> str:
+    """Return ``value`` if it is a snapshot name (``<seq>-<id>``).
+
+    Raises:
+        InvalidInput: anything else (a ``/``, ``..``, a key, a hash...).
+    """
+    if not isinstance(value, str) or not SNAPSHOT_NAME_RE.fullmatch(value):
+        raise InvalidInput(
+            f"snapshot {value!r} must match {SNAPSHOT_NAME_RE.pattern}",
+            operation="snapshot",
+            context={"field": "snapshot", "value": str(value)[:200]},
+        )
+    return value
+
+
+def snapshot_name(seq: int, snapshot_id: str) -> str:
+    return f"{seq:012d}-{snapshot_id}"
+
+
+def _tenant(tenant: str) -> str:
+    return f"t/{check_id('tenant', tenant)}/"
+
+
+def blobs_prefix(tenant: str) -> str:
+    return f"{_tenant(tenant)}blobs/"
+
+
+def blob_key(tenant: str, sha256: str) -> str:
+    if not SHA256_RE.fullmatch(sha256):
+        raise InvalidInput(f"blob id {sha256!r} is not a sha256", operation="snapshot")
+    return f"{blobs_prefix(tenant)}{sha256}"
+
+
+def sessions_prefix(tenant: str) -> str:
+    return f"{_tenant(tenant)}s/"
+
+
+def session_prefix(tenant: str, session_id: str) -> str:
+    return f"{sessions_prefix(tenant)}{check_id('session_id', session_id)}/"
+
+
+def pointer_key(tenant: str, session_id: str) -> str:
+    return f"{session_prefix(tenant, session_id)}latest"
+
+
+def manifests_prefix(tenant: str, session_id: str) -> str:
+    return f"{session_prefix(tenant, session_id)}snap/"
+
+
+def manifest_key(tenant: str, session_id: str, name: str) -> str:
+    return f"{manifests_prefix(tenant, session_id)}{check_snapshot_name(name)}{_MANIFEST_SUFFIX}"
+
+
+def parse_session_key(tenant: str, key: str) -> tuple[str, str | None] | None:
+    """Split a key under ``sessions_prefix(tenant)`` into (session, snapshot name).
+
+    The name is None for the session's pointer; the result is None for a key
+    that is neither (a stray object is never mistaken for a manifest).
+    """
+    prefix = sessions_prefix(tenant)
+    if not key.startswith(prefix):
+        return None
+    parts = key[len(prefix) :].split("/")
+    if len(parts) == 2 and parts[1] == "latest" and _ID_RE.fullmatch(parts[0]):
+        return parts[0], None
+    if len(parts) == 3 and parts[1] == "snap" and parts[2].endswith(_MANIFEST_SUFFIX):
+        name = parts[2][: -len(_MANIFEST_SUFFIX)]
+        if _ID_RE.fullmatch(parts[0]) and SNAPSHOT_NAME_RE.fullmatch(name):
+            return parts[0], name
+    return None

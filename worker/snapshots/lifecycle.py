@@ -1,0 +1,177 @@
+"""Fork and garbage collection of the snapshot store (part of ``SnapshotStore``'s algorithm).
+
+Why collection is safe while other workers take snapshots, with no lock:
+
+- ``collect`` deletes a blob only if no retained or in-flight manifest names it
+  *and* it was last written more than ``gc_grace_s`` before the collection
+  started (``cutoff``).
+- A snapshot reuses stored content only (a) from the previous manifest while
+  the session's pointer still retains it, or (b) when the blob was written less
+  than ``gc_grace_s / 2`` before the snapshot started (the process's memory or a
+  HEAD), and ``commit`` refuses to write a manifest more than ``gc_grace_s / 2``
+  after the start. So a blob reused under (b) is younger than the grace when the
+  manifest appears, and a collection that missed that manifest (it started
+  earlier) keeps the blob. Under (a), the previous manifest is read by the
+  collection, unless retention deleted it in between, which makes the
+  collection start over (``_Raced``) rather than guess.
+- New blobs are young by definition; a manifest written before its pointer is
+  an in-flight snapshot and counts while it is young.
+
+Clocks: blob ages come from the store, the cutoff from this host; the default
+grace (an hour) dwarfs any sane skew.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import time
+from typing import TYPE_CHECKING
+
+from scheduler.errors import ErrorCode, InvalidInput, NotFound, SnapshotError
+from worker.snapshots import keys
+from worker.snapshots.blobs import decode
+from worker.snapshots.manifest import Manifest
+from worker.snapshots.refs import GcReport, SnapshotRef, make_ref
+
+if TYPE_CHECKING:
+    from worker.snapshots.base import SnapshotStore
+
+__all__ = ["collect", "fork"]
+
+_ATTEMPTS = 3
+
+
+class _Raced(Exception):
+    """A retained manifest vanished during collection: start over."""
+
+
+def fork(store: SnapshotStore, tenant: str, src: str, dst: str) -> SnapshotRef:
+    """Copy the latest manifest of ``src`` to ``dst`` (see ``SnapshotStore.fork``)."""
+    keys.check_id("tenant", tenant)
+    keys.check_id("session_id", src)
+    keys.check_id("session_id", dst)
+    if src == dst:
+        raise InvalidInput("a session cannot be forked into itself", operation="snapshot.fork")
+    history = store._read_pointer(tenant, src)
+    if not history:
+        raise NotFound(
+            f"session {src} has no snapshot to fork", operation="snapshot.fork", context={}
+        )
+    if store._read_pointer(tenant, dst):
+        raise InvalidInput(
+            f"session {dst} already has snapshots; fork into a new session",
+            operation="snapshot.fork",
+            context={"field": "dst_session"},
+        )
+    name = history[-1][0]
+    source = store._load(tenant, src, name, via_pointer=True)
+    copy = dataclasses.replace(
+        source,
+        session_id=dst,
+        seq=1,
+        snapshot_id=secrets.token_hex(6),
+        created=time.time(),
+        parent=f"{src}/{name}",
+    )
+    store._write_manifest(copy)
+    store._advance_pointer(copy, [])
+    if name not in {n for n, _ in store._read_pointer(tenant, src)}:
+        _prove_blobs(store, copy)
+    return make_ref(copy)
+
+
+def _prove_blobs(store: SnapshotStore, copy: Manifest) -> None:
+    """The source moved on during the fork: its blobs may be collectable, so each
+    must still exist and be young enough that a collection will keep it."""
+    horizon = time.time() - store.known.fresh_s
+    blobs = list(copy.blobs)
+    stamps = store._parallel(lambda b: store._mtime(keys.blob_key(copy.tenant, b)), blobs)
+    if all(s is not None and s >= horizon for s in stamps):
+        return
+    store.delete_session(copy.tenant, copy.session_id)
+    raise SnapshotError(
+        "the source session changed during the fork; fork again",
+        operation="snapshot.fork",
+        retryable=True,
+    )
+
+
+def collect(store: SnapshotStore, tenant: str, now: float) -> GcReport:
+    """Delete stray manifests and unreferenced blobs of ``tenant`` (see the module doc).
+
+    Raises:
+        SnapshotError: a retained manifest cannot be read (collection would be
+            guesswork), or snapshots kept racing it.
+        InfrastructureError: ``store_unavailable``.
+    """
+    keys.check_id("tenant", tenant)
+    for _ in range(_ATTEMPTS):
+        try:
+            return _collect_once(store, tenant, now - store.gc_grace_s)
+        except _Raced:
+            now = time.time()
+    raise SnapshotError(
+        f"gc of tenant {tenant} raced with snapshots {_ATTEMPTS} times; run it again",
+        operation="snapshot.gc",
+        retryable=True,
+    )
+
+
+def _collect_once(store: SnapshotStore, tenant: str, cutoff: float) -> GcReport:
+    listed: dict[str, set[str]] = {}
+    for key in store._list(keys.sessions_prefix(tenant)):
+        parsed = keys.parse_session_key(tenant, key)
+        if parsed is not None:
+            listed.setdefault(parsed[0], set()).update([parsed[1]] if parsed[1] else [])
+    retained: set[tuple[str, str]] = set()
+    strays: list[tuple[str, str]] = []
+    for session, names in listed.items():
+        history = {n for n, _ in store._read_pointer(tenant, session)}
+        retained |= {(session, n) for n in history}
+        strays += [(session, n) for n in sorted(names - history)]
+    ages = store._parallel(lambda sn: store._mtime(keys.manifest_key(tenant, *sn)), strays)
+    old = [sn for sn, age in zip(strays, ages, strict=True) if age is not None and age < cutoff]
+    young = [sn for sn, age in zip(strays, ages, strict=True) if age is not None and age >= cutoff]
+    refs = store._parallel(
+        lambda sn: _blobs_of(store, tenant, sn, sn in retained), [*retained, *young]
+    )
+    referenced = set().union(*refs) if refs else set()
+    store._parallel(lambda sn: store._delete(keys.manifest_key(tenant, *sn)), old)
+    prefix = keys.blobs_prefix(tenant)
+    unreferenced = [k for k in store._list(prefix) if k[len(prefix) :] not in referenced]
+    stamps = store._parallel(store._mtime, unreferenced)
+    doomed = [k for k, s in zip(unreferenced, stamps, strict=True) if s is not None and s < cutoff]
+    store._parallel(store._delete, doomed)
+    store.known.forget(tenant, [k[len(prefix) :] for k in doomed])
+    return GcReport(
+        manifests_deleted=len(old),
+        blobs_deleted=len(doomed),
+        blobs_referenced=len(referenced),
+        blobs_young=len(unreferenced) - len(doomed),
+    )
+
+
+def _blobs_of(store: SnapshotStore, tenant: str, sn: tuple[str, str], required: bool) -> set[str]:
+    """The blobs a manifest names; lenient on entries, strict on being readable."""
+    session, name = sn
+    try:
+        stored = store._get(keys.manifest_key(tenant, session, name))
+    except KeyError:
+        if required:
+            raise _Raced() from None
+        return set()
+    try:
+        doc = json.loads(bytes(decode(stored, limit=256 << 20)))
+        if doc["v"] != 1:
+            raise ValueError(f"unknown manifest version {doc['v']!r}")
+        return {str(blob) for blob, _ in doc["blobs"]}
+    except (ValueError, TypeError, KeyError) as exc:
+        raise SnapshotError(
+            f"gc stopped: manifest {session}/{name} is unreadable ({exc}); "
+            "its blobs cannot be told apart from garbage",
+            code=ErrorCode.SNAPSHOT_CORRUPT,
+            operation="snapshot.gc",
+            context={"session": session, "snapshot": name},
+        ) from None

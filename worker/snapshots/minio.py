@@ -1,0 +1,170 @@
+"""MinIO (or any S3) snapshot store, through the ``minio`` SDK.
+
+Supports everything the base does, on one bucket shared by every tenant (each
+tenant's keys start with ``t/<tenant>/``), created on first use if missing.
+Configured by ``SANDGRID_MINIO__ENDPOINT``, ``__ACCESS_KEY``, ``__SECRET_KEY``,
+``__BUCKET`` and ``__SECURE``.
+
+Connections: one urllib3 pool sized for the transfer threads, a short connect
+timeout and two quick retries, so that a stopped MinIO is reported within about
+a second as ``InfrastructureError`` (``store_unavailable``) instead of after
+the SDK's default minutes. urllib3 discards a connection that failed and the
+bucket check is remembered only once it succeeded, so the store works again as
+soon as MinIO is back; nothing needs restarting.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from scheduler.errors import ErrorCode, InfrastructureError
+
+try:
+    import urllib3
+    from minio import Minio
+    from minio.error import MinioException, S3Error
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "the MinIO snapshot store needs the `minio` package: pip install 'minio>=7.2' "
+        "(or set SANDGRID_WORKER__SNAPSHOT_STORE=local)"
+    ) from exc
+
+from worker.snapshots.base import SnapshotStore
+
+__all__ = ["MinioStore"]
+
+CONNECT_TIMEOUT_S = 2.0
+READ_TIMEOUT_S = 120.0
+_SINGLE_PUT_MAX = 5 << 30  # S3's largest single PUT: no multipart for our blobs
+_MISSING = frozenset({"NoSuchKey", "NoSuchObject", "ResourceNotFound"})
+T = TypeVar("T")
+
+
+class MinioStore(SnapshotStore):
+    """Snapshots in a MinIO bucket (see the module doc).
+
+    Args:
+        endpoint: ``host:port`` of MinIO.
+        access_key: its access key.
+        secret_key: its secret key.
+        bucket: the bucket; created if missing.
+        secure: HTTPS.
+        **options: ``SnapshotStore``'s (keep, gc_grace_s, limits, threads...).
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        access_key: str,
+        secret_key: str,
+        bucket: str,
+        *,
+        secure: bool = False,
+        **options: Any,
+    ) -> None:
+        super().__init__(**options)
+        self.bucket = bucket
+        self.location = f"MinIO {endpoint}, bucket {bucket}"
+        http = urllib3.PoolManager(
+            maxsize=self.threads + 4,
+            timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S),
+            retries=urllib3.Retry(
+                total=2, backoff_factor=0.1, status_forcelist=(500, 502, 503, 504)
+            ),
+        )
+        self._client = Minio(
+            endpoint, access_key=access_key, secret_key=secret_key, secure=secure, http_client=http
+        )
+        self._bucket_ready = False
+        self._bucket_lock = threading.Lock()
+
+    def _call(self, op: str, fn: Callable[[], T]) -> T:
+        """Run one SDK call with the bucket in place; missing keys become ``KeyError``,
+        everything else that is the store's fault ``store_unavailable``."""
+        try:
+            self._ensure_bucket()
+            return fn()
+        except S3Error as exc:
+            if exc.code in _MISSING:
+                raise KeyError(exc.code) from None
+            if exc.code == "NoSuchBucket":
+                self._bucket_ready = False
+            raise self._unavailable(op, f"{exc.code}: {exc.message}", exc) from exc
+        except (MinioException, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            raise self._unavailable(op, f"{type(exc).__name__}: {exc}", exc) from exc
+
+    def _unavailable(self, op: str, why: str, exc: BaseException) -> InfrastructureError:
+        return InfrastructureError(
+            f"snapshot store {self.location} is unavailable ({op}): {why}; is MinIO running?",
+            code=ErrorCode.STORE_UNAVAILABLE,
+            operation=f"snapshot.{op}",
+            context={"store": self.location},
+            retryable=True,
+        )
+
+    def _ensure_bucket(self) -> None:
+        if self._bucket_ready:
+            return
+        with self._bucket_lock:
+            if self._bucket_ready:
+                return
+            if not self._client.bucket_exists(self.bucket):
+                try:
+                    self._client.make_bucket(self.bucket)
+                except S3Error as exc:
+                    if exc.code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                        raise
+            self._bucket_ready = True
+
+    def _put(self, key: str, data: bytes) -> None:
+        self._call(
+            "write",
+            lambda: self._client.put_object(
+                self.bucket, key, io.BytesIO(data), len(data), part_size=_SINGLE_PUT_MAX
+            ),
+        )
+
+    def _get(self, key: str) -> bytes:
+        def get() -> bytes:
+            response = self._client.get_object(self.bucket, key)
+            try:
+                return bytes(response.read())
+            finally:
+                response.close()
+                response.release_conn()
+
+        return self._call("read", get)
+
+    def _exists(self, key: str) -> bool:
+        return self._mtime(key) is not None
+
+    def _mtime(self, key: str) -> float | None:
+        try:
+            stat = self._call("stat", lambda: self._client.stat_object(self.bucket, key))
+        except KeyError:
+            return None
+        if stat.last_modified is None:  # an age is what gc needs: never guess one
+            raise self._unavailable("stat", f"no Last-Modified for {key}", ValueError(key))
+        return stat.last_modified.timestamp()
+
+    def _list(self, prefix: str) -> list[str]:
+        return self._call(
+            "list",
+            lambda: [
+                str(o.object_name)
+                for o in self._client.list_objects(self.bucket, prefix=prefix, recursive=True)
+            ],
+        )
+
+    def _delete(self, key: str) -> None:
+        self._call("delete", lambda: self._client.remove_object(self.bucket, key))
+
+    def drop_bucket(self) -> None:
+        """Delete every object and the bucket itself (tests and benchmarks only)."""
+        for key in self._list(""):
+            self._delete(key)
+        self._call("delete", lambda: self._client.remove_bucket(self.bucket))
+        self._bucket_ready = False
