@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from minio import Minio
 
-from scheduler.settings import MinioSettings
+from scheduler.settings import Settings
 from worker.snapshots import HostDirBackend, restore_sandbox, snapshot_sandbox
 from worker.snapshots.minio import MinioStore
 
@@ -241,7 +241,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3, help="runs per figure (median)")
     parser.add_argument("--tmp", default=None, help="scratch directory (default: system temp)")
     args = parser.parse_args()
-    s = MinioSettings()
+    s = Settings().minio  # SANDGRID_MINIO__*
     bucket = f"sgbench-{uuid.uuid4().hex[:10]}"
     store = MinioStore(s.endpoint, s.access_key, s.secret_key, bucket, secure=s.secure)
     client = Minio(s.endpoint, s.access_key, s.secret_key, secure=s.secure)

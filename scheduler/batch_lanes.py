@@ -84,6 +84,7 @@ class Lane(ABC):
             SandgridError: the grid could not run it (the caller may retry).
         """
 
+    @abstractmethod
     def close(self) -> None:
         """Give back whatever the lane holds (idempotent)."""
 
@@ -97,9 +98,7 @@ class Lane(ABC):
             labels=self.ctx.labels,
         )
         tenant = self.ctx.tenant
-        return self.ctx.registry.create(
-            tenant.name, spec, max_sessions=tenant.limits.max_sessions
-        )
+        return self.ctx.registry.create(tenant.name, spec, max_sessions=tenant.limits.max_sessions)
 
     def _write(self, session: SessionInfo, job: BatchJob) -> SessionInfo:
         """Write the job's files; the session as it is now (live on its node)."""
@@ -151,6 +150,9 @@ class FreshLane(Lane):
             return self._exec(session, job.exec_request(), close_after=True)
         finally:
             self._close_session(session.id)
+
+    def close(self) -> None:
+        """Nothing is held between jobs."""
 
 
 class ReusedLane(Lane):

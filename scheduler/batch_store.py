@@ -20,6 +20,7 @@ import builtins
 import json
 import secrets
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -80,7 +81,9 @@ class BatchStore:
             created_at=_now(),
             labels=spec.labels,
         )
-        fields = {k: json.dumps(v) for k, v in info.model_dump(mode="json").items()}
+        fields: dict[str | bytes, bytes | float | int | str] = {
+            k: json.dumps(v) for k, v in info.model_dump(mode="json").items()
+        }
         fields["max_attempts"] = json.dumps(spec.max_attempts)
         fields["quotas"] = json.dumps(spec.quotas.model_dump(mode="json") if spec.quotas else None)
         fields["done_at_start"] = "0"
@@ -167,7 +170,9 @@ class BatchStore:
 
     def update(self, batch_id: str, **fields: Any) -> None:
         """Set record fields (JSON-encoded)."""
-        mapping = {k: json.dumps(v) for k, v in fields.items()}
+        mapping: Mapping[str | bytes, bytes | float | int | str] = {
+            k: json.dumps(v) for k, v in fields.items()
+        }
         self.redis.hset(names.batch_key(batch_id), mapping=mapping)
 
     def incr(self, batch_id: str, field: str, by: int = 1) -> None:

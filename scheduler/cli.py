@@ -209,3 +209,15 @@ def tenants_ls() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     main()
+
+
+def _attach_groups() -> None:
+    """The ``batch`` and ``bench`` groups live in their own modules."""
+    from scheduler.cli_batch import batch
+    from scheduler.cli_bench import bench
+
+    main.add_command(batch)
+    main.add_command(bench)
+
+
+_attach_groups()

@@ -24,6 +24,7 @@ from celery.result import AsyncResult
 from scheduler import names
 from scheduler.errors import InfrastructureError, SandboxError, SandgridError
 from scheduler.models import TurnJob, TurnOutcome
+from scheduler.task_repr import describe
 
 __all__ = ["CeleryDispatcher", "Dispatcher", "task_id_of"]
 
@@ -69,6 +70,8 @@ class CeleryDispatcher:
             queue=queue,
             task_id=task_id_of(job),
             expires=expires,
+            argsrepr=describe(job),  # Flower and logs: a summary, never contents
+            kwargsrepr="{}",
         )
         return result
 

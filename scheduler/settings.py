@@ -34,6 +34,7 @@ DEFAULT_API_THREADS = 256
 DEFAULT_AUTH_CACHE_S = 5.0
 DEFAULT_LOST_CHECK_S = 0.25
 DEFAULT_CLOSED_TTL_S = 86400.0
+DEFAULT_BATCH_TTL_S = 7 * 86400.0
 
 
 class MinioSettings(BaseModel):
@@ -126,6 +127,9 @@ class Settings(BaseSettings):
     )
     closed_ttl_s: float = Field(
         DEFAULT_CLOSED_TTL_S, description="SANDGRID_CLOSED_TTL_S: closed session records kept"
+    )
+    batch_ttl_s: float = Field(
+        DEFAULT_BATCH_TTL_S, gt=0, description="SANDGRID_BATCH_TTL_S: batch records kept"
     )
     image_prefix: str = Field("sandgrid/sandbox-", description="SANDGRID_IMAGE_PREFIX")
     minio: MinioSettings = Field(default_factory=MinioSettings)

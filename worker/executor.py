@@ -122,6 +122,11 @@ class Executor:
         """The local sandbox of the session: here already, or leased and restored."""
         sid, node = job.session.id, self.node
         t = time.perf_counter()
+        local: LocalSession | None = node.sessions.get(sid)
+        if local is not None and local.sandbox.state not in ("lost", "error", "destroyed"):
+            # Ours already: the heartbeat renews the lease and drops the session
+            # here if the lease was ever lost, so no round trip on the hot path.
+            return local
         if not node.registry.acquire_lease(sid, node.name):
             owner = node.registry.lease_owner(sid)
             raise Conflict(
@@ -132,9 +137,6 @@ class Executor:
                 retryable=True,
             )
         t = turn.mark("lease_ms", t)
-        local: LocalSession | None = node.sessions.get(sid)
-        if local is not None and local.sandbox.state not in ("lost", "error", "destroyed"):
-            return local
         if local is not None:  # its sandbox was lost: start again from the snapshot
             node.discard(local)
         info = node.registry.get_any(sid) or job.session

@@ -1,16 +1,22 @@
-"""Warm pools: containers started ahead of demand, one pool per sandbox type.
+"""Warm pools of sandboxes, one per sandbox type, so a session starts without a cold create.
 
-States: ``warm`` (in the pool, agent answering) -> ``leased`` (serving one
-session) -> ``destroyed``; a container that fails its health check or its
-creation goes to ``error`` and is destroyed. A container serves one session in
-its life: ``discard`` destroys it, and nothing ever puts a leased container
-back into a pool.
+A container's life in the pool: created and answering -> ``warm`` (in the pool)
+-> ``leased`` to exactly one session -> ``released`` -> ``destroyed``; one that
+fails its health check goes to ``error`` and is destroyed. A container serves
+one session of one tenant in its life: release and discard always destroy it,
+and nothing ever puts a leased container back, "cleaned" or not.
 
-Warm containers are made with the type's default ``Quotas``: container limits
-are fixed at creation, so a session asking for other quotas gets a fresh
-container instead (a cold start). Docker labels are fixed at creation too, so a
-warm container's ``sandgrid.session`` label is empty; the session it serves is
-in the node's session table and the registry's lease.
+Warm containers are made with the type's pool quotas (default ``Quotas()``)
+and empty ``sandgrid.session``/``sandgrid.tenant`` labels: Docker labels are
+fixed at creation and the session is not known yet, so ownership lives in the
+pool, the node's session table and the registry's lease (see
+``worker.quotas``). Container limits are fixed at creation too: a lease asking
+for other quotas gets a container created on the spot, labelled with its
+session.
+
+Thread-safe: the Celery worker runs turns in a thread pool, all sharing one
+``WarmPool``. A background thread refills each type to its target; creating,
+pinging and destroying containers happen outside the lock.
 """
 
 from __future__ import annotations
@@ -19,48 +25,89 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from scheduler.errors import SandgridError
+from scheduler.errors import CapacityError, SandgridError
 from scheduler.models import Quotas
 from worker.backends.base import Sandbox, SandboxBackend
 
-__all__ = ["WarmPool"]
+__all__ = ["PoolStats", "WarmPool"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_QUOTAS = Quotas()
 REFILL_RETRY_S = 2.0
+HEALTH_PING_S = 2.0
+
+
+@dataclass
+class PoolStats:
+    """Counters of one sandbox type's pool."""
+
+    warm: int = 0
+    leased: int = 0
+    hits: int = 0
+    misses: int = 0
+    unhealthy: int = 0
+    created: int = 0
+    create_failures: int = 0
 
 
 class WarmPool:
-    """Warm containers per sandbox type, refilled in the background.
+    """Warm sandboxes per type, each handed out once.
 
     Args:
-        backend_for: the backend that runs a sandbox type.
-        targets: how many warm containers to keep per type.
+        backend_for: the backend that runs a sandbox type, or one backend for all.
+        targets: warm containers to keep per sandbox type.
+        quotas: the quotas warm containers of a type are made with (default
+            ``Quotas()``); a lease asking for other quotas is created cold.
+        refill_retry_s: the pause after a failed refill before trying again.
     """
 
-    def __init__(self, backend_for: Callable[[str], SandboxBackend], targets: dict[str, int]):
-        self.backend_for = backend_for
+    def __init__(
+        self,
+        backend_for: Callable[[str], SandboxBackend] | SandboxBackend,
+        targets: dict[str, int],
+        *,
+        quotas: dict[str, Quotas] | None = None,
+        refill_retry_s: float = REFILL_RETRY_S,
+    ) -> None:
+        if isinstance(backend_for, SandboxBackend):
+            backend = backend_for
+            self.backend_for: Callable[[str], SandboxBackend] = lambda _type: backend
+        else:
+            self.backend_for = backend_for
         self.targets = dict(targets)
-        self._warm: dict[str, deque[Sandbox]] = {t: deque() for t in targets}
-        self._leased: dict[str, Sandbox] = {}
-        self._creating: dict[str, int] = dict.fromkeys(targets, 0)
+        self._quotas = dict(quotas or {})
+        self._retry = refill_retry_s
         self._lock = threading.Lock()
+        self._warm: dict[str, deque[Sandbox]] = {t: deque() for t in self.targets}
+        self._leased: dict[str, Sandbox] = {}
+        self._creating: dict[str, int] = dict.fromkeys(self.targets, 0)
+        self._stats: dict[str, PoolStats] = {t: PoolStats() for t in self.targets}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    # ---- life cycle -------------------------------------------------------------
+    # ---- life cycle ------------------------------------------------------------
 
     def start(self) -> None:
-        """Start the refill thread (it fills every pool to its target)."""
-        self._thread = threading.Thread(target=self._refill_loop, name="sandgrid-pool", daemon=True)
-        self._thread.start()
+        """Start the refill thread (it fills every type to its target at once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._refill_loop, name="sandgrid-pool", daemon=True
+            )
+            self._thread.start()
         self._wake.set()
 
+    def fill(self) -> None:
+        """Fill every type to its target now, in the calling thread (startup, tests)."""
+        while (sandbox_type := self._deficit()) is not None:
+            if not self._refill_one(sandbox_type):
+                return
+
     def close(self) -> None:
-        """Stop refilling and destroy every container the pool holds or leased."""
+        """Stop refilling and destroy every container the pool owns, warm or leased."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -73,7 +120,11 @@ class WarmPool:
         for sbx in owned:
             self._destroy(sbx)
 
-    # ---- hand-out ---------------------------------------------------------------------
+    # ---- leasing ---------------------------------------------------------------
+
+    def quotas_for(self, sandbox_type: str) -> Quotas:
+        """The quotas warm containers of this type are made with."""
+        return self._quotas.get(sandbox_type) or Quotas.model_validate({})
 
     def acquire(
         self,
@@ -83,30 +134,54 @@ class WarmPool:
         session_id: str,
         tenant: str,
     ) -> Sandbox:
-        """A sandbox for one session: a healthy warm one, or a fresh one.
+        """A sandbox for one session: warm if one is ready (no waiting), else created now.
+
+        Args:
+            sandbox_type: the session's type.
+            quotas: the session's quotas; warm containers serve only the pool's.
+            session_id: the one session this container will ever serve.
+            tenant: that session's tenant.
+
+        Returns:
+            A ``leased`` sandbox (a warm one answered a ping just now).
 
         Raises:
-            CapacityError: no container could be created.
+            CapacityError: the pool is closed, or no container could be made.
+            InvalidInput: bad type or quotas (from the backend).
         """
-        quotas = quotas or DEFAULT_QUOTAS
-        sbx = self._take_warm(sandbox_type) if quotas == DEFAULT_QUOTAS else None
+        if self._stop.is_set():
+            raise CapacityError("the warm pool is closed", operation="acquire")
+        wanted = quotas or self.quotas_for(sandbox_type)
+        sbx = self._take_warm(sandbox_type) if wanted == self.quotas_for(sandbox_type) else None
+        self._count(sandbox_type, "misses" if sbx is None else "hits")
         if sbx is None:
             backend = self.backend_for(sandbox_type)
-            sbx = backend.create(sandbox_type, quotas, session_id=session_id, tenant=tenant)
+            sbx = backend.create(sandbox_type, wanted, session_id=session_id, tenant=tenant)
         sbx.state, sbx.session_id, sbx.tenant = "leased", session_id, tenant
         with self._lock:
-            self._leased[sbx.id] = sbx
+            closed = self._stop.is_set()
+            if not closed:
+                self._leased[sbx.id] = sbx
+        if closed:
+            self._destroy(sbx)
+            raise CapacityError("the warm pool closed during acquire", operation="acquire")
         self._wake.set()
         return sbx
 
-    def discard(self, sbx: Sandbox) -> None:
-        """Destroy a container after its session; it never serves another."""
+    def release(self, sbx: Sandbox) -> None:
+        """The session is done with its sandbox: destroy it (never reused). Idempotent."""
         with self._lock:
             self._leased.pop(sbx.id, None)
+        if sbx.state == "leased":
+            sbx.state = "released"
         self._destroy(sbx)
 
+    def discard(self, sbx: Sandbox) -> None:
+        """Destroy a sandbox after its session or a failure (lost, failed restore)."""
+        self.release(sbx)
+
     def container_ids(self) -> set[str]:
-        """Ids of every container the pool holds (warm) or handed out (leased)."""
+        """Ids of every container the pool holds (warm) or handed out (leased): for the reaper."""
         with self._lock:
             return {s.id for q in self._warm.values() for s in q} | set(self._leased)
 
@@ -114,8 +189,20 @@ class WarmPool:
         with self._lock:
             return len(self._warm.get(sandbox_type, ()))
 
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Counters per type, with the current warm and leased counts."""
+        with self._lock:
+            out: dict[str, dict[str, Any]] = {}
+            for t, st in self._stats.items():
+                st.warm = len(self._warm.get(t, ()))
+                st.leased = sum(1 for s in self._leased.values() if s.sandbox_type == t)
+                out[t] = dict(vars(st))
+            return out
+
+    # ---- internals -------------------------------------------------------------
+
     def _take_warm(self, sandbox_type: str) -> Sandbox | None:
-        """Pop warm containers until one passes the health check (a ping)."""
+        """Pop warm sandboxes until one answers a ping; the dead are destroyed."""
         while True:
             with self._lock:
                 queue = self._warm.get(sandbox_type)
@@ -123,17 +210,19 @@ class WarmPool:
                     return None
                 sbx = queue.popleft()
             try:
-                self.backend_for(sandbox_type).ping(sbx)
+                self.backend_for(sandbox_type).ping(sbx, timeout=HEALTH_PING_S)
                 return sbx
             except SandgridError as exc:
                 log.warning("warm sandbox %s failed its health check: %s", sbx.name, exc)
+                self._count(sandbox_type, "unhealthy")
                 sbx.state = "error"
                 self._destroy(sbx)
 
-    # ---- refill ---------------------------------------------------------------------------
-
     def _deficit(self) -> str | None:
+        """A type below its target, with one creation reserved for it."""
         with self._lock:
+            if self._stop.is_set():
+                return None
             for t, target in self.targets.items():
                 if len(self._warm[t]) + self._creating[t] < target:
                     self._creating[t] += 1
@@ -146,30 +235,37 @@ class WarmPool:
             if sandbox_type is None:
                 self._wake.wait()
                 self._wake.clear()
-                continue
-            ok = self._refill_one(sandbox_type)
-            if not ok:
-                self._stop.wait(REFILL_RETRY_S)
+            elif not self._refill_one(sandbox_type):
+                self._stop.wait(self._retry)
 
     def _refill_one(self, sandbox_type: str) -> bool:
+        """Create one warm sandbox (its creation was reserved by ``_deficit``)."""
         try:
-            sbx = self.backend_for(sandbox_type).create(sandbox_type, DEFAULT_QUOTAS)
+            backend = self.backend_for(sandbox_type)
+            sbx = backend.create(sandbox_type, self.quotas_for(sandbox_type))
         except SandgridError as exc:
             log.error("cannot warm a %s sandbox: %s", sandbox_type, exc)
+            self._count(sandbox_type, "create_failures")
             return False
         finally:
             with self._lock:
                 self._creating[sandbox_type] -= 1
+        self._count(sandbox_type, "created")
         with self._lock:
-            if not self._stop.is_set():
-                sbx.state = "warm"
+            keep = not self._stop.is_set()
+            if keep:
                 self._warm[sandbox_type].append(sbx)
-                return True
-        self._destroy(sbx)
+        if not keep:
+            self._destroy(sbx)
         return True
+
+    def _count(self, sandbox_type: str, field: str) -> None:
+        with self._lock:
+            st = self._stats.setdefault(sandbox_type, PoolStats())
+            setattr(st, field, getattr(st, field) + 1)
 
     def _destroy(self, sbx: Sandbox) -> None:
         try:
             self.backend_for(sbx.sandbox_type).destroy(sbx)
-        except Exception:
-            log.exception("destroying sandbox %s failed", sbx.name)
+        except Exception:  # the reaper removes what could not be removed here
+            log.exception("cannot destroy sandbox %s", sbx.name)

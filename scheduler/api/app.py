@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 import anyio.to_thread
 from fastapi import FastAPI
 
-from scheduler.api import files, health, sessions
+from scheduler.api import batches, files, health, sessions
 from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
 from scheduler.dispatch import Dispatcher
@@ -40,12 +40,14 @@ def create_app(
         # Sync handlers wait on turns in threads: allow as many as configured.
         anyio.to_thread.current_default_thread_limiter().total_tokens = s.api_threads
         yield
+        if svc.batches is not None:
+            svc.batches.shutdown()
         svc.redis.close()
 
     app = FastAPI(
         title="sandgrid",
         version=API_VERSION,
-        description="Sandboxed execution for AI agents: sessions, exec, files.",
+        description="Sandboxed execution for AI agents: sessions, exec, files, batches.",
         lifespan=lifespan,
     )
     app.state.services = svc
@@ -54,4 +56,5 @@ def create_app(
     app.include_router(sessions.router)
     app.include_router(files.router)
     app.include_router(health.router)
+    app.include_router(batches.router)
     return app

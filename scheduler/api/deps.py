@@ -16,6 +16,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from scheduler.admission import Admission
+from scheduler.batch import BatchManager
+from scheduler.batch_store import BatchStore
+from scheduler.capacity import BatchSlots, CapacitySource, CeleryCapacity, StaticCapacity
 from scheduler.dispatch import CeleryDispatcher, Dispatcher
 from scheduler.sessions import SessionRegistry
 from scheduler.settings import Settings
@@ -35,6 +38,7 @@ class Services:
     tenants: TenantStore
     admission: Admission
     runner: TurnRunner
+    batches: BatchManager | None = None
 
     @classmethod
     def build(
@@ -43,8 +47,10 @@ class Services:
         *,
         dispatcher: Dispatcher | None = None,
         client: redis_lib.Redis[str] | None = None,
+        capacity: CapacitySource | None = None,
     ) -> Services:
-        """Wire the services; ``dispatcher`` and ``client`` are injectable for tests."""
+        """Wire the services; ``dispatcher``, ``client`` and ``capacity`` (the workers'
+        batch limits) are injectable for tests."""
         client = client or redis_lib.Redis.from_url(
             settings.redis_url, decode_responses=True, max_connections=settings.api_threads + 16
         )
@@ -68,7 +74,18 @@ class Services:
         tenants = TenantStore(
             client, tenants_file=settings.tenants_file, cache_s=settings.auth_cache_s
         )
-        return cls(settings, client, registry, tenants, admission, runner)
+        if capacity is None:
+            celery = getattr(dispatcher, "app", None)
+            capacity = CeleryCapacity(celery, registry) if celery else StaticCapacity({"any": 4})
+        batches = BatchManager(
+            BatchStore(client, ttl_s=settings.batch_ttl_s),
+            registry,
+            runner,
+            admission,
+            BatchSlots(client),
+            capacity,
+        )
+        return cls(settings, client, registry, tenants, admission, runner, batches)
 
 
 async def get_services(request: Request) -> Services:

@@ -48,7 +48,8 @@ def canonical(value: Any, path: tuple[int, ...] = ()) -> Any:
         return {"__ref__": type(value).__name__}
     inner = (*path, id(value))
     if isinstance(value, dict):
-        return {str(k): canonical(v, inner) for k, v in sorted(value.items(), key=lambda i: str(i[0]))}
+        items = sorted(value.items(), key=lambda i: str(i[0]))
+        return {str(k): canonical(v, inner) for k, v in items}
     if isinstance(value, list | tuple):
         return [canonical(v, inner) for v in value]
     if isinstance(value, set | frozenset):

@@ -16,7 +16,17 @@ from typing import Any, TypeVar
 import httpx
 
 from scheduler.client._base import DEFAULT_TIMEOUT_S, BaseClient, Call, FileContent, transport_error
-from scheduler.models import ExecResult, FileEntry, Quotas, SessionInfo, SnapshotPolicy
+from scheduler.models import (
+    BatchInfo,
+    BatchIsolation,
+    BatchJob,
+    BatchResult,
+    ExecResult,
+    FileEntry,
+    Quotas,
+    SessionInfo,
+    SnapshotPolicy,
+)
 
 __all__ = ["AsyncClient", "AsyncSession", "AsyncSessionOpener"]
 
@@ -154,6 +164,38 @@ class AsyncClient(BaseClient):
 
     async def download_tar(self, session_id: str, path: str = ".") -> bytes:
         return await self._send(self._download_tar_call(session_id, path))
+
+    async def create_batch(
+        self,
+        jobs: Sequence[BatchJob | Mapping[str, Any]],
+        *,
+        type: str = "python",
+        concurrency: int = 8,
+        isolation: BatchIsolation = "job",
+        max_attempts: int = 4,
+        quotas: Quotas | Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> BatchInfo:
+        """Submit a batch (it starts at once); read its progress with ``get_batch``."""
+        call = self._create_batch_call(
+            jobs, type, concurrency, isolation, max_attempts, quotas, labels
+        )
+        return await self._send(call)
+
+    async def get_batch(self, batch_id: str) -> BatchInfo:
+        return await self._send(self._get_batch_call(batch_id))
+
+    async def batch_results(
+        self, batch_id: str, offset: int = 0, limit: int = 10_000
+    ) -> tuple[list[BatchResult], int]:
+        """Result lines from ``offset`` in completion order, and the offset to read on from."""
+        return await self._send(self._batch_results_call(batch_id, offset, limit))
+
+    async def cancel_batch(self, batch_id: str) -> BatchInfo:
+        return await self._send(self._cancel_batch_call(batch_id))
+
+    async def resume_batch(self, batch_id: str) -> BatchInfo:
+        return await self._send(self._resume_batch_call(batch_id))
 
     async def health(self) -> dict[str, Any]:
         return await self._send(self._health_call())

@@ -25,6 +25,11 @@ from scheduler.errors import (
     error_from_body,
 )
 from scheduler.models import (
+    BatchCreate,
+    BatchInfo,
+    BatchIsolation,
+    BatchJob,
+    BatchResult,
     ExecRequest,
     ExecResult,
     FileEntry,
@@ -39,11 +44,22 @@ from scheduler.models import (
 )
 from scheduler.settings import DEFAULT_API_URL
 
-__all__ = ["DEFAULT_TIMEOUT_S", "BaseClient", "Call", "FileContent", "raise_for_error"]
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "BaseClient",
+    "BatchPage",
+    "Call",
+    "FileContent",
+    "raise_for_error",
+]
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 FileContent = str | bytes
+#: Result lines of a batch and the offset to read on from.
+BatchPage = tuple[list[BatchResult], int]
+#: Header of ``GET /v1/batches/{id}/results``: the offset after the lines returned.
+NEXT_OFFSET_HEADER = "X-Sandgrid-Next-Offset"
 
 DEFAULT_TIMEOUT_S = 60.0
 #: Added to an exec's own deadline for the HTTP wait (queue, restore, snapshot).
@@ -272,3 +288,46 @@ class BaseClient:
 
     def _health_call(self) -> Call[dict[str, Any]]:
         return Call("GET", "/v1/health", _json, accept=(503,))
+
+    # ---- batches ------------------------------------------------------------------
+
+    def _create_batch_call(
+        self,
+        jobs: Sequence[BatchJob | Mapping[str, Any]],
+        type: str,
+        concurrency: int,
+        isolation: BatchIsolation,
+        max_attempts: int,
+        quotas: Quotas | Mapping[str, Any] | None,
+        labels: Mapping[str, str] | None,
+    ) -> Call[BatchInfo]:
+        spec = _model(
+            BatchCreate,
+            type=type,
+            jobs=[j if isinstance(j, BatchJob) else _model(BatchJob, **j) for j in jobs],
+            concurrency=concurrency,
+            isolation=isolation,
+            max_attempts=max_attempts,
+            quotas=quotas,
+            labels=dict(labels or {}),
+        )
+        body = spec.model_dump(mode="json", exclude_defaults=True)
+        body["jobs"] = [j.model_dump(mode="json", exclude_defaults=True) for j in spec.jobs]
+        return Call("POST", "/v1/batches", _parse(BatchInfo), json=body)
+
+    def _get_batch_call(self, batch_id: str) -> Call[BatchInfo]:
+        return Call("GET", f"/v1/batches/{batch_id}", _parse(BatchInfo))
+
+    def _batch_results_call(self, batch_id: str, offset: int, limit: int) -> Call[BatchPage]:
+        def parse(r: httpx.Response) -> BatchPage:
+            lines = [BatchResult.model_validate_json(x) for x in r.text.splitlines() if x]
+            return lines, int(r.headers.get(NEXT_OFFSET_HEADER, offset + len(lines)))
+
+        params = {"offset": offset, "limit": limit}
+        return Call("GET", f"/v1/batches/{batch_id}/results", parse, params=params)
+
+    def _cancel_batch_call(self, batch_id: str) -> Call[BatchInfo]:
+        return Call("DELETE", f"/v1/batches/{batch_id}", _parse(BatchInfo))
+
+    def _resume_batch_call(self, batch_id: str) -> Call[BatchInfo]:
+        return Call("POST", f"/v1/batches/{batch_id}/resume", _parse(BatchInfo))

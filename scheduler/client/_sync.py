@@ -14,7 +14,17 @@ from typing import Any, TypeVar
 import httpx
 
 from scheduler.client._base import DEFAULT_TIMEOUT_S, BaseClient, Call, FileContent, transport_error
-from scheduler.models import ExecResult, FileEntry, Quotas, SessionInfo, SnapshotPolicy
+from scheduler.models import (
+    BatchInfo,
+    BatchIsolation,
+    BatchJob,
+    BatchResult,
+    ExecResult,
+    FileEntry,
+    Quotas,
+    SessionInfo,
+    SnapshotPolicy,
+)
 
 __all__ = ["Client", "Session"]
 
@@ -148,6 +158,38 @@ class Client(BaseClient):
 
     def download_tar(self, session_id: str, path: str = ".") -> bytes:
         return self._send(self._download_tar_call(session_id, path))
+
+    def create_batch(
+        self,
+        jobs: Sequence[BatchJob | Mapping[str, Any]],
+        *,
+        type: str = "python",
+        concurrency: int = 8,
+        isolation: BatchIsolation = "job",
+        max_attempts: int = 4,
+        quotas: Quotas | Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> BatchInfo:
+        """Submit a batch (it starts at once); read its progress with ``get_batch``."""
+        call = self._create_batch_call(
+            jobs, type, concurrency, isolation, max_attempts, quotas, labels
+        )
+        return self._send(call)
+
+    def get_batch(self, batch_id: str) -> BatchInfo:
+        return self._send(self._get_batch_call(batch_id))
+
+    def batch_results(
+        self, batch_id: str, offset: int = 0, limit: int = 10_000
+    ) -> tuple[list[BatchResult], int]:
+        """Result lines from ``offset`` in completion order, and the offset to read on from."""
+        return self._send(self._batch_results_call(batch_id, offset, limit))
+
+    def cancel_batch(self, batch_id: str) -> BatchInfo:
+        return self._send(self._cancel_batch_call(batch_id))
+
+    def resume_batch(self, batch_id: str) -> BatchInfo:
+        return self._send(self._resume_batch_call(batch_id))
 
     def health(self) -> dict[str, Any]:
         return self._send(self._health_call())

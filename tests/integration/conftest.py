@@ -2,8 +2,8 @@
 
 Docker missing is a skip on a developer's machine and a *failure* in CI
 (``CI=true``), so a broken CI host cannot pass silently. Every container a
-fixture creates is removed at teardown, and the session ends by checking that
-no container of this test run is left.
+fixture creates is removed at teardown, and each runtime's module ends by
+checking that no container of this test process and node is left.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from scheduler.models import Quotas
 from worker.backends import Sandbox, SandboxBackend, backend_for
 from worker.backends.base import INCARNATION
-from worker.quotas import LABEL_INCARNATION
+from worker.quotas import LABEL_INCARNATION, LABEL_WORKER
 
 TEST_NODE = "pytest-node"
 RUNTIMES = [
@@ -55,7 +55,8 @@ def _runtime_available(client: Any, runtime: str) -> None:
 
 def leftovers(client: Any) -> list[str]:
     """Names of the containers this test run created that still exist."""
-    rows = client.api.containers(all=True, filters={"label": f"{LABEL_INCARNATION}={INCARNATION}"})
+    labels = [f"{LABEL_INCARNATION}={INCARNATION}", f"{LABEL_WORKER}={TEST_NODE}"]
+    rows = client.api.containers(all=True, filters={"label": labels})
     return [str(row["Names"][0]) for row in rows]
 
 

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def pool(backend: SandboxBackend) -> Iterator[WarmPool]:
-    p = WarmPool(backend, {"python": 2}, refill_interval_s=0.2)
+    p = WarmPool(backend, {"python": 2}, refill_retry_s=0.2)
     yield p
     p.close()
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from scheduler.errors import ErrorCode, InfrastructureError, InvalidInput, NotFound, SnapshotError
-from scheduler.settings import MinioSettings
+from scheduler.settings import Settings
 from worker.snapshots import (
     HostDirBackend,
     LocalStore,
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 MINIO_SH = REPO / "deploy" / "local" / "minio.sh"
 PID_FILE = Path(os.environ.get("SANDGRID_RUN_DIR", "/var/lib/sandgrid/run")) / "minio.pid"
-SETTINGS = MinioSettings()
+SETTINGS = Settings().minio  # SANDGRID_MINIO__* as deploy/local/minio.sh uses them
 TENANT, OTHER = "acme", "globex"
 LATER = 3600.0
 

@@ -1,9 +1,10 @@
 """The snapshot store: the algorithm lives here, backends fill in six primitives.
 
 ``SnapshotStore`` owns everything that must be the same on every backend:
-tenant namespacing and id checks (``keys``), manifests and their validation
-(``manifest``), content addressing, packing and dedupe (``blobs``), parallel
-transfers, verification on restore, retention and garbage collection. A backend
+tenant namespacing and id checks (``keys``), entry rules and limits
+(``entries``), manifests (``manifest``), content addressing, packing and dedupe
+(``blobs``, ``transfer``), parallel transfers, verification on restore,
+retention, fork and garbage collection (``lifecycle``). A backend
 implements ``_put``, ``_get``, ``_exists``, ``_mtime``, ``_list``, ``_delete``
 over some object namespace, raising ``KeyError`` for a missing key and
 ``InfrastructureError`` (``store_unavailable``) when the store cannot be

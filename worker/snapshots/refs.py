@@ -67,6 +67,8 @@ class SnapshotDraft:
 
 @dataclass(frozen=True)
 class GcReport:
+    """What one ``gc`` run did, for the logs and metrics of whoever schedules it."""
+
     manifests_deleted: int = 0
     blobs_deleted: int = 0
     blobs_referenced: int = 0

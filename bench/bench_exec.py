@@ -1,0 +1,147 @@
+"""Exec-channel benchmark: our agent channel against ``docker exec`` and ``docker run``.
+
+Run: ``python3 bench/bench_exec.py [--runtimes runc,runsc] [--runs 200]``.
+
+Prints, per runtime:
+
+- warm exec of ``true`` through the backend (the attach channel) against the
+  Docker SDK's ``container.exec_run("true")`` on the same warm container
+  (p50/p99 over ``--runs`` runs each, and the ratio);
+- pool-hit session start to first result (acquire a warm sandbox + exec
+  ``true``) against ``docker run --rm ... true``;
+- cold create (create + attach + start + first ping), network ``none``.
+
+Targets: warm exec p50 <= 10 ms and >= 5x faster than exec_run; pool-hit start
+to first result <= 15 ms; cold create <= 200 ms. ``exec_run`` appears here only
+as the baseline; sandgrid never uses it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import docker
+
+from scheduler.models import ExecRequest
+from worker.backends import SandboxBackend, backend_for
+from worker.pool import WarmPool
+
+IMAGE = "sandgrid/sandbox-python:latest"
+TRUE = ExecRequest(argv=["true"])
+
+
+def timed(fn: Callable[[], object], runs: int, warmup: int = 5) -> list[float]:
+    """Milliseconds of each of ``runs`` calls, after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def line(name: str, values: list[float], target: str = "") -> str:
+    return (
+        f"  {name:<44} p50 {pct(values, 0.5):8.2f} ms   p99 {pct(values, 0.99):8.2f} ms"
+        f"   n={len(values):<4} {target}"
+    )
+
+
+def verdict(ok: bool) -> str:
+    return "[target met]" if ok else "[target MISSED]"
+
+
+def warm_exec(backend: SandboxBackend, client: docker.DockerClient, runs: int) -> None:
+    sbx = backend.create("python")
+    try:
+        ours = timed(lambda: backend.exec(sbx, TRUE), runs)
+        container = client.containers.get(sbx.id)
+        theirs = timed(lambda: container.exec_run("true"), runs)
+    finally:
+        backend.destroy(sbx)
+    ratio = statistics.median(theirs) / statistics.median(ours)
+    ok = pct(ours, 0.5) <= 10 and ratio >= 5
+    print(line("warm exec `true`, sandgrid channel", ours, verdict(pct(ours, 0.5) <= 10)))
+    print(line("warm exec `true`, docker SDK exec_run", theirs))
+    print(f"  {'ratio exec_run / channel (p50)':<44} {ratio:8.1f}x   {verdict(ok)}")
+
+
+def pool_hit(backend: SandboxBackend, runtime: str, runs: int) -> None:
+    pool = WarmPool(backend, {"python": 1})
+    starts = []
+    try:
+        for i in range(runs):
+            pool.fill()  # untimed: the refill thread's work in production
+            t0 = time.perf_counter()
+            sbx = pool.acquire("python", session_id=f"s-bench{i:012d}", tenant="bench")
+            backend.exec(sbx, TRUE)
+            starts.append((time.perf_counter() - t0) * 1000)
+            pool.release(sbx)
+    finally:
+        pool.close()
+    print(line("pool-hit session start -> first result", starts, verdict(pct(starts, 0.5) <= 15)))
+    cmd = ["docker", "run", "--rm", "--network", "none", "--runtime", runtime, IMAGE, "true"]
+    runs_cli = timed(
+        lambda: subprocess.run(cmd, check=True, capture_output=True), max(runs // 2, 5), 1
+    )
+    print(line(f"`docker run --rm ... true` ({runtime})", runs_cli))
+
+
+def cold_create(backend: SandboxBackend, runs: int) -> None:
+    totals, parts = [], {"create_ms": [], "attach_ms": [], "start_ms": [], "ping_ms": []}
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        sbx = backend.create("python")
+        totals.append((time.perf_counter() - t0) * 1000)
+        for k, v in parts.items():
+            v.append(sbx.timings[k])
+        backend.destroy(sbx)
+    print(
+        line("cold create+start+first ping, network none", totals, verdict(pct(totals, 0.5) <= 200))
+    )
+    split = ", ".join(f"{k[:-3]} {statistics.median(v):.1f}" for k, v in parts.items())
+    print(f"    median split (ms): {split}")
+    print(
+        "    with a network: not measured. Sandboxes may not use the host network, the"
+        " default\n    bridge is disabled on this machine, and a private bridge subnet is"
+        " not allowed here."
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runtimes", default="runc,runsc")
+    parser.add_argument("--runs", type=int, default=200, help="warm exec runs per method")
+    parser.add_argument("--starts", type=int, default=20, help="pool-hit and cold-create runs")
+    args = parser.parse_args()
+    client = docker.from_env(timeout=120)
+    available = client.info().get("Runtimes", {})
+    for runtime in args.runtimes.split(","):
+        if runtime not in available:
+            print(f"== {runtime}: not registered with Docker, skipped")
+            continue
+        backend = backend_for(runtime, client=client, node="bench")
+        print(f"== runtime {runtime}")
+        warm_exec(backend, client, args.runs)
+        pool_hit(backend, runtime, args.starts)
+        cold_create(backend, args.starts)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""End-to-end turn latency and throughput of the grid, in one run.
+
+    python3 bench/bench_grid.py [--turns 300] [--sessions 16] [--seconds 10]
+
+Starts its own grid (API on 127.0.0.1:8731, two worker nodes, Redis db 13),
+then measures on this machine:
+
+1. a warm session's turn of ``true`` through SDK -> HTTP -> Celery -> worker ->
+   sandbox, with the breakdown the API reports (api, queue, worker, sandbox);
+2. the Docker SDK's ``exec_run("true")`` on a warm container of the same image
+   (the baseline: what a ``docker exec`` grid pays per call);
+3. throughput: turns per second of many sessions over the two workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import docker
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scheduler.client import Client  # noqa: E402
+from scheduler.localgrid import LocalGrid  # noqa: E402
+
+PORT = 8731
+REDIS_URL = "redis://127.0.0.1:6379/13"
+TOKEN = "tok-bench-" + "x" * 24
+IMAGE = "sandgrid/sandbox-python:latest"
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def warm_turns(client: Client, n: int) -> tuple[list[float], dict[str, list[float]]]:
+    parts: dict[str, list[float]] = {
+        k: [] for k in ("api_ms", "queue_ms", "worker_ms", "sandbox_ms")
+    }
+    total: list[float] = []
+    with client.session(type="python") as s:
+        for _ in range(20):
+            s.exec(argv=["true"])
+        for _ in range(n):
+            t0 = time.perf_counter()
+            r = s.exec(argv=["true"])
+            total.append((time.perf_counter() - t0) * 1000)
+            assert r.exit_code == 0, r
+            for k in parts:
+                parts[k].append(r.timings.get(k, 0.0))
+    return total, parts
+
+
+def exec_run_baseline(n: int) -> list[float]:
+    client = docker.from_env()
+    c = client.containers.run(
+        IMAGE,
+        ["sleep", "infinity"],
+        detach=True,
+        network_mode="none",
+        labels={"sandgrid.managed": "1", "sandgrid.worker": "bench"},
+    )
+    try:
+        for _ in range(10):
+            c.exec_run("true")
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            c.exec_run("true")
+            out.append((time.perf_counter() - t0) * 1000)
+        return out
+    finally:
+        c.remove(force=True)
+
+
+def throughput(api: str, sessions: int, seconds: float) -> tuple[int, float]:
+    done = [0] * sessions
+    errors: list[BaseException] = []
+    start = threading.Barrier(sessions + 1)
+    stop_at = [0.0]
+
+    def run(i: int) -> None:
+        try:
+            with Client(api, TOKEN) as c, c.session(type="python") as s:
+                s.exec(argv=["true"])
+                start.wait()
+                while time.perf_counter() < stop_at[0]:
+                    s.exec(argv=["true"])
+                    done[i] += 1
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            start.abort()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(sessions)]
+    for t in threads:
+        t.start()
+    stop_at[0] = time.perf_counter() + 3600
+    start.wait()
+    t0 = time.perf_counter()
+    stop_at[0] = t0 + seconds
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return sum(done), sum(done) / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--turns", type=int, default=300)
+    ap.add_argument("--sessions", type=int, default=16)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    args = ap.parse_args()
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    with tempfile.TemporaryDirectory() as tmp:
+        grid = LocalGrid(
+            Path(tmp),
+            port=PORT,
+            redis_url=REDIS_URL,
+            tenants={"bench": TOKEN},
+            env={"SANDGRID_WORKER__POOL_SIZE": "4", "SANDGRID_WORKER__SNAPSHOT_STORE": "local"},
+        )
+        try:
+            grid.start(["bench-w1", "bench-w2"], concurrency=8)
+            with Client(grid.api_url, TOKEN) as client:
+                total, parts = warm_turns(client, args.turns)
+            base = exec_run_baseline(max(200, args.turns))
+            count, rate = throughput(grid.api_url, args.sessions, args.seconds)
+        finally:
+            grid.stop()
+            redis.Redis.from_url(REDIS_URL).flushdb()
+    p50, p99 = statistics.median(total), pct(total, 99)
+    b50, b99 = statistics.median(base), pct(base, 99)
+    print(
+        f"end-to-end warm turn of `true` ({len(total)} turns): p50 {p50:.2f} ms  p99 {p99:.2f} ms"
+    )
+    for k, xs in parts.items():
+        print(f"  {k:<11} p50 {statistics.median(xs):7.2f} ms  p99 {pct(xs, 99):7.2f} ms")
+    print(
+        f"docker exec_run('true') on a warm container ({len(base)} runs): "
+        f"p50 {b50:.2f} ms  p99 {b99:.2f} ms"
+    )
+    print(
+        f"ratio exec_run / grid turn: p50 {b50 / p50:.2f}x  p99 {b99 / p99:.2f}x  (target p50 >= ~3x, <= 20 ms)"
+    )
+    print(
+        f"throughput: {count} turns in {args.seconds:.0f} s over {args.sessions} sessions "
+        f"and 2 workers: {rate:.1f} turns/s (target >= 100)"
+    )
+
+
+if __name__ == "__main__":
+    main()

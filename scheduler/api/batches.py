@@ -1,0 +1,79 @@
+"""Routes of batches: submit, list, progress, results (JSONL), cancel, resume.
+
+Thin: the work is in ``scheduler.batch.BatchManager``. Results come as JSON
+Lines from an offset in completion order, with ``X-Sandgrid-Next-Offset``, so a
+client that lost its connection (or was killed) reads on where it stopped.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response, status
+
+from scheduler.api.deps import CurrentTenant, Svc
+from scheduler.batch import BatchManager
+from scheduler.errors import SandgridError
+from scheduler.models import BatchCreate, BatchInfo
+
+__all__ = ["NEXT_OFFSET_HEADER", "router"]
+
+router = APIRouter(prefix="/v1/batches", tags=["batches"])
+
+JSONL = "application/x-ndjson"
+NEXT_OFFSET_HEADER = "X-Sandgrid-Next-Offset"
+MAX_RESULTS_PER_CALL = 10_000
+
+
+def _manager(svc: Any) -> BatchManager:
+    if svc.batches is None:
+        raise SandgridError("batches are not enabled in this API process")
+    manager: BatchManager = svc.batches
+    return manager
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=BatchInfo)
+def create_batch(body: BatchCreate, svc: Svc, tenant: CurrentTenant) -> BatchInfo:
+    """Submit a batch; it starts at once. Each job ends with exactly one result."""
+    return _manager(svc).submit(tenant, body)
+
+
+@router.get("", response_model=dict[str, list[BatchInfo]])
+def list_batches(svc: Svc, tenant: CurrentTenant) -> dict[str, list[BatchInfo]]:
+    """The caller's batches that have not expired."""
+    return {"batches": _manager(svc).list(tenant)}
+
+
+@router.get("/{batch_id}", response_model=BatchInfo)
+def get_batch(batch_id: str, svc: Svc, tenant: CurrentTenant) -> BatchInfo:
+    """Progress: counts by status, jobs in flight, rate, ETA, state."""
+    return _manager(svc).get(tenant, batch_id)
+
+
+@router.get(
+    "/{batch_id}/results", response_class=Response, responses={200: {"content": {JSONL: {}}}}
+)
+def batch_results(
+    batch_id: str,
+    svc: Svc,
+    tenant: CurrentTenant,
+    offset: Annotated[int, Query(ge=0, description="first result line to return")] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_RESULTS_PER_CALL)] = MAX_RESULTS_PER_CALL,
+) -> Response:
+    """Result lines (``BatchResult`` JSON) from ``offset``, in completion order."""
+    lines = _manager(svc).results(tenant, batch_id, offset, limit)
+    body = "".join(line + "\n" for line in lines)
+    headers = {NEXT_OFFSET_HEADER: str(offset + len(lines))}
+    return Response(content=body, media_type=JSONL, headers=headers)
+
+
+@router.delete("/{batch_id}", response_model=BatchInfo)
+def cancel_batch(batch_id: str, svc: Svc, tenant: CurrentTenant) -> BatchInfo:
+    """Cancel: jobs in flight finish and are recorded, no new job starts."""
+    return _manager(svc).cancel(tenant, batch_id)
+
+
+@router.post("/{batch_id}/resume", response_model=BatchInfo)
+def resume_batch(batch_id: str, svc: Svc, tenant: CurrentTenant) -> BatchInfo:
+    """Run the jobs of a cancelled or interrupted batch that have no result yet."""
+    return _manager(svc).resume(tenant, batch_id)

@@ -1,0 +1,129 @@
+"""The worker's side of batch runs: a per-node gate, and one-turn sessions.
+
+A node runs its direct queue, ``sbx.<type>`` and ``sbx.<type>.batch`` in one
+Celery worker with N threads. The scheduler keeps the grid's batch turns in
+flight under the sum of the nodes' batch limits (``scheduler.capacity``), but
+which node takes a message from a shared queue is up to the broker: a node may
+take more than its share. The gate caps the batch turns running at once on
+this node at ``batch_limit(N)`` (N minus a reserve of a quarter, at least one);
+a batch message beyond that is rejected with ``requeue=True`` *before* the turn
+is claimed, so it goes back to the end of its queue for a node with room, and
+this node keeps a thread for interactive turns.
+
+It also honours ``TurnJob.close_after`` (a batch job's one-turn session):
+after the turn, the session's sandbox is destroyed at once, without a
+snapshot, and its lease released: it never waits for the reaper.
+
+Where the worker calls it (``worker/tasks.py``, the task body)::
+
+    from worker.batch_gate import run_turn
+
+    @app.task(name=names.TASK_TURN, acks_late=True, ignore_result=False)
+    def turn(job: dict[str, Any]) -> dict[str, Any]:
+        outcome = run_turn(get_node(), TurnJob.model_validate(job))
+        return outcome.model_dump(mode="json")
+
+The node's thread count is read from Celery's ``worker_init`` signal (connected
+when this module is imported, i.e. with ``worker.tasks``); ``configure`` sets it
+explicitly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from celery import signals
+from celery.exceptions import Reject
+
+from scheduler.capacity import batch_limit
+from scheduler.models import TurnJob, TurnOutcome
+
+__all__ = ["BatchGate", "close_local", "configure", "gate", "run_turn"]
+
+log = logging.getLogger(__name__)
+
+#: Thread count assumed until Celery says otherwise (``sandgrid worker`` default).
+DEFAULT_CONCURRENCY = 4
+
+
+class BatchGate:
+    """At most ``limit`` batch turns at once on this node; interactive turns pass.
+
+    Args:
+        concurrency: the node's worker threads.
+    """
+
+    def __init__(self, concurrency: int = DEFAULT_CONCURRENCY) -> None:
+        self._cond = threading.Condition()
+        self.running = 0
+        self.rejected = 0
+        self.limit = batch_limit(concurrency)
+
+    def resize(self, concurrency: int) -> None:
+        with self._cond:
+            self.limit = batch_limit(concurrency)
+
+    def try_enter(self, job: TurnJob) -> bool:
+        """Take a batch slot for ``job`` (always True for an interactive turn)."""
+        if not job.batch:
+            return True
+        with self._cond:
+            if self.running >= self.limit:
+                self.rejected += 1
+                return False
+            self.running += 1
+            return True
+
+    def leave(self, job: TurnJob) -> None:
+        if not job.batch:
+            return
+        with self._cond:
+            self.running = max(0, self.running - 1)
+
+
+gate = BatchGate()
+
+
+def configure(concurrency: int) -> None:
+    """Size the gate for a node of ``concurrency`` threads."""
+    gate.resize(concurrency)
+    log.info("batch gate: %d of %d threads for batch turns", gate.limit, concurrency)
+
+
+@signals.worker_init.connect(weak=False)
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    concurrency = getattr(sender, "concurrency", None)
+    if isinstance(concurrency, int) and concurrency > 0:
+        configure(concurrency)
+
+
+def run_turn(node: Any, job: TurnJob) -> TurnOutcome:
+    """Run one turn through the gate (the body of the Celery task).
+
+    Raises:
+        Reject: a batch turn while the node's batch threads are all busy; Celery
+            puts the message back on its queue (the turn was not claimed).
+    """
+    if not gate.try_enter(job):
+        raise Reject(f"batch gate full ({gate.limit} batch turns running)", requeue=True)
+    try:
+        outcome: TurnOutcome = node.executor.run(job)
+    finally:
+        gate.leave(job)
+    if job.close_after:
+        close_local(node, job.session.id)
+    return outcome
+
+
+def close_local(node: Any, session_id: str) -> None:
+    """Destroy the session's sandbox on this node now (no snapshot) and release its
+    lease; nothing to do when the node does not hold it (already closed)."""
+    local = node.sessions.get(session_id)
+    if local is None:
+        return
+    try:
+        node.discard(local)
+    except Exception:
+        log.exception("session %s: close after the turn failed", session_id)
