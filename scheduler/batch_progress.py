@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
 from scheduler.models import BatchResult
@@ -56,7 +56,7 @@ class ProgressView:
         self.started = time.monotonic()
         self._last_plain = 0.0
         self._progress: Progress | None = None
-        self._task = None
+        self._task: TaskID | None = None
         if console.is_terminal:
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"),

@@ -27,8 +27,6 @@ import secrets
 import threading
 from dataclasses import dataclass
 
-import redis
-
 from scheduler.batch_lanes import FreshLane, Lane, LaneContext, ReusedLane
 from scheduler.batch_store import BatchStore
 from scheduler.capacity import BatchSlots, CapacitySource
@@ -181,8 +179,9 @@ class BatchRun:
                     self.stop()  # the lease lapsed and another process took the batch
                 elif (store.info(bid) or self.info).state == "cancelling":
                     self.stop()
-            except redis.RedisError as exc:
+            except Exception as exc:  # Redis gone (shutdown): the threads end on their own
                 log.warning("batch %s: runner lease renewal failed: %s", bid, exc)
+                self.stop()
         for t in self._threads:
             t.join()
         self._settle()
@@ -200,7 +199,7 @@ class BatchRun:
             store.update(bid, in_flight=0)
             store.expire_later(bid)
             store.release_runner(bid, self.owner)
-        except redis.RedisError as exc:
+        except Exception as exc:
             log.warning("batch %s: final state not written: %s", bid, exc)
 
     # ---- the runner threads -------------------------------------------------------

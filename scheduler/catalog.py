@@ -2,7 +2,8 @@
 
 A type name is the unit of routing (queue ``sbx.<type>``) and of warm pools.
 The same image may serve two types that differ by runtime: ``python`` runs on
-runc, ``python-gvisor`` on gVisor's runsc.
+runc, ``python-gvisor`` on gVisor's runsc. ``bfcl`` and ``appworld`` carry the
+benchmarks' packages for batch runs (``scheduler.benchmarks``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ CATALOG: dict[str, SandboxType] = {
     for t in (
         SandboxType("python", "sandgrid/sandbox-python:latest", "runc"),
         SandboxType("python-gvisor", "sandgrid/sandbox-python:latest", "runsc"),
+        # Benchmarks (images/sandbox-bfcl, images/sandbox-appworld; docs/batch.md).
+        SandboxType("bfcl", "sandgrid/sandbox-bfcl:latest", "runc"),
+        SandboxType("appworld", "sandgrid/sandbox-appworld:latest", "runc"),
     )
 }
 

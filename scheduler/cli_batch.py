@@ -21,23 +21,38 @@ import contextlib
 import signal
 import sys
 import time
+from collections.abc import Callable
+from functools import wraps
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
 from scheduler.batch_journal import Journal, Sidecar, SidecarState, file_sha256, read_jobs
 from scheduler.batch_progress import ProgressView, summary_table
-from scheduler.cli import readable_errors
 from scheduler.errors import NotFound, SandgridError
 from scheduler.models import BatchInfo, BatchJob
 
-__all__ = ["EXIT_INTERRUPTED", "batch", "execute", "follow"]
+__all__ = ["EXIT_INTERRUPTED", "batch", "execute", "follow", "readable_errors"]
 
 EXIT_INTERRUPTED = 130
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def readable_errors(fn: F) -> F:
+    """``scheduler.cli.readable_errors``, imported when called: ``scheduler.cli``
+    imports this module to attach the group, so it cannot be imported at load."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from scheduler.cli import readable_errors as readable
+
+        return readable(fn)(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 @click.group()

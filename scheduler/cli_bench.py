@@ -22,12 +22,12 @@ from rich.console import Console
 from rich.table import Table
 
 from scheduler.batch_journal import Journal
-from scheduler.cli import readable_errors
+from scheduler.cli_batch import readable_errors
 from scheduler.models import BatchJob
 
 __all__ = ["bench"]
 
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 @click.group()

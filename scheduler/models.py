@@ -35,6 +35,7 @@ __all__ = [
     "FileList",
     "FileRead",
     "FileWrite",
+    "ForkOp",
     "ListOp",
     "Quotas",
     "ReadOp",
@@ -241,11 +242,26 @@ class TarDownloadOp(WireModel):
 
 
 class CloseOp(WireModel):
+    """The session was closed: destroy its sandbox and delete its snapshots.
+
+    Sent to the owner's direct queue when a node holds the session, else to the
+    shared queue of its type (any worker can delete snapshots).
+    """
+
     kind: Literal["close"] = "close"
 
 
+class ForkOp(WireModel):
+    """Start this (new) session from the latest snapshot of ``source``, a session
+    of the same tenant: the snapshot store copies the manifest and shares the blobs,
+    so the fork outlives its source. No sandbox is needed."""
+
+    kind: Literal["fork"] = "fork"
+    source: SessionId
+
+
 TurnOp = Annotated[
-    ExecOp | WriteOp | ReadOp | ListOp | DeleteOp | TarUploadOp | TarDownloadOp | CloseOp,
+    ExecOp | WriteOp | ReadOp | ListOp | DeleteOp | TarUploadOp | TarDownloadOp | CloseOp | ForkOp,
     Field(discriminator="kind"),
 ]
 
@@ -257,8 +273,16 @@ class SessionCreate(WireModel):
     quotas: Quotas = Field(default_factory=Quotas)
     env: dict[str, str] = Field(default_factory=dict)
     files: list[FileWrite] = Field(default_factory=list, max_length=1024)
-    snapshot_policy: SnapshotPolicy = "after_turn"
-    fork_from: SessionId | None = None
+    snapshot_policy: SnapshotPolicy = Field(
+        "after_turn",
+        description="when the workspace is saved: after_turn (every turn that may have "
+        "changed it, before the turn returns), on_idle (when the session's sandbox is "
+        "released: idle, or the node drains), never (it lives only in its sandbox)",
+    )
+    fork_from: SessionId | None = Field(
+        None,
+        description="start from the latest snapshot of this session of the same tenant",
+    )
     labels: dict[str, str] = Field(default_factory=dict, max_length=32)
 
 
@@ -275,6 +299,12 @@ class SessionInfo(WireModel):
     owner: str | None = None
     lease_expires: float | None = None
     snapshot: str | None = None
+    unsaved: bool = Field(
+        False,
+        description="the workspace has changes that no snapshot holds (policy on_idle or "
+        "never, or the last snapshot failed): a worker loss would lose them",
+    )
+    forked_from: str | None = None
     turns: int = 0
     last_turn: str | None = None
     created_at: datetime

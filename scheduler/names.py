@@ -20,6 +20,8 @@ Redis keys (all under ``sg:``):
     ``sg:batch:<id>:results``      list: ``BatchResult`` JSON lines, in completion order
     ``sg:batch:<id>:runner``       string: the API process running the batch, with a TTL
     ``sg:tenant:<tenant>:batches`` sorted set: the tenant's batch ids by creation time
+    ``sg:gc:<tenant>``             string, with a TTL: a node is collecting the tenant's snapshots
+                                   (rate limit of snapshot garbage collection, grid-wide)
     ``sg:batchslots:<type>``       sorted set: batch turns in flight on a type (id -> deadline),
                                    so batches never take every worker thread of the grid
 """
@@ -36,6 +38,7 @@ __all__ = [
     "batch_results_key",
     "batch_runner_key",
     "batch_slots_key",
+    "gc_key",
     "lease_key",
     "node_from_key",
     "node_key",
@@ -142,3 +145,7 @@ def tenant_batches_key(tenant: str) -> str:
 
 def batch_slots_key(sandbox_type: str) -> str:
     return f"{KEY_PREFIX}batchslots:{sandbox_type}"
+
+
+def gc_key(tenant: str) -> str:
+    return f"{KEY_PREFIX}gc:{tenant}"

@@ -57,7 +57,8 @@ def new_turn_id() -> str:
 
 @cache
 def _adapter(field: str) -> TypeAdapter[Any]:
-    return TypeAdapter(SessionInfo.model_fields[field].annotation)
+    annotation: Any = SessionInfo.model_fields[field].annotation
+    return TypeAdapter(annotation)
 
 
 def _ms(seconds: float) -> int:
@@ -100,6 +101,7 @@ class SessionRegistry:
         spec: SessionCreate,
         *,
         snapshot: str | None = None,
+        forked_from: str | None = None,
         max_sessions: int = 0,
     ) -> SessionInfo:
         """Record a new session of ``tenant``; no container is started yet.
@@ -107,7 +109,9 @@ class SessionRegistry:
         Args:
             tenant: the owning tenant.
             spec: the validated create request.
-            snapshot: a snapshot to start from (a fork).
+            snapshot: a snapshot (of this session) to start from.
+            forked_from: the session it is forked from (shown; the fork's own
+                snapshot is set by the worker that copies it).
             max_sessions: the tenant's ceiling of live sessions (0: none), checked
                 atomically with the insert.
 
@@ -123,6 +127,7 @@ class SessionRegistry:
             env=spec.env,
             snapshot_policy=spec.snapshot_policy,
             snapshot=snapshot,
+            forked_from=forked_from,
             created_at=now,
             last_used=now,
             labels=spec.labels,
@@ -187,14 +192,21 @@ class SessionRegistry:
         self._update(session_id, fields, incr="")
 
     def record_turn(
-        self, session_id: str, snapshot: str | None = None, turn_id: str | None = None
+        self,
+        session_id: str,
+        snapshot: str | None = None,
+        turn_id: str | None = None,
+        *,
+        unsaved: bool = False,
     ) -> None:
         """Count a finished turn, stamp ``last_used`` and keep the latest snapshot.
 
         ``turn_id`` is kept as ``last_turn``: a turn re-dispatched after its
         worker died is not run again when the record shows it completed.
+        ``unsaved`` says that the workspace has changes no snapshot holds: a
+        turn whose worker dies is then not run again from a stale snapshot.
         """
-        fields: dict[str, Any] = {"last_used": datetime.now(UTC)}
+        fields: dict[str, Any] = {"last_used": datetime.now(UTC), "unsaved": unsaved}
         if turn_id:
             fields["last_turn"] = turn_id
         if snapshot:
@@ -342,6 +354,11 @@ class SessionRegistry:
         """The turn record: ``state`` (queued, running, done, abandoned), ``node``..."""
         record: dict[str, str] = self.redis.hgetall(names.turn_key(turn_id))
         return record
+
+    def claim_gc(self, tenant: str, interval_s: float) -> bool:
+        """Worker side: take the right to collect ``tenant``'s snapshots for the next
+        ``interval_s`` seconds, grid-wide (one node collects a tenant per interval)."""
+        return bool(self.redis.set(names.gc_key(tenant), "1", nx=True, px=_ms(interval_s)))
 
     def acquire_turn_slot(self, tenant: str, turn_id: str, limit: int, ttl: float) -> bool:
         """Take one of ``limit`` in-flight turn slots of ``tenant`` for ``ttl`` seconds."""

@@ -20,6 +20,8 @@ DEFAULT_LEASE_TTL_S = 15.0
 DEFAULT_HEARTBEAT_S = 3.0
 DEFAULT_VISIBILITY_TIMEOUT_S = 3900
 DEFAULT_IDLE_TTL_S = 300.0
+DEFAULT_REAP_INTERVAL_S = 5.0
+DEFAULT_SNAPSHOT_GC_INTERVAL_S = 600.0
 DEFAULT_SNAPSHOT_KEEP = 5
 DEFAULT_SNAPSHOT_GC_GRACE_S = 3600.0
 DEFAULT_SNAPSHOT_MAX_FILES = 100_000
@@ -62,6 +64,12 @@ class SnapshotSettings(BaseModel):
     max_bytes: int = Field(
         DEFAULT_SNAPSHOT_MAX_BYTES, ge=1, description="SANDGRID_WORKER__SNAPSHOTS__MAX_BYTES"
     )
+    gc_interval_s: float = Field(
+        DEFAULT_SNAPSHOT_GC_INTERVAL_S,
+        gt=0,
+        description="SANDGRID_WORKER__SNAPSHOTS__GC_INTERVAL_S: each tenant a node served is "
+        "collected (closed sessions' snapshots, unreferenced blobs) at most this often, grid-wide",
+    )
     threads: int = Field(
         DEFAULT_SNAPSHOT_THREADS,
         ge=1,
@@ -79,7 +87,18 @@ class WorkerSettings(BaseModel):
         2, ge=0, description="SANDGRID_WORKER__POOL_SIZE warm containers per type"
     )
     runtime: str = Field("runc", description="SANDGRID_WORKER__RUNTIME: runc or runsc")
-    idle_ttl_s: float = Field(DEFAULT_IDLE_TTL_S, description="SANDGRID_WORKER__IDLE_TTL_S")
+    idle_ttl_s: float = Field(
+        DEFAULT_IDLE_TTL_S,
+        gt=0,
+        description="SANDGRID_WORKER__IDLE_TTL_S: a session idle this long is snapshotted "
+        "(unless its policy is never) and its sandbox released; its next turn restores it",
+    )
+    reap_interval_s: float = Field(
+        DEFAULT_REAP_INTERVAL_S,
+        gt=0,
+        description="SANDGRID_WORKER__REAP_INTERVAL_S: how often the reaper looks for idle "
+        "sessions, orphan containers and snapshot collection due",
+    )
     snapshot_store: str = Field("minio", description="SANDGRID_WORKER__SNAPSHOT_STORE: minio|local")
     local_snapshot_dir: Path = Field(
         Path("/var/lib/sandgrid/snapshots"), description="SANDGRID_WORKER__LOCAL_SNAPSHOT_DIR"

@@ -11,9 +11,10 @@ is always the order the client chose.
 While waiting, the runner watches the node that has (or will have) the turn: the
 node that claimed it, else the node whose direct queue it was sent to, else the
 node that took the session's lease after routing. When that node's heartbeat
-lapses before an outcome arrives, ``on_worker_lost`` decides; by default the turn
-is abandoned (a late redelivery is refused by ``claim_turn``) and the caller gets
-503 ``worker_lost``. Re-dispatching from the last snapshot belongs in that hook.
+lapses before an outcome arrives, ``on_worker_lost`` runs the turn again on
+another worker from the session's last snapshot when that is safe; otherwise the
+turn is abandoned (a late redelivery is refused by ``claim_turn``) and the caller
+gets 503 ``worker_lost``.
 """
 
 from __future__ import annotations
@@ -185,13 +186,24 @@ class TurnRunner:
             raise _busy(session.id, "sessions.close")
         try:
             self.registry.close(session.id)
-            if session.owner and self.registry.node_alive(session.owner):
+            queue = self._close_queue(session)
+            if queue is not None:
                 job = TurnJob(turn_id=new_turn_id(), session=session, op=CloseOp())
-                queue = names.node_queue(session.owner)
                 self.dispatcher.send(job, queue, expires=CLOSE_EXPIRES_S)
         finally:
             self.registry.end_turn(session.id, lock)
         return self.registry.get(tenant.name, session_id)
+
+    def _close_queue(self, session: SessionInfo) -> str | None:
+        """Where the close goes: the owner (it destroys the sandbox and deletes the
+        snapshots), else any worker of the type (it deletes the snapshots), else
+        nowhere when the session never had a sandbox or a snapshot. A close that
+        no worker handles is caught by the workers' snapshot collection."""
+        if session.owner and self.registry.node_alive(session.owner):
+            return names.node_queue(session.owner)
+        if session.snapshot or session.turns or session.forked_from:
+            return names.type_queue(session.type)
+        return None
 
     def _locked(self, job: TurnJob, queue: str, ttl: float) -> tuple[TurnOutcome, float]:
         """Send and wait under the session's turn lock; the wait in ms."""
@@ -239,8 +251,9 @@ class TurnRunner:
         last snapshot, the one taken before this turn, and runs it. The older
         attempt can no longer be claimed (``retry_turn``). When the session's
         record shows that the turn did complete (its worker died after saving the
-        snapshot but before reporting), it is not run again: the caller gets a
-        clear 503 instead.
+        snapshot but before reporting), or that the workspace had changes no
+        snapshot holds (``unsaved``: policy ``on_idle``/``never``, or a failed
+        snapshot), it is not run again: the caller gets a clear 503 instead.
 
         Raises:
             InfrastructureError: ``worker_lost``, when the turn cannot be re-run.
@@ -248,14 +261,16 @@ class TurnRunner:
         self.dispatcher.forget(handle)
         fresh = self.registry.get_any(job.session.id)
         completed = fresh is not None and fresh.last_turn == job.turn_id
+        unsaved = fresh is not None and fresh.unsaved
         if (
             completed
+            or unsaved
             or fresh is None
             or job.attempt >= MAX_ATTEMPTS
             or not self.registry.retry_turn(job.turn_id, job.attempt + 1)
         ):
             self.registry.abandon_turn(job.turn_id)
-            raise _lost(job, node, completed)
+            raise _lost(job, node, completed, unsaved)
         retry = job.model_copy(update={"attempt": job.attempt + 1, "session": fresh})
         queue = names.batch_queue(fresh.type) if job.batch else names.type_queue(fresh.type)
         ttl = (_timeout_of(job) or fresh.quotas.timeout_s) + self.turn_margin_s
@@ -279,12 +294,16 @@ def _timeout_of(job: TurnJob) -> float | None:
     return job.op.request.timeout_s if isinstance(job.op, ExecOp) else None
 
 
-def _lost(job: TurnJob, node: str, completed: bool) -> InfrastructureError:
-    why = (
-        "the turn completed and was saved, but its result was lost with the worker"
-        if completed
-        else "the turn did not complete; the session continues from its last snapshot"
-    )
+def _lost(job: TurnJob, node: str, completed: bool, unsaved: bool = False) -> InfrastructureError:
+    if completed:
+        why = "the turn completed and was saved, but its result was lost with the worker"
+    elif unsaved:
+        why = (
+            "the turn was not run again because the workspace had changes that no "
+            "snapshot holds; the session continues from its last snapshot"
+        )
+    else:
+        why = "the turn did not complete; the session continues from its last snapshot"
     return InfrastructureError(
         f"worker {node!r} stopped heartbeating during turn {job.turn_id}: {why}",
         code=ErrorCode.WORKER_LOST,

@@ -2,12 +2,16 @@
 
 The executor is the only place that knows the order of a turn's steps; the
 Celery task around it is a thin shell (``worker.tasks``) and every step below is
-a call into its own module (registry, pool, backend, snapshots).
+a call into its own module (registry, pool, backend, snapshot policy).
 
 Why snapshot before reporting: with the default policy ``after_turn`` the
 turn's result is only returned once its workspace is safe in the store, so the
 next turn can run on any worker, and a worker that dies mid-turn leaves the
-snapshot of the turn before it, from which the turn can run again exactly once.
+snapshot of the turn before it, from which the turn can run again exactly once
+(``worker.persistence`` decides when a snapshot is taken).
+
+Two ops need no sandbox: a fork copies a snapshot in the store, and a close
+destroys the session's sandbox here (if any) and deletes its snapshots.
 """
 
 from __future__ import annotations
@@ -24,12 +28,12 @@ from scheduler.errors import (
     InfrastructureError,
     SandboxLost,
     SandgridError,
-    SnapshotError,
 )
 from scheduler.models import (
     CloseOp,
     DeleteOp,
     ExecOp,
+    ForkOp,
     ListOp,
     ReadOp,
     SessionInfo,
@@ -39,14 +43,12 @@ from scheduler.models import (
     TurnOutcome,
     WriteOp,
 )
+from worker.persistence import MUTATING_OPS, not_saved
 from worker.session_table import LocalSession
 
 __all__ = ["MUTATING_OPS", "Executor"]
 
 log = logging.getLogger(__name__)
-
-#: Ops that may change the workspace, hence need a snapshot afterwards.
-MUTATING_OPS = frozenset({"exec", "write", "delete", "tar_upload"})
 
 
 @dataclass
@@ -86,14 +88,11 @@ class Executor:
             )
             return self._failed(job, err, turn)
         try:
-            local = self._session_for(job, turn)
-            with local.lock:
-                t = time.perf_counter()
-                result = self._apply(local, job)
-                t = turn.mark("sandbox_ms", t)
-                snapshot = self._after_turn(local, job)
-                turn.mark("snapshot_ms", t)
-            self._record(job, local, snapshot)
+            if isinstance(job.op, CloseOp | ForkOp):
+                snapshot, result = None, self._control(job)
+            else:
+                local, result = self._turn(job, turn)
+                snapshot = local.snapshot
         except SandgridError as exc:
             return self._failed(job, exc, turn)
         except Exception as exc:  # a bug must still answer the caller
@@ -105,9 +104,45 @@ class Executor:
             node=name,
             ok=True,
             result=result,
-            snapshot=local.snapshot,
+            snapshot=snapshot,
             timings=turn.marks,
         )
+
+    def _turn(self, job: TurnJob, turn: _Turn) -> tuple[LocalSession, dict[str, Any]]:
+        """Run the op in the session's sandbox, snapshot as the policy says, record it.
+
+        Raises:
+            SandgridError: the op failed, or it ran but the snapshot after it did
+                not (``not_saved``: the turn is still counted, ``unsaved``).
+        """
+        local = self._session_for(job, turn)
+        with local.lock:
+            t = time.perf_counter()
+            self.node.persistence.before_turn(local, job.op.kind)
+            result = self._apply(local, job)
+            t = turn.mark("sandbox_ms", t)
+            try:
+                self.node.persistence.after_turn(local, job.op.kind)
+            except SandgridError as exc:
+                self._record(job, local)
+                raise not_saved(exc, job, result) from exc
+            finally:
+                turn.mark("snapshot_ms", t)
+        self._record(job, local)
+        return local, result
+
+    def _control(self, job: TurnJob) -> dict[str, Any]:
+        """A fork (copy a snapshot) or a close (destroy the sandbox, delete snapshots)."""
+        node, info = self.node, job.session
+        if isinstance(job.op, ForkOp):
+            result: dict[str, Any] = node.persistence.fork(job)
+            return result
+        local: LocalSession | None = node.sessions.get(info.id)
+        if local is not None:
+            with local.lock:
+                node.discard(local)
+        deleted = node.persistence.forget(info.tenant, info.id)
+        return {"closed": True, "snapshots_deleted": deleted}
 
     def _failed(self, job: TurnJob, exc: SandgridError, turn: _Turn) -> TurnOutcome:
         turn.mark("worker_ms", turn.started)
@@ -140,7 +175,7 @@ class Executor:
         if local is not None:  # its sandbox was lost: start again from the snapshot
             node.discard(local)
         info = node.registry.get_any(sid) or job.session
-        if info.state == "closed" and not isinstance(job.op, CloseOp):
+        if info.state == "closed":
             raise Conflict(
                 f"session {sid} is closed", code=ErrorCode.SESSION_CLOSED, operation="turn"
             )
@@ -174,15 +209,11 @@ class Executor:
     def _apply(self, local: LocalSession, job: TurnJob) -> dict[str, Any]:
         """Run the turn's op in the sandbox; the JSON result of the op."""
         backend = self.node.backend_for(local.sandbox_type)
-        sbx, op = local.sandbox, job.op
         try:
-            out = self._dispatch(backend, sbx, op, job.session)
+            return self._dispatch(backend, local.sandbox, job.op, job.session)
         except SandboxLost:
             self.node.discard(local)
             raise
-        if op.kind in MUTATING_OPS:
-            local.dirty = True
-        return out
 
     def _dispatch(self, backend: Any, sbx: Any, op: Any, info: SessionInfo) -> dict[str, Any]:
         if isinstance(op, ExecOp):
@@ -203,40 +234,11 @@ class Executor:
             return {"files": backend.put_tar(sbx, op.path, base64.b64decode(op.data_b64))}
         if isinstance(op, TarDownloadOp):
             return {"data_b64": base64.b64encode(backend.get_tar(sbx, op.path)).decode()}
-        if isinstance(op, CloseOp):
-            return {"closed": True}
         raise SandgridError(f"unknown op {op!r}")
 
-    # ---- after the turn --------------------------------------------------------------
-
-    def _after_turn(self, local: LocalSession, job: TurnJob) -> str | None:
-        """Snapshot as the session's policy says; close the sandbox on a CloseOp."""
-        if isinstance(job.op, CloseOp):
-            self.node.close_session(local)
-            return local.snapshot
-        if local.policy == "after_turn" and local.dirty:
-            self.snapshot(local)
-        return local.snapshot
-
-    def snapshot(self, local: LocalSession) -> None:
-        """Save the session's workspace if it changed since the last snapshot.
-
-        Raises:
-            SnapshotError / InfrastructureError: the store failed; the session
-                stays dirty and usable, and the next snapshot tries again.
-        """
-        try:
-            ref = self.node.save(local)
-        except SandgridError:
-            raise
-        except Exception as exc:
-            raise SnapshotError(f"snapshot failed: {exc}", operation="snapshot") from exc
-        if ref is not None:
-            local.snapshot, local.manifest = ref
-        local.dirty = False
-
-    def _record(self, job: TurnJob, local: LocalSession, snapshot: str | None) -> None:
+    def _record(self, job: TurnJob, local: LocalSession) -> None:
+        """Count the turn; ``unsaved`` when the workspace has changes no snapshot holds."""
         local.last_used = time.monotonic()
-        if isinstance(job.op, CloseOp):
-            return
-        self.node.registry.record_turn(job.session.id, snapshot=snapshot, turn_id=job.turn_id)
+        self.node.registry.record_turn(
+            job.session.id, snapshot=local.snapshot, turn_id=job.turn_id, unsaved=local.dirty
+        )

@@ -17,6 +17,7 @@ from worker.backends import backend_for
 from worker.backends.base import Sandbox, SandboxBackend
 from worker.executor import Executor
 from worker.heartbeat import Heartbeat
+from worker.persistence import Persistence
 from worker.pool import WarmPool
 from worker.reaper import Reaper
 from worker.session_table import LocalSession, SessionTable
@@ -58,9 +59,10 @@ class Node:
         self.sessions = SessionTable()
         targets = {t: self.settings.worker.pool_size for t in self.types}
         self.pool = WarmPool(self.backend_for, targets)
+        self.persistence = Persistence(self)
         self.executor = Executor(self)
         self.heartbeat = Heartbeat(self)
-        self.reaper = Reaper(self)
+        self.reaper = Reaper(self, self.settings.worker.reap_interval_s)
 
     def backend_for(self, sandbox_type: str) -> SandboxBackend:
         return self.backends[CATALOG[sandbox_type].runtime]
@@ -101,15 +103,28 @@ class Node:
             return None
         return ref.name, ref.manifest
 
-    def release(self, local: LocalSession, *, snapshot: bool) -> None:
-        """Give a session up: snapshot if asked and needed, drop lease, destroy."""
-        try:
-            if snapshot and local.dirty and local.policy != "never":
-                self.executor.snapshot(local)
-                self.registry.update(local.session_id, snapshot=local.snapshot)
-        except Exception:
-            log.exception("session %s: snapshot on release failed", local.session_id)
+    def release(
+        self, local: LocalSession, *, snapshot: bool, keep_on_failure: bool = False
+    ) -> bool:
+        """Give a session up: save it as its policy says, drop the lease, destroy.
+
+        Args:
+            snapshot: save the workspace first (see ``Persistence.on_release``).
+            keep_on_failure: when that save fails, keep the session here (the
+                reaper tries again later) instead of losing its changes.
+
+        Returns:
+            False when the session was kept because its snapshot failed.
+        """
+        if snapshot:
+            try:
+                self.persistence.on_release(local)
+            except Exception as exc:
+                log.warning("session %s: snapshot on release failed: %s", local.session_id, exc)
+                if keep_on_failure:
+                    return False
         self.discard(local)
+        return True
 
     def discard(self, local: LocalSession) -> None:
         """Forget a session here: its container is destroyed, its lease released."""
@@ -119,12 +134,6 @@ class Node:
             self.registry.release_lease(local.session_id, self.name)
         except Exception:
             log.exception("session %s: lease release failed", local.session_id)
-
-    def close_session(self, local: LocalSession) -> None:
-        """A closed session's container is destroyed and never reused."""
-        if local.policy == "on_idle" and local.dirty:
-            self.executor.snapshot(local)
-        self.discard(local)
 
 
 _node: Node | None = None

@@ -138,8 +138,33 @@ def container_kwargs(
             the whole sandbox down instead of the user's biggest process).
         agent_path: the agent file on the worker's disk.
     """
+    host_config = _host_config(quotas, runtime, network, host_pids, host_memory_mb, agent_path)
+    return {
+        "image": image,
+        "name": name,
+        "command": list(AGENT_COMMAND),
+        "user": "0:0",
+        "working_dir": "/",
+        "hostname": "sandbox",
+        "environment": {"SANDGRID_PIDS_MAX": str(quotas.pids)},
+        "labels": labels,
+        "stdin_open": True,
+        "detach": False,  # with stdin_open: AttachStdin and StdinOnce (no other way in the SDK)
+        "tty": False,
+        "host_config": host_config,
+    }
+
+
+def _host_config(
+    quotas: Quotas,
+    runtime: str,
+    network: str | None,
+    host_pids: int | None,
+    host_memory_mb: int | None,
+    agent_path: Path,
+) -> dict[str, Any]:
     mem = f"{host_memory_mb or quotas.memory_mb}m"
-    host_config = {
+    return {
         "runtime": runtime,
         "auto_remove": True,
         "network_mode": network or "none",
@@ -163,18 +188,4 @@ def container_kwargs(
         ],
         "mounts": [Mount(AGENT_MOUNT, str(agent_path), type="bind", read_only=True)],
         "log_config": LogConfig(type="none"),
-    }
-    return {
-        "image": image,
-        "name": name,
-        "command": list(AGENT_COMMAND),
-        "user": "0:0",
-        "working_dir": "/",
-        "hostname": "sandbox",
-        "environment": {"SANDGRID_PIDS_MAX": str(quotas.pids)},
-        "labels": labels,
-        "stdin_open": True,
-        "detach": False,  # with stdin_open: AttachStdin and StdinOnce (no other way in the SDK)
-        "tty": False,
-        "host_config": host_config,
     }

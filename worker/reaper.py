@@ -1,4 +1,8 @@
-"""The reaper: idle sessions are snapshotted and released; orphans are removed.
+"""The reaper: idle sessions are snapshotted and released; orphans are removed;
+snapshots of the tenants this node served are collected when due.
+
+An idle session whose snapshot fails (the store is down) is kept, not
+released, so that its changes are not lost; the next pass tries again.
 
 Every container the grid makes carries ``sandgrid.managed=1`` and the label of
 its worker node. A container of this node that neither the warm pool nor the
@@ -32,7 +36,7 @@ class Reaper:
         self._thread: threading.Thread | None = None
 
     def reap_idle(self) -> int:
-        """Snapshot and release sessions idle past the TTL; how many."""
+        """Snapshot and release sessions idle past the TTL; how many were released."""
         node = self.node
         cutoff = time.monotonic() - node.settings.worker.idle_ttl_s
         count = 0
@@ -40,9 +44,11 @@ class Reaper:
             if not local.lock.acquire(blocking=False):
                 continue  # a turn is running: not idle
             try:
+                if node.sessions.get(local.session_id) is not local:
+                    continue  # closed or dropped meanwhile
                 log.info("session %s: idle, releasing", local.session_id)
-                node.release(local, snapshot=True)
-                count += 1
+                if node.release(local, snapshot=True, keep_on_failure=True):
+                    count += 1
             finally:
                 local.lock.release()
         return count
@@ -73,8 +79,8 @@ class Reaper:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            try:
-                self.reap_idle()
-                self.collect_orphans()
-            except Exception:
-                log.exception("reaper pass failed")
+            for step in (self.reap_idle, self.collect_orphans, self.node.persistence.collect_due):
+                try:
+                    step()
+                except Exception:
+                    log.exception("reaper step %s failed", step.__name__)

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, status
 
-from scheduler.api.deps import CurrentTenant, Svc
-from scheduler.errors import InvalidInput, SandgridError
+from scheduler.api.deps import CurrentTenant, Services, Svc
+from scheduler.errors import Conflict, ErrorCode, InvalidInput, SandgridError
 from scheduler.models import (
     ExecRequest,
     ExecResult,
+    ForkOp,
     SessionCreate,
     SessionInfo,
     SessionList,
     WriteOp,
 )
+from scheduler.tenants import Tenant
 
 __all__ = ["router"]
 
@@ -26,32 +28,59 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=SessionInfo)
 def create_session(spec: SessionCreate, svc: Svc, tenant: CurrentTenant) -> SessionInfo:
-    """Create a session. No container starts until its first turn (or ``files``)."""
+    """Create a session. No container starts until its first turn (or ``files``).
+
+    With ``fork_from``, a worker first copies the source's latest snapshot into
+    the new session (the blobs are shared), so the fork outlives its source.
+    """
     svc.admission.check_session(tenant, spec)
-    snapshot = None
-    if spec.fork_from:
-        source = svc.registry.get(tenant.name, spec.fork_from)
-        if source.type != spec.type or not source.snapshot:
-            raise InvalidInput(
-                f"fork_from: session {source.id!r} has no snapshot of type {spec.type!r} to fork",
-                operation="sessions.create",
-                context={
-                    "field": "fork_from",
-                    "rule": "a session of the same type with a snapshot",
-                },
-            )
-        snapshot = source.snapshot
+    source = _fork_source(svc, tenant, spec) if spec.fork_from else None
     info = svc.registry.create(
-        tenant.name, spec, snapshot=snapshot, max_sessions=tenant.limits.max_sessions
+        tenant.name,
+        spec,
+        forked_from=source.id if source else None,
+        max_sessions=tenant.limits.max_sessions,
     )
-    if spec.files:
-        try:
+    try:
+        if source is not None:
+            svc.runner.run(tenant, info, ForkOp(source=source.id), timeout_s=None)
+        if spec.files:
+            info = svc.registry.get(tenant.name, info.id)
             svc.runner.run(tenant, info, WriteOp(files=spec.files), timeout_s=None)
+    except SandgridError:
+        try:  # the new session is of no use: close it (and delete a copied snapshot)
+            svc.runner.close(tenant, info.id)
         except SandgridError:
             svc.registry.close(info.id)
-            raise
-        info = svc.registry.get(tenant.name, info.id)
-    return info
+        raise
+    return svc.registry.get(tenant.name, info.id)
+
+
+def _fork_source(svc: Services, tenant: Tenant, spec: SessionCreate) -> SessionInfo:
+    """The session to fork: the caller's own (another tenant's is 404), open, of
+    the same type, with a snapshot."""
+    source = svc.registry.get(tenant.name, str(spec.fork_from))
+    if source.state == "closed":
+        raise Conflict(
+            f"fork_from: session {source.id!r} is closed and its snapshots are deleted; "
+            "fork a session before closing it",
+            code=ErrorCode.SESSION_CLOSED,
+            operation="sessions.create",
+            context={"field": "fork_from", "session": source.id},
+        )
+    if source.type != spec.type or not source.snapshot:
+        why = (
+            f"is of type {source.type!r}, not {spec.type!r}"
+            if source.type != spec.type
+            else "has no snapshot yet (no turn changed its workspace, or its policy "
+            f"{source.snapshot_policy!r} has not saved it)"
+        )
+        raise InvalidInput(
+            f"fork_from: session {source.id!r} {why}",
+            operation="sessions.create",
+            context={"field": "fork_from", "rule": "a session of the same type with a snapshot"},
+        )
+    return source
 
 
 @router.get("", response_model=SessionList)

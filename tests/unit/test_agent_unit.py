@@ -36,8 +36,6 @@ ROOTS = ("/workspace", "/home/sandbox")
         (member("/workspace/x"), "absolute"),
         (member("workspace/../etc/x"), "'..'"),
         (member("etc/passwd"), "outside"),
-        (member("workspace/l", tarfile.SYMTYPE, "/etc"), "points outside"),
-        (member("workspace/l", tarfile.SYMTYPE, "../../etc"), "points outside"),
         (member("workspace/d", tarfile.CHRTYPE), "only regular files"),
         (member("workspace/h", tarfile.LNKTYPE, "workspace/x"), "only regular files"),
         (member("workspace/f", tarfile.FIFOTYPE), "only regular files"),
@@ -54,6 +52,9 @@ def test_unpack_members_accepted(agent: ModuleType) -> None:
     assert agent.member_target(member("workspace/a/b"), "/", ROOTS) == "/workspace/a/b"
     link = member("home/sandbox/l", tarfile.SYMTYPE, "../../workspace/a")
     assert agent.member_target(link, "/", ROOTS) == "/home/sandbox/l"
+    for target in ("/etc", "../../etc", "/usr/bin/python3"):  # a link's target is data
+        out = member("workspace/l", tarfile.SYMTYPE, target)
+        assert agent.member_target(out, "/", ROOTS) == "/workspace/l"
     assert (
         agent.member_target(member("x/y"), "/workspace/up", ("/workspace",)) == "/workspace/up/x/y"
     )

@@ -735,7 +735,8 @@ def do_tar_put(rel: str, data: bytes) -> Json:
 
 
 def member_target(m: tarfile.TarInfo, base: str, roots: tuple[str, ...]) -> str:
-    """Where a member lands, refused unless it stays inside the roots."""
+    """Where a member lands, refused unless it stays inside the roots. A symlink's
+    target is data (it is created, never followed), so it is not checked."""
     name = m.name
     bad = AgentError("invalid_input", f"tar member {name!r} refused: ", member=name)
     if name.startswith("/") or ".." in name.split("/") or "\0" in name:
@@ -745,25 +746,51 @@ def member_target(m: tarfile.TarInfo, base: str, roots: tuple[str, ...]) -> str:
         bad.message += "only regular files, directories and symlinks are accepted"
         raise bad
     target = os.path.normpath(os.path.join(base, name))
-    if not inside(target, roots) or not inside(existing_real(target), roots):
+    if not inside(target, roots):
         bad.message += "it lands outside " + ", ".join(roots)
         raise bad
-    if m.issym():
-        dest = os.path.normpath(os.path.join(os.path.dirname(target), m.linkname))
-        if not inside(dest, roots):
-            bad.message += f"symlink to {m.linkname!r} points outside " + ", ".join(roots)
-            raise bad
     return target
 
 
-def existing_real(path: str) -> str:
-    """The real path of the deepest existing ancestor, with the rest appended."""
-    head, tail = path, ""
-    while head != "/" and not os.path.lexists(head):
-        head, name = os.path.split(head)
-        tail = os.path.join(name, tail) if tail else name
-    real = os.path.realpath(head)
-    return os.path.join(real, tail) if tail else real
+def blocker(target: str, roots: tuple[str, ...]) -> str | None:
+    """The first of the root and the ancestors of ``target`` that exists and is not
+    a real directory (a symlink, a file), or None. ``lstat`` only: writing below
+    a symlink would write through it, wherever it points."""
+    root = next(r for r in roots if inside(target, (r,)))
+    rel = os.path.relpath(os.path.dirname(target), root)
+    path = root
+    for part in ["", *([] if rel == "." or target == root else rel.split("/"))]:
+        path = os.path.join(path, part) if part else path
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISDIR(st.st_mode):
+            return path
+    return None
+
+
+def check_plan(plan: list[tuple[tarfile.TarInfo, str]], roots: tuple[str, ...], disk: bool) -> None:
+    """Refuse a member under a symlink or file of the same tar, or (``disk``) of
+    the tree it goes into, before anything is written."""
+    kinds = {target: m for m, target in plan}
+    for m, target in plan:
+        parent = os.path.dirname(target)
+        while parent not in roots and parent != "/":
+            other = kinds.get(parent)
+            if other is not None and not other.isdir():
+                raise AgentError(
+                    "invalid_input",
+                    f"tar member {m.name!r} refused: it lies under {other.name!r}, not a directory",
+                    member=m.name,
+                )
+            parent = os.path.dirname(parent)
+        if disk and (found := blocker(target, roots)) is not None:
+            raise AgentError(
+                "invalid_input",
+                f"tar member {m.name!r} refused: {found} on its way is not a directory",
+                member=m.name,
+            )
 
 
 def extract(data: bytes, base: str, roots: tuple[str, ...], clear: bool = False) -> int:
@@ -771,11 +798,12 @@ def extract(data: bytes, base: str, roots: tuple[str, ...], clear: bool = False)
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
             members = tar.getmembers()
-            targets = [member_target(m, base, roots) for m in members]
+            plan = [(m, member_target(m, base, roots)) for m in members]
+            check_plan(plan, roots, disk=not clear)
             if clear:
                 for root in roots:
                     clear_dir(root)
-            return extract_members(tar, list(zip(members, targets, strict=True)), roots)
+            return extract_members(tar, plan, roots)
     except (tarfile.TarError, EOFError) as exc:
         raise AgentError("invalid_input", f"not a readable tar: {exc}") from None
 
@@ -783,19 +811,25 @@ def extract(data: bytes, base: str, roots: tuple[str, ...], clear: bool = False)
 def extract_members(
     tar: tarfile.TarFile, plan: list[tuple[tarfile.TarInfo, str]], roots: tuple[str, ...]
 ) -> int:
+    """Write the members; no symlink is ever followed (parents are ``lstat``-ed
+    again, in case an earlier member or a user process put one there)."""
     dirs: list[tuple[str, int]] = []
     count = 0
     for m, target in plan:
-        if not inside(existing_real(os.path.dirname(target)), roots):
+        if (found := blocker(target, roots)) is not None:
             raise AgentError(
-                "invalid_input", f"tar member {m.name!r} lands outside the roots", member=m.name
+                "invalid_input",
+                f"tar member {m.name!r} refused: {found} on its way is not a directory",
+                member=m.name,
             )
+        if os.path.islink(target):
+            os.unlink(target)
         if m.isdir():
             os.makedirs(target, exist_ok=True)
             dirs.append((target, m.mode & 0o777))
             continue
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        if os.path.islink(target) or (os.path.lexists(target) and not os.path.isdir(target)):
+        if os.path.lexists(target) and not os.path.isdir(target):
             os.unlink(target)
         if m.issym():
             os.symlink(m.linkname, target)
@@ -803,7 +837,11 @@ def extract_members(
             write_member(tar, m, target)
         count += 1
     for path, mode in reversed(dirs):  # last, so read-only dirs could be filled first
-        os.chmod(path, mode)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
     return count
 
 

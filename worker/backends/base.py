@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import re
 import socket
-import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -87,7 +86,6 @@ class Sandbox:
     tenant: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     channel: AgentChannel | None = field(default=None, repr=False)
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 class SandboxBackend(ABC):
@@ -155,8 +153,6 @@ class SandboxBackend(ABC):
             CapacityError: the container could not be created or did not answer.
         """
         quotas = quotas or Quotas.model_validate({})
-        network = self._network_for(sandbox_type, quotas)
-        name = f"sandgrid-{sandbox_type}-{uuid.uuid4().hex[:12]}"
         all_labels = sandbox_labels(
             node=self.node,
             sandbox_type=sandbox_type,
@@ -165,16 +161,8 @@ class SandboxBackend(ABC):
             tenant=tenant,
             extra=labels,
         )
-        kwargs = container_kwargs(
-            quotas,
-            image=self.image_for(sandbox_type),
-            name=name,
-            labels=all_labels,
-            runtime=self.runtime,
-            network=network,
-            host_pids=quotas.pids * self.host_pids_headroom[0] + self.host_pids_headroom[1],
-            host_memory_mb=quotas.memory_mb + self.host_memory_headroom_mb,
-        )
+        kwargs = self._container_spec(sandbox_type, quotas, all_labels)
+        name = str(kwargs["name"])
         t0 = time.perf_counter()
         try:
             cid = self._create(kwargs)
@@ -189,6 +177,22 @@ class SandboxBackend(ABC):
         sbx.timings["create_ms"] = (time.perf_counter() - t0) * 1000
         self._bring_up(sbx)
         return sbx
+
+    def _container_spec(
+        self, sandbox_type: str, quotas: Quotas, labels: dict[str, str]
+    ) -> dict[str, Any]:
+        """The container's create arguments, with this runtime's host headroom."""
+        factor, extra = self.host_pids_headroom
+        return container_kwargs(
+            quotas,
+            image=self.image_for(sandbox_type),
+            name=f"sandgrid-{sandbox_type}-{uuid.uuid4().hex[:12]}",
+            labels=labels,
+            runtime=self.runtime,
+            network=self._network_for(sandbox_type, quotas),
+            host_pids=quotas.pids * factor + extra,
+            host_memory_mb=quotas.memory_mb + self.host_memory_headroom_mb,
+        )
 
     def _network_for(self, sandbox_type: str, quotas: Quotas) -> str | None:
         if not _TYPE_NAME.match(sandbox_type):

@@ -345,6 +345,14 @@ class SnapshotStore(ABC):
         history = self._read_pointer(tenant, session_id)
         return [SnapshotRef(tenant, session_id, name, digest) for name, digest in history]
 
+    def sessions(self, tenant: str) -> list[str]:
+        """The tenant's sessions that have a snapshot pointer, sorted (collection
+        finds the closed ones among them)."""
+        found = (
+            keys.parse_session_key(tenant, k) for k in self._list(keys.sessions_prefix(tenant))
+        )
+        return sorted({p[0] for p in found if p is not None and p[1] is None})
+
     def delete_session(self, tenant: str, session_id: str) -> int:
         """Forget a closed session's snapshots (its blobs are left to ``gc``).
 

@@ -8,8 +8,10 @@ the benchmark use it to run the store end to end without containers.
 It is careful in the same ways as the agent: no symlink is followed when
 reading or writing (every directory is opened with ``O_NOFOLLOW`` from the top),
 device files, fifos and sockets are skipped, and a tar is checked whole before
-anything is written. It is not an isolation boundary: never point it at a
-directory that untrusted code can change while it runs.
+anything is written (a member under a link of the same tar is refused). A
+link's target is data: links to anywhere are restored as links. It is not an
+isolation boundary: never point it at a directory that untrusted code can
+change while it runs.
 """
 
 from __future__ import annotations
@@ -163,6 +165,7 @@ class HostDirBackend:
         except TarError as exc:
             raise InvalidInput(f"not a readable tar: {exc}", operation="snapshot") from None
         plan = [(_check_member(m, roots), m) for m in members]
+        _check_no_link_parents([(path, m.type) for path, m in plan])
         if clear:
             for root in roots:
                 _clear(Path(sbx, root.lstrip("/")))
@@ -208,11 +211,20 @@ def _check_member(m: Member, roots: list[str]) -> str:
         raise _refuse(m.name, "outside the roots, absolute, or not normalised")
     if m.type not in (b"0", b"\0", b"5", b"2") or (path in roots and m.type != b"5"):
         raise _refuse(m.name, "only files, directories and symlinks below the roots")
-    if m.type == b"2":
-        dest = posixpath.normpath(posixpath.join(posixpath.dirname(path), m.linkname))
-        if not _under(dest, roots):
-            raise _refuse(m.name, f"symlink to {m.linkname!r} leaves the roots")
     return path
+
+
+def _check_no_link_parents(plan: list[tuple[str, bytes]]) -> None:
+    """No member may lie under a symlink or a file of the same tar: writing it would
+    go through the link. (Links already on disk are stopped by ``_Dirs``.) A
+    link's own target is data and is never checked."""
+    kinds = {path: typ for path, typ in plan}
+    for path, _ in plan:
+        parent = posixpath.dirname(path)
+        while parent != "/":
+            if kinds.get(parent, b"5") != b"5":
+                raise _refuse(path, f"lies under {parent!r}, which is not a directory")
+            parent = posixpath.dirname(parent)
 
 
 def _clear(top: Path) -> None:

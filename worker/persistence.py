@@ -1,0 +1,237 @@
+"""When a session's workspace is saved, forked, forgotten and collected.
+
+The executor, the node and the reaper ask this one object, so that the
+snapshot policy of a session is decided in one place:
+
+- ``after_turn`` (default): after every turn that may have changed the
+  workspace, before the turn reports. The next turn can run on any worker, and
+  a turn whose worker dies is run again from the snapshot taken before it.
+- ``on_idle``: only when the session's sandbox is released (idle past
+  ``SANDGRID_WORKER__IDLE_TTL_S``, or the node drains). Turns are faster; a
+  worker lost in between loses the changes since the last release.
+- ``never``: the workspace lives only in its sandbox; when the sandbox goes
+  (idle, drain, worker loss) the session starts again from its last snapshot
+  (its fork's, if it was forked) or from an empty workspace.
+
+The registry's ``unsaved`` flag says when a session has changes that no
+snapshot holds; the scheduler then refuses to run a turn again after a worker
+loss, since the snapshot it would start from is not the one before that turn.
+
+A snapshot that fails after a mutating turn (the store is down) makes the turn
+an error that says the turn ran but its workspace was not saved: answering
+success would promise a durability that does not hold. The session stays on
+this node, dirty, and the next turn's snapshot saves everything.
+
+Closing a session deletes its snapshots (``forget``): the manifests and
+pointer at once, the blobs when ``gc`` finds nothing refers to them any more (a
+fork shares them). Collection (``collect_due``, from the reaper) runs for each
+tenant this node served, at most every ``SANDGRID_WORKER__SNAPSHOTS__GC_INTERVAL_S``
+across the grid (a Redis key), and also deletes the snapshots of sessions whose
+record says closed: a close that no worker handled is not leaked.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from scheduler.errors import SandgridError, SnapshotError
+from scheduler.models import ExecOp, ForkOp, TurnJob
+from worker.session_table import LocalSession
+from worker.snapshots import GcReport
+
+__all__ = ["MUTATING_OPS", "Persistence", "not_saved"]
+
+log = logging.getLogger(__name__)
+
+#: Ops that may change the workspace, hence need a snapshot afterwards.
+MUTATING_OPS = frozenset({"exec", "write", "delete", "tar_upload"})
+
+
+class Persistence:
+    """The snapshot policy of one node (see the module doc).
+
+    Args:
+        node: the node (``worker.node.Node``): store, registry, settings, save().
+    """
+
+    def __init__(self, node: Any) -> None:
+        self.node = node
+        self._lock = threading.Lock()
+        self._touched: dict[str, float] = {}
+        self._next_gc: dict[str, float] = {}
+
+    # ---- saving ---------------------------------------------------------------------
+
+    def save(self, local: LocalSession) -> None:
+        """Save the session's workspace if it changed since the last snapshot.
+
+        Raises:
+            SnapshotError / InfrastructureError / InvalidInput: the snapshot
+                failed; the session stays dirty and usable, the next one retries.
+        """
+        try:
+            ref = self.node.save(local)
+        except SandgridError:
+            raise
+        except Exception as exc:
+            raise SnapshotError(f"snapshot failed: {exc}", operation="snapshot") from exc
+        if ref is not None:
+            local.snapshot, local.manifest = ref
+        local.dirty = False
+        self.touch(local.tenant)
+
+    def before_turn(self, local: LocalSession, kind: str) -> None:
+        """Mark the workspace changed before a mutating op runs: one that fails
+        halfway may still have changed files."""
+        if kind in MUTATING_OPS:
+            local.dirty = True
+
+    def after_turn(self, local: LocalSession, kind: str) -> None:
+        """Snapshot after a turn of kind ``kind`` as the session's policy says.
+
+        A turn that changed nothing still saves what an earlier failed snapshot
+        left behind, but its own answer does not depend on that.
+
+        Raises:
+            SandgridError: the snapshot after a mutating turn failed.
+        """
+        if local.policy != "after_turn" or not local.dirty:
+            return
+        try:
+            self.save(local)
+        except SandgridError as exc:
+            if kind in MUTATING_OPS:
+                raise
+            log.warning("session %s: pending snapshot failed again: %s", local.session_id, exc)
+
+    def on_release(self, local: LocalSession) -> None:
+        """Save before the sandbox goes, unless the policy is ``never``, nothing
+        changed, or the session was closed (its snapshots are being deleted).
+
+        Raises:
+            SandgridError: the snapshot failed (the caller decides whether to keep
+                the sandbox).
+        """
+        if local.policy == "never" or not local.dirty:
+            return
+        info = self.node.registry.get_any(local.session_id)
+        if info is None or info.state == "closed":
+            return
+        self.save(local)
+        self.node.registry.update(local.session_id, snapshot=local.snapshot, unsaved=False)
+
+    # ---- fork and close ---------------------------------------------------------------
+
+    def fork(self, job: TurnJob) -> dict[str, Any]:
+        """Copy the latest snapshot of ``job.op.source`` into the new session ``job.session``.
+
+        Both are the same tenant's: the API checked, and the store's keys are per
+        tenant, so a job naming another tenant's session finds nothing.
+        """
+        op, info = job.op, job.session
+        assert isinstance(op, ForkOp)
+        ref = self.node.store.fork(info.tenant, op.source, info.id)
+        self.node.registry.update(info.id, snapshot=ref.name, last_turn=job.turn_id)
+        self.touch(info.tenant)
+        return {"snapshot": ref.name, "forked_from": op.source}
+
+    def forget(self, tenant: str, session_id: str) -> int:
+        """Delete a closed session's snapshots (blobs are left to ``gc``); how many.
+
+        A failure is logged, not raised: nobody waits for a close, and the next
+        collection of the tenant deletes what is left.
+        """
+        self.touch(tenant)
+        try:
+            deleted: int = self.node.store.delete_session(tenant, session_id)
+        except SandgridError as exc:
+            log.warning("session %s: snapshots not deleted at close: %s", session_id, exc)
+            return 0
+        return deleted
+
+    # ---- collection -------------------------------------------------------------------
+
+    def touch(self, tenant: str) -> None:
+        """Note that this node served ``tenant``: it will collect its snapshots."""
+        now = time.monotonic()
+        with self._lock:
+            self._touched[tenant] = now
+            self._next_gc.setdefault(tenant, now + self._interval())
+
+    def collect_due(self) -> int:
+        """Collect every tenant whose turn has come (the reaper calls this); how many.
+
+        A tenant is collected while it was served within twice the GC grace
+        period plus an interval: long enough for the blobs of its last closed
+        session to age past the grace and be deleted.
+        """
+        snaps = self.node.settings.worker.snapshots
+        horizon = 2 * snaps.gc_grace_s + snaps.gc_interval_s
+        now = time.monotonic()
+        with self._lock:
+            for tenant in [t for t, last in self._touched.items() if now - last > horizon]:
+                self._touched.pop(tenant)
+                self._next_gc.pop(tenant, None)
+            due = [t for t, at in self._next_gc.items() if at <= now]
+            for tenant in due:
+                self._next_gc[tenant] = now + snaps.gc_interval_s
+        done = 0
+        for tenant in due:
+            if not self.node.registry.claim_gc(tenant, snaps.gc_interval_s):
+                continue  # another node collects it in this interval
+            try:
+                self.collect(tenant)
+                done += 1
+            except SandgridError as exc:
+                log.warning("snapshot collection of tenant %s failed: %s", tenant, exc)
+        return done
+
+    def collect(self, tenant: str) -> GcReport:
+        """Delete the snapshots of the tenant's closed sessions, then its unreferenced blobs.
+
+        Only sessions whose record says ``closed`` are deleted, never those
+        without a record: a bucket may be shared by grids with other registries.
+        """
+        store, registry = self.node.store, self.node.registry
+        closed = 0
+        for session_id in store.sessions(tenant):
+            info = registry.get_any(session_id)
+            if info is not None and info.state == "closed" and info.tenant == tenant:
+                store.delete_session(tenant, session_id)
+                closed += 1
+        report: GcReport = store.gc(tenant)
+        log.info(
+            "snapshots of tenant %s collected: %d closed sessions, %d manifests, %d blobs deleted",
+            tenant,
+            closed,
+            report.manifests_deleted,
+            report.blobs_deleted,
+        )
+        return report
+
+    def _interval(self) -> float:
+        interval: float = self.node.settings.worker.snapshots.gc_interval_s
+        return interval
+
+
+def not_saved(exc: SandgridError, job: TurnJob, result: dict[str, Any]) -> SandgridError:
+    """The error of a turn that ran but whose workspace could not be saved.
+
+    Same class and code as the store's error (``store_unavailable`` is a 503),
+    never retryable (the user's code ran), with the exit code in the context so
+    the caller knows what happened.
+    """
+    context: dict[str, Any] = {**exc.context, "turn": job.turn_id, "turn_ran": True}
+    if isinstance(job.op, ExecOp):
+        context["exit_code"] = result.get("exit_code")
+    return type(exc)(
+        f"turn {job.turn_id} ran but its workspace was not saved: {exc.message}. "
+        "The session stays usable; the next turn saves its workspace once the store is back",
+        code=exc.code,
+        operation=exc.operation or "snapshot",
+        context=context,
+        retryable=False,
+    )
