@@ -42,7 +42,7 @@ from scheduler.batch_run import (
     slot_ttl,
 )
 from scheduler.batch_store import BatchStore
-from scheduler.capacity import BatchSlots, CapacitySource
+from scheduler.capacity import BatchSlots, CapacitySource, InteractiveActivity
 from scheduler.errors import Conflict, ErrorCode, InvalidInput
 from scheduler.models import BatchCreate, BatchInfo, Quotas, SessionCreate
 from scheduler.sessions import SessionRegistry
@@ -74,6 +74,7 @@ class BatchManager:
         slots: the grid-wide semaphore of batch turns.
         capacity: each node's batch limit.
         policy: retry backoff (``max_attempts`` comes from each batch).
+        activity: interactive traffic of this process; batches yield to it.
     """
 
     def __init__(
@@ -86,6 +87,7 @@ class BatchManager:
         capacity: CapacitySource,
         *,
         policy: RetryPolicy | None = None,
+        activity: InteractiveActivity | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -94,6 +96,7 @@ class BatchManager:
         self.slots = slots
         self.capacity = capacity
         self.policy = policy or RetryPolicy()
+        self.activity = activity
         self.runs: dict[str, BatchRun] = {}
         self._lock = threading.Lock()
 
@@ -212,6 +215,7 @@ class BatchManager:
                     cap_s=self.policy.cap_s,
                 ),
                 slot_ttl_s=slot_ttl(quotas, jobs),
+                activity=self.activity,
             )
             run = BatchRun(info, jobs, setup)
             if run.start():

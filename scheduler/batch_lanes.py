@@ -10,11 +10,12 @@ the type's batch queue while the session is not live on a node).
   sandbox at once; the record is then closed. Strongest isolation; each job
   costs a container start (about 0.2 s of Docker work on a 2-core node).
 * ``ReusedLane`` (``isolation="lane"``): one session serves the lane's jobs one
-  after another. After each job a reset turn kills every process of the sandbox
-  user and empties ``/workspace``, ``/tmp`` and the home directory, so the next
-  job starts as in a fresh sandbox of that session. A lane whose sandbox fails
-  is closed and the next job opens a new one. One container per lane, not per
-  job: trivial jobs run many times faster.
+  after another. Right after each job, in the same exec (``then_reset``), every
+  process of the sandbox user is killed and ``/workspace``, ``/tmp`` and the
+  home directory are emptied, so the next job starts as in a fresh sandbox of
+  that session (a job that hit its deadline gets a reset turn of its own). A
+  lane whose sandbox fails is closed and the next job opens a new one. One
+  container per lane, not per job: trivial jobs run many times faster.
 """
 
 from __future__ import annotations
@@ -41,19 +42,24 @@ from scheduler.sessions import SessionRegistry
 from scheduler.tenants import Tenant
 from scheduler.turns import TurnRunner
 
-__all__ = ["RESET_ARGV", "FreshLane", "Lane", "LaneContext", "ReusedLane"]
+__all__ = ["RESET_ARGV", "FreshLane", "Lane", "LaneContext", "ReusedLane", "then_reset"]
 
 log = logging.getLogger(__name__)
 
 #: Run as the sandbox user between two jobs of a lane: ``kill -9 -1`` signals
 #: every process of that user except the shell itself; then the writable
 #: directories are emptied.
-RESET_ARGV = [
-    "/bin/sh",
-    "-c",
+RESET_SCRIPT = (
     "kill -9 -1 2>/dev/null; cd / && find /workspace /tmp /home/sandbox -mindepth 1 -delete"
-    " 2>/dev/null; exit 0",
-]
+    " 2>/dev/null"
+)
+RESET_ARGV = ["/bin/sh", "-c", RESET_SCRIPT + "; exit 0"]
+#: A lane job's command and then the reset, in one exec (one turn per job, not
+#: two); the job's own exit status is the exec's.
+RUN_THEN_RESET = '"$@"; rc=$?; ' + RESET_SCRIPT + "; exit $rc"
+#: Larger ``python`` sources travel in several argv chunks (the agent's
+#: business): those jobs get a separate reset turn.
+FUSE_MAX_SOURCE = 100_000
 RESET_TIMEOUT_S = 15.0
 
 
@@ -67,6 +73,25 @@ class LaneContext:
     sandbox_type: str
     quotas: Quotas | None
     labels: dict[str, str] = field(default_factory=dict)
+
+
+def then_reset(request: ExecRequest) -> ExecRequest | None:
+    """The job's request wrapped so that the sandbox is reset right after it, in
+    the same exec: ``sh -c '"$@"; rc=$?; <reset>; exit $rc' lane <the job's argv>``.
+
+    As in any shell, a job killed by signal N then exits with 128+N. None when
+    the job cannot be wrapped (a ``python`` source too large for one argument).
+    """
+    if request.argv is not None:
+        argv = list(request.argv)
+    elif request.shell is not None:
+        argv = ["/bin/sh", "-c", request.shell]
+    elif len((request.python or "").encode()) <= FUSE_MAX_SOURCE:
+        argv = ["python3", "-c", request.python or ""]
+    else:
+        return None
+    wrapped = ["/bin/sh", "-c", RUN_THEN_RESET, "sandgrid-lane", *argv]
+    return request.model_copy(update={"argv": wrapped, "shell": None, "python": None})
 
 
 class Lane(ABC):
@@ -169,15 +194,18 @@ class ReusedLane(Lane):
             result = one_off.run(job)
             self.node = one_off.node
             return result
+        request = job.exec_request()
+        fused = then_reset(request)
         try:
             session = self._session()
             session = self._write(session, job)
-            result = self._exec(session, job.exec_request())
+            result = self._exec(session, fused or request)
         except SandgridError:
             self.close()  # the sandbox may be broken: the next job opens a new one
             raise
         self.jobs_run += 1
-        self._reset()
+        if fused is None or result.timed_out or result.oom_killed or result.signal:
+            self._reset()  # the job's own reset did not run, or may not have
         return result
 
     def _session(self) -> SessionInfo:

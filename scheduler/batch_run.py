@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from scheduler.batch_lanes import FreshLane, Lane, LaneContext, ReusedLane
 from scheduler.batch_store import BatchStore
-from scheduler.capacity import BatchSlots, CapacitySource
+from scheduler.capacity import BatchSlots, CapacitySource, InteractiveActivity
 from scheduler.errors import ErrorCode, LimitExceeded, SandgridError
 from scheduler.models import BatchInfo, BatchJob, BatchResult, ExecResult, Quotas
 
@@ -122,6 +122,7 @@ class RunSetup:
     isolation: str
     policy: RetryPolicy
     slot_ttl_s: float
+    activity: InteractiveActivity | None = None
 
 
 class BatchRun:
@@ -270,6 +271,8 @@ class BatchRun:
         setup = self.setup
         while not self.stopping.is_set():
             limit = sum(setup.capacity.limits(self.info.type).values()) or 1
+            if setup.activity is not None:
+                limit = setup.activity.limit(limit)  # interactive turns first
             slot = f"{self.info.id}:{job.id}"
             if setup.slots.acquire(self.info.type, slot, limit, setup.slot_ttl_s):
                 setup.store.incr(self.info.id, "in_flight")

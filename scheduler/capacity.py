@@ -3,7 +3,7 @@
 A worker node runs its direct queue, ``sbx.<type>`` and ``sbx.<type>.batch``
 in one Celery worker with N threads. If batch jobs held all N threads, an
 interactive turn would wait for a whole batch job. So a node lends at most
-``batch_limit(N)`` threads to batch (N minus a reserve of a quarter, at least
+``batch_limit(N)`` threads to batch (N minus a reserve of half, at least
 one), and the scheduler never has more batch turns in flight on a type than
 the sum of those limits over the live nodes serving it: then the batch queue
 never holds a backlog, and every node keeps a free thread for interactive work.
@@ -28,7 +28,14 @@ import redis
 
 from scheduler import names
 
-__all__ = ["BatchSlots", "CapacitySource", "CeleryCapacity", "StaticCapacity", "batch_limit"]
+__all__ = [
+    "BatchSlots",
+    "CapacitySource",
+    "CeleryCapacity",
+    "InteractiveActivity",
+    "StaticCapacity",
+    "batch_limit",
+]
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +49,13 @@ PROBE_TIMEOUT_S = 1.0
 def batch_limit(concurrency: int) -> int:
     """Threads of a node with ``concurrency`` threads that batch jobs may use.
 
-    A quarter (at least one) is kept for interactive turns; a one-thread node
-    cannot keep any and lends its thread.
+    Half (at least one) is kept for interactive turns; a one-thread node cannot
+    keep any and lends its thread. Why half and not just one: on a 2-core node
+    four batch lanes already take all the CPU (measured by bench/bench_batch.py:
+    six lanes ran no faster than four), and every further batch thread only
+    adds to the interactive turns' wait for a core.
     """
-    reserve = max(1, concurrency // 4)
+    reserve = max(1, concurrency // 2)
     return max(1, concurrency - reserve)
 
 
@@ -114,6 +124,39 @@ class CeleryCapacity:
             served = {str(q.get("name")) for q in queues.get(host, [])}
             nodes[host.split("@", 1)[0]] = (concurrency, served)
         return nodes
+
+
+class InteractiveActivity:
+    """When this API process last started an interactive turn.
+
+    Batches yield to interactive traffic: while interactive turns are flowing
+    (one started within ``window_s``), a batch may use only ``paced_share`` of
+    its slots (at least one). Threads alone do not protect interactive latency
+    on a small node: the batch jobs' processes and turns take the CPU, and every
+    hop of an interactive turn (API, Redis, worker, the container) waits for a
+    core. Measured on 2 cores (bench/bench_batch.py): four busy lanes doubled
+    the interactive p50, one lane barely moved it.
+
+    Args:
+        window_s: how long after an interactive turn the batch stays paced.
+        paced_share: the share of batch slots used meanwhile.
+    """
+
+    def __init__(self, window_s: float = 1.0, paced_share: float = 0.25) -> None:
+        self.window_s = window_s
+        self.paced_share = paced_share
+        self._last = float("-inf")
+
+    def mark(self) -> None:
+        """An interactive turn starts (``TurnRunner.on_interactive``)."""
+        self._last = time.monotonic()
+
+    def active(self) -> bool:
+        return time.monotonic() - self._last < self.window_s
+
+    def limit(self, full: int) -> int:
+        """The batch slots to use now, out of ``full``."""
+        return max(1, int(full * self.paced_share)) if self.active() else full
 
 
 class BatchSlots:

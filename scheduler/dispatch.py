@@ -60,8 +60,12 @@ class Dispatcher(Protocol):
 class CeleryDispatcher:
     """The production dispatcher over a Celery app (see ``scheduler.celery_app``)."""
 
-    def __init__(self, app: Celery) -> None:
+    def __init__(self, app: Celery, *, drain_interval_s: float = DRAIN_INTERVAL_S) -> None:
         self.app = app
+        #: How often a waiting thread drains the result consumer. Batch runners wait
+        #: with a coarser interval: dozens of threads polling at 1 kHz would take
+        #: the CPU (and the GIL) from interactive turns.
+        self.drain_interval_s = drain_interval_s
 
     def send(self, job: TurnJob, queue: str, *, expires: float) -> AsyncResult[Any]:
         result: AsyncResult[Any] = self.app.send_task(
@@ -77,7 +81,7 @@ class CeleryDispatcher:
 
     def wait(self, handle: AsyncResult[Any], timeout: float) -> TurnOutcome | None:
         try:
-            value = handle.get(timeout=timeout, interval=DRAIN_INTERVAL_S, propagate=False)
+            value = handle.get(timeout=timeout, interval=self.drain_interval_s, propagate=False)
         except CeleryTimeout:
             return None
         except (OSError, ConnectionError) as exc:

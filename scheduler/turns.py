@@ -20,6 +20,7 @@ gets 503 ``worker_lost``.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +92,9 @@ class TurnRunner:
         self.dispatcher = dispatcher
         self.turn_margin_s = turn_margin_s
         self.lost_check_s = lost_check_s
+        #: Called at the start of every turn that is not a batch turn: batches in
+        #: this process yield while interactive traffic flows (``scheduler.capacity``).
+        self.on_interactive: Callable[[], None] | None = None
 
     def exec(
         self, tenant: Tenant, session_id: str, request: ExecRequest, *, t0: float | None = None
@@ -148,6 +152,8 @@ class TurnRunner:
             SandgridError: the error the worker reported for the turn.
         """
         t0 = time.perf_counter() if t0 is None else t0
+        if not batch and self.on_interactive is not None:
+            self.on_interactive()
         if session.state == "closed":
             raise Conflict(
                 f"session {session.id!r} is closed",

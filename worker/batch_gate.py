@@ -5,7 +5,7 @@ Celery worker with N threads. The scheduler keeps the grid's batch turns in
 flight under the sum of the nodes' batch limits (``scheduler.capacity``), but
 which node takes a message from a shared queue is up to the broker: a node may
 take more than its share. The gate caps the batch turns running at once on
-this node at ``batch_limit(N)`` (N minus a reserve of a quarter, at least one);
+this node at ``batch_limit(N)`` (N minus a reserve of half, at least one);
 a batch message beyond that is rejected with ``requeue=True`` *before* the turn
 is claimed, so it goes back to the end of its queue for a node with room, and
 this node keeps a thread for interactive turns.

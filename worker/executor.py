@@ -162,6 +162,8 @@ class Executor:
             # Ours already: the heartbeat renews the lease and drops the session
             # here if the lease was ever lost, so no round trip on the hot path.
             return local
+        if local is not None:  # its sandbox was lost: start again from the snapshot
+            node.discard(local)
         if not node.registry.acquire_lease(sid, node.name):
             owner = node.registry.lease_owner(sid)
             raise Conflict(
@@ -172,14 +174,16 @@ class Executor:
                 retryable=True,
             )
         t = turn.mark("lease_ms", t)
-        if local is not None:  # its sandbox was lost: start again from the snapshot
-            node.discard(local)
-        info = node.registry.get_any(sid) or job.session
-        if info.state == "closed":
-            raise Conflict(
-                f"session {sid} is closed", code=ErrorCode.SESSION_CLOSED, operation="turn"
-            )
-        local = self._materialise(info)
+        try:
+            info = node.registry.get_any(sid) or job.session
+            if info.state == "closed":
+                raise Conflict(
+                    f"session {sid} is closed", code=ErrorCode.SESSION_CLOSED, operation="turn"
+                )
+            local = self._materialise(info)
+        except BaseException:  # no sandbox here: leave the session free for any node
+            node.registry.release_lease(sid, node.name)
+            raise
         turn.mark("acquire_ms", t)
         return local
 

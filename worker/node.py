@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from scheduler.catalog import CATALOG, get_type
+from scheduler.errors import SandgridError
 from scheduler.settings import Settings, get_settings
 from worker.backends import backend_for
 from worker.backends.base import Sandbox, SandboxBackend
@@ -120,7 +121,10 @@ class Node:
             try:
                 self.persistence.on_release(local)
             except Exception as exc:
-                log.warning("session %s: snapshot on release failed: %s", local.session_id, exc)
+                if isinstance(exc, SandgridError):
+                    log.warning("session %s: snapshot on release failed: %s", local.session_id, exc)
+                else:
+                    log.exception("session %s: snapshot on release failed", local.session_id)
                 if keep_on_failure:
                     return False
         self.discard(local)

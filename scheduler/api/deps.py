@@ -18,7 +18,13 @@ from starlette.concurrency import run_in_threadpool
 from scheduler.admission import Admission
 from scheduler.batch import BatchManager
 from scheduler.batch_store import BatchStore
-from scheduler.capacity import BatchSlots, CapacitySource, CeleryCapacity, StaticCapacity
+from scheduler.capacity import (
+    BatchSlots,
+    CapacitySource,
+    CeleryCapacity,
+    InteractiveActivity,
+    StaticCapacity,
+)
 from scheduler.dispatch import CeleryDispatcher, Dispatcher
 from scheduler.sessions import SessionRegistry
 from scheduler.settings import Settings
@@ -26,6 +32,9 @@ from scheduler.tenants import Tenant, TenantStore
 from scheduler.turns import TurnRunner
 
 __all__ = ["CurrentTenant", "Services", "Svc", "current_tenant", "get_services"]
+
+#: Batch runner threads drain Celery results every 20 ms, not every 1 ms.
+BATCH_DRAIN_INTERVAL_S = 0.02
 
 
 @dataclass
@@ -74,18 +83,39 @@ class Services:
         tenants = TenantStore(
             client, tenants_file=settings.tenants_file, cache_s=settings.auth_cache_s
         )
-        if capacity is None:
-            celery = getattr(dispatcher, "app", None)
-            capacity = CeleryCapacity(celery, registry) if celery else StaticCapacity({"any": 4})
-        batches = BatchManager(
-            BatchStore(client, ttl_s=settings.batch_ttl_s),
-            registry,
-            runner,
-            admission,
-            BatchSlots(client),
-            capacity,
-        )
+        batches = _batch_manager(settings, client, registry, admission, runner, capacity)
         return cls(settings, client, registry, tenants, admission, runner, batches)
+
+
+def _batch_manager(
+    settings: Settings,
+    client: redis_lib.Redis[str],
+    registry: SessionRegistry,
+    admission: Admission,
+    runner: TurnRunner,
+    capacity: CapacitySource | None,
+) -> BatchManager:
+    """Batches run their turns through a runner of their own: same flow, but a
+    dispatcher that waits with a coarser drain interval (less CPU beside
+    interactive turns)."""
+    turns = runner
+    celery = getattr(runner.dispatcher, "app", None)
+    if isinstance(runner.dispatcher, CeleryDispatcher):
+        turns = TurnRunner(
+            registry,
+            admission,
+            CeleryDispatcher(runner.dispatcher.app, drain_interval_s=BATCH_DRAIN_INTERVAL_S),
+            turn_margin_s=settings.turn_margin_s,
+            lost_check_s=settings.lost_check_s,
+        )
+    if capacity is None:
+        capacity = CeleryCapacity(celery, registry) if celery else StaticCapacity({"any": 4})
+    store = BatchStore(client, ttl_s=settings.batch_ttl_s)
+    activity = InteractiveActivity()
+    runner.on_interactive = activity.mark
+    return BatchManager(
+        store, registry, turns, admission, BatchSlots(client), capacity, activity=activity
+    )
 
 
 async def get_services(request: Request) -> Services:

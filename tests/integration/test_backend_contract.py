@@ -212,8 +212,13 @@ def test_tar_upload_download(backend: SandboxBackend, shared: Sandbox) -> None:
 
 @pytest.mark.parametrize(
     "members",
-    [{"/abs": b"x"}, {"../up": b"x"}, {"ok": b"x", "l": "->/etc/passwd"}, {"l2": "->../../etc"}],
-    ids=["absolute", "dotdot", "symlink-abs-out", "symlink-rel-out"],
+    [
+        {"/abs": b"x"},
+        {"../up": b"x"},
+        {"ok": b"x", "l": "->/tmp", "l/x": b"x"},
+        {"ok": b"x", "l2/x": b"x", "l2": "->../../tmp"},
+    ],
+    ids=["absolute", "dotdot", "through-symlink", "through-later-symlink"],
 )
 def test_tar_upload_refuses_escapes(
     backend: SandboxBackend, shared: Sandbox, members: dict[str, bytes | str]
@@ -221,6 +226,20 @@ def test_tar_upload_refuses_escapes(
     with pytest.raises(InvalidInput):
         backend.put_tar(shared, "refused", tar_of(members))
     assert run(backend, shared, argv=["test", "-e", "refused/ok"]).exit_code == 1
+    assert run(backend, shared, argv=["ls", "/tmp"]).stdout == ""
+
+
+def test_tar_upload_keeps_links_to_anywhere_as_links(
+    backend: SandboxBackend, shared: Sandbox
+) -> None:
+    """A link's target is data; the file API still refuses to go through it."""
+    backend.put_tar(shared, "links", tar_of({"etc": "->/etc", "py": "->/usr/bin/python3"}))
+    assert (
+        run(backend, shared, shell="readlink links/etc links/py").stdout
+        == "/etc\n/usr/bin/python3\n"
+    )
+    with pytest.raises(InvalidInput):
+        backend.read_file(shared, "links/etc/passwd")
 
 
 # ---- snapshots: scan, pack, unpack ------------------------------------------------
@@ -257,11 +276,11 @@ def test_scan_pack_unpack(backend: SandboxBackend, sandbox_factory: Any) -> None
     [
         {"/workspace/abs": b"x"},
         {"workspace/../etc/x": b"x"},
-        {"workspace/l": "->/etc"},
+        {"workspace/l": "->/tmp", "workspace/l/x": b"x"},
         {"etc/x": b"x"},
         {"workspace/ok": b"x", "workspace/dev": "DEVICE"},
     ],
-    ids=["absolute", "dotdot", "symlink-out", "outside-roots", "device"],
+    ids=["absolute", "dotdot", "through-symlink", "outside-roots", "device"],
 )
 def test_unpack_refuses(backend: SandboxBackend, shared: Sandbox, members: dict[str, Any]) -> None:
     buf = io.BytesIO()

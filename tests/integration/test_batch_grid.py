@@ -73,8 +73,14 @@ def test_a_1000_job_batch_killed_midway_finishes_with_the_same_command(
         assert c.list_sessions() == []  # the lanes were closed
 
 
-def test_ctrl_c_cancels_and_the_same_command_resumes(batch_grid: BatchGrid, tmp_path: Path) -> None:
-    jobs = _jobs(tmp_path / "jobs.jsonl", 150, ["sh", "-c", "echo $$"])
+def test_ctrl_c_cancels_and_the_same_command_resumes_on_clean_lanes(
+    batch_grid: BatchGrid, tmp_path: Path
+) -> None:
+    probe = (  # what the job before left: files, background processes
+        "find /tmp /workspace /home/sandbox -mindepth 1 | wc -l; pgrep -u 1000 -x sleep | wc -l;"
+        " touch /tmp/x /workspace/y $HOME/z; sleep 60 >/dev/null 2>&1 &"
+    )
+    jobs = _jobs(tmp_path / "jobs.jsonl", 150, ["sh", "-c", probe])
     out = tmp_path / "results.jsonl"
     first = batch_grid.cli("batch", "run", str(jobs), "--out", str(out), "--isolation", "lane")
     _wait_lines(out, 20)
@@ -82,8 +88,9 @@ def test_ctrl_c_cancels_and_the_same_command_resumes(batch_grid: BatchGrid, tmp_
     assert first.returncode == 130
     assert b"run the same command again" in (first.stderr.read() if first.stderr else b"")
     _run(batch_grid, jobs, out, "--isolation", "lane")
-    ids = [str(line["id"]) for line in _lines(out)]
-    assert sorted(ids) == [f"job-{i:04d}" for i in range(150)]
+    lines = _lines(out)
+    assert sorted(str(line["id"]) for line in lines) == [f"job-{i:04d}" for i in range(150)]
+    assert {str(line["stdout"]) for line in lines} == {"0\n0\n"}  # each lane job starts clean
 
 
 def test_job_isolation_gives_each_job_a_fresh_sandbox_and_leaves_nothing(

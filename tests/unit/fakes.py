@@ -25,6 +25,7 @@ from scheduler.models import (
     CloseOp,
     DeleteOp,
     ExecOp,
+    ForkOp,
     ListOp,
     ReadOp,
     TarDownloadOp,
@@ -88,7 +89,7 @@ class FakeWorker:
             return TurnOutcome(
                 turn_id=job.turn_id, node=self.node, ok=False, error=exc.to_body()["error"]
             )
-        if not isinstance(job.op, CloseOp):
+        if not isinstance(job.op, CloseOp | ForkOp):
             self.registry.record_turn(job.session.id, snapshot=f"snap-{job.turn_id}")
         timings = {"worker_ms": 2.0, "sandbox_ms": 1.0}
         return TurnOutcome(
@@ -122,6 +123,12 @@ class FakeWorker:
         if isinstance(op, TarUploadOp):
             self.files[(sid, "tar")] = op.data_b64
             return {"files": 1}
+        if isinstance(op, ForkOp):  # the store copies the source's latest snapshot
+            for (owner, path), content in list(self.files.items()):
+                if owner == op.source:
+                    self.files[(sid, path)] = content
+            self.registry.update(sid, snapshot=f"fork-of-{op.source}", last_turn=job.turn_id)
+            return {"snapshot": f"fork-of-{op.source}", "forked_from": op.source}
         if isinstance(op, TarDownloadOp):
             return {"data_b64": self.files.get((sid, "tar"), base64.b64encode(b"").decode())}
         return {"closed": True}

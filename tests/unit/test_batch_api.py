@@ -12,7 +12,7 @@ import redis
 from fakes import FakeWorker, Grid, make_grid
 
 from scheduler.batch import RetryPolicy
-from scheduler.batch_lanes import RESET_ARGV
+from scheduler.batch_lanes import RESET_ARGV, RUN_THEN_RESET, then_reset
 from scheduler.batch_store import BatchStore
 from scheduler.capacity import StaticCapacity
 from scheduler.client import Client
@@ -23,6 +23,7 @@ from scheduler.models import (
     BatchJob,
     BatchResult,
     ExecOp,
+    ExecRequest,
     TurnJob,
     TurnOutcome,
 )
@@ -57,6 +58,7 @@ def bgrid(redis_client: redis.Redis[str], test_settings: Settings) -> Iterator[G
         grid.services.runner.dispatcher = flaky
         manager = grid.services.batches
         assert manager is not None
+        manager.turns.dispatcher = flaky  # batches have a turn runner of their own
         manager.capacity = StaticCapacity({flaky.node: 3})
         manager.policy = RetryPolicy(base_s=0.01, cap_s=0.02)
         yield grid
@@ -110,18 +112,51 @@ def test_job_isolation_uses_a_fresh_closed_session_on_the_batch_queue(bgrid: Gri
     assert all(j.session.snapshot_policy == "never" for j, _ in execs)
 
 
-def test_lane_isolation_reuses_a_sandbox_and_resets_it_between_jobs(bgrid: Grid) -> None:
+def test_lane_isolation_reuses_a_sandbox_and_resets_it_after_each_job(bgrid: Grid) -> None:
+    big = "x = 1\n" * 20_000  # too large to wrap: a reset turn of its own
     with bgrid.client() as c:
-        jobs = [{"id": f"j{i}", "argv": ["echo", str(i)]} for i in range(6)]
+        jobs: list[dict[str, object]] = [
+            {"id": f"j{i}", "argv": ["echo", str(i)]} for i in range(4)
+        ]
+        jobs += [{"id": "sh", "shell": "ls"}, {"id": "big", "python": big}]
         info = c.create_batch(jobs, isolation="lane", concurrency=1)
         done = _finish(c, info.id)
         assert done.ok == 6
+        by_id = {r.id: r for r in _all_results(c, info.id)}
         assert c.list_sessions() == []  # the lane is closed at the end
     execs = [j for j, _ in bgrid.worker.sent if isinstance(j.op, ExecOp)]
     assert len({j.session.id for j in execs}) == 1
     argvs = [j.op.request.argv for j in execs if isinstance(j.op, ExecOp)]
-    assert argvs[1::2] == [RESET_ARGV] * 6
+    wrap = ["/bin/sh", "-c", RUN_THEN_RESET, "sandgrid-lane"]
+    assert argvs[:5] == [
+        *[[*wrap, "echo", str(i)] for i in range(4)],
+        [*wrap, "/bin/sh", "-c", "ls"],
+    ]
+    assert argvs[5] is None and argvs[6] == RESET_ARGV  # the big python job, then a reset
+    assert by_id["j2"].stdout.endswith("echo 2\n")
     assert not any(j.close_after for j in execs)
+
+
+def test_then_reset_keeps_the_job_and_its_request() -> None:
+    req = ExecRequest(python="print(1)", stdin="in", timeout_s=3, env={"A": "b"}, cwd="sub")
+    wrapped = then_reset(req)
+    assert wrapped is not None and wrapped.python is None and wrapped.shell is None
+    assert wrapped.argv == [
+        "/bin/sh",
+        "-c",
+        RUN_THEN_RESET,
+        "sandgrid-lane",
+        "python3",
+        "-c",
+        "print(1)",
+    ]
+    assert (wrapped.stdin, wrapped.timeout_s, wrapped.env, wrapped.cwd) == (
+        "in",
+        3,
+        {"A": "b"},
+        "sub",
+    )
+    assert then_reset(ExecRequest(python="#" * 200_000)) is None
 
 
 def test_files_are_written_before_the_job_runs(bgrid: Grid) -> None:

@@ -46,13 +46,13 @@ class FakeNode:
         self.local.clear()
 
 
-@pytest.mark.parametrize(("threads", "limit"), [(1, 1), (2, 1), (4, 3), (8, 6), (16, 12)])
-def test_a_quarter_of_the_threads_is_kept_for_interactive_turns(threads: int, limit: int) -> None:
+@pytest.mark.parametrize(("threads", "limit"), [(1, 1), (2, 1), (3, 2), (4, 2), (8, 4), (16, 8)])
+def test_half_of_the_threads_is_kept_for_interactive_turns(threads: int, limit: int) -> None:
     assert batch_limit(threads) == limit
 
 
 def test_the_gate_counts_batch_turns_only() -> None:
-    gate = BatchGate(concurrency=4)
+    gate = BatchGate(concurrency=6)
     assert [gate.try_enter(_job(batch=True)) for _ in range(4)] == [True, True, True, False]
     assert all(gate.try_enter(_job(batch=False)) for _ in range(10))
     gate.leave(_job(batch=True))

@@ -30,6 +30,7 @@ def cgrid(
     for grid in make_grid(redis_client, test_settings):
         manager = grid.services.batches
         assert manager is not None
+        manager.turns.dispatcher = grid.worker  # batches have a turn runner of their own
         manager.capacity = StaticCapacity({grid.worker.node: 3})
         manager.policy = RetryPolicy(base_s=0.01, cap_s=0.02)
         monkeypatch.setattr(scheduler.client, "Client", grid.client)

@@ -233,7 +233,9 @@ def _sbx(tmp_path: Path) -> Path:
         [("etc/passwd", b"0", "")],
         [("workspace/dev", b"3", "")],
         [("workspace/hard", b"1", "workspace/a")],
-        [("workspace/l", b"2", "../../etc")],
+        [("workspace/l", b"2", "../../etc"), ("workspace/l/passwd", b"0", "")],
+        [("workspace/l/sub/x", b"0", ""), ("workspace/l", b"2", "/etc")],  # link comes later
+        [("workspace/f", b"0", ""), ("workspace/f/x", b"0", "")],
         [("workspace", b"0", "")],
     ],
 )

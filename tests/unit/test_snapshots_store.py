@@ -143,6 +143,8 @@ def populate(sbx: Path) -> None:
     os.symlink("/home/sandbox/.bashrc", sbx / "workspace/link-abs")
     os.symlink("../pkg/mod1.py", sbx / "workspace/data/up")
     os.symlink("/workspace/nowhere", sbx / "workspace/dangling")
+    os.symlink("/usr/bin/python3", sbx / "workspace/venv-python")  # a target is data
+    os.symlink("../../etc", sbx / "workspace/data/etc")
 
 
 def snap(
@@ -393,8 +395,11 @@ HOSTILE_EDITS = {
     "path outside roots": lambda d: _set_first_file(d, path="/etc/cron.d/evil"),
     "dot-dot path": lambda d: _set_first_file(d, path="/workspace/../etc/passwd"),
     "device file": lambda d: _set_first_file(d, type="chardev"),
-    "symlink out": lambda d: d["entries"].append(
-        ["/workspace/zz-escape", "symlink", 0o777, 0, None, "../../etc", None, None]
+    "file under a symlink out": lambda d: d["entries"].extend(
+        [
+            ["/workspace/zz-escape", "symlink", 0o777, 0, None, "/etc", None, None],
+            ["/workspace/zz-escape/cron", "dir", 0o755, 0, None, None, None, None],
+        ]
     ),
     "entry under a symlink": lambda d: d["entries"].append(
         ["/workspace/link-rel/x", "dir", 0o755, 0, None, None, None, None]
@@ -501,7 +506,7 @@ def _file(path: str, data: bytes = b"x") -> dict[str, Any]:
         (_file("workspace/relative"), ErrorCode.INVALID_INPUT),
         ({**_file("/workspace/dev"), "type": "blockdev"}, ErrorCode.INVALID_INPUT),
         (
-            {"path": "/workspace/l", "type": "symlink", "mode": 0o777, "size": 0, "target": "/"},
+            {"path": "/workspace/l", "type": "symlink", "mode": 0o777, "size": 0, "target": ""},
             ErrorCode.INVALID_INPUT,
         ),
     ],
