@@ -49,3 +49,45 @@ def test_settings() -> Settings:
         auth_cache_s=0.0,
         max_body_bytes=4 << 20,
     )
+
+
+# ---- nothing left behind ------------------------------------------------------
+# Every container the grid makes carries ``sandgrid.managed=1``. The test session
+# fails if one that it made is still there at its end (those that existed before
+# it, such as the warm pools of a ``make up`` grid, are not its own).
+
+_MANAGED_AT_START: set[str] | None = None
+LEAK_GRACE_S = 15.0
+
+
+def _managed_containers() -> set[str] | None:
+    try:
+        import docker
+
+        client = docker.from_env()
+        rows = client.api.containers(all=True, filters={"label": ["sandgrid.managed=1"]})
+    except Exception:
+        return None
+    return {row["Id"] for row in rows}
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _MANAGED_AT_START
+    _MANAGED_AT_START = _managed_containers()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    import time
+
+    if _MANAGED_AT_START is None:
+        return
+    deadline = time.monotonic() + LEAK_GRACE_S
+    while True:
+        now = _managed_containers() or set()
+        leaked = now - _MANAGED_AT_START
+        if not leaked or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)  # removals of the last fixtures may still be under way
+    if leaked:
+        print(f"\nFAILED: {len(leaked)} sandgrid container(s) left behind: {sorted(leaked)}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
