@@ -38,5 +38,7 @@ bench:         ## benchmarks; each prints its figures and ratios
 	$(PY) bench/bench_exec.py
 	$(PY) bench/bench_snapshots.py
 	$(PY) bench/bench_grid.py
+	$(PY) bench/bench_batch.py
+	$(PY) bench/bench_bfcl.py
 
 ci: services lint typecheck test

@@ -11,11 +11,12 @@ the type's batch queue while the session is not live on a node).
   costs a container start (about 0.2 s of Docker work on a 2-core node).
 * ``ReusedLane`` (``isolation="lane"``): one session serves the lane's jobs one
   after another. Right after each job, in the same exec (``then_reset``), every
-  process of the sandbox user is killed and ``/workspace``, ``/tmp`` and the
-  home directory are emptied, so the next job starts as in a fresh sandbox of
-  that session (a job that hit its deadline gets a reset turn of its own). A
-  lane whose sandbox fails is closed and the next job opens a new one. One
-  container per lane, not per job: trivial jobs run many times faster.
+  process of the sandbox user is killed and ``/workspace``, ``/tmp``, the home
+  directory, ``/dev/shm`` and IPC objects are emptied, so the next job starts as
+  in a fresh sandbox of that session (a job that hit its deadline gets a reset
+  turn of its own). A lane whose sandbox fails is closed and the next job opens
+  a new one. One container per lane, not per job: trivial jobs run many times
+  faster.
 """
 
 from __future__ import annotations
@@ -47,11 +48,12 @@ __all__ = ["RESET_ARGV", "FreshLane", "Lane", "LaneContext", "ReusedLane", "then
 log = logging.getLogger(__name__)
 
 #: Run as the sandbox user between two jobs of a lane: ``kill -9 -1`` signals
-#: every process of that user except the shell itself; then the writable
-#: directories are emptied.
+#: every process of that user except the shell itself; then everything the user
+#: could write is emptied: the tmpfs mounts (the root filesystem is read-only),
+#: POSIX shared memory and message queues, and System V IPC objects.
 RESET_SCRIPT = (
-    "kill -9 -1 2>/dev/null; cd / && find /workspace /tmp /home/sandbox -mindepth 1 -delete"
-    " 2>/dev/null"
+    "kill -9 -1 2>/dev/null; cd / && find /workspace /tmp /home/sandbox /dev/shm /dev/mqueue"
+    " -mindepth 1 -delete 2>/dev/null; ipcrm -a 2>/dev/null"
 )
 RESET_ARGV = ["/bin/sh", "-c", RESET_SCRIPT + "; exit 0"]
 #: A lane job's command and then the reset, in one exec (one turn per job, not

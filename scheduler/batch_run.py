@@ -25,6 +25,7 @@ import queue
 import random
 import secrets
 import threading
+import time
 from dataclasses import dataclass
 
 from scheduler.batch_lanes import FreshLane, Lane, LaneContext, ReusedLane
@@ -213,15 +214,23 @@ class BatchRun:
                     job = self.jobs.get_nowait()
                 except queue.Empty:
                     return
+                started = time.monotonic()
                 result = self._run_job(lane, job)
                 if result is None:  # stopped before it ran: leave it pending
                     return
                 self.setup.store.record(self.info.id, result)
                 lane = self._rebalance(lane, index)
+                self._yield(time.monotonic() - started)
         except Exception:
             log.exception("batch %s: runner thread %d failed", self.info.id, index)
         finally:
             lane.close()
+
+    def _yield(self, took_s: float) -> None:
+        """While interactive turns flow, rest as long as the job took (half duty)."""
+        activity = self.setup.activity
+        if activity is not None:
+            self.stopping.wait(activity.gap(took_s))
 
     def _new_lane(self, index: int) -> Lane:
         labels = {"batch": self.info.id, "lane": str(index)}

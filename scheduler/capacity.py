@@ -130,21 +130,27 @@ class InteractiveActivity:
     """When this API process last started an interactive turn.
 
     Batches yield to interactive traffic: while interactive turns are flowing
-    (one started within ``window_s``), a batch may use only ``paced_share`` of
-    its slots (at least one). Threads alone do not protect interactive latency
-    on a small node: the batch jobs' processes and turns take the CPU, and every
-    hop of an interactive turn (API, Redis, worker, the container) waits for a
-    core. Measured on 2 cores (bench/bench_batch.py): four busy lanes doubled
-    the interactive p50, one lane barely moved it.
+    (one started within ``window_s``), a batch uses only ``paced_share`` of its
+    slots (at least one), and each of its runner threads rests after a job for
+    ``duty_gap`` times as long as the job took. Threads alone do not protect
+    interactive latency on a small node: the batch jobs' processes and turns
+    take the CPU, and every hop of an interactive turn (API, Redis, worker,
+    dockerd, the container) waits for a core. Measured on 2 cores
+    (bench/bench_batch.py): four busy lanes doubled the interactive p50 and
+    tripled its p99; one lane at half duty keeps the p99 within 2x.
 
     Args:
         window_s: how long after an interactive turn the batch stays paced.
         paced_share: the share of batch slots used meanwhile.
+        duty_gap: rest after a job, as a multiple of its duration, meanwhile.
     """
 
-    def __init__(self, window_s: float = 1.0, paced_share: float = 0.25) -> None:
+    def __init__(
+        self, window_s: float = 1.0, paced_share: float = 0.25, duty_gap: float = 1.0
+    ) -> None:
         self.window_s = window_s
         self.paced_share = paced_share
+        self.duty_gap = duty_gap
         self._last = float("-inf")
 
     def mark(self) -> None:
@@ -157,6 +163,10 @@ class InteractiveActivity:
     def limit(self, full: int) -> int:
         """The batch slots to use now, out of ``full``."""
         return max(1, int(full * self.paced_share)) if self.active() else full
+
+    def gap(self, took_s: float) -> float:
+        """Seconds a runner thread rests after a job that took ``took_s``."""
+        return took_s * self.duty_gap if self.active() else 0.0
 
 
 class BatchSlots:

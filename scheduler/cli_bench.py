@@ -2,13 +2,16 @@
 
     sandgrid bench bfcl [--per-category N] [--concurrency 8] [--isolation lane]
     sandgrid bench appworld --data DIR [--dataset train] [--limit N]
+    sandgrid bench appworld --selftest
 
 ``bfcl`` turns the multi-turn entries of the installed ``bfcl_eval`` into batch
 jobs on the ``bfcl`` sandbox type, runs them (resumably, like ``sandgrid batch
 run``), runs the same program on the host one entry after another, and checks
 that every entry's output is identical; it prints both wall times and exits 1
 unless all are identical. ``appworld`` runs a dataset's tasks' ground-truth
-solutions on the ``appworld`` type and reports how many evaluations succeed.
+solutions on the ``appworld`` type and reports how many evaluations succeed;
+without the data (it needs the internet), ``--selftest`` runs AppWorld's own
+offline tests of its apps in that sandbox type.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from scheduler.models import BatchJob
 __all__ = ["bench"]
 
 err_console = Console(stderr=True, soft_wrap=True)
+WORKDIR = click.Path(file_okay=False, path_type=Path)
 
 
 @click.group()
@@ -58,9 +62,7 @@ def _run(jobs: list[BatchJob], workdir: Path, name: str, **kw: object) -> tuple[
 @click.option("--categories", default="base,miss_func,miss_param,long_context", show_default=True)
 @click.option("--concurrency", type=int, default=8, show_default=True)
 @click.option("--isolation", type=click.Choice(["job", "lane"]), default="lane", show_default=True)
-@click.option(
-    "--workdir", type=click.Path(path_type=Path), default=Path("bfcl-run"), show_default=True
-)
+@click.option("--workdir", type=WORKDIR, default=Path("bfcl-run"), show_default=True)
 @click.option("--fresh", is_flag=True, help="drop the results of an earlier run first")
 @readable_errors
 def bfcl(
@@ -108,32 +110,44 @@ def bfcl(
 @bench.command(name="appworld")
 @click.option(
     "--data",
-    "data",
-    required=True,
     type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="the directory `appworld download data` made",
+    default=None,
+    help="the directory `appworld download data` made; without it: --selftest",
 )
+@click.option("--selftest", is_flag=True, help="run AppWorld's own offline tests instead")
 @click.option("--dataset", default="train", show_default=True)
-@click.option("--limit", type=int, default=None, help="first N tasks")
+@click.option("--limit", type=int, default=None, help="first N tasks (or test files)")
 @click.option("--concurrency", type=int, default=4, show_default=True)
-@click.option(
-    "--workdir", type=click.Path(path_type=Path), default=Path("appworld-run"), show_default=True
-)
+@click.option("--workdir", type=WORKDIR, default=Path("appworld-run"), show_default=True)
 @readable_errors
-def appworld(data: Path, dataset: str, limit: int | None, concurrency: int, workdir: Path) -> None:
-    """AppWorld tasks' ground-truth solutions on the grid, evaluated."""
+def appworld(
+    data: Path | None,
+    selftest: bool,
+    dataset: str,
+    limit: int | None,
+    concurrency: int,
+    workdir: Path,
+) -> None:
+    """AppWorld tasks' ground-truth solutions on the grid, evaluated; or, with
+    --selftest (no data needed), AppWorld's bundled app tests in the sandbox."""
     from scheduler.benchmarks import appworld as a
+    from scheduler.errors import InvalidInput
 
-    jobs = a.jobs_for(data, dataset, limit)
+    if data is None and not selftest:
+        raise InvalidInput("give --data DIR (from `appworld download data`) or --selftest")
+    if data is None:
+        jobs, name = a.selftest_jobs()[:limit], "appworld-selftest"
+    else:
+        jobs, name = a.jobs_for(data, dataset, limit), f"appworld-{dataset}"
     journal, wall_s = _run(
-        jobs,
-        workdir,
-        f"appworld-{dataset}",
-        type_="appworld",
-        concurrency=concurrency,
-        isolation="job",
+        jobs, workdir, name, type_="appworld", concurrency=concurrency, isolation="job"
     )
-    ok = sum(1 for r in journal.results if a.passed(r))
-    Console().print(f"appworld {dataset}: {ok}/{len(jobs)} tasks passed in {wall_s:.1f}s")
-    if ok < len(jobs):
+    passing = a.passed if data is not None else (lambda r: r.status == "ok")
+    ok = [r for r in journal.results if passing(r)]
+    Console().print(f"{name}: {len(ok)}/{len(jobs)} passed in {wall_s:.1f}s")
+    for r in journal.results:
+        if not passing(r):
+            tail = (r.stdout + r.stderr).strip().splitlines()[-1:] or [str(r.error)]
+            Console().print(f"  {r.id}: {r.status} {tail[0][:200]}")
+    if len(ok) < len(jobs):
         sys.exit(1)

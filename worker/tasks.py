@@ -7,6 +7,7 @@ from typing import Any
 from scheduler import names
 from scheduler.celery_app import app
 from scheduler.models import TurnJob
+from worker.batch_gate import run_turn
 from worker.node import get_node
 
 __all__ = ["turn"]
@@ -14,6 +15,9 @@ __all__ = ["turn"]
 
 @app.task(name=names.TASK_TURN, acks_late=True, ignore_result=False)
 def turn(job: dict[str, Any]) -> dict[str, Any]:
-    """Run one turn (``TurnJob`` JSON) and return its ``TurnOutcome`` JSON."""
-    outcome = get_node().executor.run(TurnJob.model_validate(job))
+    """Run one turn (``TurnJob`` JSON) and return its ``TurnOutcome`` JSON.
+
+    Batch turns pass the node's batch gate first (at most half its threads).
+    """
+    outcome = run_turn(get_node(), TurnJob.model_validate(job))
     return outcome.model_dump(mode="json")

@@ -7,12 +7,14 @@ export SANDGRID_TENANTS_FILE="${SANDGRID_TENANTS_FILE:-$SG_STATE/tenants.json}"
 API_PORT="${SANDGRID_API_PORT:-8700}"
 FLOWER_PORT="${SANDGRID_FLOWER_PORT:-5555}"
 WORKERS="${SANDGRID_WORKERS:-w1 w2}"
+# Sandbox types the workers serve: the benchmarks' types run batches (docs/batch.md).
+WORKER_TYPES="${SANDGRID_WORKER_TYPES:-python,bfcl,appworld}"
 flower_pw="$SG_STATE/flower-password"
 [ -s "$flower_pw" ] || (umask 077; "$SG_PY" -c 'import secrets; print(secrets.token_urlsafe(18))' >"$flower_pw")
 
 start_bg scheduler sandgrid serve --host 127.0.0.1 --port "$API_PORT"
 for w in $WORKERS; do
-  start_bg "worker-$w" sandgrid worker --types python --concurrency 4 --node "$w"
+  start_bg "worker-$w" sandgrid worker --types "$WORKER_TYPES" --concurrency 4 --node "$w"
 done
 start_bg flower celery -A scheduler.celery_app:app flower --address=127.0.0.1 --port="$FLOWER_PORT" \
   --basic-auth="admin:$(cat "$flower_pw")" --persistent=False

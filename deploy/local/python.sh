@@ -15,3 +15,12 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
 else
   log "python: up to date"
 fi
+
+# The BFCL benchmark checks the grid's results against the same program on the
+# host, so the host needs bfcl-eval too: the sandbox image's own pins, without
+# dependencies (its declared ones pull in model clients and torch; the simulated
+# multi-turn APIs import only mpmath).
+if ! "$SG_PY" -c 'import bfcl_eval, mpmath' 2>/dev/null; then
+  log "python: installing bfcl-eval (host reference of sandgrid bench bfcl)"
+  "$SG_PY" -m pip install -q --no-deps -r "$SG_ROOT/images/sandbox-bfcl/requirements.txt"
+fi

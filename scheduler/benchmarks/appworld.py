@@ -15,6 +15,9 @@ task: open ``AppWorld(task_id)``, execute the compiled ground-truth solution,
 evaluate, and print the evaluation's stats as JSON. A task passes when the
 evaluation says ``success``.
 
+Without the data, ``selftest_jobs`` runs what AppWorld can check offline in
+the sandbox: its own bundled tests of the apps' APIs (in-memory databases).
+
 Not tested here (no data can be downloaded on this machine): the program
 against real task data, and the sizes of real data (a job carries its files
 through the JSON API: the runner refuses a task over ``MAX_TASK_BYTES``).
@@ -31,15 +34,43 @@ from scheduler.models import BatchJob, BatchResult, FileWrite, Quotas
 
 __all__ = [
     "MAX_TASK_BYTES",
+    "SELFTEST_FILES",
     "TASK_SOURCE",
     "job_for",
     "jobs_for",
     "passed",
+    "selftest_jobs",
     "task_files",
     "task_ids",
 ]
 
 TASK_SOURCE = (Path(__file__).with_name("appworld_task.py")).read_text()
+#: AppWorld's own tests that need no downloaded data: the nine apps' APIs on
+#: in-memory databases, plus common utilities, SQLModel and SQLite FTS. The
+#: image keeps them where ``appworld install`` unpacked them (``$APPWORLD_CACHE``).
+SELFTEST_FILES = (
+    *(
+        f"tests/package/apps/test_{app}.py"
+        for app in (  # the quickest first (``--limit`` takes a prefix)
+            "admin",
+            "supervisor",
+            "simple_note",
+            "file_system",
+            "api_docs",
+            "phone",
+            "venmo",
+            "amazon",
+            "todoist",
+            "spotify",
+            "gmail",
+            "splitwise",
+        )
+    ),
+    "tests/package/test_common.py",
+    "tests/package/test_sqlmodel.py",
+    "tests/package/test_sqlite_fts.py",
+    "tests/package/test_factories.py",
+)
 #: A task's data travels in its job's body (64 MiB request limit, base64).
 MAX_TASK_BYTES = 40 << 20
 JOB_TIMEOUT_S = 600.0
@@ -128,3 +159,17 @@ def passed(result: BatchResult) -> bool:
         return bool(json.loads(result.stdout.strip().splitlines()[-1]).get("success"))
     except (ValueError, IndexError, AttributeError):
         return False
+
+
+def selftest_jobs(files: tuple[str, ...] = SELFTEST_FILES) -> list[BatchJob]:
+    """One job per AppWorld test file that runs offline, in the ``appworld`` sandbox."""
+    quotas = Quotas(memory_mb=1024, timeout_s=JOB_TIMEOUT_S)
+    return [
+        BatchJob(
+            id=path.rsplit("/", 1)[-1].removesuffix(".py"),
+            shell=f'cd "$APPWORLD_CACHE" && exec python3 -m pytest -q -p no:cacheprovider {path}',
+            timeout_s=JOB_TIMEOUT_S,
+            quotas=quotas,
+        )
+        for path in files
+    ]

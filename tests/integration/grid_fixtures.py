@@ -20,6 +20,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -31,6 +32,8 @@ API_PORT = int(os.environ.get("SANDGRID_TEST_BATCH_API_PORT", "8712"))
 FLOWER_PORT = int(os.environ.get("SANDGRID_TEST_FLOWER_PORT", "5566"))
 REDIS_URL = os.environ.get("SANDGRID_TEST_BATCH_REDIS_URL", "redis://127.0.0.1:6379/14")
 NODES = ("batch-w1", "batch-w2")
+TYPES = ("python", "bfcl", "appworld")
+WARM_PER_TYPE = 1
 TOKEN = "tok-batch-" + "d" * 24
 FLOWER_USER = "admin"
 FLOWER_PASSWORD = "flower-test-pw"
@@ -72,8 +75,15 @@ class BatchGrid:
 
 def _start_flower(grid: LocalGrid) -> None:
     """Flower as the platform starts it (deploy/local/grid.sh): basic auth, no state file."""
-    log = (grid.workdir / "flower.log").open("ab")
-    proc = subprocess.Popen(
+    with (grid.workdir / "flower.log").open("ab") as log:
+        proc = _popen_flower(grid, log)
+    grid.procs["flower"] = proc
+    url = f"http://127.0.0.1:{FLOWER_PORT}/healthcheck"
+    grid.wait(lambda: httpx.get(url, timeout=2).status_code == 200, "Flower")
+
+
+def _popen_flower(grid: LocalGrid, log: Any) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -92,14 +102,11 @@ def _start_flower(grid: LocalGrid) -> None:
         stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
-    grid.procs["flower"] = proc
-    url = f"http://127.0.0.1:{FLOWER_PORT}/healthcheck"
-    grid.wait(lambda: httpx.get(url, timeout=2).status_code == 200, "Flower")
 
 
 @pytest.fixture(scope="module")
 def batch_grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchGrid]:
-    """API + two workers (python and bfcl, 2 threads each) + Flower, for one module."""
+    """API + two workers (python, bfcl, appworld; 2 threads each) + Flower, for one module."""
     workdir = tmp_path_factory.mktemp("batchgrid")
     r: redis.Redis[str] = redis.Redis.from_url(REDIS_URL, decode_responses=True)
     try:
@@ -114,7 +121,7 @@ def batch_grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchGrid]:
         redis_url=REDIS_URL,
         tenants={"batch": TOKEN},
         env={
-            "SANDGRID_WORKER__POOL_SIZE": "1",
+            "SANDGRID_WORKER__POOL_SIZE": str(WARM_PER_TYPE),
             "SANDGRID_WORKER__SNAPSHOT_STORE": "local",
             "SANDGRID_HEARTBEAT_S": "0.5",
             "SANDGRID_LEASE_TTL_S": "4",
@@ -122,7 +129,7 @@ def batch_grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchGrid]:
     )
     try:
         _start_flower(grid)  # first: it sees every task event from the start
-        grid.start(list(NODES), types="python,bfcl", concurrency=2)
+        grid.start(list(NODES), types=",".join(TYPES), concurrency=2)
         yield BatchGrid(grid, workdir, f"http://127.0.0.1:{FLOWER_PORT}")
     finally:
         grid.stop()
@@ -130,7 +137,12 @@ def batch_grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchGrid]:
         r.close()
 
 
-def kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
-    """Signal a process started by ``BatchGrid.cli`` and its whole group; reap it."""
+def kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> str:
+    """Signal a process started by ``BatchGrid.cli`` and its whole group; reap it.
+
+    Returns:
+        What it wrote on stderr.
+    """
     os.killpg(proc.pid, sig)
-    proc.wait(60)
+    _, err = proc.communicate(timeout=60)
+    return err.decode(errors="replace")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 from scheduler.batch import RetryPolicy, error_result, exec_outcome
@@ -73,3 +75,32 @@ def test_an_error_result_carries_the_error_body() -> None:
     line = error_result(JOB, SandboxLost("broke", operation="exec"), attempts=4)
     assert line.status == "error" and line.attempts == 4
     assert line.error is not None and line.error["code"] == "sandbox_lost"
+
+
+def test_batches_yield_while_interactive_turns_flow() -> None:
+    import time
+
+    from scheduler.capacity import InteractiveActivity
+
+    activity = InteractiveActivity(window_s=0.2, paced_share=0.25, duty_gap=1.0)
+    assert (activity.limit(8), activity.gap(0.05)) == (8, 0.0)  # no interactive traffic
+    activity.mark()
+    assert activity.active()
+    assert (activity.limit(8), activity.limit(2), activity.gap(0.05)) == (2, 1, 0.05)
+    time.sleep(0.25)
+    assert (activity.limit(8), activity.gap(0.05)) == (8, 0.0)
+
+
+def test_interactive_turns_mark_activity_and_batch_turns_do_not() -> None:
+    from unittest.mock import MagicMock
+
+    from scheduler.turns import TurnRunner
+
+    runner = TurnRunner(MagicMock(), MagicMock(), MagicMock())
+    seen: list[int] = []
+    runner.on_interactive = lambda: seen.append(1)
+    session = MagicMock(state="closed")
+    for batch in (True, False):
+        with contextlib.suppress(SandgridError):  # a closed session: refused after the mark
+            runner.run(MagicMock(), session, MagicMock(), timeout_s=None, batch=batch)
+    assert seen == [1]
