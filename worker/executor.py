@@ -214,10 +214,16 @@ class Executor:
         """Run the turn's op in the sandbox; the JSON result of the op."""
         backend = self.node.backend_for(local.sandbox_type)
         try:
-            return self._dispatch(backend, local.sandbox, job.op, job.session)
+            out = self._dispatch(backend, local.sandbox, job.op, job.session)
         except SandboxLost:
             self.node.discard(local)
             raise
+        if local.sandbox.state in ("lost", "destroyed"):
+            # Destroyed to hold a deadline: nothing of this turn is kept, the next
+            # turn starts from the last snapshot in a fresh container.
+            self.node.discard(local)
+            local.dirty = False
+        return out
 
     def _dispatch(self, backend: Any, sbx: Any, op: Any, info: SessionInfo) -> dict[str, Any]:
         if isinstance(op, ExecOp):

@@ -26,7 +26,9 @@ build_image() {
   local tag="$1" ctx="$2" file="$3"; shift 3
   local base_id hash have
   base_id="$(docker image inspect -f '{{.Id}}' "$BASE_IMAGE")"
-  hash="$( (echo "$base_id"; find "$@" -type f -print0 | sort -z | xargs -0 sha256sum) | sha256sum | cut -c1-16)"
+  # Paths relative to the checkout, so that another clone of the same tree matches.
+  hash="$( (echo "$base_id"; find "$@" -type f -print0 | sort -z | xargs -0 sha256sum \
+    | sed "s#$SG_ROOT/##") | sha256sum | cut -c1-16)"
   have="$(docker image inspect -f '{{index .Config.Labels "sandgrid.inputs"}}' "$tag" 2>/dev/null || true)"
   if [ "$have" = "$hash" ]; then log "images: $tag up to date"; return 0; fi
   log "images: building $tag"

@@ -31,6 +31,9 @@ def test_fork_bomb_is_contained(backend: SandboxBackend, sandbox_factory: Any) -
     t0 = time.monotonic()
     r = run(backend, limited, shell="b(){ b|b& }; b; sleep 100", timeout_s=2)
     assert r.timed_out and time.monotonic() - t0 < 2 + 1.3
+    if limited.state == "destroyed":  # cleanly replaced: the worker held the deadline
+        assert backend.inspect(limited)["status"] == "gone"
+        return
     assert "fork" in r.stderr.lower()  # fork failed inside: the pids limit held
     backend.ping(limited)
     ps = run(backend, limited, argv=["ps", "-e", "-o", "args="]).stdout.splitlines()
@@ -74,3 +77,20 @@ def test_cpu_quota(backend: SandboxBackend, limited: Sandbox) -> None:
     )
     share = float(run(backend, limited, python=code).stdout)
     assert 0.3 <= share <= 0.7, f"used {share:.2f} of a core under cpus=0.5"
+
+
+def test_deadline_holds_when_the_agent_cannot_answer(
+    backend: SandboxBackend, sandbox_factory: Any
+) -> None:
+    """A frozen sandbox (its agent too) still meets the deadline: the worker
+    destroys it, every process in it ends, and the call returns timed out."""
+    import docker
+
+    if backend.runtime == "runsc":
+        pytest.skip("runsc cannot force-remove a paused container, so pause cannot freeze it here")
+    sbx = sandbox_factory()
+    docker.from_env().api.pause(sbx.id)
+    t0 = time.monotonic()
+    r = run(backend, sbx, argv=["sleep", "30"], timeout_s=1)
+    assert r.timed_out and r.exit_code is None and time.monotonic() - t0 < 1 + 1.5
+    assert sbx.state == "destroyed" and backend.inspect(sbx)["status"] == "gone"

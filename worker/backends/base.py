@@ -58,8 +58,14 @@ __all__ = [
 
 SandboxState = Literal["warm", "leased", "released", "destroyed", "error", "lost"]
 
-DEADLINE_MARGIN_S = 5.0
-"""Channel read deadline beyond an exec's timeout (the agent answers within +1 s)."""
+DEADLINE_MARGIN_S = 0.9
+"""How long past an exec's deadline the worker waits for the agent's answer.
+
+The agent kills what the command started and answers within this margin. When
+it does not (a sandbox starved by its own fork bomb under gVisor, say), the
+worker holds the deadline itself: it destroys the container, which ends every
+process in it, and answers ``timed_out``; the session continues from its last
+snapshot in a fresh container."""
 FILE_OP_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 30.0
 PING_TIMEOUT_S = 5.0
@@ -290,12 +296,33 @@ class SandboxBackend(ABC):
             InvalidInput: bad cwd (outside the workspace), oversized request.
         """
         fields = exec_fields(request, sbx.quotas, stream=on_chunk is not None)
+        deadline = float(fields["timeout"])
         t0 = time.perf_counter()
-        reply = self.call(
-            sbx, "exec", fields, timeout=fields["timeout"] + DEADLINE_MARGIN_S, on_chunk=on_chunk
-        )
+        try:
+            reply = self.call(
+                sbx, "exec", fields, timeout=deadline + DEADLINE_MARGIN_S, on_chunk=on_chunk
+            )
+        except SandboxLost:
+            if time.perf_counter() - t0 < deadline:
+                raise  # broke before its time: not a deadline, the sandbox is lost
+            return self._deadline_kill(sbx, t0)
         timings = {"exec_ms": (time.perf_counter() - t0) * 1000}
         return exec_result(reply, node=self.node, timings=timings)
+
+    def _deadline_kill(self, sbx: Sandbox, t0: float) -> ExecResult:
+        """The agent missed the deadline: destroy the sandbox to hold it."""
+        self.destroy(sbx)
+        ms = (time.perf_counter() - t0) * 1000
+        return ExecResult(
+            exit_code=None,
+            stderr="sandgrid: the sandbox did not answer by the deadline and was destroyed; "
+            "the session continues from its last snapshot\n",
+            duration_ms=ms,
+            timed_out=True,
+            signal=9,
+            node=self.node,
+            timings={"exec_ms": ms},
+        )
 
     def write_files(self, sbx: Sandbox, files: list[FileWrite]) -> int:
         """Write files in the workspace as the sandbox user; return how many."""
