@@ -103,6 +103,9 @@ class WorkerSettings(BaseModel):
     local_snapshot_dir: Path = Field(
         Path("/var/lib/sandgrid/snapshots"), description="SANDGRID_WORKER__LOCAL_SNAPSHOT_DIR"
     )
+    agent_path: Path | None = Field(
+        None, description="SANDGRID_WORKER__AGENT_PATH: the agent file as the engine's host sees it"
+    )
     snapshots: SnapshotSettings = Field(default_factory=SnapshotSettings)
 
 
