@@ -31,6 +31,8 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _stats import pct
+
 from scheduler.client import Client
 from scheduler.localgrid import LocalGrid
 
@@ -38,11 +40,6 @@ PORT = 8732
 REDIS_URL = "redis://127.0.0.1:6379/11"
 TOKEN = "tok-bench-batch-" + "y" * 24
 TARGET_RATIO = 2.0
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 PARTS = ("api_ms", "queue_ms", "worker_ms", "sandbox_ms")

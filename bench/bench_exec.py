@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import docker
+from _stats import pct
 
 from scheduler.models import ExecRequest
 from worker.backends import SandboxBackend, backend_for
@@ -50,14 +51,9 @@ def timed(fn: Callable[[], object], runs: int, warmup: int = 5) -> list[float]:
     return out
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def line(name: str, values: list[float], target: str = "") -> str:
     return (
-        f"  {name:<44} p50 {pct(values, 0.5):8.2f} ms   p99 {pct(values, 0.99):8.2f} ms"
+        f"  {name:<44} p50 {pct(values, 50):8.2f} ms   p99 {pct(values, 99):8.2f} ms"
         f"   n={len(values):<4} {target}"
     )
 
@@ -75,8 +71,8 @@ def warm_exec(backend: SandboxBackend, client: docker.DockerClient, runs: int) -
     finally:
         backend.destroy(sbx)
     ratio = statistics.median(theirs) / statistics.median(ours)
-    ok = pct(ours, 0.5) <= 10 and ratio >= 5
-    print(line("warm exec `true`, sandgrid channel", ours, verdict(pct(ours, 0.5) <= 10)))
+    ok = pct(ours, 50) <= 10 and ratio >= 5
+    print(line("warm exec `true`, sandgrid channel", ours, verdict(pct(ours, 50) <= 10)))
     print(line("warm exec `true`, docker SDK exec_run", theirs))
     print(f"  {'ratio exec_run / channel (p50)':<44} {ratio:8.1f}x   {verdict(ok)}")
 
@@ -94,7 +90,7 @@ def pool_hit(backend: SandboxBackend, runtime: str, runs: int) -> None:
             pool.release(sbx)
     finally:
         pool.close()
-    print(line("pool-hit session start -> first result", starts, verdict(pct(starts, 0.5) <= 15)))
+    print(line("pool-hit session start -> first result", starts, verdict(pct(starts, 50) <= 15)))
     cmd = ["docker", "run", "--rm", "--network", "none", "--runtime", runtime, IMAGE, "true"]
     runs_cli = timed(
         lambda: subprocess.run(cmd, check=True, capture_output=True), max(runs // 2, 5), 1
@@ -112,7 +108,7 @@ def cold_create(backend: SandboxBackend, runs: int) -> None:
             v.append(sbx.timings[k])
         backend.destroy(sbx)
     print(
-        line("cold create+start+first ping, network none", totals, verdict(pct(totals, 0.5) <= 200))
+        line("cold create+start+first ping, network none", totals, verdict(pct(totals, 50) <= 200))
     )
     split = ", ".join(f"{k[:-3]} {statistics.median(v):.1f}" for k, v in parts.items())
     print(f"    median split (ms): {split}")

@@ -27,6 +27,8 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _stats import pct
+
 from scheduler.client import Client
 from scheduler.localgrid import LocalGrid
 
@@ -34,11 +36,6 @@ PORT = 8731
 REDIS_URL = "redis://127.0.0.1:6379/13"
 TOKEN = "tok-bench-" + "x" * 24
 IMAGE = "sandgrid/sandbox-python:latest"
-
-
-def pct(xs: list[float], p: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, round(p / 100 * (len(xs) - 1)))]
 
 
 def warm_turns(client: Client, n: int) -> tuple[list[float], dict[str, list[float]]]:

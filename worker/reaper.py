@@ -64,7 +64,7 @@ class Reaper:
                 if c["id"] in held or (young and not startup):
                     continue
                 log.warning("removing orphan container %s", c.get("name", c["id"]))
-                backend._remove(c["id"])
+                backend.remove_container(c["id"])
                 removed += 1
         return removed
 

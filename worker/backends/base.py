@@ -248,6 +248,10 @@ class SandboxBackend(ABC):
             self._remove(sbx.id)
         sbx.state = "destroyed"
 
+    def remove_container(self, container_id: str) -> None:
+        """Remove a container that no handle holds (the reaper's orphans)."""
+        self._remove(container_id)
+
     def ping(self, sbx: Sandbox, timeout: float = PING_TIMEOUT_S) -> float:
         """Round trip to the agent, in milliseconds (the pool's health check).
 
