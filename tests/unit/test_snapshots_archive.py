@@ -270,6 +270,7 @@ def test_hostdir_scan_skips_fifos_and_caches_hashes(tmp_path: Path) -> None:
     (sbx / "workspace/a").write_bytes(b"abc")
     backend = HostDirBackend()
     first = backend.scan(sbx, ["/workspace"])
-    assert [e["path"] for e in first] == ["/workspace/a"]
-    assert first[0]["sha256"] == hashlib.sha256(b"abc").hexdigest()
-    assert backend.scan(sbx, ["/workspace"]) == first
+    assert [e[0] for e in first] == ["/workspace/a"]
+    assert first[0][4] == hashlib.sha256(b"abc").hexdigest()
+    again = backend.scan(sbx, ["/workspace"])
+    assert again == first and again[0] is first[0]  # the row (and its hash) reused

@@ -12,7 +12,7 @@ import pytest
 from scheduler.errors import InvalidInput, NotFound, SnapshotError
 from worker.snapshots import HostDirBackend, LocalStore, SnapshotRef, restore_sandbox
 from worker.snapshots import snapshot_sandbox as _snapshot_sandbox
-from worker.snapshots.transfer import upload
+from worker.snapshots.transfer import plan, put_blob
 
 TENANT = "acme"
 GRACE = 600.0
@@ -76,10 +76,27 @@ def test_retention_keeps_the_last_k_snapshots(sbx: Path, store: LocalStore) -> N
         refs.append(take(sbx, store))
     kept = store.snapshots(TENANT, "s1")
     assert [r.name for r in kept] == [r.name for r in refs[-2:]]
-    assert manifests(store) == {r.name for r in refs[-2:]}
+    # the last two are differences from the first, which stays while they need it
+    assert {store.load(TENANT, "s1", r).base for r in kept} == {refs[0].name}
+    assert manifests(store) == {r.name for r in [refs[0], *refs[-2:]]}
     assert store.latest(TENANT, "s1") == refs[-1]
     with pytest.raises(NotFound):
-        store.load(TENANT, "s1", refs[0].name)
+        store.load(TENANT, "s1", refs[1].name)
+
+
+def test_retention_drops_a_base_no_kept_snapshot_needs(sbx: Path, store: LocalStore) -> None:
+    put(sbx, "f", b"first")
+    first = take(sbx, store)
+    for i in range(80):  # a difference larger than MIN_DELTA entries: stored full
+        put(sbx, f"g{i:03d}", b"x")
+    full = take(sbx, store)
+    assert store.load(TENANT, "s1", full).base is None
+    put(sbx, "f", b"second")
+    last = take(sbx, store)
+    assert store.load(TENANT, "s1", last).base == full.name
+    assert manifests(store) == {full.name, last.name}
+    with pytest.raises(NotFound):
+        store.load(TENANT, "s1", first.name)
 
 
 # ---- garbage collection -------------------------------------------------------------
@@ -92,11 +109,12 @@ def test_gc_collects_only_old_unreferenced_blobs(
         put(sbx, "big", os.urandom(4096) + bytes([i]))
         take(sbx, store)
     assert len(blobs(store)) == 4
+    # retained: the last two snapshots and the full manifest they differ from
     report = store.gc(TENANT)
-    assert report.blobs_deleted == 0 and report.blobs_young == 2  # too young to go
+    assert report.blobs_deleted == 0 and report.blobs_young == 1  # too young to go
     report = store.gc(TENANT, now=time.time() + LATER)
-    assert report.blobs_deleted == 2 and report.blobs_referenced == 2
-    assert len(blobs(store)) == 2
+    assert report.blobs_deleted == 1 and report.blobs_referenced == 3
+    assert len(blobs(store)) == 3
     dst = sandbox(tmp_path, "dst")
     restore_sandbox(HostDirBackend(), dst, store, TENANT, "s1", None)
     assert (dst / "workspace/big").read_bytes() == (sbx / "workspace/big").read_bytes()
@@ -111,7 +129,8 @@ def test_gc_keeps_the_blobs_of_a_snapshot_in_flight(sbx: Path, store: LocalStore
     draft = store.prepare(TENANT, "s1", scan, None)
     assert draft is not None
     contents = {e.sha256 or "": (sbx / e.path[1:]).read_bytes() for e in draft.need.values()}
-    upload(store, draft, contents)  # blobs stored, manifest not yet written
+    for blob, group in plan(store, draft):  # blobs stored, manifest not yet written
+        put_blob(store, TENANT, blob, group, contents)
     report = store.gc(TENANT)
     assert report.blobs_deleted == 0
     ref = store.commit(draft, contents)

@@ -409,7 +409,7 @@ HOSTILE_EDITS = {
     "offset past the blob": lambda d: _set_first_file(d, offset=10**9),
     "other tenant": lambda d: d.__setitem__("tenant", OTHER),
     "other session": lambda d: d.__setitem__("session", "s9"),
-    "unknown version": lambda d: d.__setitem__("v", 2),
+    "unknown version": lambda d: d.__setitem__("v", 99),
 }
 
 

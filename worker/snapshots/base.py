@@ -40,11 +40,17 @@ from scheduler.settings import (
     DEFAULT_SNAPSHOT_KEEP,
     DEFAULT_SNAPSHOT_THREADS,
 )
-from worker.snapshots import keys, lifecycle, transfer
+from worker.snapshots import delta, keys, lifecycle, transfer
 from worker.snapshots.archive import MAX_TAR_BYTES
 from worker.snapshots.blobs import PACK_BYTES, SMALL_FILE_BYTES, KnownBlobs, decode, encode
-from worker.snapshots.entries import ManifestLimits, check_roots, entries_from_scan, scan_rows
-from worker.snapshots.manifest import Manifest, content_hash
+from worker.snapshots.entries import (
+    Entry,
+    ManifestLimits,
+    check_roots,
+    entries_from_scan,
+    scan_rows,
+)
+from worker.snapshots.manifest import Delta, Manifest, group_by_parent, group_hash, tree_hash
 from worker.snapshots.refs import GcReport, SnapshotDraft, SnapshotRef, make_ref
 
 __all__ = ["DEFAULT_ROOTS", "GcReport", "SnapshotDraft", "SnapshotRef", "SnapshotStore"]
@@ -136,7 +142,7 @@ class SnapshotStore(ABC):
         self,
         tenant: str,
         session_id: str,
-        scan: Sequence[Mapping[str, Any]],
+        scan: Sequence[Any],
         previous: Manifest | None,
         *,
         roots: Sequence[str] = DEFAULT_ROOTS,
@@ -144,7 +150,8 @@ class SnapshotStore(ABC):
         """Validate a scan and find what must be uploaded to snapshot it.
 
         Args:
-            scan: the sandbox's ``scan`` entries (path, type, mode, size, sha256, target).
+            scan: the sandbox's ``scan`` rows ``(path, type, mode, size, sha256,
+                target)``, or mappings with those keys.
             previous: the session's manifest as the worker last saw it (restored
                 or snapshotted), or None to compare with the stored latest.
 
@@ -161,20 +168,33 @@ class SnapshotStore(ABC):
         keys.check_id("session_id", session_id)
         roots_t = check_roots(list(roots))
         rows = scan_rows(scan)
+        change = None
+        groups: Mapping[str, tuple[Entry, ...]]
+        hashes: Mapping[str, str]
         if previous is not None:
             _check_owner(previous, tenant, session_id)
             if previous.roots == roots_t and rows == list(previous.entries):
                 return None
-        entries = entries_from_scan(rows, roots_t, self.limits)
-        digest = content_hash(roots_t, entries)
+            change = delta.diff(previous, rows, roots_t, self.limits)
+        if change is None:
+            entries = entries_from_scan(rows, roots_t, self.limits)
+            groups = group_by_parent(entries)
+            hashes = {d: group_hash(g) for d, g in groups.items()}
+            digest = tree_hash(roots_t, hashes)
+        else:
+            entries, groups, hashes = change.entries, change.groups, change.hashes
+            digest = change.hash
         if previous is not None and previous.hash == digest:
             return None
         started = time.time()
-        history = self._read_pointer(tenant, session_id)
+        history, bases = self._read_pointer_doc(tenant, session_id)
         if previous is None and history:
             if history[-1][1] == digest:
                 return None
             previous = self._load(tenant, session_id, history[-1][0], via_pointer=True)
+            change = delta.diff(previous, rows, roots_t, self.limits)
+        names = {n for n, _ in history}
+        trusted = previous if previous and previous.name in names else None
         draft = SnapshotDraft(
             tenant=tenant,
             session_id=session_id,
@@ -188,8 +208,12 @@ class SnapshotStore(ABC):
             blobs={},
             need={},
             started=started,
+            groups=groups,
+            hashes=hashes,
+            previous=trusted,
+            change=change if trusted else None,
+            bases=bases,
         )
-        trusted = previous if previous and previous.name in {n for n, _ in history} else None
         transfer.classify(self, draft, trusted)
         return draft
 
@@ -212,13 +236,10 @@ class SnapshotStore(ABC):
             raise SnapshotError(
                 f"commit lacks the bytes of {missing[:5]}", operation="snapshot", context={}
             )
-        uploaded = transfer.upload(self, draft, contents)
-        if time.time() - draft.started > self.known.fresh_s:
-            raise SnapshotError(
-                "the snapshot took longer than half the GC grace period; take it again",
-                operation="snapshot",
-                retryable=True,
-            )
+        uploads = transfer.plan(self, draft)
+        self._check_fresh(draft)
+        where, blobs = transfer.referenced(draft)
+        stored = self._stored_as(draft)
         manifest = Manifest(
             tenant=draft.tenant,
             session_id=draft.session_id,
@@ -229,19 +250,53 @@ class SnapshotStore(ABC):
             roots=draft.roots,
             entries=draft.entries,
             hash=draft.hash,
-            where=draft.where,
-            blobs=draft.blobs,
+            where=where,
+            blobs=blobs,
+            base=stored[0] if stored else None,
+            delta=stored[1] if stored else None,
+            dir_hashes=draft.hashes,
+            dir_groups=draft.groups,
         )
-        self._write_manifest(manifest)
-        self._advance_pointer(manifest, draft.history)
+
+        def put(job: tuple[str, list[Entry]] | None) -> None:
+            if job is None:
+                self._write_manifest(manifest)
+            else:
+                transfer.put_blob(self, draft.tenant, job[0], job[1], contents)
+
+        self._parallel(put, [None, *uploads])  # the manifest is no snapshot before the pointer
+        transfer.remember(self, draft, uploads)
+        self._check_fresh(draft)
+        self._advance_pointer(manifest, draft.history, draft.bases)
         stats = {
             "files": sum(1 for _ in manifest.files()),
+            "stored_entries": len(manifest.entries) if stored is None else stored[1].size,
             "bytes": manifest.total_bytes,
-            "uploaded_blobs": len(uploaded),
-            "uploaded_bytes": sum(uploaded.values()),
+            "uploaded_blobs": len(uploads),
+            "uploaded_bytes": sum(draft.blobs[b] for b, _ in uploads),
             "commit_ms": (time.perf_counter() - t0) * 1000,
         }
         return make_ref(manifest, stats)
+
+    def _check_fresh(self, draft: SnapshotDraft) -> None:
+        """Refuse to write a manifest or pointer later than half the GC grace after
+        the snapshot started (see ``lifecycle`` for why)."""
+        if time.time() - draft.started > self.known.fresh_s:
+            raise SnapshotError(
+                "the snapshot took longer than half the GC grace period; take it again",
+                operation="snapshot",
+                retryable=True,
+            )
+
+    def _stored_as(self, draft: SnapshotDraft) -> tuple[str, Delta] | None:
+        """``(base, difference)`` when the new manifest can be stored as a difference:
+        it follows the pointer's latest, whose base the pointer still retains."""
+        previous, change = draft.previous, draft.change
+        if previous is None or change is None or draft.history[-1][0] != previous.name:
+            return None
+        if previous.base is not None and previous.base not in {n for n, _ in draft.history}:
+            return None
+        return delta.next_delta(previous, change)
 
     # ---- restore --------------------------------------------------------------------
 
@@ -293,8 +348,20 @@ class SnapshotStore(ABC):
             data = decode(stored, limit=MAX_MANIFEST_BYTES)
         except ValueError as exc:
             raise _corrupt(name, str(exc)) from None
+
+        def load_base(base: str) -> Manifest:
+            try:
+                return self._load(tenant, session_id, base)
+            except NotFound:
+                raise _corrupt(name, f"its base {base} is missing") from None
+
         return Manifest.from_json(
-            bytes(data), tenant=tenant, session_id=session_id, name=name, limits=self.limits
+            bytes(data),
+            tenant=tenant,
+            session_id=session_id,
+            name=name,
+            limits=self.limits,
+            load_base=load_base,
         )
 
     def restore_tars(
@@ -342,7 +409,7 @@ class SnapshotStore(ABC):
 
     def snapshots(self, tenant: str, session_id: str) -> list[SnapshotRef]:
         """The session's retained snapshots, oldest first."""
-        history = self._read_pointer(tenant, session_id)
+        history = self._read_pointer(tenant, session_id)[-self.keep :]
         return [SnapshotRef(tenant, session_id, name, digest) for name, digest in history]
 
     def sessions(self, tenant: str) -> list[str]:
@@ -367,28 +434,58 @@ class SnapshotStore(ABC):
     # ---- pointer and manifests ------------------------------------------------------
 
     def _read_pointer(self, tenant: str, session_id: str) -> list[tuple[str, str]]:
+        """The session's retained snapshots ``(name, hash)``, oldest first."""
+        return self._read_pointer_doc(tenant, session_id)[0]
+
+    def _read_pointer_doc(
+        self, tenant: str, session_id: str
+    ) -> tuple[list[tuple[str, str]], dict[str, str]]:
+        """The retained snapshots, and the base of each stored as a difference."""
         try:
             stored = self._get(keys.pointer_key(tenant, session_id))
         except KeyError:
-            return []
+            return [], {}
         try:
             doc = json.loads(bytes(decode(stored, limit=1 << 20)))
             history = [(keys.check_snapshot_name(n), str(h)) for n, h in doc["history"]]
-        except (ValueError, TypeError, KeyError, InvalidInput) as exc:
+            bases = {
+                keys.check_snapshot_name(n): keys.check_snapshot_name(b)
+                for n, b in doc.get("bases", {}).items()
+            }
+        except (ValueError, TypeError, KeyError, AttributeError, InvalidInput) as exc:
             raise _corrupt(session_id, f"unreadable pointer ({exc})") from None
         if not history:
             raise _corrupt(session_id, "empty pointer")
-        return history
+        return history, bases
 
     def _write_manifest(self, manifest: Manifest) -> None:
         key = keys.manifest_key(manifest.tenant, manifest.session_id, manifest.name)
         self._put(key, encode(manifest.to_json()))
 
-    def _advance_pointer(self, manifest: Manifest, history: list[tuple[str, str]]) -> None:
-        """Make ``manifest`` the latest, then delete what fell out of retention."""
+    def _advance_pointer(
+        self,
+        manifest: Manifest,
+        history: list[tuple[str, str]],
+        bases: Mapping[str, str] | None = None,
+    ) -> None:
+        """Make ``manifest`` the latest, then delete what fell out of retention.
+
+        The last ``keep`` snapshots are retained, and with them the full
+        manifests that those stored as differences are based on.
+        """
         full = [*history, (manifest.name, manifest.hash)]
-        kept, dropped = full[-self.keep :], full[: -self.keep]
-        doc = {"v": 1, "history": kept}
+        links = dict(bases or {})
+        if manifest.base is not None:
+            links[manifest.name] = manifest.base
+        wanted = {name for name, _ in full[-self.keep :]}
+        wanted |= {links[n] for n in wanted if n in links}
+        kept = [h for h in full if h[0] in wanted]
+        dropped = [h for h in full if h[0] not in wanted]
+        doc = {
+            "v": 2,
+            "history": kept,
+            "bases": {n: b for n, b in links.items() if n in wanted},
+        }
         self._put(
             keys.pointer_key(manifest.tenant, manifest.session_id),
             encode(json.dumps(doc).encode()),

@@ -1,11 +1,11 @@
 """Blobs: how bytes are stored, how files are grouped into them, and which are known stored.
 
-A blob is the concatenation of the contents of one or more files, stored under
-the sha256 of those (uncompressed) bytes: a large file is a blob of its own (so
-the same file in two sessions of a tenant is stored once), small files travel in
-packs of up to ``PACK_BYTES`` (one request for many files: a 10,000-file
-workspace is a few objects, not 10,000). A pack of one file is the file's own
-blob, since both are named by the same hash.
+A blob is the concatenation of the contents of one or more files: a large file
+is a blob of its own, stored under its sha256 (so the same file in two sessions
+of a tenant is stored once), small files travel in packs of up to
+``PACK_BYTES`` (one request for many files: a 10,000-file workspace is a few
+objects, not 10,000), named by ``pack_name``. A pack of one file is the file's
+own blob.
 
 Stored form: one tag byte, then the payload: ``Z`` zlib level 1, or ``R`` raw
 when a 64 KiB sample does not compress (random or already compressed data costs
@@ -14,6 +14,7 @@ no CPU then). ``decode`` never inflates past the size the manifest announces.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 import zlib
@@ -31,6 +32,7 @@ __all__ = [
     "decode",
     "encode",
     "group_files",
+    "pack_name",
 ]
 
 SMALL_FILE_BYTES = 256 << 10
@@ -75,6 +77,16 @@ def decode(stored: bytes, *, size: int | None = None, limit: int = 1 << 30) -> m
     if len(data) > bound or (size is not None and len(data) != size):
         raise ValueError(f"{len(data)} bytes where {bound} were expected")
     return data
+
+
+def pack_name(group: Iterable[Entry]) -> str:
+    """A pack's name: a hash of its members' sha256 and sizes, in order. It names
+    the bytes as surely as their own hash (the same members make the same
+    bytes), and is known before they are read; a restore checks each member."""
+    h = hashlib.sha256(b"sandgrid pack v1\n")
+    for e in group:
+        h.update(f"{e.sha256} {e.size}\n".encode())
+    return h.hexdigest()
 
 
 def group_files(entries: Iterable[Entry], small: int, pack_bytes: int) -> list[list[Entry]]:

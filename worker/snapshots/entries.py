@@ -23,7 +23,7 @@ import operator
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from scheduler.errors import ErrorCode, InvalidInput
 from scheduler.settings import DEFAULT_SNAPSHOT_MAX_BYTES, DEFAULT_SNAPSHOT_MAX_FILES
@@ -33,8 +33,13 @@ __all__ = [
     "MAX_PATH_BYTES",
     "Entry",
     "ManifestLimits",
+    "bad_entry",
+    "check_entry",
+    "check_limits",
+    "check_parents",
     "check_roots",
     "entries_from_scan",
+    "normalise",
     "scan_rows",
     "validate_entries",
 ]
@@ -66,28 +71,42 @@ class ManifestLimits:
     max_path_bytes: int = MAX_PATH_BYTES
 
 
-def scan_rows(raw: Sequence[Mapping[str, Any]]) -> list[Row]:
+def scan_rows(raw: Sequence[Mapping[str, Any]] | Sequence[Sequence[Any]]) -> list[Row]:
     """The scan as plain sorted tuples: the cheap form compared with the previous
     manifest before anything else is done (a no-change turn stops here).
 
+    A scan is rows ``(path, type, mode, size, sha256, target)`` (what a
+    backend's ``scan`` returns) or mappings with those keys.
+
     Raises:
-        InvalidInput: an entry is not a mapping with path, type, mode and size.
+        InvalidInput: an entry is neither a 6-field row nor a mapping with
+            path, type, mode and size.
     """
     try:
-        try:
-            rows = list(map(_ROW, raw))
-        except KeyError:  # sha256 / target may be left out
-            rows = [
-                (d["path"], d["type"], d["mode"], d["size"], d.get("sha256"), d.get("target"))
-                for d in raw
-            ]
+        if raw and isinstance(raw[0], Mapping):
+            rows = _rows_of_mappings(raw)  # type: ignore[arg-type]
+        else:
+            rows = [r if type(r) is tuple else tuple(r) for r in raw]
+            if any(len(r) != 6 for r in rows):
+                raise TypeError("a row has not 6 fields")
         rows.sort()
     except (KeyError, TypeError, AttributeError) as exc:
         raise InvalidInput(
-            f"scan entries must be objects with path, type, mode, size ({exc!r})",
+            "scan entries must be rows (path, type, mode, size, sha256, target) "
+            f"or objects with path, type, mode, size ({exc!r})",
             operation="snapshot",
         ) from None
     return rows
+
+
+def _rows_of_mappings(raw: Sequence[Mapping[str, Any]]) -> list[Row]:
+    try:
+        return list(map(_ROW, raw))
+    except KeyError:  # sha256 / target may be left out
+        return [
+            (d["path"], d["type"], d["mode"], d["size"], d.get("sha256"), d.get("target"))
+            for d in raw
+        ]
 
 
 def entries_from_scan(
@@ -99,14 +118,17 @@ def entries_from_scan(
     Raises:
         InvalidInput: see ``validate_entries``.
     """
-    entries = tuple(
-        Entry(p, t, m, s, h, None)
-        if t == "file"
-        else Entry(p, t, m, 0, None, g if t == "symlink" else None)
-        for p, t, m, s, h, g in rows
-    )
+    entries = tuple(map(normalise, rows))
     validate_entries(entries, roots, limits)
     return entries
+
+
+def normalise(row: Row) -> Entry:
+    """The entry of a scan row, without fields that mean nothing for its type."""
+    p, t, m, s, h, g = row
+    if t == "file":
+        return Entry(p, t, m, s, h, None)
+    return Entry(p, t, m, 0, None, g if t == "symlink" else None)
 
 
 def check_roots(roots: Any) -> tuple[str, ...]:
@@ -142,25 +164,31 @@ def validate_entries(
             for an entry that leaves the roots, ``invalid_input`` otherwise;
             the message names the path or the limit.
     """
-    _check_limits(entries, limits)
-    prefixes = tuple(r + "/" for r in roots)
+    total = sum(e.size for e in entries if e.type == "file" and type(e.size) is int)
+    check_limits(len(entries), total, limits)
     by_path: dict[str, str] = {}
     for e in entries:
-        _check_path(e.path, roots, prefixes, limits.max_path_bytes)
-        _check_fields(e, roots)
+        check_entry(e, roots, limits)
         if e.path in by_path:
-            raise _bad(e.path, "appears twice")
+            raise bad_entry(e.path, "appears twice")
         by_path[e.path] = e.type
     for e in entries:
-        _check_parents(e.path, roots, by_path)
+        check_parents(e.path, roots, by_path)
 
 
-def _check_limits(entries: Sequence[Entry], limits: ManifestLimits) -> None:
-    if len(entries) > limits.max_files:
-        raise _too_large("max_files", len(entries), limits.max_files, "entries")
-    total = sum(e.size for e in entries if e.type == "file" and type(e.size) is int)
+def check_limits(count: int, total: int, limits: ManifestLimits) -> None:
+    """Refuse a tree of ``count`` entries and ``total`` bytes of files over the limits."""
+    if count > limits.max_files:
+        raise _too_large("max_files", count, limits.max_files, "entries")
     if total > limits.max_bytes:
         raise _too_large("max_bytes", total, limits.max_bytes, "bytes of files")
+
+
+def check_entry(e: Entry, roots: tuple[str, ...], limits: ManifestLimits) -> None:
+    """One entry's own rules: its path (absolute, normalised, under a root, not
+    too long) and its fields (type, mode, size, sha256, target)."""
+    _check_path(e.path, roots, tuple(r + "/" for r in roots), limits.max_path_bytes)
+    _check_fields(e, roots)
 
 
 def _too_large(limit: str, value: int, ceiling: int, what: str) -> InvalidInput:
@@ -181,37 +209,37 @@ def _check_path(path: object, roots: tuple[str, ...], prefixes: tuple[str, ...],
     """Absolute, normalised, under a root, not too long. A path under a root's
     prefix is normalised iff it has no empty, ``.`` or ``..`` component."""
     if not isinstance(path, str):
-        raise _bad(str(path), "must be a string")
+        raise bad_entry(str(path), "must be a string")
     if not path.startswith(prefixes) and path not in roots:
         if not _normal(path):
-            raise _bad(path, "must be an absolute normalised path (no '.', '..', '//', NUL)")
-        raise _bad(
+            raise bad_entry(path, "must be an absolute normalised path (no '.', '..', '//', NUL)")
+        raise bad_entry(
             path, "is outside the roots " + ", ".join(roots), ErrorCode.PATH_OUTSIDE_WORKSPACE
         )
     if any(bad in path for bad in _UNNORMAL) or path.endswith(_BAD_ENDS):
-        raise _bad(path, "must be an absolute normalised path (no '.', '..', '//', NUL)")
+        raise bad_entry(path, "must be an absolute normalised path (no '.', '..', '//', NUL)")
     if _encoded_len(path) > most:
-        raise _bad(path[:200], f"is longer than {most} bytes, or not encodable as a file name")
+        raise bad_entry(path[:200], f"is longer than {most} bytes, or not encodable as a file name")
 
 
 def _check_fields(e: Entry, roots: tuple[str, ...]) -> None:
     path, kind, mode, size, sha, target = e
     if type(kind) is not str or kind not in ENTRY_TYPES:
-        raise _bad(path, f"has type {kind!r}: device files, fifos and sockets are refused")
+        raise bad_entry(path, f"has type {kind!r}: device files, fifos and sockets are refused")
     if type(mode) is not int or not 0 <= mode <= 0o7777:
-        raise _bad(path, f"has mode {mode!r}, not an int in 0..0o7777")
+        raise bad_entry(path, f"has mode {mode!r}, not an int in 0..0o7777")
     if type(size) is not int or size < 0:
-        raise _bad(path, f"has size {size!r}, not a non-negative int")
+        raise bad_entry(path, f"has size {size!r}, not a non-negative int")
     if kind == "file":
         if type(sha) is not str or len(sha) != 64 or sha.strip(_HEX):
-            raise _bad(path, "is a file without a lowercase hex sha256")
+            raise bad_entry(path, "is a file without a lowercase hex sha256")
         if path in roots:
-            raise _bad(path, "is a root, so it must be a directory")
+            raise bad_entry(path, "is a root, so it must be a directory")
     elif kind == "symlink" and not (
         type(target) is str and target and "\0" not in target
         and _encoded_len(target) <= MAX_PATH_BYTES
     ):  # fmt: skip
-        raise _bad(path, "is a symlink without a valid target")
+        raise bad_entry(path, "is a symlink without a valid target")
 
 
 def _encoded_len(name: str) -> int:
@@ -226,7 +254,13 @@ def _encoded_len(name: str) -> int:
 _HEX = "0123456789abcdef"
 
 
-def _check_parents(path: str, roots: tuple[str, ...], by_path: Mapping[str, str]) -> None:
+class TypeLookup(Protocol):
+    """Where ``check_parents`` finds the type of each path (a dict will do)."""
+
+    def get(self, path: str, /) -> str | None: ...
+
+
+def check_parents(path: str, roots: tuple[str, ...], by_path: TypeLookup) -> None:
     """No entry may sit under a symlink or a file: restoring it would write through."""
     if path in roots:
         return
@@ -236,7 +270,7 @@ def _check_parents(path: str, roots: tuple[str, ...], by_path: Mapping[str, str]
         if kind == "dir":
             return
         if kind is not None:
-            raise _bad(path, f"lies under {parent!r}, which is a {kind}")
+            raise bad_entry(path, f"lies under {parent!r}, which is a {kind}")
         parent = parent.rpartition("/")[0]
 
 
@@ -253,7 +287,7 @@ def _under(path: str, roots: Sequence[str]) -> bool:
     return any(path == r or path.startswith(r + "/") for r in roots)
 
 
-def _bad(path: str, rule: str, code: ErrorCode = ErrorCode.INVALID_INPUT) -> InvalidInput:
+def bad_entry(path: str, rule: str, code: ErrorCode = ErrorCode.INVALID_INPUT) -> InvalidInput:
     return InvalidInput(
         f"snapshot entry {path!r} {rule}",
         code=code,

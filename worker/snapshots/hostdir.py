@@ -23,11 +23,12 @@ import shutil
 import stat
 import zlib
 from collections import OrderedDict
+from operator import itemgetter
 from pathlib import Path
-from typing import Any
 
 from scheduler.errors import ErrorCode, InvalidInput
 from worker.snapshots.archive import Member, TarError, gunzip_bounded, iter_tar, tar_member
+from worker.snapshots.entries import Row
 
 __all__ = ["HostDirBackend"]
 
@@ -85,13 +86,16 @@ class HostDirBackend:
     """``scan``/``pack``/``unpack`` on host directories (see the module doc)."""
 
     def __init__(self) -> None:
-        self._hashes: dict[str, tuple[int, int, int, str]] = {}
+        self._rows: dict[str, tuple[tuple[int, int, int, int], Row]] = {}
 
-    def scan(self, sbx: Path, roots: list[str]) -> list[dict[str, Any]]:
-        """Entries under each root (not the root), sorted; sha256 cached by
-        (size, mtime_ns, inode) like the agent, so an unchanged tree is one stat walk."""
-        out: list[dict[str, Any]] = []
-        fresh: dict[str, tuple[int, int, int, str]] = {}
+    def scan(self, sbx: Path, roots: list[str]) -> list[Row]:
+        """Rows ``(path, type, mode, size, sha256, target)`` under each root (not
+        the root), sorted. Like the agent, a file whose (mode, size, mtime_ns,
+        inode) did not change since the last scan keeps its row (and hash), so
+        an unchanged tree is one stat walk."""
+        out: list[Row] = []
+        fresh: dict[str, tuple[tuple[int, int, int, int], Row]] = {}
+        previous = self._rows
         for root in roots:
             top = Path(sbx, root.lstrip("/"))
             if top.is_symlink() or not top.is_dir():
@@ -101,38 +105,22 @@ class HostDirBackend:
                 host_dir, sbx_dir = stack.pop()
                 with os.scandir(host_dir) as it:
                     for de in it:
-                        entry = self._entry(de, f"{sbx_dir}/{de.name}", fresh)
-                        if entry is not None:
-                            out.append(entry)
-                            if entry["type"] == "dir":
-                                stack.append((de.path, entry["path"]))
-        self._hashes = fresh
-        out.sort(key=lambda d: str(d["path"]))
+                        st = de.stat(follow_symlinks=False)
+                        key = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino)
+                        hit = previous.get(de.path)
+                        if hit is not None and hit[0] == key:
+                            row = hit[1]
+                        elif (made := _row(de, f"{sbx_dir}/{de.name}", st)) is not None:
+                            row = made
+                        else:
+                            continue
+                        fresh[de.path] = (key, row)
+                        out.append(row)
+                        if row[1] == "dir":
+                            stack.append((de.path, row[0]))
+        self._rows = fresh
+        out.sort(key=itemgetter(0))
         return out
-
-    def _entry(
-        self, de: os.DirEntry[str], path: str, fresh: dict[str, tuple[int, int, int, str]]
-    ) -> dict[str, Any] | None:
-        st = de.stat(follow_symlinks=False)
-        entry: dict[str, Any] = {
-            "path": path,
-            "type": "dir",
-            "mode": stat.S_IMODE(st.st_mode),
-            "size": 0,
-            "sha256": None,
-            "target": None,
-        }
-        if stat.S_ISREG(st.st_mode):
-            key = (st.st_size, st.st_mtime_ns, st.st_ino)
-            hit = self._hashes.get(de.path)
-            digest = hit[3] if hit and hit[:3] == key else _sha256_file(de.path)
-            fresh[de.path] = (*key, digest)
-            entry.update(type="file", size=st.st_size, sha256=digest)
-        elif stat.S_ISLNK(st.st_mode):
-            entry.update(type="symlink", target=os.readlink(de.path))
-        elif not stat.S_ISDIR(st.st_mode):
-            return None
-        return entry
 
     def pack(self, sbx: Path, paths: list[str]) -> bytes:
         """A tar.gz (level 1) of these regular files; names without the leading ``/``."""
@@ -191,6 +179,17 @@ class HostDirBackend:
         finally:
             dirs.close()
         return count
+
+
+def _row(de: os.DirEntry[str], path: str, st: os.stat_result) -> Row | None:
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISREG(st.st_mode):
+        return (path, "file", mode, st.st_size, _sha256_file(de.path), None)
+    if stat.S_ISLNK(st.st_mode):
+        return (path, "symlink", mode, 0, None, os.readlink(de.path))
+    if stat.S_ISDIR(st.st_mode):
+        return (path, "dir", mode, 0, None, None)
+    return None
 
 
 def _sha256_file(path: str) -> str:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from scheduler.errors import ErrorCode, InvalidInput, NotFound, SnapshotError
 from worker.snapshots import keys
 from worker.snapshots.blobs import decode
-from worker.snapshots.manifest import Manifest
+from worker.snapshots.manifest import MANIFEST_VERSION, Manifest
 from worker.snapshots.refs import GcReport, SnapshotRef, make_ref
 
 if TYPE_CHECKING:
@@ -74,6 +74,8 @@ def fork(store: SnapshotStore, tenant: str, src: str, dst: str) -> SnapshotRef:
         snapshot_id=secrets.token_hex(6),
         created=time.time(),
         parent=f"{src}/{name}",
+        base=None,
+        delta=None,
     )
     store._write_manifest(copy)
     store._advance_pointer(copy, [])
@@ -164,7 +166,7 @@ def _blobs_of(store: SnapshotStore, tenant: str, sn: tuple[str, str], required: 
         return set()
     try:
         doc = json.loads(bytes(decode(stored, limit=256 << 20)))
-        if doc["v"] != 1:
+        if doc["v"] != MANIFEST_VERSION:
             raise ValueError(f"unknown manifest version {doc['v']!r}")
         return {str(blob) for blob, _ in doc["blobs"]}
     except (ValueError, TypeError, KeyError) as exc:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from worker.snapshots.delta import Change
 from worker.snapshots.entries import Entry
 from worker.snapshots.manifest import Location, Manifest
 
@@ -44,7 +45,9 @@ class SnapshotDraft:
     """A validated scan that differs from the previous snapshot (``prepare``'s result).
 
     ``need`` maps each content not known to be stored to one file holding it:
-    the paths that ``commit`` needs the bytes of.
+    the paths that ``commit`` needs the bytes of. ``previous`` is the manifest
+    the pointer retains that this one follows (the one to store a difference
+    from), and ``change`` the change from it when it was found incrementally.
     """
 
     tenant: str
@@ -59,6 +62,12 @@ class SnapshotDraft:
     blobs: dict[str, int]
     need: dict[str, Entry]
     started: float = field(default_factory=time.time)
+    groups: Mapping[str, tuple[Entry, ...]] | None = None
+    hashes: Mapping[str, str] | None = None
+    previous: Manifest | None = None
+    change: Change | None = None
+    bases: Mapping[str, str] = field(default_factory=dict)
+    """The pointer's map from retained difference manifests to their bases."""
 
     @property
     def paths(self) -> list[str]:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from scheduler.errors import ErrorCode, SnapshotError
 from worker.snapshots import keys
 from worker.snapshots.archive import WorkspaceChanged, build_tars
-from worker.snapshots.blobs import decode, encode, group_files
+from worker.snapshots.blobs import decode, encode, group_files, pack_name
 from worker.snapshots.entries import Entry
 from worker.snapshots.manifest import Location, Manifest
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from worker.snapshots.base import SnapshotStore
     from worker.snapshots.refs import SnapshotDraft
 
-__all__ = ["classify", "restore_tars", "upload"]
+__all__ = ["classify", "plan", "put_blob", "referenced", "remember", "restore_tars"]
 
 
 def classify(store: SnapshotStore, draft: SnapshotDraft, trusted: Manifest | None) -> None:
@@ -37,7 +37,12 @@ def classify(store: SnapshotStore, draft: SnapshotDraft, trusted: Manifest | Non
     why "fresh" keeps reuse safe from garbage collection).
     """
     heads: dict[str, Entry] = {}
-    for e in draft.entries:
+    candidates: Iterable[Entry] = draft.entries
+    if trusted is not None and draft.change is not None:  # only the change is new
+        draft.where.update(trusted.where)
+        draft.blobs.update(trusted.blobs)
+        candidates = draft.change.added
+    for e in candidates:
         sha = e.sha256
         if e.type != "file" or sha is None or sha in draft.where or sha in draft.need:
             continue
@@ -61,42 +66,68 @@ def classify(store: SnapshotStore, draft: SnapshotDraft, trusted: Manifest | Non
             draft.need[sha] = e
 
 
+def referenced(draft: SnapshotDraft) -> tuple[dict[str, Location], dict[str, int]]:
+    """``draft.where`` and ``draft.blobs`` cut down to the files of the new tree."""
+    where: dict[str, Location] = {}
+    blobs: dict[str, int] = {}
+    for e in draft.entries:
+        if e.sha256 is not None and e.sha256 not in where:
+            loc = where[e.sha256] = draft.where[e.sha256]
+            blobs[loc.blob] = draft.blobs[loc.blob]
+    return where, blobs
+
+
 def _reuse(draft: SnapshotDraft, sha: str, loc: Location, blob_size: int) -> None:
     draft.where[sha] = loc
     draft.blobs[loc.blob] = blob_size
 
 
-def upload(
-    store: SnapshotStore, draft: SnapshotDraft, contents: Mapping[str, bytes]
-) -> dict[str, int]:
-    """Store every content of ``draft.need`` in blobs and record where each went.
+def plan(store: SnapshotStore, draft: SnapshotDraft) -> list[tuple[str, list[Entry]]]:
+    """Group the contents of ``draft.need`` into blobs and record where each goes.
+
+    A blob's name is known before any byte is read: a file alone is named by
+    its sha256, and a pack by ``pack_name`` of its members. So the manifest can
+    be written while the blobs upload.
 
     Returns:
-        The uploaded blobs and their sizes.
+        ``(blob, files)`` of every blob to upload.
+    """
+    groups = group_files(draft.need.values(), store.small_file_bytes, store.pack_bytes)
+    out: list[tuple[str, list[Entry]]] = []
+    for group in groups:
+        blob = str(group[0].sha256) if len(group) == 1 else pack_name(group)
+        offset = 0
+        for e in group:
+            draft.where[str(e.sha256)] = Location(blob, offset)
+            offset += e.size
+        draft.blobs[blob] = offset
+        out.append((blob, group))
+    return out
+
+
+def remember(
+    store: SnapshotStore, draft: SnapshotDraft, uploaded: Iterable[tuple[str, list[Entry]]]
+) -> None:
+    """Note the contents of blobs just stored, for later snapshots to reuse."""
+    stamp = time.time()
+    for blob, group in uploaded:
+        for e in group:
+            sha = str(e.sha256)
+            store.known.put(draft.tenant, sha, draft.where[sha], draft.blobs[blob], stamp)
+
+
+def put_blob(
+    store: SnapshotStore,
+    tenant: str,
+    blob: str,
+    group: list[Entry],
+    contents: Mapping[str, bytes],
+) -> None:
+    """Verify a blob's files against the scan, then store it.
 
     Raises:
         WorkspaceChanged: some bytes do not hash to what the scan said.
     """
-    groups = group_files(draft.need.values(), store.small_file_bytes, store.pack_bytes)
-    stamp = time.time()
-    results = store._parallel(lambda g: _store_group(store, draft.tenant, g, contents), groups)
-    uploaded: dict[str, int] = {}
-    for group, (blob, size) in zip(groups, results, strict=True):
-        offset = 0
-        for e in group:
-            sha = str(e.sha256)
-            loc = Location(blob, offset)
-            draft.where[sha] = loc
-            store.known.put(draft.tenant, sha, loc, size, stamp)
-            offset += e.size
-        draft.blobs[blob] = size
-        uploaded[blob] = size
-    return uploaded
-
-
-def _store_group(
-    store: SnapshotStore, tenant: str, group: list[Entry], contents: Mapping[str, bytes]
-) -> tuple[str, int]:
     parts: list[bytes] = []
     for e in group:
         data = contents[str(e.sha256)]
@@ -107,13 +138,8 @@ def _store_group(
                 context={"path": e.path},
             )
         parts.append(data)
-    if len(parts) == 1:
-        blob, sha = parts[0], str(group[0].sha256)
-    else:
-        blob = b"".join(parts)
-        sha = hashlib.sha256(blob).hexdigest()
-    store._put(keys.blob_key(tenant, sha), encode(blob))
-    return sha, len(blob)
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    store._put(keys.blob_key(tenant, blob), encode(data))
 
 
 def restore_tars(store: SnapshotStore, manifest: Manifest, max_tar_bytes: int) -> list[bytes]:
@@ -149,7 +175,8 @@ def _fetch(
         data = decode(stored, size=manifest.blobs[blob])
     except ValueError as exc:
         raise _corrupt(manifest, f"blob {blob} does not decode: {exc}") from None
-    if hashlib.sha256(data).hexdigest() != blob:
+    whole = any(sha == blob for sha, _, _ in members)  # a file's own blob, else a pack
+    if whole and hashlib.sha256(data).hexdigest() != blob:
         raise _corrupt(manifest, f"blob {blob} does not match its sha256")
     for sha, offset, size in members:
         if sha != blob and hashlib.sha256(data[offset : offset + size]).hexdigest() != sha:

@@ -35,7 +35,8 @@ _ATTEMPTS = 2
 class SnapshotBackend(Protocol):
     """The part of ``worker.backends.base.SandboxBackend`` that snapshots use."""
 
-    def scan(self, sbx: Any, roots: list[str]) -> list[dict[str, Any]]: ...
+    def scan(self, sbx: Any, roots: list[str]) -> Sequence[Any]:
+        """Rows ``(path, type, mode, size, sha256, target)`` (or mappings with those keys)."""
 
     def pack(self, sbx: Any, paths: list[str]) -> bytes: ...
 
