@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -135,8 +136,7 @@ def test_the_incremental_hash_is_the_full_hash() -> None:
             previous,
             entries=change.entries,
             hash=change.hash,
-            dir_groups=change.groups,
-            dir_hashes=change.hashes,
+            known=change.known(),
         )
 
 
@@ -292,3 +292,26 @@ def test_fork_of_a_difference_is_stored_full(sbx: Path, store: LocalStore) -> No
     ref = store.fork(TENANT, "s1", "s2")
     forked = store.load(TENANT, "s2", ref)
     assert forked.base is None and forked.hash == store.load(TENANT, "s1").hash
+
+
+def test_counts_kept_by_the_change_match_a_recount(sbx: Path, store: LocalStore) -> None:
+    put(sbx, "same1", b"dup")
+    put(sbx, "same2", b"dup")
+    put(sbx, "big", bytes(4096))
+    m = take(sbx, store, None)
+    steps = [
+        lambda: (sbx / "workspace/same1").unlink(),  # the content stays, held by same2
+        lambda: put(sbx, "big", bytes(4095) + b"x"),  # a large blob goes, another comes
+        lambda: (sbx / "workspace/same2").rename(sbx / "workspace/moved"),
+        lambda: put(sbx, "new", b"dup"),  # a content already stored
+        lambda: (sbx / "workspace/moved").unlink(),
+    ]
+    for step in steps:
+        step()
+        m = take(sbx, store, m)
+        assert m.base is not None  # the incremental path
+        files = [e for e in m.entries if e.sha256]
+        assert set(m.where) == {e.sha256 for e in files}
+        assert set(m.blobs) == {loc.blob for loc in m.where.values()}
+        assert dict(m.sha_refs) == dict(Counter(e.sha256 for e in files))
+        assert dict(m.blob_refs) == dict(Counter(loc.blob for loc in m.where.values()))

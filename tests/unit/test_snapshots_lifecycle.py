@@ -78,6 +78,7 @@ def test_retention_keeps_the_last_k_snapshots(sbx: Path, store: LocalStore) -> N
     assert [r.name for r in kept] == [r.name for r in refs[-2:]]
     # the last two are differences from the first, which stays while they need it
     assert {store.load(TENANT, "s1", r).base for r in kept} == {refs[0].name}
+    store.settle()
     assert manifests(store) == {r.name for r in [refs[0], *refs[-2:]]}
     assert store.latest(TENANT, "s1") == refs[-1]
     with pytest.raises(NotFound):
@@ -94,6 +95,7 @@ def test_retention_drops_a_base_no_kept_snapshot_needs(sbx: Path, store: LocalSt
     put(sbx, "f", b"second")
     last = take(sbx, store)
     assert store.load(TENANT, "s1", last).base == full.name
+    store.settle()
     assert manifests(store) == {full.name, last.name}
     with pytest.raises(NotFound):
         store.load(TENANT, "s1", first.name)

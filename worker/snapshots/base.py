@@ -28,10 +28,11 @@ from __future__ import annotations
 import json
 import logging
 import secrets
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 from scheduler.errors import ErrorCode, InfrastructureError, InvalidInput, NotFound, SnapshotError
@@ -101,6 +102,8 @@ class SnapshotStore(ABC):
         self.pack_bytes = pack_bytes
         self.known = KnownBlobs(fresh_s=gc_grace_s / 2)
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="sg-snapshots")
+        self._pending: set[Future[None]] = set()
+        self._pending_lock = threading.Lock()
 
     # ---- primitives (one object namespace) ------------------------------------------
 
@@ -169,25 +172,25 @@ class SnapshotStore(ABC):
         roots_t = check_roots(list(roots))
         rows = scan_rows(scan)
         change = None
-        groups: Mapping[str, tuple[Entry, ...]]
-        hashes: Mapping[str, str]
         if previous is not None:
             _check_owner(previous, tenant, session_id)
             if previous.roots == roots_t and rows == list(previous.entries):
                 return None
+        started = time.time()
+        pointer = self._pool.submit(self._read_pointer_doc, tenant, session_id)  # meanwhile:
+        if previous is not None:
             change = delta.diff(previous, rows, roots_t, self.limits)
         if change is None:
             entries = entries_from_scan(rows, roots_t, self.limits)
             groups = group_by_parent(entries)
             hashes = {d: group_hash(g) for d, g in groups.items()}
             digest = tree_hash(roots_t, hashes)
+            known: dict[str, Any] = {"groups": groups, "hashes": hashes}
         else:
-            entries, groups, hashes = change.entries, change.groups, change.hashes
-            digest = change.hash
+            entries, digest, known = change.entries, change.hash, change.known()
         if previous is not None and previous.hash == digest:
             return None
-        started = time.time()
-        history, bases = self._read_pointer_doc(tenant, session_id)
+        history, bases = pointer.result()
         if previous is None and history:
             if history[-1][1] == digest:
                 return None
@@ -208,8 +211,7 @@ class SnapshotStore(ABC):
             blobs={},
             need={},
             started=started,
-            groups=groups,
-            hashes=hashes,
+            known=known,
             previous=trusted,
             change=change if trusted else None,
             bases=bases,
@@ -238,7 +240,7 @@ class SnapshotStore(ABC):
             )
         uploads = transfer.plan(self, draft)
         self._check_fresh(draft)
-        where, blobs = transfer.referenced(draft)
+        where, blobs = transfer.referenced(draft)  # also fills draft.known
         stored = self._stored_as(draft)
         manifest = Manifest(
             tenant=draft.tenant,
@@ -254,8 +256,7 @@ class SnapshotStore(ABC):
             blobs=blobs,
             base=stored[0] if stored else None,
             delta=stored[1] if stored else None,
-            dir_hashes=draft.hashes,
-            dir_groups=draft.groups,
+            known=draft.known,
         )
 
         def put(job: tuple[str, list[Entry]] | None) -> None:
@@ -269,7 +270,7 @@ class SnapshotStore(ABC):
         self._check_fresh(draft)
         self._advance_pointer(manifest, draft.history, draft.bases)
         stats = {
-            "files": sum(1 for _ in manifest.files()),
+            "files": manifest.file_count,
             "stored_entries": len(manifest.entries) if stored is None else stored[1].size,
             "bytes": manifest.total_bytes,
             "uploaded_blobs": len(uploads),
@@ -401,6 +402,7 @@ class SnapshotStore(ABC):
 
         See ``lifecycle.collect`` for why this is safe while snapshots are taken.
         """
+        self.settle()  # this process's retention first: no stray it is deleting
         return lifecycle.collect(self, tenant, time.time() if now is None else now)
 
     def latest(self, tenant: str, session_id: str) -> SnapshotRef | None:
@@ -490,11 +492,28 @@ class SnapshotStore(ABC):
             keys.pointer_key(manifest.tenant, manifest.session_id),
             encode(json.dumps(doc).encode()),
         )
-        for name, _ in dropped:
-            try:
-                self._delete(keys.manifest_key(manifest.tenant, manifest.session_id, name))
-            except InfrastructureError as exc:  # gc removes strays later
-                log.warning("retention could not delete %s: %s", name, exc)
+        for name, _ in dropped:  # off the snapshot's path: a stray is gc's to remove
+            key = keys.manifest_key(manifest.tenant, manifest.session_id, name)
+            future = self._pool.submit(self._forget_manifest, key)
+            with self._pending_lock:
+                self._pending.add(future)
+            future.add_done_callback(self._settled)
+
+    def _settled(self, future: Future[None]) -> None:
+        with self._pending_lock:
+            self._pending.discard(future)
+
+    def settle(self) -> None:
+        """Wait for the deletions retention started in the background."""
+        with self._pending_lock:
+            pending = list(self._pending)
+        wait(pending)
+
+    def _forget_manifest(self, key: str) -> None:
+        try:
+            self._delete(key)
+        except InfrastructureError as exc:
+            log.warning("retention could not delete %s: %s", key, exc)
 
     # ---- helpers --------------------------------------------------------------------
 

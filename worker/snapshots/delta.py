@@ -24,6 +24,7 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import Any
 
 from worker.snapshots.entries import (
     Entry,
@@ -54,9 +55,24 @@ class Change:
     """Entries new or changed, sorted."""
     removed: frozenset[str]
     """Paths in the previous tree and not in the new one."""
+    gone: AbstractSet[Entry]
+    """Previous entries not in the new tree (removed or changed)."""
+    paths: list[str]
     groups: Mapping[str, tuple[Entry, ...]]
     hashes: Mapping[str, str]
     hash: str
+    total_bytes: int
+    file_count: int
+
+    def known(self) -> dict[str, Any]:
+        """The new tree's derived views (``Manifest.known``) this change computed."""
+        return {
+            "paths": self.paths,
+            "groups": self.groups,
+            "hashes": self.hashes,
+            "total_bytes": self.total_bytes,
+            "file_count": self.file_count,
+        }
 
 
 def _small(changes: int, entries: int) -> bool:
@@ -86,15 +102,20 @@ def diff(
     added = sorted(map(normalise, fresh))
     removed = frozenset(e.path for e in gone) - {a.path for a in added}
     entries, paths = _splice(previous, gone, added)
-    _validate(previous.total_bytes, entries, paths, added, gone, roots, limits)
+    total = _validate(previous.total_bytes, entries, paths, added, gone, roots, limits)
     groups, hashes = _regroup(previous, added, gone)
+    files = sum(1 for a in added if a.type == "file") - sum(1 for e in gone if e.type == "file")
     return Change(
         entries=tuple(entries),
         added=tuple(added),
         removed=removed,
+        gone=gone,
+        paths=paths,
         groups=groups,
         hashes=hashes,
         hash=tree_hash(roots, hashes),
+        total_bytes=total,
+        file_count=previous.file_count + files,
     )
 
 
@@ -135,7 +156,8 @@ def _validate(
     gone: AbstractSet[Entry],
     roots: tuple[str, ...],
     limits: ManifestLimits,
-) -> None:
+) -> int:
+    """Raises ``InvalidInput`` as ``entries.validate_entries``; returns the new total bytes."""
     total -= sum(e.size for e in gone if e.type == "file")
     for a in added:
         check_entry(a, roots, limits)
@@ -153,6 +175,7 @@ def _validate(
             j = bisect_left(paths, below)
             if j < len(paths) and paths[j].startswith(below):
                 raise bad_entry(paths[j], f"lies under {a.path!r}, which is a {a.type}")
+    return total
 
 
 def _regroup(

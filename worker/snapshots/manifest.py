@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -102,10 +103,12 @@ class Manifest:
     base: str | None = None
     delta: Delta | None = None
     v: int = MANIFEST_VERSION
-    dir_hashes: Mapping[str, str] | None = field(default=None, repr=False)
-    """The per-directory hashes behind ``hash``, when already computed."""
-    dir_groups: Mapping[str, tuple[Entry, ...]] | None = field(default=None, repr=False)
-    """``groups``, when already computed."""
+    known: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """Derived views of these entries already computed (``groups``, ``hashes``,
+    ``paths``, ...), by property name; the rest are computed when first used."""
+
+    def __post_init__(self) -> None:
+        self.__dict__.update(self.known)  # what a cached_property finds first
 
     @property
     def name(self) -> str:
@@ -114,6 +117,12 @@ class Manifest:
 
     def files(self) -> Iterator[Entry]:
         return (e for e in self.entries if e.type == "file")
+
+    # ---- derived views, each computed once (see ``known``) --------------------------
+
+    @cached_property
+    def file_count(self) -> int:
+        return sum(1 for e in self.entries if e.type == "file")
 
     @cached_property
     def total_bytes(self) -> int:
@@ -132,16 +141,22 @@ class Manifest:
     @cached_property
     def groups(self) -> Mapping[str, tuple[Entry, ...]]:
         """The entries by parent directory, each group sorted."""
-        if self.dir_groups is not None:
-            return self.dir_groups
         return group_by_parent(self.entries)
 
     @cached_property
     def hashes(self) -> Mapping[str, str]:
         """The per-directory hashes (see ``tree_hash``)."""
-        if self.dir_hashes is not None:
-            return self.dir_hashes
         return {d: group_hash(g) for d, g in self.groups.items()}
+
+    @cached_property
+    def sha_refs(self) -> Mapping[str, int]:
+        """How many files hold each content."""
+        return Counter(e.sha256 for e in self.entries if e.sha256 is not None)
+
+    @cached_property
+    def blob_refs(self) -> Mapping[str, int]:
+        """How many of the contents in ``where`` each blob holds."""
+        return Counter(loc.blob for loc in self.where.values())
 
     def to_json(self) -> bytes:
         blobs = sorted(self.blobs)
@@ -262,8 +277,7 @@ def _from_doc(
         blobs=blobs,
         base=base_name,
         delta=delta,
-        dir_hashes=hashes,
-        dir_groups=groups,
+        known={"groups": groups, "hashes": hashes},
     )
 
 

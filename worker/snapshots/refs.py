@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from worker.snapshots.delta import Change
 from worker.snapshots.entries import Entry
@@ -62,8 +63,8 @@ class SnapshotDraft:
     blobs: dict[str, int]
     need: dict[str, Entry]
     started: float = field(default_factory=time.time)
-    groups: Mapping[str, tuple[Entry, ...]] | None = None
-    hashes: Mapping[str, str] | None = None
+    known: dict[str, Any] = field(default_factory=dict)
+    """Derived views of the new tree already computed (``Manifest.known``)."""
     previous: Manifest | None = None
     change: Change | None = None
     bases: Mapping[str, str] = field(default_factory=dict)

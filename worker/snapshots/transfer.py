@@ -67,14 +67,42 @@ def classify(store: SnapshotStore, draft: SnapshotDraft, trusted: Manifest | Non
 
 
 def referenced(draft: SnapshotDraft) -> tuple[dict[str, Location], dict[str, int]]:
-    """``draft.where`` and ``draft.blobs`` cut down to the files of the new tree."""
-    where: dict[str, Location] = {}
-    blobs: dict[str, int] = {}
-    for e in draft.entries:
-        if e.sha256 is not None and e.sha256 not in where:
-            loc = where[e.sha256] = draft.where[e.sha256]
-            blobs[loc.blob] = draft.blobs[loc.blob]
-    return where, blobs
+    """``draft.where`` and ``draft.blobs`` cut down to the files of the new tree.
+
+    After an incremental ``prepare`` this costs the size of the change: the
+    previous manifest's counts of files per content and contents per blob are
+    updated, and what falls to zero is dropped (the counts go to ``draft.known``).
+    """
+    previous, change = draft.previous, draft.change
+    if previous is None or change is None:
+        where: dict[str, Location] = {}
+        blobs: dict[str, int] = {}
+        for e in draft.entries:
+            if e.sha256 is not None and e.sha256 not in where:
+                loc = where[e.sha256] = draft.where[e.sha256]
+                blobs[loc.blob] = draft.blobs[loc.blob]
+        return where, blobs
+    where, blobs = dict(draft.where), dict(draft.blobs)
+    shas, holds = dict(previous.sha_refs), dict(previous.blob_refs)
+    for a in change.added:  # first, so a content that moves is never dropped
+        if a.sha256 is not None:
+            if a.sha256 not in shas:
+                holds[where[a.sha256].blob] = holds.get(where[a.sha256].blob, 0) + 1
+            shas[a.sha256] = shas.get(a.sha256, 0) + 1
+    for e in change.gone:
+        if e.sha256 is None:
+            continue
+        shas[e.sha256] -= 1
+        if not shas[e.sha256]:
+            del shas[e.sha256]
+            blob = where.pop(e.sha256).blob
+            holds[blob] -= 1
+            if not holds[blob]:
+                del holds[blob], blobs[blob]
+    for sha in set(where) - set(shas) if len(where) != len(shas) else ():
+        del where[sha]  # located by classify, then not used
+    draft.known.update(sha_refs=shas, blob_refs=holds)
+    return where, {b: blobs[b] for b in holds}
 
 
 def _reuse(draft: SnapshotDraft, sha: str, loc: Location, blob_size: int) -> None:
