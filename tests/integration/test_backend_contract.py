@@ -249,16 +249,16 @@ def test_scan_pack_unpack(backend: SandboxBackend, sandbox_factory: Any) -> None
     src = sandbox_factory()
     run(backend, src, shell="mkdir -p w/d && echo hi > w/d/f && chmod 640 w/d/f && ln -s d/f w/l "
         "&& echo h > /home/sandbox/.rc && mkfifo w/fifo")  # fmt: skip
-    entries = {e["path"]: e for e in backend.scan(src, ["/workspace", "/home/sandbox"])}
-    assert "/workspace/w/fifo" not in entries
-    f = entries["/workspace/w/d/f"]
-    assert (f["type"], f["size"], f["mode"]) == ("file", 3, 0o640)
-    assert f["sha256"] == "98ea6e4f216f2fb4b69fff9b3a44842c38686ca685f3f55dc48c5d3fb1107be4"
-    assert (
-        entries["/workspace/w/l"]["target"] == "d/f" and entries["/workspace/w/d"]["type"] == "dir"
-    )
-    assert backend.scan(src, ["/workspace", "/home/sandbox"]) == list(entries.values())
-    files = [p for p, e in entries.items() if e["type"] == "file"]
+    rows = backend.scan(src, ["/workspace", "/home/sandbox"])
+    assert rows == sorted(rows) and all(type(r) is tuple and len(r) == 6 for r in rows)
+    entries = {r[0]: r for r in rows}
+    assert "/workspace/w/fifo" not in entries and "/workspace" not in entries
+    sha = "98ea6e4f216f2fb4b69fff9b3a44842c38686ca685f3f55dc48c5d3fb1107be4"
+    assert entries["/workspace/w/d/f"] == ("/workspace/w/d/f", "file", 0o640, 3, sha, None)
+    assert entries["/workspace/w/l"][1:] == ("symlink", 0o777, 0, None, "d/f")
+    assert entries["/workspace/w/d"][1:] == ("dir", 0o755, 0, None, None)
+    assert backend.scan(src, ["/workspace", "/home/sandbox"]) == rows
+    files = [p for p, e in entries.items() if e[1] == "file"]
     packed = backend.pack(src, files)
     with tarfile.open(fileobj=io.BytesIO(packed), mode="r:gz") as tar:
         assert sorted(tar.getnames()) == sorted(p.lstrip("/") for p in files)
@@ -269,6 +269,57 @@ def test_scan_pack_unpack(backend: SandboxBackend, sandbox_factory: Any) -> None
     )
     assert backend.unpack(dst, restore, ["/workspace", "/home/sandbox"], clear=True) == 3
     assert run(backend, dst, shell="cat w/l ~/.rc; ls").stdout == "hi\nh\nw\n"
+
+
+CHANGES = [
+    # each round of changes is followed by a delta scan compared with a full one
+    "mkdir -p a/b/c d e && for i in 1 2 3; do echo $i > a/f$i; echo $i > a/b/c/g$i; done "
+    "&& echo x > e/x && ln -s a/f1 l1 && ln -s /etc l2 && echo s > secret && chmod 000 secret "
+    "&& echo h > ~/.h",
+    "echo 2x > a/f2 && echo more >> a/f3 && echo new > a/new && rm a/f1 && rm -r a/b "
+    "&& rm -r e && ln -s /tmp e && rm l1 && mkdir l1 && chmod 700 d && chmod 600 a/new "
+    "&& rm ~/.h && mkfifo fifo && echo s2 > secret.2 && chmod 000 secret.2",
+    "rm -r d && echo d > d && rm e && mkdir -p e/deep/er && echo z > e/deep/er/z "
+    "&& ln -sfn a/new l2 && rm fifo && chmod 644 secret",
+]
+
+
+def test_scan_deltas_equal_full_scans(
+    backend: SandboxBackend, sandbox_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After every round of changes the delta-based scan is what a full scan
+    returns; with no change, a second scan is the same list from an empty delta."""
+    sbx = sandbox_factory()
+    roots = ["/workspace", "/home/sandbox"]
+    replies: list[dict[str, Any]] = []
+    call = backend.call
+
+    def spy(sbx_: Sandbox, op: str, fields: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        reply = call(sbx_, op, fields, **kw)
+        if op == "scan":
+            replies.append(reply)
+        return reply
+
+    monkeypatch.setattr(backend, "call", spy)
+    assert backend.scan(sbx, roots) == []
+    for change in [*CHANGES, "restore"]:
+        if change == "restore":  # a restore that replaces the whole tree
+            data = tar_of({"workspace/r/f": b"restored\n", "workspace/r/l": "->f"})
+            backend.unpack(sbx, data, roots, clear=True)
+        else:
+            assert run(backend, sbx, shell=change).exit_code == 0
+        delta = backend.scan(sbx, roots)
+        assert "changed" in replies[-1], "a delta was expected"
+        sbx.scan_state = None
+        full = backend.scan(sbx, roots)
+        assert "entries" in replies[-1]
+        assert delta == full and full == sorted(full) and len(full) > 0
+        again = backend.scan(sbx, roots)
+        assert (replies[-1]["changed"], replies[-1]["removed"]) == ([], [])
+        assert again == full
+    paths = {r[0]: r for r in full}
+    assert set(paths) == {"/workspace/r", "/workspace/r/f", "/workspace/r/l"}
+    assert paths["/workspace/r/l"][1:] == ("symlink", 0o777, 0, None, "f")
 
 
 @pytest.mark.parametrize(

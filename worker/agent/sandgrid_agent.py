@@ -30,6 +30,7 @@ import hashlib
 import io
 import json
 import os
+import secrets
 import selectors
 import shutil
 import signal
@@ -868,6 +869,58 @@ def clear_dir(root: str) -> None:
 # ---- snapshots: scan, pack, unpack ----------------------------------------------
 
 HASHES: dict[str, tuple[int, int, int, str]] = {}  # path -> (size, mtime_ns, ino, sha256)
+Row = list[Any]  # [path, type, mode, size, sha256, target]: a manifest entry on the wire
+
+
+class ScanState:
+    """PID 1's memory of its last scan reply: the base of the next delta.
+
+    It and ``HASHES`` change only in PID 1, once a scan has succeeded; the
+    scanning child sees them as they were at its fork. A delta is answered only
+    to the holder of ``token`` for the same ``roots``, so a worker that missed a
+    reply (or another worker) gets every row instead of a diff it cannot apply.
+    Every other scan walks from nothing (only the hash cache is kept), so a
+    full reply never depends on the rows remembered.
+    """
+
+    def __init__(self) -> None:
+        self.token: str | None = None
+        self.roots: tuple[str, ...] = ()
+        self.rows: dict[str, Row] = {}
+
+    def answers(self, since: Any, roots: tuple[str, ...]) -> bool:
+        """Whether a scan with ``since`` of ``roots`` gets a delta."""
+        return since is not None and since == self.token and roots == self.roots
+
+    def update(self, roots: tuple[str, ...], diff: Json, *, delta: bool) -> Json:
+        """Take a ``scan_diff`` result as the new state (applied to the rows when
+        ``delta``, else in their place); reply with the delta or every row."""
+        if not delta:
+            self.rows = {}
+            HASHES.clear()
+        rows = self.rows
+        for path in diff["removed"]:
+            del rows[path]
+            HASHES.pop(path, None)
+        for row, key in zip(diff["changed"], diff["keys"], strict=True):
+            path = row[0]
+            rows[path] = row
+            if key is None:
+                HASHES.pop(path, None)
+            else:
+                HASHES[path] = (row[3], key[0], key[1], row[4])
+        since, self.token, self.roots = self.token, secrets.token_hex(8), roots
+        if not delta:
+            return {"token": self.token, "entries": list(rows.values())}
+        return {
+            "token": self.token,
+            "since": since,
+            "changed": diff["changed"],
+            "removed": diff["removed"],
+        }
+
+
+SCANNED = ScanState()
 
 
 def check_roots(roots: Any) -> tuple[str, ...]:
@@ -891,10 +944,7 @@ def open_own(path: str) -> IO[bytes]:
             os.chmod(path, stat.S_IMODE(mode))
 
 
-def sha256_of(path: str, st: os.stat_result) -> str:
-    hit = HASHES.get(path)
-    if hit and hit[:3] == (st.st_size, st.st_mtime_ns, st.st_ino):
-        return hit[3]
+def sha256_of(path: str) -> str:
     h = hashlib.sha256()
     with open_own(path) as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -902,41 +952,66 @@ def sha256_of(path: str, st: os.stat_result) -> str:
     return h.hexdigest()
 
 
-def do_scan(roots: tuple[str, ...]) -> Json:
-    entries: list[Json] = []
+def scan_diff(roots: tuple[str, ...], prev: dict[str, Row]) -> Json:
+    """Walk ``roots`` (as the user) and compare what is there with ``prev``
+    (PID 1's rows for a delta, empty for a full scan).
+
+    Returns ``{"changed": rows new or different, "keys": [mtime_ns, ino] per
+    changed row (null unless a file), "removed": paths of ``prev`` gone}``, so
+    only differences cross the pipe to PID 1. A file whose (size, mtime_ns,
+    ino) is in ``HASHES`` is not read again, and if its mode is as before its
+    row is not even rebuilt. Symlinks are recorded, never followed; devices,
+    fifos and sockets are skipped. Entries are those under each root, not the
+    root itself.
+    """
+    changed: list[Row] = []
+    keys: list[list[int] | None] = []
+    seen: set[str] = set()
+    old_row, cached, see = prev.get, HASHES.get, seen.add
+    is_reg, is_dir, is_link = stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK
     for root in roots:
-        for path, st in walk(root):
-            mode = st.st_mode
-            entry: Json = {
-                "path": path,
-                "mode": stat.S_IMODE(mode),
-                "size": 0,
-                "sha256": None,
-                "target": None,
-            }
-            if stat.S_ISREG(mode):
-                entry.update(type="file", size=st.st_size, sha256=sha256_of(path, st))
-                entry["_key"] = [st.st_size, st.st_mtime_ns, st.st_ino]
-            elif stat.S_ISDIR(mode):
-                entry["type"] = "dir"
-            elif stat.S_ISLNK(mode):
-                entry.update(type="symlink", target=os.readlink(path))
-            else:
-                continue
-            entries.append(entry)
-    return {"entries": entries}
+        stack = [root]
+        while stack:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    path = entry.path
+                    st = entry.stat(follow_symlinks=False)
+                    fmt = st.st_mode
+                    mode = stat.S_IMODE(fmt)
+                    old = old_row(path)
+                    if is_reg(fmt):
+                        see(path)
+                        size, mtime, ino = st.st_size, st.st_mtime_ns, st.st_ino
+                        hit = cached(path)
+                        if hit is not None and hit[0] == size and hit[1] == mtime and hit[2] == ino:
+                            if old is not None and old[1] == "file" and old[2] == mode:
+                                continue  # unchanged: PID 1 keeps the row it has
+                            digest = hit[3]
+                        else:
+                            digest = sha256_of(path)
+                        changed.append([path, "file", mode, size, digest, None])
+                        keys.append([mtime, ino])
+                        continue
+                    if is_dir(fmt):
+                        stack.append(path)
+                        row: Row = [path, "dir", mode, 0, None, None]
+                    elif is_link(fmt):
+                        row = [path, "symlink", mode, 0, None, os.readlink(path)]
+                    else:
+                        continue
+                    see(path)
+                    if row != old:
+                        changed.append(row)
+                        keys.append(None)
+    removed = [p for p in prev if p not in seen]
+    return {"changed": changed, "keys": keys, "removed": removed}
 
 
 def op_scan(req: Json) -> Json:
-    result = as_user(do_scan, check_roots(req.get("roots")))
-    fresh: dict[str, tuple[int, int, int, str]] = {}
-    for entry in result["entries"]:
-        key = entry.pop("_key", None)
-        if key is not None:
-            fresh[entry["path"]] = (key[0], key[1], key[2], entry["sha256"])
-    HASHES.clear()
-    HASHES.update(fresh)
-    return dict(result)
+    roots = check_roots(req.get("roots"))
+    delta = SCANNED.answers(req.get("since"), roots)
+    diff = as_user(scan_diff, roots, SCANNED.rows if delta else {})
+    return SCANNED.update(roots, diff, delta=delta)
 
 
 def do_pack(files: list[str]) -> Json:

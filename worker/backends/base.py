@@ -44,6 +44,7 @@ from worker.agent_api import (
     file_read,
     write_fields,
 )
+from worker.backends.scan import ScanRow, ScanState, apply_reply
 from worker.channel import AgentChannel, ChunkCallback
 from worker.quotas import container_kwargs, sandbox_labels
 
@@ -92,6 +93,8 @@ class Sandbox:
     tenant: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
     channel: AgentChannel | None = field(default=None, repr=False)
+    scan_state: ScanState | None = field(default=None, repr=False)
+    """The last scan, for the next one's delta; None means the next scan is full."""
 
 
 class SandboxBackend(ABC):
@@ -242,6 +245,7 @@ class SandboxBackend(ABC):
     def destroy(self, sbx: Sandbox) -> None:
         """Close the channel and remove the container. Idempotent; never raises
         for a container that is already gone."""
+        sbx.scan_state = None
         if sbx.channel is not None:
             sbx.channel.close()
         if sbx.state != "destroyed":
@@ -362,10 +366,32 @@ class SandboxBackend(ABC):
         rel = check_path(path, operation="files.tar_download")
         return base64.b64decode(self.call(sbx, "tar_get", {"path": rel})["data_b64"])
 
-    def scan(self, sbx: Sandbox, roots: list[str]) -> list[dict[str, Any]]:
-        """The snapshot manifest of ``roots``: path, type, mode, size, sha256, target."""
-        fields = {"roots": check_roots(roots, "snapshot.scan")}
-        return list(self.call(sbx, "scan", fields)["entries"])
+    def scan(self, sbx: Sandbox, roots: list[str]) -> list[ScanRow]:
+        """The snapshot manifest of ``roots``: rows sorted by path.
+
+        After the first scan of a sandbox, the agent is asked only for what
+        changed since its last reply (``since``), which this handle applies to
+        the rows it kept. A scan that fails in any way drops them, so the next
+        one is full.
+
+        Returns:
+            ``(path, type, mode, size, sha256, target)`` per entry under the
+            roots; ``sha256`` only for files, ``target`` only for symlinks.
+
+        Raises:
+            InvalidInput: roots other than ``/workspace`` and ``/home/sandbox``.
+            SandboxError: the agent failed, or its reply is malformed.
+        """
+        checked = check_roots(roots, "snapshot.scan")
+        fields: dict[str, Any] = {"roots": checked}
+        prior, sbx.scan_state = sbx.scan_state, None
+        if prior is not None and prior.roots == tuple(checked):
+            fields["since"] = prior.token
+        else:
+            prior = None
+        state = apply_reply(self.call(sbx, "scan", fields), tuple(checked), prior)
+        sbx.scan_state = state
+        return list(state.ordered)
 
     def pack(self, sbx: Sandbox, paths: list[str]) -> bytes:
         """A tar.gz (level 1) of these regular files (absolute paths under the roots)."""
@@ -408,7 +434,7 @@ class SandboxBackend(ABC):
         try:
             return sbx.channel.request(op, fields, timeout=timeout, on_chunk=on_chunk)
         except SandboxLost:
-            sbx.state = "lost"
+            sbx.state, sbx.scan_state = "lost", None
             raise
 
     # ---- primitives ----------------------------------------------------------

@@ -1,0 +1,80 @@
+"""The worker's half of the incremental scan: the rows it keeps, and how a reply updates them.
+
+The agent answers a ``scan`` with every row, or, when asked ``since`` the token
+of its last reply, with only the rows changed and the paths removed since
+(docs/agent-protocol.md). ``SandboxBackend.scan`` keeps a ``ScanState`` on the
+sandbox and ``apply_reply`` turns each reply into the next one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.errors import SandboxError
+
+__all__ = ["ScanRow", "ScanState", "apply_reply"]
+
+ScanRow = tuple[str, str, int, int, str | None, str | None]
+"""One manifest entry of ``scan``: (path, type, mode, size, sha256, target)."""
+
+
+@dataclass(eq=False)
+class ScanState:
+    """The agent's last scan reply as this worker holds it: the base of a delta.
+
+    ``token`` names the reply; the next scan of the same ``roots`` sends it as
+    ``since`` and the agent answers only what changed since then.
+    """
+
+    token: str
+    roots: tuple[str, ...]
+    rows: dict[str, ScanRow]
+    ordered: list[ScanRow]
+    """``rows`` sorted by path, kept until a delta changes something."""
+
+
+def apply_reply(
+    reply: dict[str, Any], roots: tuple[str, ...], prior: ScanState | None
+) -> ScanState:
+    """The rows after a scan reply: ``prior``'s with the delta applied when the
+    reply answers ``prior.token``, else the reply's full ``entries``.
+
+    Raises:
+        SandboxError: the reply is malformed (rows must be 6-element lists
+            with a string path; the snapshot store validates the rest).
+    """
+    token = reply.get("token")
+    if not isinstance(token, str):
+        raise _bad_scan("token must be a string")
+    if prior is None or reply.get("since") != prior.token:
+        full = _scan_rows(reply.get("entries"), "entries")
+        rows = {r[0]: r for r in full}
+        return ScanState(token, roots, rows, sorted(rows.values()))
+    changed = _scan_rows(reply.get("changed"), "changed")
+    removed = reply.get("removed")
+    if not isinstance(removed, list) or not all(type(p) is str for p in removed):
+        raise _bad_scan("removed must be a list of paths")
+    if not changed and not removed:
+        return ScanState(token, roots, prior.rows, prior.ordered)
+    rows = prior.rows
+    for path in removed:
+        rows.pop(path, None)
+    rows.update((r[0], r) for r in changed)
+    return ScanState(token, roots, rows, sorted(rows.values()))
+
+
+def _scan_rows(value: Any, what: str) -> list[ScanRow]:
+    out: list[ScanRow] = []
+    if isinstance(value, list):
+        for r in value:
+            if type(r) is not list or len(r) != 6 or type(r[0]) is not str:
+                break
+            out.append((r[0], r[1], r[2], r[3], r[4], r[5]))
+        else:
+            return out
+    raise _bad_scan(f"{what} must be a list of [path, type, mode, size, sha256, target] rows")
+
+
+def _bad_scan(why: str) -> SandboxError:
+    return SandboxError(f"malformed scan reply from the agent: {why}", operation="snapshot.scan")
