@@ -147,5 +147,10 @@ def batch_slots_key(sandbox_type: str) -> str:
     return f"{KEY_PREFIX}batchslots:{sandbox_type}"
 
 
+def gc_tenants_key() -> str:
+    """Sorted set: tenant -> when a worker last served it (whose snapshots to collect)."""
+    return f"{KEY_PREFIX}gc-tenants"
+
+
 def gc_key(tenant: str) -> str:
     return f"{KEY_PREFIX}gc:{tenant}"

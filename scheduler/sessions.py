@@ -355,6 +355,17 @@ class SessionRegistry:
         record: dict[str, str] = self.redis.hgetall(names.turn_key(turn_id))
         return record
 
+    def note_gc_tenant(self, tenant: str) -> None:
+        """Worker side: ``tenant`` was served now, so its snapshots need collecting
+        for a while (grid-wide: any node collects it, also after a restart)."""
+        self.redis.zadd(names.gc_tenants_key(), {tenant: time.time()})
+
+    def gc_tenants(self, since: float) -> builtins.list[str]:
+        """The tenants served since ``since`` (epoch seconds); older ones are dropped."""
+        key = names.gc_tenants_key()
+        self.redis.zremrangebyscore(key, "-inf", f"({since}")
+        return sorted(str(t) for t in self.redis.zrangebyscore(key, since, "+inf"))
+
     def claim_gc(self, tenant: str, interval_s: float) -> bool:
         """Worker side: take the right to collect ``tenant``'s snapshots for the next
         ``interval_s`` seconds, grid-wide (one node collects a tenant per interval)."""

@@ -25,9 +25,11 @@ this node, dirty, and the next turn's snapshot saves everything.
 Closing a session deletes its snapshots (``forget``): the manifests and
 pointer at once, the blobs when ``gc`` finds nothing refers to them any more (a
 fork shares them). Collection (``collect_due``, from the reaper) runs for each
-tenant this node served, at most every ``SANDGRID_WORKER__SNAPSHOTS__GC_INTERVAL_S``
-across the grid (a Redis key), and also deletes the snapshots of sessions whose
-record says closed: a close that no worker handled is not leaked.
+tenant served recently anywhere in the grid (a sorted set in the registry, so
+a restarted node forgets nothing), at most every
+``SANDGRID_WORKER__SNAPSHOTS__GC_INTERVAL_S`` per tenant across the grid (a
+Redis key), and also deletes the snapshots of sessions whose record says
+closed: a close that no worker handled is not leaked.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ log = logging.getLogger(__name__)
 
 #: Ops that may change the workspace, hence need a snapshot afterwards.
 MUTATING_OPS = frozenset({"exec", "write", "delete", "tar_upload"})
+_NOTE_EVERY_S = 60.0
 
 
 class Persistence:
@@ -60,8 +63,7 @@ class Persistence:
     def __init__(self, node: Any) -> None:
         self.node = node
         self._lock = threading.Lock()
-        self._touched: dict[str, float] = {}
-        self._next_gc: dict[str, float] = {}
+        self._noted: dict[str, float] = {}
 
     # ---- saving ---------------------------------------------------------------------
 
@@ -155,33 +157,34 @@ class Persistence:
     # ---- collection -------------------------------------------------------------------
 
     def touch(self, tenant: str) -> None:
-        """Note that this node served ``tenant``: it will collect its snapshots."""
+        """Note that ``tenant`` was served: its snapshots will be collected. The note
+        is in the registry (at most one write a minute per tenant from this node),
+        so any node collects, also after this one restarts."""
         now = time.monotonic()
         with self._lock:
-            self._touched[tenant] = now
-            self._next_gc.setdefault(tenant, now + self._interval())
+            if now - self._noted.get(tenant, -_NOTE_EVERY_S) < _NOTE_EVERY_S:
+                return
+            self._noted[tenant] = now
+        try:
+            self.node.registry.note_gc_tenant(tenant)
+        except Exception as exc:  # a lost note delays a collection, never a turn
+            with self._lock:
+                self._noted.pop(tenant, None)
+            log.warning("could not note tenant %s for collection: %s", tenant, exc)
 
     def collect_due(self) -> int:
         """Collect every tenant whose turn has come (the reaper calls this); how many.
 
         A tenant is collected while it was served within twice the GC grace
-        period plus an interval: long enough for the blobs of its last closed
-        session to age past the grace and be deleted.
+        period plus an interval (long enough for the blobs of its last closed
+        session to age past the grace), by one node per interval.
         """
         snaps = self.node.settings.worker.snapshots
         horizon = 2 * snaps.gc_grace_s + snaps.gc_interval_s
-        now = time.monotonic()
-        with self._lock:
-            for tenant in [t for t, last in self._touched.items() if now - last > horizon]:
-                self._touched.pop(tenant)
-                self._next_gc.pop(tenant, None)
-            due = [t for t, at in self._next_gc.items() if at <= now]
-            for tenant in due:
-                self._next_gc[tenant] = now + snaps.gc_interval_s
         done = 0
-        for tenant in due:
+        for tenant in self.node.registry.gc_tenants(time.time() - horizon):
             if not self.node.registry.claim_gc(tenant, snaps.gc_interval_s):
-                continue  # another node collects it in this interval
+                continue  # collected in this interval already, here or by another node
             try:
                 self.collect(tenant)
                 done += 1
@@ -211,10 +214,6 @@ class Persistence:
             report.blobs_deleted,
         )
         return report
-
-    def _interval(self) -> float:
-        interval: float = self.node.settings.worker.snapshots.gc_interval_s
-        return interval
 
 
 def not_saved(exc: SandgridError, job: TurnJob, result: dict[str, Any]) -> SandgridError:

@@ -326,3 +326,18 @@ def test_a_corrupt_snapshot_is_refused_and_leaves_no_sandbox(node: Node) -> None
     assert not out.ok and out.error is not None and out.error["code"] == "snapshot_corrupt"
     assert node.registry.lease_owner(info.id) is None  # free for any node, not held here
     assert len(node.sessions) == 0 and node.pool.container_ids() == set()  # type: ignore[attr-defined]
+
+
+def test_a_restarted_node_still_collects_the_tenants_served_before(node: Node) -> None:
+    store: Any = node.store
+    info = new_session(node.registry)
+    assert write(node, info, "a.txt", "1").ok
+    node.registry.close(info.id)
+    store.down = True  # the close's deletion fails: the snapshots are left behind
+    assert turn(node, info, CloseOp()).ok
+    store.down = False
+    fresh = Persistence(node)  # what a restarted worker has: no memory of the tenant
+    assert fresh.collect_due() == 1
+    assert store.snapshots(TENANT, info.id) == []
+    assert node.registry.gc_tenants(0) == [TENANT]
+    assert node.registry.gc_tenants(time.time() + 1) == []  # too old: dropped
