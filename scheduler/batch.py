@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from scheduler.admission import Admission, check_exec, check_quotas
 from scheduler.batch_lanes import LaneContext
+from scheduler.batch_models import BatchCreate, BatchInfo
 from scheduler.batch_run import (
     INFRA_CODES,
     BatchRun,
@@ -44,7 +45,7 @@ from scheduler.batch_run import (
 from scheduler.batch_store import BatchStore
 from scheduler.capacity import BatchSlots, CapacitySource, InteractiveActivity
 from scheduler.errors import Conflict, ErrorCode, InvalidInput
-from scheduler.models import BatchCreate, BatchInfo, Quotas, SessionCreate
+from scheduler.models import Quotas, SessionCreate
 from scheduler.sessions import SessionRegistry
 from scheduler.tenants import Tenant
 from scheduler.turns import TurnRunner

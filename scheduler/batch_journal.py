@@ -23,8 +23,8 @@ from typing import IO
 
 from pydantic import ValidationError
 
+from scheduler.batch_models import BatchJob, BatchResult
 from scheduler.errors import InvalidInput
-from scheduler.models import BatchJob, BatchResult
 
 __all__ = ["Journal", "Sidecar", "SidecarState", "file_sha256", "read_jobs"]
 

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
+from scheduler.batch_models import BatchJob
 from scheduler.errors import SandboxError, SandgridError
 from scheduler.models import (
-    BatchJob,
     ExecOp,
     ExecRequest,
     ExecResult,

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
-from scheduler.models import BatchResult
+from scheduler.batch_models import BatchResult
 
 __all__ = ["PLAIN_EVERY_S", "ProgressView", "summary_table"]
 

@@ -29,10 +29,11 @@ import time
 from dataclasses import dataclass
 
 from scheduler.batch_lanes import FreshLane, Lane, LaneContext, ReusedLane
+from scheduler.batch_models import BatchInfo, BatchJob, BatchResult
 from scheduler.batch_store import BatchStore
 from scheduler.capacity import BatchSlots, CapacitySource, InteractiveActivity
 from scheduler.errors import ErrorCode, LimitExceeded, SandgridError
-from scheduler.models import BatchInfo, BatchJob, BatchResult, ExecResult, Quotas
+from scheduler.models import ExecResult, Quotas
 
 __all__ = [
     "INFRA_CODES",

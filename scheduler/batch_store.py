@@ -28,8 +28,8 @@ from typing import Any
 import redis
 
 from scheduler import names
+from scheduler.batch_models import BatchCreate, BatchInfo, BatchJob, BatchResult
 from scheduler.errors import NotFound
-from scheduler.models import BatchCreate, BatchInfo, BatchJob, BatchResult
 
 __all__ = ["DEFAULT_BATCH_TTL_S", "BatchStore", "new_batch_id"]
 

@@ -31,9 +31,9 @@ import click
 from rich.console import Console
 
 from scheduler.batch_journal import Journal, Sidecar, SidecarState, file_sha256, read_jobs
+from scheduler.batch_models import BatchInfo, BatchJob
 from scheduler.batch_progress import ProgressView, summary_table
 from scheduler.errors import NotFound, SandgridError
-from scheduler.models import BatchInfo, BatchJob
 
 __all__ = ["EXIT_INTERRUPTED", "batch", "execute", "follow", "readable_errors"]
 

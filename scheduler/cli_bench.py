@@ -25,8 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from scheduler.batch_journal import Journal
+from scheduler.batch_models import BatchJob
 from scheduler.cli_batch import readable_errors
-from scheduler.models import BatchJob
 
 __all__ = ["bench"]
 

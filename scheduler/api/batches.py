@@ -13,8 +13,8 @@ from fastapi import APIRouter, Query, Response, status
 
 from scheduler.api.deps import CurrentTenant, Svc
 from scheduler.batch import BatchManager
+from scheduler.batch_models import BatchCreate, BatchInfo
 from scheduler.errors import SandgridError
-from scheduler.models import BatchCreate, BatchInfo
 
 __all__ = ["NEXT_OFFSET_HEADER", "router"]
 

@@ -29,8 +29,9 @@ import base64
 import json
 from pathlib import Path
 
+from scheduler.batch_models import BatchJob, BatchResult
 from scheduler.errors import InvalidInput
-from scheduler.models import BatchJob, BatchResult, FileWrite, Quotas
+from scheduler.models import FileWrite, Quotas
 
 __all__ = [
     "MAX_TASK_BYTES",

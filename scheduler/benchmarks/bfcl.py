@@ -32,8 +32,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from scheduler.batch_models import BatchJob, BatchResult
 from scheduler.errors import InvalidInput
-from scheduler.models import BatchJob, BatchResult
 
 __all__ = [
     "CATEGORIES",

@@ -15,18 +15,9 @@ from typing import Any, TypeVar
 
 import httpx
 
+from scheduler.batch_models import BatchInfo, BatchIsolation, BatchJob, BatchResult
 from scheduler.client._base import DEFAULT_TIMEOUT_S, BaseClient, Call, FileContent, transport_error
-from scheduler.models import (
-    BatchInfo,
-    BatchIsolation,
-    BatchJob,
-    BatchResult,
-    ExecResult,
-    FileEntry,
-    Quotas,
-    SessionInfo,
-    SnapshotPolicy,
-)
+from scheduler.models import ExecResult, FileEntry, Quotas, SessionInfo, SnapshotPolicy
 
 __all__ = ["AsyncClient", "AsyncSession", "AsyncSessionOpener"]
 

@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from scheduler.batch_models import BatchCreate, BatchInfo, BatchIsolation, BatchJob, BatchResult
 from scheduler.errors import (
     ErrorCode,
     InfrastructureError,
@@ -25,11 +26,6 @@ from scheduler.errors import (
     error_from_body,
 )
 from scheduler.models import (
-    BatchCreate,
-    BatchInfo,
-    BatchIsolation,
-    BatchJob,
-    BatchResult,
     ExecRequest,
     ExecResult,
     FileEntry,

@@ -13,20 +13,12 @@ from fakes import FakeWorker, Grid, make_grid
 
 from scheduler.batch import RetryPolicy
 from scheduler.batch_lanes import RESET_ARGV, RUN_THEN_RESET, then_reset
+from scheduler.batch_models import BatchCreate, BatchInfo, BatchJob, BatchResult
 from scheduler.batch_store import BatchStore
 from scheduler.capacity import StaticCapacity
 from scheduler.client import Client
 from scheduler.errors import CapacityError, InvalidInput, NotFound, SandgridError
-from scheduler.models import (
-    BatchCreate,
-    BatchInfo,
-    BatchJob,
-    BatchResult,
-    ExecOp,
-    ExecRequest,
-    TurnJob,
-    TurnOutcome,
-)
+from scheduler.models import ExecOp, ExecRequest, TurnJob, TurnOutcome
 from scheduler.settings import Settings
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from scheduler.batch_journal import Journal, Sidecar, SidecarState, file_sha256, read_jobs
+from scheduler.batch_models import BatchResult
 from scheduler.errors import InvalidInput
-from scheduler.models import BatchResult
 
 
 def _jobs(tmp_path: Path, *lines: str) -> Path:

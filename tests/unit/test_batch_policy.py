@@ -7,6 +7,7 @@ import contextlib
 import pytest
 
 from scheduler.batch import RetryPolicy, error_result, exec_outcome
+from scheduler.batch_models import BatchJob
 from scheduler.errors import (
     CapacityError,
     Conflict,
@@ -17,7 +18,7 @@ from scheduler.errors import (
     SandboxLost,
     SandgridError,
 )
-from scheduler.models import BatchJob, ExecResult
+from scheduler.models import ExecResult
 
 JOB = BatchJob(id="j1", argv=["true"])
 

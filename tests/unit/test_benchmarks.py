@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.batch_models import BatchResult
 from scheduler.benchmarks import appworld, bfcl
 from scheduler.benchmarks.bfcl_entry import canonical
 from scheduler.errors import InvalidInput
-from scheduler.models import BatchResult
 
 
 def test_canonical_is_deterministic_and_ends_cycles() -> None:

@@ -15,9 +15,10 @@ from fakes import Grid, make_grid
 import scheduler.cli_batch
 from scheduler.batch import RetryPolicy
 from scheduler.batch_journal import Sidecar, SidecarState, file_sha256
+from scheduler.batch_models import BatchResult
 from scheduler.capacity import StaticCapacity
 from scheduler.cli import main
-from scheduler.models import BatchResult, ExecOp
+from scheduler.models import ExecOp
 from scheduler.settings import Settings, get_settings
 
 
