@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import Any
+from typing import Any, NamedTuple
 
-from scheduler.errors import ErrorCode, InvalidInput
+from scheduler.errors import ErrorCode, InvalidInput, SandboxError
 from scheduler.models import (
     ExecRequest,
     ExecResult,
@@ -25,12 +25,14 @@ from scheduler.models import (
 __all__ = [
     "ARG_CHUNK",
     "SNAPSHOT_ROOTS",
+    "FileRange",
     "check_path",
     "check_roots",
     "command_argv",
     "exec_fields",
     "exec_result",
     "file_list",
+    "file_range",
     "file_read",
     "write_fields",
 ]
@@ -146,3 +148,30 @@ def file_read(path: str, reply: dict[str, Any], encoding: str) -> FileRead:
 
 def file_list(reply: dict[str, Any]) -> FileList:
     return FileList(entries=[FileEntry(**e) for e in reply.get("entries", [])])
+
+
+class FileRange(NamedTuple):
+    """Bytes of a file from some offset (``read_range``), with the file's size and
+    mtime as they were after the read: a file that changes between two reads
+    shows it there."""
+
+    data: bytes
+    size: int
+    mtime_ns: int
+
+
+def file_range(reply: dict[str, Any]) -> FileRange:
+    """The ``FileRange`` of a ``read_range`` reply.
+
+    Raises:
+        SandboxError: the reply is malformed.
+    """
+    try:
+        size, mtime_ns = reply["size"], reply["mtime_ns"]
+        if type(size) is not int or type(mtime_ns) is not int:
+            raise TypeError("size and mtime_ns must be integers")
+        return FileRange(base64.b64decode(reply["data_b64"], validate=True), size, mtime_ns)
+    except (KeyError, TypeError, binascii.Error) as exc:
+        raise SandboxError(
+            f"malformed read_range reply from the agent: {exc}", operation="snapshot.read"
+        ) from None

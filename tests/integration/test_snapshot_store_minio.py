@@ -199,7 +199,7 @@ def test_damaged_blob_is_refused(store: SnapshotStore, tmp_path: Path) -> None:
     assert (dst / "workspace/keep").read_text() == "untouched"
     store._delete(key)
     with pytest.raises(SnapshotError, match="missing"):
-        store.restore_tars(store.load(TENANT, "s1"))
+        store.restore_plan(store.load(TENANT, "s1"))
 
 
 def test_second_tenant_cannot_reach_the_first(store: SnapshotStore, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from types import ModuleType
 import pytest
 
 from worker.agent import AGENT_PATH
+from worker.protocol import compact_json
 
 
 @pytest.fixture(scope="module")
@@ -103,3 +104,9 @@ def test_tar_of_data_rejects_garbage(agent: ModuleType) -> None:
     with tarfile.open(fileobj=empty, mode="w"):
         pass
     assert agent.extract(empty.getvalue(), "/nonexistent-root", ("/nonexistent-root",)) == 0
+
+
+@pytest.mark.parametrize("text", ["plain", "é 😀", "\x01 \\u0041", "A" * 100_000])
+def test_replies_are_framed_as_the_worker_frames_requests(agent: ModuleType, text: str) -> None:
+    obj = {"id": 1, "ok": True, "result": {"data_b64": text, "é": [text]}}
+    assert agent.compact_json(obj) == compact_json(obj)

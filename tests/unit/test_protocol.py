@@ -15,6 +15,7 @@ from worker.protocol import (
     AttachDemux,
     FrameDecoder,
     FrameError,
+    compact_json,
     decode_frame,
     encode_frame,
     error_from_reply,
@@ -30,6 +31,19 @@ def test_encode_is_length_prefixed_json() -> None:
     (size,) = struct.unpack(">I", frame[:4])
     assert size == len(frame) - 4
     assert json.loads(frame[4:]) == {"id": 1, "op": "ping", "text": "é"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["plain", "é ü", "emoji 😀", "line\nbreak\ttab", "\x01\x1f\x7f", "back\\slash \\u0041",
+     'quote "', "\u2028 \u2029", "A" * 100_000],
+)  # fmt: skip
+def test_compact_json_is_the_utf8_form_whatever_it_tries_first(text: str) -> None:
+    """The ASCII form is tried first for speed; the bytes are those of
+    ``ensure_ascii=False`` in every case, non-ASCII text unescaped."""
+    obj = {"k": text, "nested": [{"é": text}], "n": 1}
+    want = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    assert compact_json(obj) == want
 
 
 def test_encode_refuses_oversized() -> None:

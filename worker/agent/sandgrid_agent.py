@@ -100,8 +100,17 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
+def compact_json(obj: Json) -> bytes:
+    """Compact UTF-8 JSON; the ASCII form first, as it is the same bytes unless
+    something needs a ``\\u`` escape, and 4x faster on long base64 strings."""
+    fast = json.dumps(obj, separators=(",", ":"))
+    if "\\u" not in fast:
+        return fast.encode()
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def send(obj: Json) -> None:
-    data = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    data = compact_json(obj)
     if len(data) > MAX_FRAME:
         err = AgentError("payload_too_large", f"reply of {len(data)} bytes exceeds the frame cap")
         data = json.dumps({"id": obj.get("id"), "ok": False, "error": err.body()}).encode()
@@ -931,15 +940,20 @@ def check_roots(roots: Any) -> tuple[str, ...]:
     return tuple(roots)
 
 
+def no_follow(path: str, flags: int) -> int:
+    """``open``'s opener: never through a symlink, and a fifo cannot block the open."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
+
+
 def open_own(path: str) -> IO[bytes]:
     """Open a file of the user for reading, even one they made unreadable."""
     try:
-        return open(path, "rb")
+        return open(path, "rb", opener=no_follow)
     except PermissionError:
         mode = os.lstat(path).st_mode
         os.chmod(path, stat.S_IMODE(mode) | 0o400)
         try:
-            return open(path, "rb")
+            return open(path, "rb", opener=no_follow)
         finally:
             os.chmod(path, stat.S_IMODE(mode))
 
@@ -1014,19 +1028,22 @@ def op_scan(req: Json) -> Json:
     return SCANNED.update(roots, diff, delta=delta)
 
 
+def own_file(path: Any) -> str:
+    """A path ``pack`` and ``read_range`` may read: absolute, normalised, under the roots."""
+    if (
+        not isinstance(path, str)
+        or not inside(os.path.realpath(path), ROOTS)
+        or path != os.path.normpath(path)
+    ):
+        raise AgentError("invalid_input", f"file {path!r} is not inside {list(ROOTS)}", path=path)
+    return path
+
+
 def do_pack(files: list[str]) -> Json:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
         for path in files:
-            if (
-                not isinstance(path, str)
-                or not inside(os.path.realpath(path), ROOTS)
-                or path != os.path.normpath(path)
-            ):
-                raise AgentError(
-                    "invalid_input", f"file {path!r} is not inside {list(ROOTS)}", path=path
-                )
-            st = os.lstat(path)
+            st = os.lstat(own_file(path))
             if not stat.S_ISREG(st.st_mode):
                 raise AgentError("invalid_input", f"{path!r} is not a regular file", path=path)
             info = tar.gettarinfo(path, arcname=path.lstrip("/"))
@@ -1039,6 +1056,82 @@ def do_pack(files: list[str]) -> Json:
 
 def do_unpack(data: bytes, roots: tuple[str, ...], clear: bool) -> Json:
     return {"files": extract(data, "/", roots, clear)}
+
+
+def do_read_range(path: Any, offset: int, length: int) -> Json:
+    """Up to ``length`` bytes of a regular file from ``offset``, and the file's
+    size and mtime after the read (a change between two reads shows there)."""
+    if offset < 0 or length < 0:
+        raise AgentError("invalid_input", "offset and length must not be negative", field="offset")
+    check_size(length, "the range asked for")
+    with open_own(own_file(path)) as f:
+        fd = f.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise AgentError("invalid_input", f"{path!r} is not a regular file", path=path)
+        parts: list[bytes] = []
+        done = 0
+        while done < length and (block := os.pread(fd, length - done, offset + done)):
+            parts.append(block)
+            done += len(block)
+        st = os.fstat(fd)
+    data = b"".join(parts)
+    return {
+        "data_b64": base64.b64encode(data).decode(),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+    }
+
+
+def do_write_range(
+    path: Any,
+    offset: int,
+    data: bytes,
+    roots: tuple[str, ...],
+    mode: int,
+    final: bool,
+    mtime: float | None,
+) -> Json:
+    """Write one chunk of a file below the roots. Offset 0 creates it afresh (what
+    is in the way is removed, never written through); a later chunk must find
+    it exactly ``offset`` bytes long; the final one sets its mode and mtime."""
+    bad = AgentError("invalid_input", f"file {path!r} refused: ", path=path)
+    if not isinstance(path, str) or "\0" in path or path != os.path.normpath(path):
+        bad.message += "not a normalised path"
+        raise bad
+    if not inside(path, roots) or path in roots or offset < 0:
+        bad.message += f"not below {list(roots)}, or a negative offset"
+        raise bad
+    if (found := blocker(path, roots)) is not None:
+        bad.message += f"{found} on its way is not a directory"
+        raise bad
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+    if offset == 0:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                bad.message += "a directory is in the way"
+                raise bad
+            os.unlink(path)
+        flags |= os.O_CREAT | os.O_EXCL
+    fd = os.open(path, flags, 0o600)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != offset:
+            bad.message += f"it holds {st.st_size} bytes, not {offset}: a chunk out of order"
+            raise bad
+        view, at = memoryview(data), offset
+        while view:
+            done = os.pwrite(fd, view, at)
+            view, at = view[done:], at + done
+        if final:
+            os.fchmod(fd, mode & 0o777)
+            if mtime is not None:
+                os.utime(fd, (mtime, mtime))
+        return {"size": os.fstat(fd).st_size}
+    except OSError as exc:  # ENOSPC above all: name the file in the error
+        raise OSError(exc.errno, exc.strerror, exc.filename or path) from None
+    finally:
+        os.close(fd)
 
 
 # ---- dispatch -------------------------------------------------------------------
@@ -1066,6 +1159,19 @@ OPS: dict[str, Callable[[Json], Json]] = {
     "pack": lambda r: as_user(do_pack, need(r, "files", list)),
     "unpack": lambda r: as_user(
         do_unpack, b64_field(r), check_roots(r.get("roots")), bool(r.get("clear"))
+    ),
+    "read_range": lambda r: as_user(
+        do_read_range, r.get("path"), need(r, "offset", int), need(r, "length", int)
+    ),
+    "write_range": lambda r: as_user(
+        do_write_range,
+        r.get("path"),
+        need(r, "offset", int),
+        b64_field(r),
+        check_roots(r.get("roots")),
+        need(r, "mode", int),
+        bool(r.get("final")),
+        need(r, "mtime", (int, float)) if r.get("mtime") is not None else None,
     ),
 }
 

@@ -37,14 +37,14 @@ from scheduler.models import (
 from scheduler.settings import get_settings
 from worker.agent_api import (
     check_path,
-    check_roots,
     exec_fields,
     exec_result,
     file_list,
     file_read,
     write_fields,
 )
-from worker.backends.scan import ScanRow, ScanState, apply_reply
+from worker.backends.scan import ScanState
+from worker.backends.snapshot_ops import SnapshotOps
 from worker.channel import AgentChannel, ChunkCallback
 from worker.quotas import container_kwargs, sandbox_labels
 
@@ -97,8 +97,11 @@ class Sandbox:
     """The last scan, for the next one's delta; None means the next scan is full."""
 
 
-class SandboxBackend(ABC):
+class SandboxBackend(SnapshotOps, ABC):
     """One container runtime. Subclasses set ``runtime`` and fill the primitives.
+
+    The snapshot operations (scan, pack, unpack, read_range, write_range) come
+    from ``SnapshotOps``.
 
     Args:
         node: this worker's name (``sandgrid.worker`` label); default from settings.
@@ -365,47 +368,6 @@ class SandboxBackend(ABC):
         """A tar of a workspace path, member names relative to it."""
         rel = check_path(path, operation="files.tar_download")
         return base64.b64decode(self.call(sbx, "tar_get", {"path": rel})["data_b64"])
-
-    def scan(self, sbx: Sandbox, roots: list[str]) -> list[ScanRow]:
-        """The snapshot manifest of ``roots``: rows sorted by path.
-
-        After the first scan of a sandbox, the agent is asked only for what
-        changed since its last reply (``since``), which this handle applies to
-        the rows it kept. A scan that fails in any way drops them, so the next
-        one is full.
-
-        Returns:
-            ``(path, type, mode, size, sha256, target)`` per entry under the
-            roots; ``sha256`` only for files, ``target`` only for symlinks.
-
-        Raises:
-            InvalidInput: roots other than ``/workspace`` and ``/home/sandbox``.
-            SandboxError: the agent failed, or its reply is malformed.
-        """
-        checked = check_roots(roots, "snapshot.scan")
-        fields: dict[str, Any] = {"roots": checked}
-        prior, sbx.scan_state = sbx.scan_state, None
-        if prior is not None and prior.roots == tuple(checked):
-            fields["since"] = prior.token
-        else:
-            prior = None
-        state = apply_reply(self.call(sbx, "scan", fields), tuple(checked), prior)
-        sbx.scan_state = state
-        return list(state.ordered)
-
-    def pack(self, sbx: Sandbox, paths: list[str]) -> bytes:
-        """A tar.gz (level 1) of these regular files (absolute paths under the roots)."""
-        return base64.b64decode(self.call(sbx, "pack", {"files": list(paths)})["data_b64"])
-
-    def unpack(self, sbx: Sandbox, data: bytes, roots: list[str], clear: bool) -> int:
-        """Extract a tar (names relative to ``/``) into ``roots``, after emptying them
-        if ``clear``; the whole tar is checked first, so a bad one changes nothing."""
-        fields = {
-            "data_b64": base64.b64encode(data).decode(),
-            "roots": check_roots(roots, "snapshot.unpack"),
-            "clear": clear,
-        }
-        return int(self.call(sbx, "unpack", fields)["files"])
 
     # ---- the channel ---------------------------------------------------------
 

@@ -27,11 +27,13 @@ __all__ = [
     "MAX_TAR_BYTES",
     "SANDBOX_UID",
     "Member",
+    "RestorePlan",
     "TarError",
     "WorkspaceChanged",
     "build_tars",
     "gunzip_bounded",
     "iter_tar",
+    "plan_restore",
     "read_packed",
     "tar_member",
 ]
@@ -296,24 +298,39 @@ def _pax_record(key: str, value: str) -> bytes:
     return str(n).encode() + body
 
 
-def build_tars(
+class RestorePlan(NamedTuple):
+    """What a restore sends, in this order: ``tars`` (the first clears the roots),
+    then each file of ``large`` in chunks, then ``modes`` if there is one."""
+
+    tars: list[bytes]
+    large: list[tuple[Entry, bytes | memoryview]]
+    """Files too large for a tar, with their bytes (views of the fetched blobs)."""
+    modes: bytes | None
+    """A last tar of the directories with their modes, when anything came before
+    it in several pieces: until then directories are writable, so that a
+    read-only directory can still be filled."""
+
+
+def plan_restore(
     entries: Sequence[Entry],
     content: Callable[[Entry], bytes | memoryview],
     *,
     mtime: float,
     max_bytes: int = MAX_TAR_BYTES,
-) -> list[bytes]:
-    """The restore tar(s) of a manifest, each at most ``max_bytes`` (but one file).
+    large_bytes: int | None = None,
+) -> RestorePlan:
+    """The restore of a manifest: tars of at most ``max_bytes`` (but one file),
+    and the files over ``large_bytes`` set apart, their bytes never copied.
 
-    Modes lose their setuid, setgid and sticky bits. When more than one tar is
-    needed, directories go out writable first and a last tar sets their modes,
-    so that a read-only directory can still be filled by a later tar.
+    Modes lose their setuid, setgid and sticky bits.
     """
     when = int(mtime)
-    multi = sum(e.size + 2 * BLOCK for e in entries) + 2 * BLOCK > max_bytes
+    large = [(e, content(e)) for e in entries if _is_large(e, large_bytes)]
+    rest = [e for e in entries if not _is_large(e, large_bytes)] if large else entries
+    multi = bool(large) or sum(e.size + 2 * BLOCK for e in rest) + 2 * BLOCK > max_bytes
     tars: list[list[bytes | memoryview]] = [[]]
     used = 0
-    for e in entries:
+    for e in rest:
         parts = _member_parts(e, content, when, writable_dirs=multi)
         size = sum(len(p) for p in parts)
         if used and used + size > max_bytes - 2 * BLOCK:
@@ -321,10 +338,33 @@ def build_tars(
             used = 0
         tars[-1].extend(parts)
         used += size
+    modes = None
     if multi:
-        dirs = [e for e in entries if e.type == "dir"]
-        tars.append([p for e in dirs for p in _member_parts(e, content, when, writable_dirs=False)])
-    return [b"".join([*t, bytes(2 * BLOCK)]) for t in tars]
+        dirs = [e for e in rest if e.type == "dir"]
+        parts = [p for e in dirs for p in _member_parts(e, content, when, writable_dirs=False)]
+        modes = _tar(parts)
+    return RestorePlan([_tar(t) for t in tars], large, modes)
+
+
+def build_tars(
+    entries: Sequence[Entry],
+    content: Callable[[Entry], bytes | memoryview],
+    *,
+    mtime: float,
+    max_bytes: int = MAX_TAR_BYTES,
+) -> list[bytes]:
+    """The restore tar(s) of a manifest, each at most ``max_bytes`` (but one file):
+    ``plan_restore`` without large files, its ``modes`` tar last."""
+    plan = plan_restore(entries, content, mtime=mtime, max_bytes=max_bytes)
+    return plan.tars if plan.modes is None else [*plan.tars, plan.modes]
+
+
+def _is_large(e: Entry, large_bytes: int | None) -> bool:
+    return large_bytes is not None and e.type == "file" and e.size > large_bytes
+
+
+def _tar(parts: list[bytes | memoryview]) -> bytes:
+    return b"".join([*parts, bytes(2 * BLOCK)])
 
 
 def _member_parts(

@@ -42,7 +42,7 @@ from scheduler.settings import (
     DEFAULT_SNAPSHOT_THREADS,
 )
 from worker.snapshots import delta, keys, lifecycle, transfer
-from worker.snapshots.archive import MAX_TAR_BYTES
+from worker.snapshots.archive import MAX_TAR_BYTES, RestorePlan
 from worker.snapshots.blobs import PACK_BYTES, SMALL_FILE_BYTES, KnownBlobs, decode, encode
 from worker.snapshots.entries import (
     Entry,
@@ -365,10 +365,15 @@ class SnapshotStore(ABC):
             load_base=load_base,
         )
 
-    def restore_tars(
-        self, manifest: Manifest, *, max_tar_bytes: int = MAX_TAR_BYTES
-    ) -> list[bytes]:
-        """Fetch and verify every blob of ``manifest``, then build the tar(s) to unpack.
+    def restore_plan(
+        self,
+        manifest: Manifest,
+        *,
+        max_tar_bytes: int = MAX_TAR_BYTES,
+        large_file_bytes: int | None = None,
+    ) -> RestorePlan:
+        """Fetch and verify every blob of ``manifest``, then plan the restore: the
+        tar(s) to unpack, and the files over ``large_file_bytes`` to write apart.
 
         Nothing is returned unless every blob and every file hashes to what the
         manifest says: a caller that unpacks only after this cannot half-restore
@@ -378,7 +383,7 @@ class SnapshotStore(ABC):
             SnapshotError: ``snapshot_corrupt`` for a missing blob or a hash mismatch.
             InfrastructureError: ``store_unavailable``.
         """
-        return transfer.restore_tars(self, manifest, max_tar_bytes)
+        return transfer.restore_plan(self, manifest, max_tar_bytes, large_file_bytes)
 
     # ---- sessions -------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
-"""Scan, pack and unpack over a host directory: the snapshot half of a backend, without a sandbox.
+"""The snapshot half of a backend over a host directory, without a sandbox.
 
 A reference implementation of what the in-sandbox agent does for ``scan``,
-``pack`` and ``unpack`` (docs/agent-protocol.md), with the sandbox's ``/``
+``pack``, ``unpack``, ``read_range`` and ``write_range``
+(docs/agent-protocol.md), with the sandbox's ``/``
 mapped to a host directory (``sbx`` is that directory's ``Path``). Tests and
 the benchmark use it to run the store end to end without containers.
 
@@ -16,6 +17,7 @@ change while it runs.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import posixpath
@@ -27,12 +29,14 @@ from operator import itemgetter
 from pathlib import Path
 
 from scheduler.errors import ErrorCode, InvalidInput
+from worker.agent_api import FileRange
 from worker.snapshots.archive import Member, TarError, gunzip_bounded, iter_tar, tar_member
 from worker.snapshots.entries import Row
 
 __all__ = ["HostDirBackend"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+_FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK  # never a link; a fifo cannot block the open
 _MAX_OPEN_DIRS = 128
 _UNPACK_LIMIT = 16 << 30
 
@@ -83,7 +87,8 @@ class _Dirs:
 
 
 class HostDirBackend:
-    """``scan``/``pack``/``unpack`` on host directories (see the module doc)."""
+    """``scan``/``pack``/``unpack``/``read_range``/``write_range`` on host
+    directories (see the module doc)."""
 
     def __init__(self) -> None:
         self._rows: dict[str, tuple[tuple[int, int, int, int], Row]] = {}
@@ -129,8 +134,7 @@ class HostDirBackend:
         dirs = _Dirs(sbx, create=False)
         try:
             for path in paths:
-                if not path.startswith("/") or posixpath.normpath(path) != path:
-                    raise _refuse(path, "not an absolute normalised path")
+                _check_path(path)
                 parent, name = posixpath.split(path)
                 fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dirs.fd(parent))
                 with os.fdopen(fd, "rb") as f:
@@ -180,6 +184,64 @@ class HostDirBackend:
             dirs.close()
         return count
 
+    def read_range(self, sbx: Path, path: str, offset: int, length: int) -> FileRange:
+        """Up to ``length`` bytes of a regular file from ``offset`` (fewer at its
+        end), with its size and mtime after the read; never through a symlink."""
+        _check_path(path)
+        if offset < 0 or length < 0:
+            raise InvalidInput("offset and length must not be negative", operation="snapshot")
+        fd = _open(sbx, path, os.O_RDONLY, create=False)
+        try:
+            parts: list[bytes] = []
+            done = 0
+            while done < length and (block := os.pread(fd, length - done, offset + done)):
+                parts.append(block)
+                done += len(block)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return FileRange(b"".join(parts), st.st_size, st.st_mtime_ns)
+
+    def write_range(
+        self,
+        sbx: Path,
+        path: str,
+        offset: int,
+        data: bytes | memoryview,
+        roots: list[str],
+        *,
+        mode: int,
+        final: bool,
+        mtime: float | None = None,
+    ) -> int:
+        """Write a chunk of a file below ``roots``: offset 0 creates it afresh (what
+        is in the way is removed, a directory refused), a later chunk must find
+        it exactly ``offset`` bytes long; the final one sets its mode and mtime.
+        Returns the file's size."""
+        _check_path(path)
+        if not _under(path, roots) or path in roots or offset < 0:
+            raise _refuse(path, "not below the roots, or a negative offset")
+        fd = _open(sbx, path, os.O_WRONLY, create=offset == 0)
+        try:
+            st = os.fstat(fd)
+            if st.st_size != offset:
+                raise InvalidInput(
+                    f"{path!r} holds {st.st_size} bytes, not {offset}: a chunk out of order",
+                    operation="snapshot",
+                    context={"path": path},
+                )
+            view, at = memoryview(data), offset
+            while view:
+                done = os.pwrite(fd, view, at)
+                view, at = view[done:], at + done
+            if final:
+                os.fchmod(fd, mode & 0o777)
+                if mtime is not None:
+                    os.utime(fd, (mtime, mtime))
+            return os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+
 
 def _row(de: os.DirEntry[str], path: str, st: os.stat_result) -> Row | None:
     mode = stat.S_IMODE(st.st_mode)
@@ -198,6 +260,35 @@ def _sha256_file(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def _check_path(path: str) -> None:
+    if not path.startswith("/") or posixpath.normpath(path) != path:
+        raise _refuse(path, "not an absolute normalised path")
+
+
+def _open(sbx: Path, path: str, flags: int, *, create: bool) -> int:
+    """A regular file's fd, never through a symlink; ``create``: made afresh (mode
+    0600), after removing what is in the way (a directory is refused)."""
+    parent, name = posixpath.split(path)
+    dirs = _Dirs(sbx, create=create)
+    try:
+        pfd = dirs.fd(parent)
+        if create:
+            _remove_non_dir(pfd, name)
+            flags |= os.O_CREAT | os.O_EXCL
+        try:
+            fd = os.open(name, flags | _FILE_FLAGS, 0o600, dir_fd=pfd)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            raise _refuse(path, "a symlink") from None
+    finally:
+        dirs.close()
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _refuse(path, "not a regular file")
+    return fd
 
 
 def _under(path: str, roots: list[str]) -> bool:

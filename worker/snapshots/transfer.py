@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from scheduler.errors import ErrorCode, SnapshotError
 from worker.snapshots import keys
-from worker.snapshots.archive import WorkspaceChanged, build_tars
+from worker.snapshots.archive import RestorePlan, WorkspaceChanged, plan_restore
 from worker.snapshots.blobs import decode, encode, group_files, pack_name
 from worker.snapshots.entries import Entry
 from worker.snapshots.manifest import Location, Manifest
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from worker.snapshots.base import SnapshotStore
     from worker.snapshots.refs import SnapshotDraft
 
-__all__ = ["classify", "plan", "put_blob", "referenced", "remember", "restore_tars"]
+__all__ = ["classify", "plan", "put_blob", "referenced", "remember", "restore_plan"]
 
 
 def classify(store: SnapshotStore, draft: SnapshotDraft, trusted: Manifest | None) -> None:
@@ -170,8 +170,11 @@ def put_blob(
     store._put(keys.blob_key(tenant, blob), encode(data))
 
 
-def restore_tars(store: SnapshotStore, manifest: Manifest, max_tar_bytes: int) -> list[bytes]:
-    """Download and verify every blob of ``manifest`` in parallel, then build the tars.
+def restore_plan(
+    store: SnapshotStore, manifest: Manifest, max_tar_bytes: int, large_file_bytes: int | None
+) -> RestorePlan:
+    """Download and verify every blob of ``manifest`` in parallel, then plan the
+    restore: tars, and the large files as views of their blobs.
 
     Raises:
         SnapshotError: ``snapshot_corrupt`` for a missing, undecodable or
@@ -189,7 +192,13 @@ def restore_tars(store: SnapshotStore, manifest: Manifest, max_tar_bytes: int) -
         loc = manifest.where[str(e.sha256)]
         return blobs[loc.blob][loc.offset : loc.offset + e.size]
 
-    return build_tars(manifest.entries, content, mtime=manifest.created, max_bytes=max_tar_bytes)
+    return plan_restore(
+        manifest.entries,
+        content,
+        mtime=manifest.created,
+        max_bytes=max_tar_bytes,
+        large_bytes=large_file_bytes,
+    )
 
 
 def _fetch(

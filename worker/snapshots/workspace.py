@@ -1,14 +1,19 @@
 """The bridge between a sandbox and the snapshot store: what the worker executor calls.
 
-The sandbox side is three calls of the backend (served by the in-sandbox agent,
+The sandbox side is five calls of the backend (served by the in-sandbox agent,
 see docs/agent-protocol.md): ``scan`` (the manifest entries, hashes cached by
-the agent), ``pack`` (a tar.gz of some files) and ``unpack`` (a tar into the
-roots). A snapshot asks ``pack`` only for contents the store does not have; a
-restore verifies everything before the first ``unpack``.
+the agent), ``pack`` (a tar.gz of some files), ``unpack`` (a tar into the
+roots), and ``read_range`` / ``write_range`` (a chunk of one large file). A
+snapshot asks only for contents the store does not have; a restore fetches and
+verifies everything before the first ``unpack``.
 
-Payloads are cut to fit the agent's frame: ``pack`` is asked for at most
-``PACK_BATCH_BYTES`` of files at a time and ``unpack`` gets tars of at most
-``archive.MAX_TAR_BYTES`` (the first one clears the roots).
+Payloads are cut to fit the agent's frame (46 MiB of raw bytes): ``pack`` is
+asked for at most ``PACK_BATCH_BYTES`` of files at a time and ``unpack`` gets
+tars of at most ``archive.MAX_TAR_BYTES`` (the first one clears the roots).
+A file over ``LARGE_FILE_BYTES`` is in neither: it travels alone, in chunks of
+``CHUNK_BYTES``, so any file within the snapshot limits fits. A restore writes
+such files after the tars and before the last tar, which sets the modes of the
+directories (a read-only directory can hold one).
 """
 
 from __future__ import annotations
@@ -19,16 +24,29 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from scheduler.errors import ErrorCode, SnapshotError
+from worker.agent_api import FileRange
 from worker.snapshots.archive import MAX_TAR_BYTES, WorkspaceChanged, read_packed
 from worker.snapshots.base import DEFAULT_ROOTS, SnapshotStore
 from worker.snapshots.entries import Entry
 from worker.snapshots.manifest import Manifest
 from worker.snapshots.refs import SnapshotDraft, SnapshotRef
 
-__all__ = ["PACK_BATCH_BYTES", "SnapshotBackend", "restore_sandbox", "snapshot_sandbox"]
+__all__ = [
+    "CHUNK_BYTES",
+    "LARGE_FILE_BYTES",
+    "PACK_BATCH_BYTES",
+    "SnapshotBackend",
+    "restore_sandbox",
+    "snapshot_sandbox",
+]
 
 PACK_BATCH_BYTES = 32 << 20
 """Files asked of one ``pack``: its reply must fit the agent's 46 MiB payload."""
+LARGE_FILE_BYTES = 16 << 20
+"""Files over this never go in a ``pack`` or a restore tar, but in chunks."""
+CHUNK_BYTES = 8 << 20
+"""One ``read_range`` or ``write_range``: small enough that the agent's copies
+of it (raw, base64, JSON) stay a small part of the sandbox's memory."""
 _ATTEMPTS = 2
 
 
@@ -41,6 +59,23 @@ class SnapshotBackend(Protocol):
     def pack(self, sbx: Any, paths: list[str]) -> bytes: ...
 
     def unpack(self, sbx: Any, data: bytes, roots: list[str], clear: bool) -> int: ...
+
+    def read_range(self, sbx: Any, path: str, offset: int, length: int) -> FileRange:
+        """Up to ``length`` bytes of a file from ``offset``, with its size and mtime."""
+
+    def write_range(
+        self,
+        sbx: Any,
+        path: str,
+        offset: int,
+        data: bytes | memoryview,
+        roots: list[str],
+        *,
+        mode: int,
+        final: bool,
+        mtime: float | None = None,
+    ) -> int:
+        """Write a chunk (offset 0 creates the file afresh); return the file's size."""
 
 
 def snapshot_sandbox(
@@ -100,19 +135,46 @@ def snapshot_sandbox(
 
 
 def _pack(backend: SnapshotBackend, sbx: Any, draft: SnapshotDraft) -> dict[str, bytes]:
-    """The bytes of every content the store lacks, asked in frame-sized batches."""
+    """The bytes of every content the store lacks, asked in frame-sized batches
+    (and large files in chunks)."""
     contents: dict[str, bytes] = {}
     batch: dict[str, Entry] = {}
     used = 0
     needed = sorted(draft.need.values(), key=lambda e: e.path)
-    for i, e in enumerate(needed):
+    for e in needed:
+        if e.size > LARGE_FILE_BYTES:
+            contents[str(e.sha256)] = _read_large(backend, sbx, e)
+    small = [e for e in needed if e.size <= LARGE_FILE_BYTES]
+    for i, e in enumerate(small):
         batch[e.path] = e
         used += e.size
-        last = i == len(needed) - 1
-        if last or used + needed[i + 1].size > PACK_BATCH_BYTES:
+        last = i == len(small) - 1
+        if last or used + small[i + 1].size > PACK_BATCH_BYTES:
             contents.update(read_packed(backend.pack(sbx, list(batch)), batch))
             batch, used = {}, 0
     return contents
+
+
+def _read_large(backend: SnapshotBackend, sbx: Any, e: Entry) -> bytes:
+    """A file too large for ``pack``, read in chunks. A size other than the scan's,
+    or a size or mtime that moves between chunks, is ``WorkspaceChanged`` (and
+    ``commit`` checks the sha256 of the whole)."""
+    chunks: list[bytes] = []
+    first: tuple[int, int] | None = None
+    offset = 0
+    while offset < e.size:
+        want = min(CHUNK_BYTES, e.size - offset)
+        got = backend.read_range(sbx, e.path, offset, want)
+        first = first or (got.size, got.mtime_ns)
+        if len(got.data) != want or (got.size, got.mtime_ns) != first or got.size != e.size:
+            raise WorkspaceChanged(
+                f"{e.path} changed while it was being snapshotted",
+                operation="snapshot",
+                context={"path": e.path},
+            )
+        chunks.append(got.data)
+        offset += want
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def restore_sandbox(
@@ -141,8 +203,8 @@ def restore_sandbox(
         NotFound: no such snapshot.
         SnapshotError: ``snapshot_corrupt`` when verification fails (sandbox
             untouched); ``snapshot_failed`` with ``context["sandbox_dirty"]``
-            when ``unpack`` failed: the sandbox may hold part of the snapshot
-            and must be discarded.
+            when ``unpack`` or ``write_range`` failed (a full workspace, say):
+            the sandbox may hold part of the snapshot and must be discarded.
         InfrastructureError: ``store_unavailable`` (sandbox untouched).
     """
     manifest = store.load(tenant, session_id, ref)
@@ -154,17 +216,50 @@ def restore_sandbox(
             operation="snapshot.restore",
             context={"snapshot": manifest.name},
         )
-    tars = store.restore_tars(manifest, max_tar_bytes=MAX_TAR_BYTES)
+    plan = store.restore_plan(
+        manifest, max_tar_bytes=MAX_TAR_BYTES, large_file_bytes=LARGE_FILE_BYTES
+    )
     roots = list(manifest.roots)
-    for i, data in enumerate(tars):
-        try:
-            backend.unpack(sbx, data, roots, i == 0)
-        except Exception as exc:
-            raise SnapshotError(
-                f"restoring snapshot {manifest.name} into the sandbox failed: {exc}; "
-                "discard the sandbox",
-                code=ErrorCode.SNAPSHOT_FAILED,
-                operation="snapshot.restore",
-                context={"snapshot": manifest.name, "sandbox_dirty": True, "part": i},
-            ) from exc
+    part = 0
+    try:
+        for part, data in enumerate(plan.tars):
+            backend.unpack(sbx, data, roots, part == 0)
+        for e, content in plan.large:
+            part += 1
+            _write_large(backend, sbx, e, content, roots, int(manifest.created))
+        if plan.modes is not None:
+            part += 1
+            backend.unpack(sbx, plan.modes, roots, False)
+    except Exception as exc:
+        raise SnapshotError(
+            f"restoring snapshot {manifest.name} into the sandbox failed: {exc}; "
+            "discard the sandbox",
+            code=ErrorCode.SNAPSHOT_FAILED,
+            operation="snapshot.restore",
+            context={"snapshot": manifest.name, "sandbox_dirty": True, "part": part},
+        ) from exc
     return manifest
+
+
+def _write_large(
+    backend: SnapshotBackend,
+    sbx: Any,
+    e: Entry,
+    content: bytes | memoryview,
+    roots: list[str],
+    mtime: float,
+) -> None:
+    """Write a file in chunks: views of the fetched blob, never joined or copied."""
+    view = memoryview(content)
+    for offset in range(0, e.size, CHUNK_BYTES):
+        chunk = view[offset : offset + CHUNK_BYTES]
+        final = offset + len(chunk) == e.size
+        size = backend.write_range(
+            sbx, e.path, offset, chunk, roots, mode=e.mode & 0o777, final=final, mtime=mtime
+        )
+        if size != offset + len(chunk):
+            raise SnapshotError(
+                f"{e.path} holds {size} bytes after a write, not {offset + len(chunk)}",
+                operation="snapshot.restore",
+                context={"path": e.path},
+            )
