@@ -3,8 +3,9 @@
 ``SnapshotStore`` owns everything that must be the same on every backend:
 tenant namespacing and id checks (``keys``), entry rules and limits
 (``entries``), manifests (``manifest``), content addressing, packing and dedupe
-(``blobs``, ``transfer``), parallel transfers, verification on restore,
-retention, fork and garbage collection (``lifecycle``). A backend
+(``blobs``, ``transfer``), incremental snapshots (``delta``, ``saving``),
+parallel transfers, verification on restore, the session pointer and
+retention (``pointer``), fork and garbage collection (``lifecycle``). A backend
 implements ``_put``, ``_get``, ``_exists``, ``_mtime``, ``_list``, ``_delete``
 over some object namespace, raising ``KeyError`` for a missing key and
 ``InfrastructureError`` (``store_unavailable``) when the store cannot be
@@ -13,21 +14,20 @@ reached: it must not keep a broken connection, so the next call can succeed.
 A snapshot is two calls, so that the sandbox is asked only for what is missing
 (see ``workspace.snapshot_sandbox``): ``prepare`` validates a scan, compares it
 with the previous manifest (a turn that changed nothing stops there, without a
-round trip) and lists the files whose content is not stored yet; ``commit``
-takes their bytes, verifies them, uploads them in parallel, and writes the
-manifest and then the session's pointer. Until the pointer names it, a
-manifest is not a snapshot.
+round trip; one that changed a little costs about what it changed) and lists
+the files whose content is not stored yet; ``commit`` takes their bytes,
+verifies them, uploads them and the manifest in parallel, then writes the
+session's pointer. Until the pointer names it, a manifest is not a snapshot.
 
-Retention: the pointer holds the last ``keep`` snapshot names; an older one is
-deleted when it falls out. Its blobs are left to ``gc``; see there for why
-collection is safe against snapshots in flight.
+Retention: the pointer holds the last ``keep`` snapshot names (and the full
+manifests those stored as differences need); an older one is deleted when it
+falls out. Its blobs are left to ``gc``; see there for why collection is safe
+against snapshots in flight.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import secrets
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -41,18 +41,14 @@ from scheduler.settings import (
     DEFAULT_SNAPSHOT_KEEP,
     DEFAULT_SNAPSHOT_THREADS,
 )
-from worker.snapshots import delta, keys, lifecycle, transfer
+from worker.snapshots import keys, lifecycle, pointer, saving, transfer
 from worker.snapshots.archive import MAX_TAR_BYTES, RestorePlan
 from worker.snapshots.blobs import PACK_BYTES, SMALL_FILE_BYTES, KnownBlobs, decode, encode
 from worker.snapshots.entries import (
-    Entry,
     ManifestLimits,
-    check_roots,
-    entries_from_scan,
-    scan_rows,
 )
-from worker.snapshots.manifest import Delta, Manifest, group_by_parent, group_hash, tree_hash
-from worker.snapshots.refs import GcReport, SnapshotDraft, SnapshotRef, make_ref
+from worker.snapshots.manifest import Manifest
+from worker.snapshots.refs import GcReport, SnapshotDraft, SnapshotRef
 
 __all__ = ["DEFAULT_ROOTS", "GcReport", "SnapshotDraft", "SnapshotRef", "SnapshotStore"]
 
@@ -167,57 +163,7 @@ class SnapshotStore(ABC):
                 or a ``previous`` of another tenant or session.
             InfrastructureError: ``store_unavailable``.
         """
-        keys.check_id("tenant", tenant)
-        keys.check_id("session_id", session_id)
-        roots_t = check_roots(list(roots))
-        rows = scan_rows(scan)
-        change = None
-        if previous is not None:
-            _check_owner(previous, tenant, session_id)
-            if previous.roots == roots_t and rows == list(previous.entries):
-                return None
-        started = time.time()
-        pointer = self._pool.submit(self._read_pointer_doc, tenant, session_id)  # meanwhile:
-        if previous is not None:
-            change = delta.diff(previous, rows, roots_t, self.limits)
-        if change is None:
-            entries = entries_from_scan(rows, roots_t, self.limits)
-            groups = group_by_parent(entries)
-            hashes = {d: group_hash(g) for d, g in groups.items()}
-            digest = tree_hash(roots_t, hashes)
-            known: dict[str, Any] = {"groups": groups, "hashes": hashes}
-        else:
-            entries, digest, known = change.entries, change.hash, change.known()
-        if previous is not None and previous.hash == digest:
-            return None
-        history, bases = pointer.result()
-        if previous is None and history:
-            if history[-1][1] == digest:
-                return None
-            previous = self._load(tenant, session_id, history[-1][0], via_pointer=True)
-            change = delta.diff(previous, rows, roots_t, self.limits)
-        names = {n for n, _ in history}
-        trusted = previous if previous and previous.name in names else None
-        draft = SnapshotDraft(
-            tenant=tenant,
-            session_id=session_id,
-            roots=roots_t,
-            entries=entries,
-            hash=digest,
-            seq=(int(history[-1][0][:12]) if history else 0) + 1,
-            parent=f"{session_id}/{previous.name}" if previous else None,
-            history=history,
-            where={},
-            blobs={},
-            need={},
-            started=started,
-            known=known,
-            previous=trusted,
-            change=change if trusted else None,
-            bases=bases,
-        )
-        transfer.classify(self, draft, trusted)
-        return draft
+        return saving.prepare(self, tenant, session_id, scan, previous, roots)
 
     def commit(self, draft: SnapshotDraft, contents: Mapping[str, bytes]) -> SnapshotRef:
         """Upload the missing contents, then write the manifest and the pointer.
@@ -232,72 +178,7 @@ class SnapshotStore(ABC):
                 reused blobs may have been collected (retryable).
             InfrastructureError: ``store_unavailable``.
         """
-        t0 = time.perf_counter()
-        missing = [e.path for sha, e in draft.need.items() if sha not in contents]
-        if missing:
-            raise SnapshotError(
-                f"commit lacks the bytes of {missing[:5]}", operation="snapshot", context={}
-            )
-        uploads = transfer.plan(self, draft)
-        self._check_fresh(draft)
-        where, blobs = transfer.referenced(draft)  # also fills draft.known
-        stored = self._stored_as(draft)
-        manifest = Manifest(
-            tenant=draft.tenant,
-            session_id=draft.session_id,
-            seq=draft.seq,
-            snapshot_id=secrets.token_hex(6),
-            created=time.time(),
-            parent=draft.parent,
-            roots=draft.roots,
-            entries=draft.entries,
-            hash=draft.hash,
-            where=where,
-            blobs=blobs,
-            base=stored[0] if stored else None,
-            delta=stored[1] if stored else None,
-            known=draft.known,
-        )
-
-        def put(job: tuple[str, list[Entry]] | None) -> None:
-            if job is None:
-                self._write_manifest(manifest)
-            else:
-                transfer.put_blob(self, draft.tenant, job[0], job[1], contents)
-
-        self._parallel(put, [None, *uploads])  # the manifest is no snapshot before the pointer
-        transfer.remember(self, draft, uploads)
-        self._check_fresh(draft)
-        self._advance_pointer(manifest, draft.history, draft.bases)
-        stats = {
-            "files": manifest.file_count,
-            "stored_entries": len(manifest.entries) if stored is None else stored[1].size,
-            "bytes": manifest.total_bytes,
-            "uploaded_blobs": len(uploads),
-            "uploaded_bytes": sum(draft.blobs[b] for b, _ in uploads),
-            "commit_ms": (time.perf_counter() - t0) * 1000,
-        }
-        return make_ref(manifest, stats)
-
-    def _check_fresh(self, draft: SnapshotDraft) -> None:
-        """Refuse to write a manifest or pointer later than half the GC grace after
-        the snapshot started (see ``lifecycle`` for why)."""
-        if time.time() - draft.started > self.known.fresh_s:
-            raise SnapshotError(
-                "the snapshot took longer than half the GC grace period; take it again",
-                operation="snapshot",
-                retryable=True,
-            )
-
-    def _stored_as(self, draft: SnapshotDraft) -> tuple[str, Delta] | None:
-        """``(base, difference)`` when the new manifest can be stored as a difference:
-        it follows the pointer's latest, whose base the pointer still retains."""
-        previous, change = draft.previous, draft.change
-        if previous is None or change is None or draft.history[-1][0] != previous.name:
-            return None
-        if previous.base is not None and previous.base not in {n for n, _ in draft.history}:
-            return None
-        return delta.next_delta(previous, change)
+        return saving.commit(self, draft, contents)
 
     # ---- restore --------------------------------------------------------------------
 
@@ -442,62 +323,16 @@ class SnapshotStore(ABC):
 
     def _read_pointer(self, tenant: str, session_id: str) -> list[tuple[str, str]]:
         """The session's retained snapshots ``(name, hash)``, oldest first."""
-        return self._read_pointer_doc(tenant, session_id)[0]
-
-    def _read_pointer_doc(
-        self, tenant: str, session_id: str
-    ) -> tuple[list[tuple[str, str]], dict[str, str]]:
-        """The retained snapshots, and the base of each stored as a difference."""
-        try:
-            stored = self._get(keys.pointer_key(tenant, session_id))
-        except KeyError:
-            return [], {}
-        try:
-            doc = json.loads(bytes(decode(stored, limit=1 << 20)))
-            history = [(keys.check_snapshot_name(n), str(h)) for n, h in doc["history"]]
-            bases = {
-                keys.check_snapshot_name(n): keys.check_snapshot_name(b)
-                for n, b in doc.get("bases", {}).items()
-            }
-        except (ValueError, TypeError, KeyError, AttributeError, InvalidInput) as exc:
-            raise _corrupt(session_id, f"unreadable pointer ({exc})") from None
-        if not history:
-            raise _corrupt(session_id, "empty pointer")
-        return history, bases
+        return pointer.read(self, tenant, session_id).history
 
     def _write_manifest(self, manifest: Manifest) -> None:
         key = keys.manifest_key(manifest.tenant, manifest.session_id, manifest.name)
         self._put(key, encode(manifest.to_json()))
 
-    def _advance_pointer(
-        self,
-        manifest: Manifest,
-        history: list[tuple[str, str]],
-        bases: Mapping[str, str] | None = None,
-    ) -> None:
-        """Make ``manifest`` the latest, then delete what fell out of retention.
-
-        The last ``keep`` snapshots are retained, and with them the full
-        manifests that those stored as differences are based on.
-        """
-        full = [*history, (manifest.name, manifest.hash)]
-        links = dict(bases or {})
-        if manifest.base is not None:
-            links[manifest.name] = manifest.base
-        wanted = {name for name, _ in full[-self.keep :]}
-        wanted |= {links[n] for n in wanted if n in links}
-        kept = [h for h in full if h[0] in wanted]
-        dropped = [h for h in full if h[0] not in wanted]
-        doc = {
-            "v": 2,
-            "history": kept,
-            "bases": {n: b for n, b in links.items() if n in wanted},
-        }
-        self._put(
-            keys.pointer_key(manifest.tenant, manifest.session_id),
-            encode(json.dumps(doc).encode()),
-        )
-        for name, _ in dropped:  # off the snapshot's path: a stray is gc's to remove
+    def _advance_pointer(self, manifest: Manifest, before: pointer.Pointer) -> None:
+        """Make ``manifest`` the latest, then delete, in the background, the
+        manifests that fell out of retention (a stray left by a failure is gc's)."""
+        for name in pointer.advance(self, manifest, before):
             key = keys.manifest_key(manifest.tenant, manifest.session_id, name)
             future = self._pool.submit(self._forget_manifest, key)
             with self._pending_lock:
@@ -534,15 +369,6 @@ class SnapshotStore(ABC):
         finally:
             for f in futures:
                 f.cancel()
-
-
-def _check_owner(manifest: Manifest, tenant: str, session_id: str) -> None:
-    if (manifest.tenant, manifest.session_id) != (tenant, session_id):
-        raise InvalidInput(
-            "the previous manifest belongs to another tenant or session",
-            operation="snapshot",
-            context={"field": "previous"},
-        )
 
 
 def _corrupt(what: str, why: str) -> SnapshotError:

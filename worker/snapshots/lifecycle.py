@@ -33,6 +33,7 @@ from scheduler.errors import ErrorCode, InvalidInput, NotFound, SnapshotError
 from worker.snapshots import keys
 from worker.snapshots.blobs import decode
 from worker.snapshots.manifest import MANIFEST_VERSION, Manifest
+from worker.snapshots.pointer import Pointer
 from worker.snapshots.refs import GcReport, SnapshotRef, make_ref
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def fork(store: SnapshotStore, tenant: str, src: str, dst: str) -> SnapshotRef:
         delta=None,
     )
     store._write_manifest(copy)
-    store._advance_pointer(copy, [])
+    store._advance_pointer(copy, Pointer([], {}))
     if name not in {n for n, _ in store._read_pointer(tenant, src)}:
         _prove_blobs(store, copy)
     return make_ref(copy)

@@ -14,6 +14,7 @@ from typing import Any
 from worker.snapshots.delta import Change
 from worker.snapshots.entries import Entry
 from worker.snapshots.manifest import Location, Manifest
+from worker.snapshots.pointer import Pointer
 
 __all__ = ["GcReport", "SnapshotDraft", "SnapshotRef", "make_ref"]
 
@@ -58,7 +59,6 @@ class SnapshotDraft:
     hash: str
     seq: int
     parent: str | None
-    history: list[tuple[str, str]]
     where: dict[str, Location]
     blobs: dict[str, int]
     need: dict[str, Entry]
@@ -67,8 +67,12 @@ class SnapshotDraft:
     """Derived views of the new tree already computed (``Manifest.known``)."""
     previous: Manifest | None = None
     change: Change | None = None
-    bases: Mapping[str, str] = field(default_factory=dict)
-    """The pointer's map from retained difference manifests to their bases."""
+    pointer: Pointer = field(default_factory=lambda: Pointer([], {}))
+    """The session's pointer as ``prepare`` read it."""
+
+    @property
+    def history(self) -> list[tuple[str, str]]:
+        return self.pointer.history
 
     @property
     def paths(self) -> list[str]:

@@ -1,0 +1,176 @@
+"""Taking a snapshot: ``prepare`` (what changed, what to upload) and ``commit``.
+
+Part of ``SnapshotStore``'s algorithm (see its ``prepare`` and ``commit`` for
+the contract), kept apart to keep ``base`` readable. A change from the
+previous manifest is found by ``delta``; blobs are planned, uploaded and
+remembered by ``transfer``; the pointer is advanced by ``pointer``.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from scheduler.errors import InvalidInput, SnapshotError
+from worker.snapshots import delta, keys, pointer, transfer
+from worker.snapshots.entries import Entry, Row, check_roots, entries_from_scan, scan_rows
+from worker.snapshots.manifest import Delta, Manifest, group_by_parent, group_hash, tree_hash
+from worker.snapshots.refs import SnapshotDraft, SnapshotRef, make_ref
+
+if TYPE_CHECKING:
+    from worker.snapshots.base import SnapshotStore
+
+__all__ = ["commit", "prepare"]
+
+
+def prepare(
+    store: SnapshotStore,
+    tenant: str,
+    session_id: str,
+    scan: Sequence[Any],
+    previous: Manifest | None,
+    roots: Sequence[str],
+) -> SnapshotDraft | None:
+    """See ``SnapshotStore.prepare``."""
+    keys.check_id("tenant", tenant)
+    keys.check_id("session_id", session_id)
+    roots_t = check_roots(list(roots))
+    rows = scan_rows(scan)
+    change = None
+    if previous is not None:
+        _check_owner(previous, tenant, session_id)
+        if previous.roots == roots_t and rows == list(previous.entries):
+            return None
+    started = time.time()
+    reading = store._pool.submit(pointer.read, store, tenant, session_id)  # meanwhile:
+    if previous is not None:
+        change = delta.diff(previous, rows, roots_t, store.limits)
+    entries, digest, known = _new_tree(store, rows, roots_t, change)
+    if previous is not None and previous.hash == digest:
+        return None
+    latest = reading.result()
+    history = latest.history
+    if previous is None and history:
+        if history[-1][1] == digest:
+            return None
+        previous = store._load(tenant, session_id, history[-1][0], via_pointer=True)
+        change = delta.diff(previous, rows, roots_t, store.limits)
+    names = {n for n, _ in history}
+    trusted = previous if previous and previous.name in names else None
+    draft = SnapshotDraft(
+        tenant=tenant,
+        session_id=session_id,
+        roots=roots_t,
+        entries=entries,
+        hash=digest,
+        seq=(int(history[-1][0][:12]) if history else 0) + 1,
+        parent=f"{session_id}/{previous.name}" if previous else None,
+        where={},
+        blobs={},
+        need={},
+        started=started,
+        known=known,
+        previous=trusted,
+        change=change if trusted else None,
+        pointer=latest,
+    )
+    transfer.classify(store, draft, trusted)
+    return draft
+
+
+def _new_tree(
+    store: SnapshotStore, rows: list[Row], roots: tuple[str, ...], change: delta.Change | None
+) -> tuple[tuple[Entry, ...], str, dict[str, Any]]:
+    """The new tree's entries, hash and derived views: from the change when there
+    is one, else from the whole scan, validated in full."""
+    if change is not None:
+        return change.entries, change.hash, change.known()
+    entries = entries_from_scan(rows, roots, store.limits)
+    groups = group_by_parent(entries)
+    hashes = {d: group_hash(g) for d, g in groups.items()}
+    return entries, tree_hash(roots, hashes), {"groups": groups, "hashes": hashes}
+
+
+def commit(
+    store: SnapshotStore, draft: SnapshotDraft, contents: Mapping[str, bytes]
+) -> SnapshotRef:
+    """See ``SnapshotStore.commit``."""
+    t0 = time.perf_counter()
+    missing = [e.path for sha, e in draft.need.items() if sha not in contents]
+    if missing:
+        raise SnapshotError(
+            f"commit lacks the bytes of {missing[:5]}", operation="snapshot", context={}
+        )
+    uploads = transfer.plan(store, draft)
+    _check_fresh(store, draft)
+    where, blobs = transfer.referenced(draft)  # also fills draft.known
+    stored = _stored_as(draft)
+    manifest = Manifest(
+        tenant=draft.tenant,
+        session_id=draft.session_id,
+        seq=draft.seq,
+        snapshot_id=secrets.token_hex(6),
+        created=time.time(),
+        parent=draft.parent,
+        roots=draft.roots,
+        entries=draft.entries,
+        hash=draft.hash,
+        where=where,
+        blobs=blobs,
+        base=stored[0] if stored else None,
+        delta=stored[1] if stored else None,
+        known=draft.known,
+    )
+
+    def put(job: tuple[str, list[Entry]] | None) -> None:
+        if job is None:
+            store._write_manifest(manifest)
+        else:
+            transfer.put_blob(store, draft.tenant, job[0], job[1], contents)
+
+    store._parallel(put, [None, *uploads])  # the manifest is no snapshot before the pointer
+    transfer.remember(store, draft, uploads)
+    _check_fresh(store, draft)
+    store._advance_pointer(manifest, draft.pointer)
+    stats = {
+        "files": manifest.file_count,
+        "stored_entries": len(manifest.entries) if stored is None else stored[1].size,
+        "bytes": manifest.total_bytes,
+        "uploaded_blobs": len(uploads),
+        "uploaded_bytes": sum(draft.blobs[b] for b, _ in uploads),
+        "commit_ms": (time.perf_counter() - t0) * 1000,
+    }
+    return make_ref(manifest, stats)
+
+
+def _check_fresh(store: SnapshotStore, draft: SnapshotDraft) -> None:
+    """Refuse to write a manifest or pointer later than half the GC grace after
+    the snapshot started (see ``lifecycle`` for why)."""
+    if time.time() - draft.started > store.known.fresh_s:
+        raise SnapshotError(
+            "the snapshot took longer than half the GC grace period; take it again",
+            operation="snapshot",
+            retryable=True,
+        )
+
+
+def _stored_as(draft: SnapshotDraft) -> tuple[str, Delta] | None:
+    """``(base, difference)`` when the new manifest can be stored as a difference:
+    it follows the pointer's latest, whose base the pointer still retains."""
+    previous, change = draft.previous, draft.change
+    if previous is None or change is None or draft.history[-1][0] != previous.name:
+        return None
+    if previous.base is not None and previous.base not in {n for n, _ in draft.history}:
+        return None
+    return delta.next_delta(previous, change)
+
+
+def _check_owner(manifest: Manifest, tenant: str, session_id: str) -> None:
+    if (manifest.tenant, manifest.session_id) != (tenant, session_id):
+        raise InvalidInput(
+            "the previous manifest belongs to another tenant or session",
+            operation="snapshot",
+            context={"field": "previous"},
+        )
