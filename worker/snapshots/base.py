@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
-from scheduler.errors import ErrorCode, InfrastructureError, InvalidInput, NotFound, SnapshotError
+from scheduler.errors import InfrastructureError, InvalidInput, NotFound
 from scheduler.settings import (
     DEFAULT_SNAPSHOT_GC_GRACE_S,
     DEFAULT_SNAPSHOT_KEEP,
@@ -47,7 +47,7 @@ from worker.snapshots.blobs import PACK_BYTES, SMALL_FILE_BYTES, KnownBlobs, dec
 from worker.snapshots.entries import (
     ManifestLimits,
 )
-from worker.snapshots.manifest import Manifest
+from worker.snapshots.manifest import Manifest, corrupt
 from worker.snapshots.refs import GcReport, SnapshotDraft, SnapshotRef
 
 __all__ = ["DEFAULT_ROOTS", "GcReport", "SnapshotDraft", "SnapshotRef", "SnapshotStore"]
@@ -220,7 +220,7 @@ class SnapshotStore(ABC):
             stored = self._get(keys.manifest_key(tenant, session_id, name))
         except KeyError:
             if via_pointer:
-                raise _corrupt(name, "the session's pointer names a missing manifest") from None
+                raise corrupt(name, "the session's pointer names a missing manifest") from None
             raise NotFound(
                 f"session {session_id} has no snapshot {name}",
                 operation="snapshot.restore",
@@ -229,13 +229,13 @@ class SnapshotStore(ABC):
         try:
             data = decode(stored, limit=MAX_MANIFEST_BYTES)
         except ValueError as exc:
-            raise _corrupt(name, str(exc)) from None
+            raise corrupt(name, str(exc)) from None
 
         def load_base(base: str) -> Manifest:
             try:
                 return self._load(tenant, session_id, base)
             except NotFound:
-                raise _corrupt(name, f"its base {base} is missing") from None
+                raise corrupt(name, f"its base {base} is missing") from None
 
         return Manifest.from_json(
             bytes(data),
@@ -369,12 +369,3 @@ class SnapshotStore(ABC):
         finally:
             for f in futures:
                 f.cancel()
-
-
-def _corrupt(what: str, why: str) -> SnapshotError:
-    return SnapshotError(
-        f"snapshot {what} is refused: {why}",
-        code=ErrorCode.SNAPSHOT_CORRUPT,
-        operation="snapshot.restore",
-        context={"snapshot": what},
-    )

@@ -53,6 +53,7 @@ __all__ = [
     "Location",
     "Manifest",
     "content_hash",
+    "corrupt",
     "group_by_parent",
     "group_hash",
     "parent_of",
@@ -215,15 +216,16 @@ class Manifest:
             doc = json.loads(data)
             manifest = _from_doc(doc, limits, load_base)
         except InvalidInput as exc:
-            raise _corrupt(name, exc.message) from None
+            raise corrupt(name, exc.message) from None
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise _corrupt(name, f"malformed manifest ({type(exc).__name__}: {exc})") from None
+            raise corrupt(name, f"malformed manifest ({type(exc).__name__}: {exc})") from None
         if (manifest.tenant, manifest.session_id, manifest.name) != (tenant, session_id, name):
-            raise _corrupt(name, "the manifest belongs to another tenant, session or snapshot")
+            raise corrupt(name, "the manifest belongs to another tenant, session or snapshot")
         return manifest
 
 
-def _corrupt(name: str, why: str) -> SnapshotError:
+def corrupt(name: str, why: str) -> SnapshotError:
+    """The error of a stored snapshot (manifest, pointer) that is refused."""
     return SnapshotError(
         f"snapshot {name} is refused: {why}",
         code=ErrorCode.SNAPSHOT_CORRUPT,

@@ -16,13 +16,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, NamedTuple
 
-from scheduler.errors import ErrorCode, InvalidInput, SnapshotError
+from scheduler.errors import InvalidInput
 from worker.snapshots import keys
 from worker.snapshots.blobs import decode, encode
+from worker.snapshots.manifest import Manifest, corrupt
 
 if TYPE_CHECKING:
     from worker.snapshots.base import SnapshotStore
-    from worker.snapshots.manifest import Manifest
 
 __all__ = ["POINTER_VERSION", "Pointer", "advance", "read", "retain"]
 
@@ -58,9 +58,9 @@ def read(store: SnapshotStore, tenant: str, session_id: str) -> Pointer:
             for n, b in doc["bases"].items()
         }
     except (ValueError, TypeError, KeyError, AttributeError, InvalidInput) as exc:
-        raise _corrupt(session_id, f"unreadable pointer ({exc})") from None
+        raise corrupt(session_id, f"unreadable pointer ({exc})") from None
     if not history:
-        raise _corrupt(session_id, "empty pointer")
+        raise corrupt(session_id, "empty pointer")
     return Pointer(history, bases)
 
 
@@ -96,12 +96,3 @@ def advance(store: SnapshotStore, manifest: Manifest, pointer: Pointer) -> list[
         keys.pointer_key(manifest.tenant, manifest.session_id), encode(json.dumps(doc).encode())
     )
     return dropped
-
-
-def _corrupt(session_id: str, why: str) -> SnapshotError:
-    return SnapshotError(
-        f"snapshot {session_id} is refused: {why}",
-        code=ErrorCode.SNAPSHOT_CORRUPT,
-        operation="snapshot.restore",
-        context={"snapshot": session_id},
-    )
