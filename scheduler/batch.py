@@ -146,6 +146,8 @@ class BatchManager:
         info = self.store.get(tenant.name, batch_id)
         if info.state == "cancelling":
             info = self._wait_local(tenant, batch_id)
+        elif (run := self.runs.get(batch_id)) is not None:
+            run.finished.wait(RESUME_WAIT_S)  # it wrote ``cancelled`` and is ending
         if info.state in ("cancelled", "interrupted"):
             self._start(tenant, info)
         return self.store.get(tenant.name, batch_id)
