@@ -156,13 +156,15 @@ def test_unchanged_files_are_neither_read_nor_given_new_rows(
     (ws / "d" / "b.txt").write_text("bb\n")
     (ws / "a.txt").chmod(0o640)
     delta = scan(agent, roots, since=token)
-    assert read == [str(ws / "d" / "b.txt")]  # the chmod-ed file is not read again
+    # the chmod-ed file is read again too: its ctime moved (a rewrite that kept
+    # size and mtime moves it just the same, and must not keep a stale hash)
+    assert sorted(read) == sorted([str(ws / "d" / "b.txt"), str(ws / "a.txt")])
     assert {r[0] for r in delta["changed"]} == {str(ws / "d" / "b.txt"), str(ws / "a.txt")}
     after = agent.SCANNED.rows
     for path, row in rows.items():
         if path not in (str(ws / "d" / "b.txt"), str(ws / "a.txt")):
             assert after[path] is row, path
-    assert agent.HASHES[str(ws / "d" / "b.txt")][3] == sha("bb\n")
+    assert agent.HASHES[str(ws / "d" / "b.txt")][4] == sha("bb\n")
 
 
 def test_a_full_scan_does_not_trust_the_remembered_rows(agent: ModuleType, ws: Path) -> None:
@@ -317,3 +319,14 @@ def test_failed_or_lost_requests_drop_the_rows() -> None:
     assert sbx.scan_state is None and sbx.state == "lost"
     backend.destroy(sbx)
     assert sbx.scan_state is None
+
+
+def test_a_rewrite_that_keeps_size_and_mtime_is_seen(agent: ModuleType, ws: Path) -> None:
+    roots = list(agent.ROOTS)
+    path = ws / "a.txt"
+    token = scan(agent, roots)["token"]
+    st = path.stat()
+    path.write_bytes(bytes(reversed(path.read_bytes())))  # same size
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same mtime (as `cp -p` does)
+    delta = scan(agent, roots, since=token)
+    assert [r[4] for r in delta["changed"] if r[0] == str(path)] == [sha("\na")]

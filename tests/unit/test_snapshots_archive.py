@@ -274,3 +274,26 @@ def test_hostdir_scan_skips_fifos_and_caches_hashes(tmp_path: Path) -> None:
     assert first[0][4] == hashlib.sha256(b"abc").hexdigest()
     again = backend.scan(sbx, ["/workspace"])
     assert again == first and again[0] is first[0]  # the row (and its hash) reused
+
+
+def test_hostdir_scan_kept_between_scans_equals_a_fresh_one(tmp_path: Path) -> None:
+    sbx = _sbx(tmp_path)
+    ws = sbx / "workspace"
+    (ws / "d").mkdir()
+    for name in ("a", "d/b", "d/c"):
+        (ws / name).write_bytes(name.encode())
+    backend = HostDirBackend()
+    backend.scan(sbx, ["/workspace"])
+    st = (ws / "a").stat()
+    (ws / "a").write_bytes(b"A")  # same size, same mtime: only ctime moves
+    os.utime(ws / "a", ns=(st.st_atime_ns, st.st_mtime_ns))
+    (ws / "d/b").unlink()
+    (ws / "d/new").write_bytes(b"n")
+    (ws / "e").mkdir()
+    os.symlink("/etc", ws / "e/link")
+    os.mkfifo(ws / "d/fifo")
+    kept = backend.scan(sbx, ["/workspace"])
+    assert kept == HostDirBackend().scan(sbx, ["/workspace"])
+    assert [r[4] for r in kept if r[0] == "/workspace/a"] == [hashlib.sha256(b"A").hexdigest()]
+    os.rename(ws / "d", ws / "moved")
+    assert backend.scan(sbx, ["/workspace"]) == HostDirBackend().scan(sbx, ["/workspace"])

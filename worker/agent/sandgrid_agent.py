@@ -877,7 +877,9 @@ def clear_dir(root: str) -> None:
 
 # ---- snapshots: scan, pack, unpack ----------------------------------------------
 
-HASHES: dict[str, tuple[int, int, int, str]] = {}  # path -> (size, mtime_ns, ino, sha256)
+# path -> (size, mtime_ns, ctime_ns, ino, sha256); ctime moves on any write, chmod or
+# utime, so a file rewritten with its old size and mtime is read again
+HASHES: dict[str, tuple[int, int, int, int, str]] = {}
 Row = list[Any]  # [path, type, mode, size, sha256, target]: a manifest entry on the wire
 
 
@@ -917,7 +919,7 @@ class ScanState:
             if key is None:
                 HASHES.pop(path, None)
             else:
-                HASHES[path] = (row[3], key[0], key[1], row[4])
+                HASHES[path] = (row[3], key[0], key[1], key[2], row[4])
         since, self.token, self.roots = self.token, secrets.token_hex(8), roots
         if not delta:
             return {"token": self.token, "entries": list(rows.values())}
@@ -970,10 +972,10 @@ def scan_diff(roots: tuple[str, ...], prev: dict[str, Row]) -> Json:
     """Walk ``roots`` (as the user) and compare what is there with ``prev``
     (PID 1's rows for a delta, empty for a full scan).
 
-    Returns ``{"changed": rows new or different, "keys": [mtime_ns, ino] per
+    Returns ``{"changed": rows new or different, "keys": [mtime_ns, ctime_ns, ino] per
     changed row (null unless a file), "removed": paths of ``prev`` gone}``, so
     only differences cross the pipe to PID 1. A file whose (size, mtime_ns,
-    ino) is in ``HASHES`` is not read again, and if its mode is as before its
+    ctime_ns, ino) is in ``HASHES`` is not read again, and if its mode is as before its
     row is not even rebuilt. Symlinks are recorded, never followed; devices,
     fifos and sockets are skipped. Entries are those under each root, not the
     root itself.
@@ -996,15 +998,18 @@ def scan_diff(roots: tuple[str, ...], prev: dict[str, Row]) -> Json:
                     if is_reg(fmt):
                         see(path)
                         size, mtime, ino = st.st_size, st.st_mtime_ns, st.st_ino
+                        ctime = st.st_ctime_ns
                         hit = cached(path)
-                        if hit is not None and hit[0] == size and hit[1] == mtime and hit[2] == ino:
+                        if hit is not None and hit[:4] == (size, mtime, ctime, ino):
                             if old is not None and old[1] == "file" and old[2] == mode:
                                 continue  # unchanged: PID 1 keeps the row it has
-                            digest = hit[3]
+                            digest = hit[4]
                         else:
                             digest = sha256_of(path)
+                            if not mode & 0o400:  # open_own's chmod moved ctime
+                                ctime = settled_ctime(path, size, mtime, ino, ctime)
                         changed.append([path, "file", mode, size, digest, None])
-                        keys.append([mtime, ino])
+                        keys.append([mtime, ctime, ino])
                         continue
                     if is_dir(fmt):
                         stack.append(path)
@@ -1019,6 +1024,14 @@ def scan_diff(roots: tuple[str, ...], prev: dict[str, Row]) -> Json:
                         keys.append(None)
     removed = [p for p in prev if p not in seen]
     return {"changed": changed, "keys": keys, "removed": removed}
+
+
+def settled_ctime(path: str, size: int, mtime: int, ino: int, ctime: int) -> int:
+    """The ctime after ``open_own`` lent a file read permission and took it back:
+    kept only if nothing else changed, so the next scan does not read it again."""
+    st = os.lstat(path)
+    same = (st.st_size, st.st_mtime_ns, st.st_ino) == (size, mtime, ino)
+    return st.st_ctime_ns if same else ctime
 
 
 def op_scan(req: Json) -> Json:

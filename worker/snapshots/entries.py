@@ -86,8 +86,8 @@ def scan_rows(raw: Sequence[Mapping[str, Any]] | Sequence[Sequence[Any]]) -> lis
         if raw and isinstance(raw[0], Mapping):
             rows = _rows_of_mappings(raw)  # type: ignore[arg-type]
         else:
-            rows = [r if type(r) is tuple else tuple(r) for r in raw]
-            if any(len(r) != 6 for r in rows):
+            rows = list(map(tuple, raw))  # C speed; a tuple stays the same object
+            if set(map(len, rows)) - {6}:
                 raise TypeError("a row has not 6 fields")
         rows.sort()
     except (KeyError, TypeError, AttributeError) as exc:

@@ -24,8 +24,8 @@ import posixpath
 import shutil
 import stat
 import zlib
+from bisect import bisect_left
 from collections import OrderedDict
-from operator import itemgetter
 from pathlib import Path
 
 from scheduler.errors import ErrorCode, InvalidInput
@@ -35,6 +35,8 @@ from worker.snapshots.entries import Row
 
 __all__ = ["HostDirBackend"]
 
+_Key = tuple[int, int, int, int, int]
+"""(mode, size, mtime_ns, ctime_ns, inode): an entry unchanged since the last scan."""
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK  # never a link; a fifo cannot block the open
 _MAX_OPEN_DIRS = 128
@@ -91,41 +93,75 @@ class HostDirBackend:
     directories (see the module doc)."""
 
     def __init__(self) -> None:
-        self._rows: dict[str, tuple[tuple[int, int, int, int], Row]] = {}
+        self._reset(None)
+
+    def _reset(self, scope: tuple[str, tuple[str, ...]] | None) -> None:
+        self._for = scope
+        self._stats: dict[str, _Key] = {}
+        self._rows: dict[str, Row] = {}
+        self._sorted: list[Row] = []
+        self._paths: list[str] = []
 
     def scan(self, sbx: Path, roots: list[str]) -> list[Row]:
         """Rows ``(path, type, mode, size, sha256, target)`` under each root (not
-        the root), sorted. Like the agent, a file whose (mode, size, mtime_ns,
-        inode) did not change since the last scan keeps its row (and hash), so
-        an unchanged tree is one stat walk."""
-        out: list[Row] = []
-        fresh: dict[str, tuple[tuple[int, int, int, int], Row]] = {}
-        previous = self._rows
+        the root), sorted.
+
+        Like the agent, it keeps the last scan of the same sandbox and roots: an
+        entry whose (mode, size, mtime_ns, ctime_ns, inode) did not change keeps
+        its row (and hash), and only what changed is re-sorted, so an unchanged
+        tree is one stat walk. (ctime moves on any write, chmod or utime, so a
+        file rewritten with its old size and mtime is still seen.)
+        """
+        if self._for != (str(sbx), tuple(roots)):
+            self._reset((str(sbx), tuple(roots)))
+        changed: dict[str, tuple[_Key, Row]] = {}
+        seen: set[str] = set()
         for root in roots:
             top = Path(sbx, root.lstrip("/"))
-            if top.is_symlink() or not top.is_dir():
-                continue
-            stack = [(str(top), root)]
-            while stack:
-                host_dir, sbx_dir = stack.pop()
-                with os.scandir(host_dir) as it:
-                    for de in it:
-                        st = de.stat(follow_symlinks=False)
-                        key = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino)
-                        hit = previous.get(de.path)
-                        if hit is not None and hit[0] == key:
-                            row = hit[1]
-                        elif (made := _row(de, f"{sbx_dir}/{de.name}", st)) is not None:
-                            row = made
-                        else:
+            if not top.is_symlink() and top.is_dir():
+                self._walk(str(top), root, changed, seen)
+        removed = [p for p in self._rows if p not in seen]
+        if changed or removed:
+            self._apply(changed, removed)
+        return list(self._sorted)
+
+    def _walk(
+        self, top: str, root: str, changed: dict[str, tuple[_Key, Row]], seen: set[str]
+    ) -> None:
+        known, see = self._stats.get, seen.add
+        stack = [(top, root)]
+        while stack:
+            host_dir, sbx_dir = stack.pop()
+            with os.scandir(host_dir) as it:
+                for de in it:
+                    st = de.stat(follow_symlinks=False)
+                    key = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                    path = de.path
+                    if known(path) != key:
+                        row = _row(de, f"{sbx_dir}/{de.name}", st)
+                        if row is None:
                             continue
-                        fresh[de.path] = (key, row)
-                        out.append(row)
-                        if row[1] == "dir":
-                            stack.append((de.path, row[0]))
-        self._rows = fresh
-        out.sort(key=itemgetter(0))
-        return out
+                        changed[path] = (key, row)
+                    see(path)
+                    if stat.S_ISDIR(key[0]):
+                        stack.append((path, f"{sbx_dir}/{de.name}"))
+
+    def _apply(self, changed: dict[str, tuple[_Key, Row]], removed: list[str]) -> None:
+        """Fold a walk's changes into the kept rows and their sorted list."""
+        rows, order, paths = self._rows, self._sorted, self._paths
+        for host in removed:
+            i = bisect_left(paths, rows.pop(host)[0])
+            del order[i], paths[i]
+            del self._stats[host]
+        for host, (key, row) in changed.items():
+            i = bisect_left(paths, row[0])
+            if host in rows:
+                order[i] = row
+            else:
+                order.insert(i, row)
+                paths.insert(i, row[0])
+            rows[host] = row
+            self._stats[host] = key
 
     def pack(self, sbx: Path, paths: list[str]) -> bytes:
         """A tar.gz (level 1) of these regular files; names without the leading ``/``."""
