@@ -128,40 +128,47 @@ class HostDirBackend:
     def _walk(
         self, top: str, root: str, changed: dict[str, tuple[_Key, Row]], seen: set[str]
     ) -> None:
+        """Every entry below ``top``, stat-ed relative to its directory's fd (no
+        path walk per entry, no symlink followed); new or changed ones into
+        ``changed``, all into ``seen``; keyed by sandbox path."""
         known, see = self._stats.get, seen.add
         stack = [(top, root)]
         while stack:
             host_dir, sbx_dir = stack.pop()
-            with os.scandir(host_dir) as it:
-                for de in it:
-                    st = de.stat(follow_symlinks=False)
-                    key = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-                    path = de.path
-                    if known(path) != key:
-                        row = _row(de, f"{sbx_dir}/{de.name}", st)
-                        if row is None:
-                            continue
-                        changed[path] = (key, row)
-                    see(path)
-                    if stat.S_ISDIR(key[0]):
-                        stack.append((path, f"{sbx_dir}/{de.name}"))
+            fd = os.open(host_dir, _DIR_FLAGS)
+            try:
+                with os.scandir(fd) as it:
+                    for de in it:
+                        st = de.stat(follow_symlinks=False)
+                        key = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+                        path = f"{sbx_dir}/{de.name}"
+                        if known(path) != key:
+                            row = _row(fd, de.name, path, st)
+                            if row is None:
+                                continue
+                            changed[path] = (key, row)
+                        see(path)
+                        if stat.S_ISDIR(key[0]):
+                            stack.append((f"{host_dir}/{de.name}", path))
+            finally:
+                os.close(fd)
 
     def _apply(self, changed: dict[str, tuple[_Key, Row]], removed: list[str]) -> None:
         """Fold a walk's changes into the kept rows and their sorted list."""
         rows, order, paths = self._rows, self._sorted, self._paths
-        for host in removed:
-            i = bisect_left(paths, rows.pop(host)[0])
+        for path in removed:
+            del rows[path], self._stats[path]
+            i = bisect_left(paths, path)
             del order[i], paths[i]
-            del self._stats[host]
-        for host, (key, row) in changed.items():
-            i = bisect_left(paths, row[0])
-            if host in rows:
+        for path, (key, row) in changed.items():
+            i = bisect_left(paths, path)
+            if path in rows:
                 order[i] = row
             else:
                 order.insert(i, row)
-                paths.insert(i, row[0])
-            rows[host] = row
-            self._stats[host] = key
+                paths.insert(i, path)
+            rows[path] = row
+            self._stats[path] = key
 
     def pack(self, sbx: Path, paths: list[str]) -> bytes:
         """A tar.gz (level 1) of these regular files; names without the leading ``/``."""
@@ -279,20 +286,20 @@ class HostDirBackend:
             os.close(fd)
 
 
-def _row(de: os.DirEntry[str], path: str, st: os.stat_result) -> Row | None:
+def _row(dir_fd: int, name: str, path: str, st: os.stat_result) -> Row | None:
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISREG(st.st_mode):
-        return (path, "file", mode, st.st_size, _sha256_file(de.path), None)
+        return (path, "file", mode, st.st_size, _sha256_file(dir_fd, name), None)
     if stat.S_ISLNK(st.st_mode):
-        return (path, "symlink", mode, 0, None, os.readlink(de.path))
+        return (path, "symlink", mode, 0, None, os.readlink(name, dir_fd=dir_fd))
     if stat.S_ISDIR(st.st_mode):
         return (path, "dir", mode, 0, None, None)
     return None
 
 
-def _sha256_file(path: str) -> str:
+def _sha256_file(dir_fd: int, name: str) -> str:
     h = hashlib.sha256()
-    with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as f:
+    with open(os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd), "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
