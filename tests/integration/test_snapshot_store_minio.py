@@ -33,6 +33,7 @@ from worker.snapshots import (
 )
 from worker.snapshots import keys as store_keys
 from worker.snapshots.blobs import decode, encode
+from worker.snapshots.pointer import StoreConflict
 
 pytestmark = pytest.mark.integration
 
@@ -119,7 +120,7 @@ def listing(sbx: Path) -> dict[str, Any]:
 def count_calls(store: SnapshotStore) -> Counter[str]:
     """Count the store's primitive calls from now on (instance-level wrappers)."""
     calls: Counter[str] = Counter()
-    for name in ("_put", "_get", "_exists", "_mtime", "_list", "_delete"):
+    for name in ("_put", "_put_if", "_get", "_get_tagged", "_exists", "_mtime", "_list", "_delete"):
         original = getattr(store, name)
 
         def wrapper(*a: Any, _n: str = name, _o: Callable[..., Any] = original) -> Any:
@@ -179,7 +180,7 @@ def test_incremental_and_unchanged(store: SnapshotStore, tmp_path: Path) -> None
     (sbx / "workspace/src/m7.py").write_text("VALUE = 'changed'\n")
     ref2 = snapshot_sandbox(backend, sbx, store, TENANT, "s1", ref.manifest)
     assert ref2 is not None and ref2.stats["uploaded_blobs"] == 1
-    assert calls["_put"] == 3  # one blob, the manifest, the pointer
+    assert calls["_put"] == 2 and calls["_put_if"] == 1  # a blob, the manifest; the pointer
 
 
 def test_damaged_blob_is_refused(store: SnapshotStore, tmp_path: Path) -> None:
@@ -237,6 +238,49 @@ def test_retention_gc_and_fork(store: SnapshotStore, tmp_path: Path) -> None:
     dst = sandbox(tmp_path, "dst")
     restore_sandbox(HostDirBackend(), dst, store, TENANT, "s2", None)
     assert (dst / "workspace/big.bin").read_bytes() == (sbx / "workspace/big.bin").read_bytes()
+
+
+def test_a_snapshot_based_on_a_moved_pointer_is_refused(
+    store: SnapshotStore, tmp_path: Path
+) -> None:
+    """Two workers that both think they hold the session (one was thought dead and
+    came back): the second to commit does not put back a history without the
+    first's snapshot."""
+    sbx = sandbox(tmp_path, "sbx")
+    fill(sbx)
+    base = take(store, sbx)
+    backend = HostDirBackend()
+    drafts = []
+    for text in ("A", "B"):
+        (sbx / "workspace/src/m7.py").write_text(f"VALUE = {text!r}\n")
+        draft = store.prepare(
+            TENANT, "s1", backend.scan(sbx, ["/workspace", "/home/sandbox"]), base.manifest
+        )
+        assert draft is not None
+        contents = {e.sha256 or "": (sbx / e.path[1:]).read_bytes() for e in draft.need.values()}
+        drafts.append((draft, contents))
+    first = store.commit(*drafts[0])
+    with pytest.raises(SnapshotError, match="snapshotted elsewhere") as err:
+        store.commit(*drafts[1])
+    assert err.value.code == ErrorCode.SNAPSHOT_FAILED
+    assert [r.name for r in store.snapshots(TENANT, "s1")] == [base.name, first.name]
+    assert store.load(TENANT, "s1").hash == first.hash
+
+
+def test_a_conditional_write_is_checked_by_the_store(store: SnapshotStore) -> None:
+    key = store_keys.pointer_key(TENANT, "cas")
+    store._put_if(key, b"one", None)
+    with pytest.raises(StoreConflict):
+        store._put_if(key, b"two", None)  # it exists now
+    data, tag = store._get_tagged(key)
+    assert data == b"one"
+    with pytest.raises(StoreConflict):
+        store._put_if(key, b"three", "0" * 32)
+    store._put_if(key, b"four", tag)
+    assert store._get(key) == b"four"
+    with pytest.raises(StoreConflict):
+        store._put_if(key, b"five", tag)  # that version is gone
+    store._delete(key)
 
 
 # ---- MinIO going away -----------------------------------------------------------------

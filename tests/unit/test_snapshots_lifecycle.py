@@ -12,6 +12,7 @@ import pytest
 from scheduler.errors import InvalidInput, NotFound, SnapshotError
 from worker.snapshots import HostDirBackend, LocalStore, SnapshotRef, restore_sandbox
 from worker.snapshots import snapshot_sandbox as _snapshot_sandbox
+from worker.snapshots.pointer import StoreConflict
 from worker.snapshots.transfer import plan, put_blob
 
 TENANT = "acme"
@@ -255,3 +256,47 @@ def test_delete_session_forgets_its_snapshots(sbx: Path, store: LocalStore) -> N
     assert store.snapshots(TENANT, "s1") == []
     with pytest.raises(NotFound):
         store.load(TENANT, "s1")
+
+
+# ---- the pointer's conditional write --------------------------------------------------
+
+
+class LostReply(LocalStore):
+    """A store whose first conditional write lands but answers as a conflict, as a
+    retried PUT does when the first reply was lost on the way."""
+
+    lost = False
+
+    def _put_if(self, key: str, data: bytes, tag: str | None) -> None:
+        super()._put_if(key, data, tag)
+        if not self.lost:
+            self.lost = True
+            raise StoreConflict(key)
+
+
+def test_a_pointer_write_that_landed_is_not_reported_as_a_conflict(
+    tmp_path: Path, sbx: Path
+) -> None:
+    store = LostReply(tmp_path / "lost", keep=2, gc_grace_s=GRACE)
+    put(sbx, "a", b"1")
+    ref = take(sbx, store)
+    assert store.lost and store.latest(TENANT, "s1") == ref
+    store.close()
+
+
+def test_a_fork_never_lands_on_a_session_with_snapshots(
+    sbx: Path, store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    put(sbx, "a", b"1")
+    take(sbx, store, "src")
+    real = store._read_pointer
+
+    def racing(tenant: str, session: str) -> list[tuple[str, str]]:
+        history = real(tenant, session)
+        if session == "dst" and not history:  # dst gets a snapshot right after the check
+            take(sbx, store, "dst")
+        return history
+
+    monkeypatch.setattr(store, "_read_pointer", racing)
+    with pytest.raises(SnapshotError, match="snapshotted elsewhere"):
+        store.fork(TENANT, "src", "dst")

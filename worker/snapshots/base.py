@@ -1,4 +1,4 @@
-"""The snapshot store: the algorithm lives here, backends fill in six primitives.
+"""The snapshot store: the algorithm lives here, backends fill in eight primitives.
 
 ``SnapshotStore`` owns everything that must be the same on every backend:
 tenant namespacing and id checks (``keys``), entry rules and limits
@@ -6,8 +6,9 @@ tenant namespacing and id checks (``keys``), entry rules and limits
 (``blobs``, ``transfer``), incremental snapshots (``delta``, ``saving``),
 parallel transfers, verification on restore, the session pointer and
 retention (``pointer``), fork and garbage collection (``lifecycle``). A backend
-implements ``_put``, ``_get``, ``_exists``, ``_mtime``, ``_list``, ``_delete``
-over some object namespace, raising ``KeyError`` for a missing key and
+implements ``_put``, ``_get``, ``_get_tagged``, ``_put_if`` (a conditional
+write, for the pointer), ``_exists``, ``_mtime``, ``_list``, ``_delete`` over
+some object namespace, raising ``KeyError`` for a missing key and
 ``InfrastructureError`` (``store_unavailable``) when the store cannot be
 reached: it must not keep a broken connection, so the next call can succeed.
 
@@ -48,9 +49,17 @@ from worker.snapshots.entries import (
     ManifestLimits,
 )
 from worker.snapshots.manifest import Manifest, corrupt
+from worker.snapshots.pointer import StoreConflict
 from worker.snapshots.refs import GcReport, SnapshotDraft, SnapshotRef
 
-__all__ = ["DEFAULT_ROOTS", "GcReport", "SnapshotDraft", "SnapshotRef", "SnapshotStore"]
+__all__ = [
+    "DEFAULT_ROOTS",
+    "GcReport",
+    "SnapshotDraft",
+    "SnapshotRef",
+    "SnapshotStore",
+    "StoreConflict",
+]
 
 DEFAULT_ROOTS = ("/workspace", "/home/sandbox")
 """What a snapshot holds (the same as ``worker.agent_api.SNAPSHOT_ROOTS``)."""
@@ -110,6 +119,16 @@ class SnapshotStore(ABC):
     @abstractmethod
     def _get(self, key: str) -> bytes:
         """The bytes under ``key``; ``KeyError`` if there are none."""
+
+    @abstractmethod
+    def _get_tagged(self, key: str) -> tuple[bytes, str]:
+        """The bytes under ``key`` and a tag of this version of them (an ETag);
+        ``KeyError`` if there are none."""
+
+    @abstractmethod
+    def _put_if(self, key: str, data: bytes, tag: str | None) -> None:
+        """``_put``, only if the version under ``key`` still has ``tag`` (None: only
+        if there is none); ``StoreConflict`` otherwise, and nothing written."""
 
     @abstractmethod
     def _exists(self, key: str) -> bool: ...

@@ -14,6 +14,8 @@ grid, development and tests.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import os
 import secrets
 from collections.abc import Iterator
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.errors import ErrorCode, InfrastructureError, InvalidInput
-from worker.snapshots.base import SnapshotStore
+from worker.snapshots.base import SnapshotStore, StoreConflict
 
 __all__ = ["LocalStore"]
 
@@ -64,14 +66,9 @@ class LocalStore(SnapshotStore):
 
     def _put(self, key: str, data: bytes) -> None:
         path = self._path(key)
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
         with self._io("write"):
             path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                tmp.write_bytes(data)
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
+            _replace(path, data)
 
     def _get(self, key: str) -> bytes:
         try:
@@ -79,6 +76,29 @@ class LocalStore(SnapshotStore):
                 return self._path(key).read_bytes()
         except (FileNotFoundError, NotADirectoryError):
             raise KeyError(key) from None
+
+    def _get_tagged(self, key: str) -> tuple[bytes, str]:
+        data = self._get(key)
+        return data, _tag(data)
+
+    def _put_if(self, key: str, data: bytes, tag: str | None) -> None:
+        """Compare and write under an exclusive ``flock`` of a hidden lock file
+        beside the key, so processes sharing the directory cannot interleave."""
+        path = self._path(key)
+        with self._io("write"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    current: str | None = _tag(path.read_bytes())
+                except FileNotFoundError:
+                    current = None
+                if current != tag:
+                    raise StoreConflict(key)
+                _replace(path, data)
+            finally:
+                os.close(fd)
 
     def _exists(self, key: str) -> bool:
         return self._mtime(key) is not None
@@ -107,3 +127,18 @@ class LocalStore(SnapshotStore):
     def _delete(self, key: str) -> None:
         with self._io("delete"):
             self._path(key).unlink(missing_ok=True)
+
+
+def _tag(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:32]
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write ``data`` beside ``path`` and rename it into place: readers see the old
+    bytes or the new ones."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

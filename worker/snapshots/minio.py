@@ -32,7 +32,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "(or set SANDGRID_WORKER__SNAPSHOT_STORE=local)"
     ) from exc
 
-from worker.snapshots.base import SnapshotStore
+from worker.snapshots.base import SnapshotStore, StoreConflict
 
 __all__ = ["MinioStore"]
 
@@ -40,6 +40,7 @@ CONNECT_TIMEOUT_S = 2.0
 READ_TIMEOUT_S = 120.0
 _SINGLE_PUT_MAX = 5 << 30  # S3's largest single PUT: no multipart for our blobs
 _MISSING = frozenset({"NoSuchKey", "NoSuchObject", "ResourceNotFound"})
+_CONFLICT = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 T = TypeVar("T")
 
 
@@ -137,6 +138,37 @@ class MinioStore(SnapshotStore):
                 response.release_conn()
 
         return self._call("read", get)
+
+    def _get_tagged(self, key: str) -> tuple[bytes, str]:
+        def get() -> tuple[bytes, str]:
+            response = self._client.get_object(self.bucket, key)
+            try:
+                return bytes(response.read()), str(response.headers.get("ETag", ""))
+            finally:
+                response.close()
+                response.release_conn()
+
+        return self._call("read", get)
+
+    def _put_if(self, key: str, data: bytes, tag: str | None) -> None:
+        """A PUT with ``If-Match: tag`` (``If-None-Match: *`` for None): S3's
+        conditional write, which MinIO checks and applies atomically. The SDK's
+        ``put_object`` would send these headers as user metadata, hence its
+        internal ``_put_object`` (tests/integration/test_snapshot_store_minio.py
+        holds it to the server's behaviour)."""
+        headers: dict[str, str | list[str] | tuple[str]] = {
+            "Content-Type": "application/octet-stream",
+            **({"If-None-Match": "*"} if tag is None else {"If-Match": tag}),
+        }
+        try:
+            self._call(
+                "write", lambda: self._client._put_object(self.bucket, key, data, headers, None)
+            )
+        except InfrastructureError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, S3Error) and cause.code in _CONFLICT:
+                raise StoreConflict(key) from None
+            raise
 
     def _exists(self, key: str) -> bool:
         return self._mtime(key) is not None

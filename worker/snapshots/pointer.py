@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, NamedTuple
 
-from scheduler.errors import InvalidInput
+from scheduler.errors import ErrorCode, InvalidInput, SnapshotError
 from worker.snapshots import keys
 from worker.snapshots.blobs import decode, encode
 from worker.snapshots.manifest import Manifest, corrupt
@@ -24,10 +24,15 @@ from worker.snapshots.manifest import Manifest, corrupt
 if TYPE_CHECKING:
     from worker.snapshots.base import SnapshotStore
 
-__all__ = ["POINTER_VERSION", "Pointer", "advance", "read", "retain"]
+__all__ = ["POINTER_VERSION", "Pointer", "StoreConflict", "advance", "read", "retain"]
 
 POINTER_VERSION = 2
 _MAX_POINTER_BYTES = 1 << 20
+
+
+class StoreConflict(Exception):
+    """A conditional write (``SnapshotStore._put_if``) found another version than
+    the one it was based on; nothing was written."""
 
 
 class Pointer(NamedTuple):
@@ -35,6 +40,8 @@ class Pointer(NamedTuple):
     """``(name, hash)`` of every retained snapshot, oldest first."""
     bases: dict[str, str]
     """The base of each retained snapshot stored as a difference."""
+    tag: str | None = None
+    """The stored version this was read from (None: there was no pointer)."""
 
 
 def read(store: SnapshotStore, tenant: str, session_id: str) -> Pointer:
@@ -45,7 +52,7 @@ def read(store: SnapshotStore, tenant: str, session_id: str) -> Pointer:
         InfrastructureError: ``store_unavailable``.
     """
     try:
-        stored = store._get(keys.pointer_key(tenant, session_id))
+        stored, tag = store._get_tagged(keys.pointer_key(tenant, session_id))
     except KeyError:
         return Pointer([], {})
     try:
@@ -61,7 +68,7 @@ def read(store: SnapshotStore, tenant: str, session_id: str) -> Pointer:
         raise corrupt(session_id, f"unreadable pointer ({exc})") from None
     if not history:
         raise corrupt(session_id, "empty pointer")
-    return Pointer(history, bases)
+    return Pointer(history, bases, tag)
 
 
 def retain(pointer: Pointer, manifest: Manifest, keep: int) -> tuple[Pointer, list[str]]:
@@ -81,18 +88,35 @@ def retain(pointer: Pointer, manifest: Manifest, keep: int) -> tuple[Pointer, li
 
 
 def advance(store: SnapshotStore, manifest: Manifest, pointer: Pointer) -> list[str]:
-    """Write the pointer that makes ``manifest`` the session's latest snapshot.
+    """Write the pointer that makes ``manifest`` the session's latest snapshot, if
+    the stored pointer is still the one ``pointer`` was read from.
+
+    The write is conditional (``_put_if``): a worker that lost the session (its
+    lease taken over while it was thought dead) cannot put back a history that
+    leaves out snapshots taken since, nor can a fork land on a session that has
+    snapshots.
 
     Returns:
         The names of the snapshots that fell out of retention (the caller
         deletes their manifests).
 
     Raises:
+        SnapshotError: ``snapshot_failed``, the pointer moved on since it was read.
         InfrastructureError: ``store_unavailable``.
     """
     kept, dropped = retain(pointer, manifest, store.keep)
     doc = {"v": POINTER_VERSION, "history": kept.history, "bases": kept.bases}
-    store._put(
-        keys.pointer_key(manifest.tenant, manifest.session_id), encode(json.dumps(doc).encode())
-    )
+    key = keys.pointer_key(manifest.tenant, manifest.session_id)
+    try:
+        store._put_if(key, encode(json.dumps(doc).encode()), pointer.tag)
+    except StoreConflict:
+        now = read(store, manifest.tenant, manifest.session_id)
+        if not now.history or now.history[-1][0] != manifest.name:  # not our own retry
+            raise SnapshotError(
+                f"session {manifest.session_id} was snapshotted elsewhere since this "
+                f"snapshot started; {manifest.name} is not saved",
+                code=ErrorCode.SNAPSHOT_FAILED,
+                operation="snapshot",
+                context={"session": manifest.session_id, "reason": "pointer_moved"},
+            ) from None
     return dropped
