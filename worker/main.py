@@ -7,6 +7,7 @@ The node consumes its own direct queue and the shared queues of its types.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 from typing import Any
@@ -29,6 +30,7 @@ def run_worker(types: list[str], concurrency: int, node: str) -> None:
         node: the node's name, unique in the grid.
     """
     os.environ["SANDGRID_WORKER__NODE"] = node
+    limit_malloc_arenas()
     import worker.tasks  # noqa: F401  (registers the task)
     from worker.node import start_node, stop_node
 
@@ -55,3 +57,24 @@ def run_worker(types: list[str], concurrency: int, node: str) -> None:
             "--loglevel=INFO",
         ]
     )
+
+
+MALLOC_ARENAS = 2
+_M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+
+def limit_malloc_arenas() -> bool:
+    """Cap glibc's malloc arenas for this process, unless ``MALLOC_ARENA_MAX`` is set.
+
+    A worker's threads each get an arena by default (up to 8 per core), and the
+    memory a restore or snapshot frees stays cached in them: a 577 MB restore
+    left about 390 MB of RSS behind with the default and 169 MB with two
+    arenas. Returns whether the cap was applied (not on other C libraries).
+    """
+    if "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(_M_ARENA_MAX, MALLOC_ARENAS))
+    except (OSError, AttributeError):
+        return False

@@ -9,6 +9,7 @@ starts it again with ``deploy/local/minio.sh``, whatever happens.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
@@ -32,6 +33,7 @@ from worker.snapshots import (
     snapshot_sandbox,
 )
 from worker.snapshots import keys as store_keys
+from worker.snapshots import workspace as workspace_mod
 from worker.snapshots.blobs import decode, encode
 from worker.snapshots.pointer import StoreConflict
 
@@ -200,7 +202,32 @@ def test_damaged_blob_is_refused(store: SnapshotStore, tmp_path: Path) -> None:
     assert (dst / "workspace/keep").read_text() == "untouched"
     store._delete(key)
     with pytest.raises(SnapshotError, match="missing"):
-        store.restore_plan(store.load(TENANT, "s1"))
+        next(store.restore_plan(store.load(TENANT, "s1")))
+
+
+def test_restore_in_parts(
+    store: SnapshotStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over ``STREAM_RESTORE_BYTES`` (made small here) a restore goes a tar at a
+    time; a blob of a later part that does not verify says the sandbox is dirty."""
+    monkeypatch.setattr(workspace_mod, "STREAM_RESTORE_BYTES", 64 << 10)
+    monkeypatch.setattr(workspace_mod, "MAX_TAR_BYTES", 16 << 10)
+    sbx = sandbox(tmp_path, "sbx")
+    fill(sbx)
+    ref = take(store, sbx)
+    dst = sandbox(tmp_path, "dst")
+    (dst / "workspace/stale").write_text("gone after restore")
+    restore_sandbox(HostDirBackend(), dst, store, TENANT, "s1", ref)
+    assert listing(dst) == listing(sbx)
+    blob = hashlib.sha256((sbx / "workspace/data.bin").read_bytes()).hexdigest()  # in tar 2
+    key = store_keys.blob_key(TENANT, blob)
+    data = bytearray(decode(store._get(key)))
+    data[1000] ^= 0x01
+    store._put(key, encode(bytes(data)))
+    with pytest.raises(SnapshotError) as err:
+        restore_sandbox(HostDirBackend(), sandbox(tmp_path, "dst2"), store, TENANT, "s1", ref)
+    assert err.value.code == ErrorCode.SNAPSHOT_CORRUPT
+    assert err.value.context["sandbox_dirty"] is True
 
 
 def test_second_tenant_cannot_reach_the_first(store: SnapshotStore, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from sandbox_trees import ROOTS, new_sandbox, tree, write
 
 from scheduler.errors import ErrorCode, InvalidInput, SnapshotError
 from worker.agent import AGENT_PATH
@@ -43,7 +44,6 @@ from worker.snapshots.entries import Entry
 TENANT = "acme"
 LARGE = 64 << 10
 CHUNK = 16 << 10
-ROOTS = ["/workspace", "/home/sandbox"]
 
 
 @pytest.fixture(autouse=True)
@@ -93,32 +93,6 @@ class Recorder(HostDirBackend):
 
     def ops(self, name: str) -> list[Any]:
         return [arg for op, arg in self.calls if op == name]
-
-
-def new_sandbox(tmp_path: Path, name: str) -> Path:
-    for root in ROOTS:
-        (tmp_path / name / root.lstrip("/")).mkdir(parents=True)
-    return tmp_path / name
-
-
-def write(sbx: Path, rel: str, data: bytes, mode: int = 0o644) -> None:
-    path = sbx / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    path.chmod(mode)
-
-
-def tree(sbx: Path) -> dict[str, tuple[str, int, bytes | str]]:
-    out: dict[str, tuple[str, int, bytes | str]] = {}
-    for p in sorted(sbx.rglob("*")):
-        st = p.lstat()
-        if stat.S_ISLNK(st.st_mode):
-            out[str(p.relative_to(sbx))] = ("link", 0, os.readlink(p))
-        elif stat.S_ISDIR(st.st_mode):
-            out[str(p.relative_to(sbx))] = ("dir", stat.S_IMODE(st.st_mode), "")
-        else:
-            out[str(p.relative_to(sbx))] = ("file", stat.S_IMODE(st.st_mode), p.read_bytes())
-    return out
 
 
 # ---- round trip -----------------------------------------------------------------------

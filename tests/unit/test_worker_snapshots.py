@@ -9,6 +9,7 @@ idle reaper, close (snapshots deleted), fork, and the rate-limited collection.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import time
 from collections.abc import Iterator
@@ -43,7 +44,8 @@ from worker.node import Node
 from worker.persistence import Persistence
 from worker.reaper import Reaper
 from worker.session_table import SessionTable
-from worker.snapshots import HostDirBackend, LocalStore
+from worker.snapshots import HostDirBackend, LocalStore, keys
+from worker.snapshots import workspace as workspace_mod
 
 TENANT = "acme"
 
@@ -326,6 +328,29 @@ def test_a_corrupt_snapshot_is_refused_and_leaves_no_sandbox(node: Node) -> None
     assert not out.ok and out.error is not None and out.error["code"] == "snapshot_corrupt"
     assert node.registry.lease_owner(info.id) is None  # free for any node, not held here
     assert len(node.sessions) == 0 and node.pool.container_ids() == set()  # type: ignore[attr-defined]
+
+
+def test_a_restore_that_fails_after_touching_the_sandbox_destroys_it(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore in parts whose later part does not verify: the sandbox holds part
+    of the snapshot, says so (``sandbox_dirty``), and is destroyed, never kept."""
+    monkeypatch.setattr(workspace_mod, "STREAM_RESTORE_BYTES", 8 << 10)
+    monkeypatch.setattr(workspace_mod, "MAX_TAR_BYTES", 8 << 10)
+    node.store.pack_bytes = 4 << 10  # a blob per file: the last one is in the last tar
+    info = new_session(node.registry)
+    files = [FileWrite(path=f"f{i:02d}.txt", content=f"{i:02d}" * 1500) for i in range(12)]
+    assert turn(node, info, WriteOp(files=files)).ok
+    release_all(node)
+    manifest = node.store.load(TENANT, info.id)
+    last = manifest.where[hashlib.sha256(b"11" * 1500).hexdigest()].blob
+    node.store._put(keys.blob_key(TENANT, last), b"garbage")
+    out = turn(node, info, ReadOp(path="f00.txt"))
+    assert not out.ok and out.error is not None and out.error["code"] == "snapshot_corrupt"
+    assert out.error["context"]["sandbox_dirty"] is True and out.error["context"]["part"] > 0
+    assert node.registry.lease_owner(info.id) is None
+    assert len(node.sessions) == 0 and node.pool.container_ids() == set()  # type: ignore[attr-defined]
+    assert list(node.pool.root.iterdir()) == []  # type: ignore[attr-defined]  # removed from disk
 
 
 def test_a_restarted_node_still_collects_the_tenants_served_before(node: Node) -> None:

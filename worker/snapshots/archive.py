@@ -26,16 +26,20 @@ from worker.snapshots.entries import Entry
 __all__ = [
     "MAX_TAR_BYTES",
     "SANDBOX_UID",
+    "Content",
     "Member",
+    "RestoreLayout",
     "RestorePlan",
     "TarError",
     "WorkspaceChanged",
     "build_tars",
     "gunzip_bounded",
     "iter_tar",
+    "layout_restore",
     "plan_restore",
     "read_packed",
     "tar_member",
+    "tar_of",
 ]
 
 BLOCK = 512
@@ -298,9 +302,13 @@ def _pax_record(key: str, value: str) -> bytes:
     return str(n).encode() + body
 
 
+Content = Callable[[Entry], bytes | memoryview]
+"""The bytes of a file of the manifest (verified)."""
+
+
 class RestorePlan(NamedTuple):
-    """What a restore sends, in this order: ``tars`` (the first clears the roots),
-    then each file of ``large`` in chunks, then ``modes`` if there is one."""
+    """What a restore sends, in this order: ``tars`` (the first of a restore clears
+    the roots), then each file of ``large`` in chunks, then ``modes`` if there is one."""
 
     tars: list[bytes]
     large: list[tuple[Entry, bytes | memoryview]]
@@ -311,9 +319,55 @@ class RestorePlan(NamedTuple):
     read-only directory can still be filled."""
 
 
+class RestoreLayout(NamedTuple):
+    """``plan_restore`` before any content is read: each tar's entries with their
+    headers (cut as they are asked for), the large files, and the ``modes`` tar."""
+
+    tars: Iterator[list[tuple[Entry, bytes]]]
+    large: list[Entry]
+    modes: bytes | None
+
+
+def layout_restore(
+    entries: Sequence[Entry], *, mtime: float, max_bytes: int, large_bytes: int | None
+) -> RestoreLayout:
+    """How ``plan_restore`` cuts a manifest, without its content: a restore that
+    reads one tar's files at a time (``tar_of``) sends the same tars."""
+    when = int(mtime)
+    large = [e for e in entries if _is_large(e, large_bytes)]
+    rest = [e for e in entries if not _is_large(e, large_bytes)] if large else entries
+    multi = bool(large) or sum(e.size + 2 * BLOCK for e in rest) + 2 * BLOCK > max_bytes
+    dirs = [_header(e, when, writable_dirs=False) for e in rest if e.type == "dir"] if multi else []
+    return RestoreLayout(_cut(rest, when, multi, max_bytes), large, _tar(dirs) if multi else None)
+
+
+def _cut(
+    entries: Sequence[Entry], mtime: int, multi: bool, max_bytes: int
+) -> Iterator[list[tuple[Entry, bytes]]]:
+    tar: list[tuple[Entry, bytes]] = []  # at least one tar: the one that clears
+    used = 0
+    for e in entries:
+        head = _header(e, mtime, writable_dirs=multi)
+        size = len(head) + (e.size + -e.size % BLOCK if e.type == "file" else 0)
+        if used and used + size > max_bytes - 2 * BLOCK:
+            yield tar
+            tar, used = [], 0
+        tar.append((e, head))
+        used += size
+    yield tar
+
+
+def tar_of(members: list[tuple[Entry, bytes]], content: Content) -> bytes:
+    """One tar of a ``RestoreLayout``, its files' bytes from ``content``."""
+    parts: list[bytes | memoryview] = []
+    for e, head in members:
+        parts += [head, content(e), bytes(-e.size % BLOCK)] if e.type == "file" else [head]
+    return _tar(parts)
+
+
 def plan_restore(
     entries: Sequence[Entry],
-    content: Callable[[Entry], bytes | memoryview],
+    content: Content,
     *,
     mtime: float,
     max_bytes: int = MAX_TAR_BYTES,
@@ -324,34 +378,13 @@ def plan_restore(
 
     Modes lose their setuid, setgid and sticky bits.
     """
-    when = int(mtime)
-    large = [(e, content(e)) for e in entries if _is_large(e, large_bytes)]
-    rest = [e for e in entries if not _is_large(e, large_bytes)] if large else entries
-    multi = bool(large) or sum(e.size + 2 * BLOCK for e in rest) + 2 * BLOCK > max_bytes
-    tars: list[list[bytes | memoryview]] = [[]]
-    used = 0
-    for e in rest:
-        parts = _member_parts(e, content, when, writable_dirs=multi)
-        size = sum(len(p) for p in parts)
-        if used and used + size > max_bytes - 2 * BLOCK:
-            tars.append([])
-            used = 0
-        tars[-1].extend(parts)
-        used += size
-    modes = None
-    if multi:
-        dirs = [e for e in rest if e.type == "dir"]
-        parts = [p for e in dirs for p in _member_parts(e, content, when, writable_dirs=False)]
-        modes = _tar(parts)
-    return RestorePlan([_tar(t) for t in tars], large, modes)
+    layout = layout_restore(entries, mtime=mtime, max_bytes=max_bytes, large_bytes=large_bytes)
+    large = [(e, content(e)) for e in layout.large]
+    return RestorePlan([tar_of(t, content) for t in layout.tars], large, layout.modes)
 
 
 def build_tars(
-    entries: Sequence[Entry],
-    content: Callable[[Entry], bytes | memoryview],
-    *,
-    mtime: float,
-    max_bytes: int = MAX_TAR_BYTES,
+    entries: Sequence[Entry], content: Content, *, mtime: float, max_bytes: int = MAX_TAR_BYTES
 ) -> list[bytes]:
     """The restore tar(s) of a manifest, each at most ``max_bytes`` (but one file):
     ``plan_restore`` without large files, its ``modes`` tar last."""
@@ -363,18 +396,15 @@ def _is_large(e: Entry, large_bytes: int | None) -> bool:
     return large_bytes is not None and e.type == "file" and e.size > large_bytes
 
 
-def _tar(parts: list[bytes | memoryview]) -> bytes:
+def _tar(parts: Sequence[bytes | memoryview]) -> bytes:
     return b"".join([*parts, bytes(2 * BLOCK)])
 
 
-def _member_parts(
-    e: Entry, content: Callable[[Entry], bytes | memoryview], mtime: int, *, writable_dirs: bool
-) -> list[bytes | memoryview]:
+def _header(e: Entry, mtime: int, *, writable_dirs: bool) -> bytes:
     name = e.path.lstrip("/")
     mode = e.mode & 0o777
     if e.type == "dir":
-        return [tar_member(name, b"5", mode | 0o700 if writable_dirs else mode, mtime=mtime)]
+        return tar_member(name, b"5", mode | 0o700 if writable_dirs else mode, mtime=mtime)
     if e.type == "symlink":
-        return [tar_member(name, b"2", 0o777, linkname=e.target or "", mtime=mtime)]
-    data = content(e)
-    return [tar_member(name, b"0", mode, e.size, mtime=mtime), data, bytes(-e.size % BLOCK)]
+        return tar_member(name, b"2", 0o777, linkname=e.target or "", mtime=mtime)
+    return tar_member(name, b"0", mode, e.size, mtime=mtime)

@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
@@ -271,19 +271,23 @@ class SnapshotStore(ABC):
         *,
         max_tar_bytes: int = MAX_TAR_BYTES,
         large_file_bytes: int | None = None,
-    ) -> RestorePlan:
-        """Fetch and verify every blob of ``manifest``, then plan the restore: the
-        tar(s) to unpack, and the files over ``large_file_bytes`` to write apart.
+        stream_bytes: int = transfer.STREAM_RESTORE_BYTES,
+    ) -> Generator[RestorePlan, None, None]:
+        """The restore of ``manifest`` in parts (tars to unpack, files over
+        ``large_file_bytes`` to write apart), each fetched and verified before it
+        is yielded; nothing is fetched until the first is asked for.
 
-        Nothing is returned unless every blob and every file hashes to what the
-        manifest says: a caller that unpacks only after this cannot half-restore
-        because of bad data.
+        Up to ``stream_bytes`` it is one part, yielded once every blob and file
+        hashes to what the manifest says: a caller that unpacks only after this
+        cannot half-restore because of bad data. Above, a part is one tar or one
+        large file, so that memory stays bounded; a later part can then fail
+        after earlier ones were unpacked (see ``transfer.restore_plan`` for why).
 
         Raises:
             SnapshotError: ``snapshot_corrupt`` for a missing blob or a hash mismatch.
             InfrastructureError: ``store_unavailable``.
         """
-        return transfer.restore_plan(self, manifest, max_tar_bytes, large_file_bytes)
+        return transfer.restore_plan(self, manifest, max_tar_bytes, large_file_bytes, stream_bytes)
 
     # ---- sessions -------------------------------------------------------------------
 

@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from scheduler.errors import ErrorCode, SnapshotError
 from worker.snapshots import keys
-from worker.snapshots.archive import RestorePlan, WorkspaceChanged, plan_restore
+from worker.snapshots.archive import (
+    RestorePlan,
+    WorkspaceChanged,
+    layout_restore,
+    plan_restore,
+    tar_of,
+)
 from worker.snapshots.blobs import decode, encode, group_files, pack_name
 from worker.snapshots.entries import Entry
 from worker.snapshots.manifest import Location, Manifest
@@ -25,7 +31,19 @@ if TYPE_CHECKING:
     from worker.snapshots.base import SnapshotStore
     from worker.snapshots.refs import SnapshotDraft
 
-__all__ = ["classify", "plan", "put_blob", "referenced", "remember", "restore_plan"]
+__all__ = [
+    "STREAM_RESTORE_BYTES",
+    "classify",
+    "plan",
+    "put_blob",
+    "referenced",
+    "remember",
+    "restore_plan",
+]
+
+STREAM_RESTORE_BYTES = 256 << 20
+"""A restore of more than this (of files, or of blobs) goes in parts, each
+downloaded and verified just before it is sent (see ``restore_plan``)."""
 
 
 def classify(store: SnapshotStore, draft: SnapshotDraft, trusted: Manifest | None) -> None:
@@ -171,15 +189,64 @@ def put_blob(
 
 
 def restore_plan(
-    store: SnapshotStore, manifest: Manifest, max_tar_bytes: int, large_file_bytes: int | None
-) -> RestorePlan:
-    """Download and verify every blob of ``manifest`` in parallel, then plan the
-    restore: tars, and the large files as views of their blobs.
+    store: SnapshotStore,
+    manifest: Manifest,
+    max_tar_bytes: int,
+    large_file_bytes: int | None,
+    stream_bytes: int,
+) -> Generator[RestorePlan, None, None]:
+    """The restore of ``manifest`` in parts, each downloaded (in parallel) and
+    verified before it is yielded.
+
+    Up to ``stream_bytes`` of files (and of blobs) it is one part, made once every
+    blob has verified: nothing reaches the sandbox before the whole snapshot is
+    known good. Above, memory would grow with the workspace (every blob, then
+    every tar), so each part is one tar, then one large file at a time, then the
+    ``modes`` tar: a restore holds about ``max_tar_bytes`` of content (twice
+    while a tar is joined), the blobs in flight (one per thread of the store's
+    pool, which every restore of the node shares) and one large file's blob,
+    whatever the size of the workspace. A pack that two tars need is downloaded
+    for each.
+
+    Why one pass in parts, where a part can fail after earlier ones were sent,
+    rather than a first pass that verifies everything and a second that
+    downloads again to send: the extra pass would double the downloads, the
+    inflating and the hashing of every large restore, and the failure after
+    the sandbox was touched would remain (the store can go down, a blob be
+    damaged or collected, between the passes). Such a failure says
+    ``sandbox_dirty`` (``workspace.restore_sandbox``), and the executor
+    destroys the sandbox of any failed restore, touched or not; so nothing half
+    restored is ever used. The first part is still verified before anything
+    is sent.
 
     Raises:
         SnapshotError: ``snapshot_corrupt`` for a missing, undecodable or
             mismatching blob, or a file whose bytes do not hash to its sha256.
     """
+    if max(manifest.total_bytes, sum(manifest.blobs.values())) <= stream_bytes:
+        yield _whole(store, manifest, max_tar_bytes, large_file_bytes)
+        return
+    layout = layout_restore(
+        manifest.entries,
+        mtime=manifest.created,
+        max_bytes=max_tar_bytes,
+        large_bytes=large_file_bytes,
+    )
+    for members in layout.tars:
+        yield _tar_part(store, manifest, members)
+    for e in layout.large:
+        loc = manifest.where[str(e.sha256)]
+        data = _fetch(store, manifest, loc.blob, {(str(e.sha256), loc.offset, e.size)})
+        yield RestorePlan([], [(e, data[loc.offset : loc.offset + e.size])], None)
+        del data  # not held while the next one downloads
+    if layout.modes is not None:
+        yield RestorePlan([], [], layout.modes)
+
+
+def _whole(
+    store: SnapshotStore, manifest: Manifest, max_tar_bytes: int, large_file_bytes: int | None
+) -> RestorePlan:
+    """The restore in one part: every blob downloaded and verified first."""
     members: dict[str, set[tuple[str, int, int]]] = {}
     for e in manifest.files():
         loc = manifest.where[str(e.sha256)]
@@ -199,6 +266,27 @@ def restore_plan(
         max_bytes=max_tar_bytes,
         large_bytes=large_file_bytes,
     )
+
+
+def _tar_part(
+    store: SnapshotStore, manifest: Manifest, members: list[tuple[Entry, bytes]]
+) -> RestorePlan:
+    """One tar of a restore in parts: its files' blobs downloaded and verified, and
+    what the tar needs copied out of each, so that no blob outlives its download."""
+    wanted: dict[str, set[tuple[str, int, int]]] = {}
+    for e, _ in members:
+        if e.type == "file":
+            loc = manifest.where[str(e.sha256)]
+            wanted.setdefault(loc.blob, set()).add((str(e.sha256), loc.offset, e.size))
+
+    def extract(blob: str) -> dict[str, bytes | memoryview]:
+        data = _fetch(store, manifest, blob, wanted[blob])
+        return {s: data if s == blob else bytes(data[o : o + n]) for s, o, n in wanted[blob]}
+
+    contents: dict[str, bytes | memoryview] = {}
+    for part in store._parallel(extract, sorted(wanted)):
+        contents.update(part)
+    return RestorePlan([tar_of(members, lambda e: contents[str(e.sha256)])], [], None)
 
 
 def _fetch(

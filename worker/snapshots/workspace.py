@@ -5,7 +5,9 @@ see docs/agent-protocol.md): ``scan`` (the manifest entries, hashes cached by
 the agent), ``pack`` (a tar.gz of some files), ``unpack`` (a tar into the
 roots), and ``read_range`` / ``write_range`` (a chunk of one large file). A
 snapshot asks only for contents the store does not have; a restore fetches and
-verifies everything before the first ``unpack``.
+verifies everything before the first ``unpack``, or, over
+``STREAM_RESTORE_BYTES``, each tar's worth just before it is sent (bounded
+memory; see ``restore_sandbox``).
 
 Payloads are cut to fit the agent's frame (46 MiB of raw bytes): ``pack`` is
 asked for at most ``PACK_BATCH_BYTES`` of files at a time and ``unpack`` gets
@@ -20,21 +22,24 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import closing
 from typing import Any, Protocol
 
-from scheduler.errors import ErrorCode, SnapshotError
+from scheduler.errors import ErrorCode, SandgridError, SnapshotError
 from worker.agent_api import FileRange
-from worker.snapshots.archive import MAX_TAR_BYTES, WorkspaceChanged, read_packed
+from worker.snapshots.archive import MAX_TAR_BYTES, RestorePlan, WorkspaceChanged, read_packed
 from worker.snapshots.base import DEFAULT_ROOTS, SnapshotStore
 from worker.snapshots.entries import Entry
 from worker.snapshots.manifest import Manifest
 from worker.snapshots.refs import SnapshotDraft, SnapshotRef
+from worker.snapshots.transfer import STREAM_RESTORE_BYTES
 
 __all__ = [
     "CHUNK_BYTES",
     "LARGE_FILE_BYTES",
     "PACK_BATCH_BYTES",
+    "STREAM_RESTORE_BYTES",
     "SnapshotBackend",
     "restore_sandbox",
     "snapshot_sandbox",
@@ -189,8 +194,18 @@ def restore_sandbox(
 ) -> Manifest:
     """Make the sandbox's roots exactly what a snapshot holds.
 
-    The manifest and every blob are fetched and verified before the sandbox is
-    touched; a bad snapshot leaves the sandbox as it was.
+    The manifest is verified first. Up to ``STREAM_RESTORE_BYTES`` every blob is
+    fetched and verified too before the sandbox is touched: a bad snapshot
+    leaves it as it was. A larger snapshot is restored in parts (a tar, or a
+    large file, at a time), each fetched and verified just before it is sent,
+    so that memory is bounded by a part, not by the workspace.
+
+    A part after the first can then fail once the sandbox was touched: its
+    error says so with ``context["sandbox_dirty"]``. Verifying everything in a
+    first pass instead would download every blob twice and still leave that
+    case (the store can fail between the passes); and the executor destroys
+    the sandbox of any failed restore, touched or not, so a dirty one is never
+    used (see ``transfer.restore_plan``).
 
     Args:
         ref: the snapshot (a ref or its name), or None for the latest.
@@ -202,10 +217,12 @@ def restore_sandbox(
     Raises:
         NotFound: no such snapshot.
         SnapshotError: ``snapshot_corrupt`` when verification fails (sandbox
-            untouched); ``snapshot_failed`` with ``context["sandbox_dirty"]``
-            when ``unpack`` or ``write_range`` failed (a full workspace, say):
-            the sandbox may hold part of the snapshot and must be discarded.
-        InfrastructureError: ``store_unavailable`` (sandbox untouched).
+            untouched, unless ``context["sandbox_dirty"]`` says otherwise);
+            ``snapshot_failed`` with ``context["sandbox_dirty"]`` when ``unpack``
+            or ``write_range`` failed (a full workspace, say). A dirty sandbox
+            may hold part of the snapshot and must be discarded.
+        InfrastructureError: ``store_unavailable`` (sandbox untouched, unless
+            ``context["sandbox_dirty"]`` says otherwise).
     """
     manifest = store.load(tenant, session_id, ref)
     if not set(manifest.roots) <= set(roots):
@@ -216,20 +233,59 @@ def restore_sandbox(
             operation="snapshot.restore",
             context={"snapshot": manifest.name},
         )
-    plan = store.restore_plan(
-        manifest, max_tar_bytes=MAX_TAR_BYTES, large_file_bytes=LARGE_FILE_BYTES
+    parts = store.restore_plan(
+        manifest,
+        max_tar_bytes=MAX_TAR_BYTES,
+        large_file_bytes=LARGE_FILE_BYTES,
+        stream_bytes=STREAM_RESTORE_BYTES,
     )
     roots = list(manifest.roots)
-    part = 0
+    sent = 0  # tars and files sent: the sandbox is touched from the first
+    with closing(parts):
+        while (plan := _next_part(parts, sent)) is not None:
+            sent = _send(backend, sbx, plan, roots, sent, manifest)
+            del plan  # not held while the next part downloads
+    return manifest
+
+
+def _next_part(parts: Iterator[RestorePlan], sent: int) -> RestorePlan | None:
+    """The next part of a restore, fetched and verified; None after the last. Its
+    error, once something was sent, says that the sandbox is dirty."""
     try:
-        for part, data in enumerate(plan.tars):
+        return next(parts, None)
+    except SandgridError as exc:
+        if not sent:
+            raise
+        raise type(exc)(
+            f"{exc.message}; the sandbox holds part of the snapshot: discard it",
+            code=exc.code,
+            operation=exc.operation,
+            context={**exc.context, "sandbox_dirty": True, "part": sent},
+            retryable=exc.retryable,
+        ) from exc
+
+
+def _send(
+    backend: SnapshotBackend,
+    sbx: Any,
+    plan: RestorePlan,
+    roots: list[str],
+    sent: int,
+    manifest: Manifest,
+) -> int:
+    """Send one part of a restore (the first tar of all clears the roots); returns
+    how many tars and files were sent in all, counting on from ``sent``."""
+    part = sent
+    try:
+        for data in plan.tars:
             backend.unpack(sbx, data, roots, part == 0)
+            part += 1
         for e, content in plan.large:
-            part += 1
             _write_large(backend, sbx, e, content, roots, int(manifest.created))
-        if plan.modes is not None:
             part += 1
+        if plan.modes is not None:
             backend.unpack(sbx, plan.modes, roots, False)
+            part += 1
     except Exception as exc:
         raise SnapshotError(
             f"restoring snapshot {manifest.name} into the sandbox failed: {exc}; "
@@ -238,7 +294,7 @@ def restore_sandbox(
             operation="snapshot.restore",
             context={"snapshot": manifest.name, "sandbox_dirty": True, "part": part},
         ) from exc
-    return manifest
+    return part
 
 
 def _write_large(
