@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandbox_trees import new_sandbox
 
 from scheduler.errors import ErrorCode, InvalidInput, SnapshotError
 from worker.snapshots import HostDirBackend, LocalStore, Manifest, restore_sandbox
@@ -36,14 +37,7 @@ def store(tmp_path: Path) -> Iterator[LocalStore]:
 
 @pytest.fixture
 def sbx(tmp_path: Path) -> Path:
-    return sandbox(tmp_path, "sbx")
-
-
-def sandbox(tmp_path: Path, name: str) -> Path:
-    path = tmp_path / name
-    (path / "workspace").mkdir(parents=True)
-    (path / "home" / "sandbox").mkdir(parents=True)
-    return path
+    return new_sandbox(tmp_path, "sbx")
 
 
 def put(sbx: Path, rel: str, data: bytes) -> None:
@@ -201,7 +195,7 @@ def test_a_small_change_is_stored_as_a_difference_and_restores(
     assert len(doc["upsert"]) == 12 and len(doc["remove"]) == 12  # pkg3 + its 10 files, f2
     assert second.hash == content_hash(ROOTS, second.entries)
     fresh = LocalStore(store.root, small_file_bytes=1024)  # nothing cached: read it all back
-    dst = sandbox(tmp_path, "dst")
+    dst = new_sandbox(tmp_path, "dst")
     back = restore_sandbox(HostDirBackend(), dst, fresh, TENANT, "s1", None)
     assert back.name == second.name and back.hash == second.hash
     assert tree(dst) == tree(sbx)
@@ -264,7 +258,7 @@ def test_a_bad_difference_is_refused(
     put(sbx, "a", b"changed")
     second = take(sbx, store, first)
     rewrite(store, second, HOSTILE_DIFFS[edit])
-    dst = sandbox(tmp_path, "dst")
+    dst = new_sandbox(tmp_path, "dst")
     put(dst, "keep", b"untouched")
     with pytest.raises(SnapshotError) as err:
         restore_sandbox(HostDirBackend(), dst, store, TENANT, "s1", None)

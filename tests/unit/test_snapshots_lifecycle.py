@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sandbox_trees import new_sandbox
 
 from scheduler.errors import InvalidInput, NotFound, SnapshotError
 from worker.snapshots import HostDirBackend, LocalStore, SnapshotRef, restore_sandbox
@@ -29,14 +30,7 @@ def store(tmp_path: Path) -> Iterator[LocalStore]:
 
 @pytest.fixture
 def sbx(tmp_path: Path) -> Path:
-    return sandbox(tmp_path, "sbx")
-
-
-def sandbox(tmp_path: Path, name: str) -> Path:
-    path = tmp_path / name
-    (path / "workspace").mkdir(parents=True)
-    (path / "home" / "sandbox").mkdir(parents=True)
-    return path
+    return new_sandbox(tmp_path, "sbx")
 
 
 def put(sbx: Path, name: str, data: bytes) -> None:
@@ -118,7 +112,7 @@ def test_gc_collects_only_old_unreferenced_blobs(
     report = store.gc(TENANT, now=time.time() + LATER)
     assert report.blobs_deleted == 1 and report.blobs_referenced == 3
     assert len(blobs(store)) == 3
-    dst = sandbox(tmp_path, "dst")
+    dst = new_sandbox(tmp_path, "dst")
     restore_sandbox(HostDirBackend(), dst, store, TENANT, "s1", None)
     assert (dst / "workspace/big").read_bytes() == (sbx / "workspace/big").read_bytes()
 
@@ -156,7 +150,7 @@ def test_gc_never_touches_another_tenant(tmp_path: Path, sbx: Path, store: Local
     put(sbx, "a", os.urandom(3000))
     take(sbx, store)
     store.delete_session(TENANT, "s1")
-    other = sandbox(tmp_path, "other")
+    other = new_sandbox(tmp_path, "other")
     put(other, "a", os.urandom(3000))
     take(other, store, tenant="globex")
     age(store, LATER)
@@ -215,7 +209,7 @@ def test_fork_shares_blobs_and_then_diverges(tmp_path: Path, sbx: Path, store: L
     assert blobs(store) == before
     assert ref.session_id == "s2" and ref.seq == 1 and ref.hash == src.hash
     assert ref.manifest is not None and ref.manifest.parent == f"s1/{src.name}"
-    dst = sandbox(tmp_path, "dst")
+    dst = new_sandbox(tmp_path, "dst")
     manifest = restore_sandbox(HostDirBackend(), dst, store, TENANT, "s2", ref)
     put(dst, "b", b"changed in the fork")
     assert _snapshot_sandbox(HostDirBackend(), dst, store, TENANT, "s2", manifest) is not None
@@ -244,7 +238,7 @@ def test_fork_survives_gc_of_the_source(tmp_path: Path, sbx: Path, store: LocalS
     store.delete_session(TENANT, "s1")
     age(store, LATER)
     assert store.gc(TENANT).blobs_deleted == 0
-    restore_sandbox(HostDirBackend(), sandbox(tmp_path, "dst"), store, TENANT, "s2", None)
+    restore_sandbox(HostDirBackend(), new_sandbox(tmp_path, "dst"), store, TENANT, "s2", None)
 
 
 def test_delete_session_forgets_its_snapshots(sbx: Path, store: LocalStore) -> None:
