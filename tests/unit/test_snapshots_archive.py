@@ -8,6 +8,7 @@ import io
 import os
 import tarfile
 import time
+import tracemalloc
 import zlib
 from pathlib import Path
 
@@ -191,6 +192,19 @@ def test_bad_blobs_do_not_decode(stored: bytes) -> None:
 def test_decode_never_inflates_past_the_announced_size() -> None:
     with pytest.raises(ValueError, match="expected"):
         decode(encode(bytes(10 << 20)), size=1000)
+
+
+def test_a_blob_inflates_in_place_not_at_twice_its_size() -> None:
+    data = bytes(range(256)) * (96 << 12)  # 96 MiB that compresses well
+    stored = encode(data)
+    tracemalloc.start()
+    try:
+        out = decode(stored, size=len(data))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert out == data
+    assert peak < len(data) + (24 << 20)  # the output and about a chunk, not 2x
 
 
 def test_small_files_are_grouped_into_packs() -> None:

@@ -41,6 +41,7 @@ PACK_BYTES = 8 << 20
 """Target size of a pack: large enough to amortise a request, small enough to
 keep a few in flight per thread."""
 _SAMPLE = 64 << 10
+_INFLATE_CHUNK = 4 << 20
 _RAW, _ZLIB = b"R", b"Z"
 
 
@@ -62,6 +63,8 @@ def decode(stored: bytes, *, size: int | None = None, limit: int = 1 << 30) -> m
     tag, body = stored[:1], memoryview(stored)[1:]
     if tag == _RAW:
         data = body
+    elif tag == _ZLIB and size is not None:
+        data = _inflate_into(body, size)
     elif tag == _ZLIB:
         z = zlib.decompressobj()
         try:
@@ -77,6 +80,41 @@ def decode(stored: bytes, *, size: int | None = None, limit: int = 1 << 30) -> m
     if len(data) > bound or (size is not None and len(data) != size):
         raise ValueError(f"{len(data)} bytes where {bound} were expected")
     return data
+
+
+def _inflate_into(body: memoryview, size: int) -> memoryview:
+    """Inflate into a buffer of exactly ``size`` bytes, a chunk at a time: at most
+    ``size`` plus one chunk in memory (zlib's own output buffer would need up to
+    twice the size while it grows and joins).
+
+    Raises:
+        ValueError: corrupt, truncated or trailing data, or not ``size`` bytes.
+    """
+    out = bytearray(size)
+    view = memoryview(out)
+    z = zlib.decompressobj()
+    feed = (body[i : i + _INFLATE_CHUNK] for i in range(0, len(body), _INFLATE_CHUNK))
+    pending: bytes | memoryview = b""
+    pos = 0
+    try:
+        while not z.eof:
+            if not pending:
+                pending = next(feed, b"")  # b"": input used up, drain what zlib holds
+            chunk = z.decompress(pending, min(_INFLATE_CHUNK, size - pos + 1))
+            if pos + len(chunk) > size:
+                raise ValueError(f"inflates past the {size} bytes expected")
+            view[pos : pos + len(chunk)] = chunk
+            pos += len(chunk)
+            if not pending and not chunk:
+                break  # truncated: no input left and nothing more comes out
+            pending = z.unconsumed_tail
+    except zlib.error as exc:
+        raise ValueError(f"corrupt zlib stream: {exc}") from None
+    if not z.eof or z.unused_data:
+        raise ValueError("truncated zlib stream, or data beyond its end")
+    if pos != size:
+        raise ValueError(f"{pos} bytes where {size} were expected")
+    return view
 
 
 def pack_name(group: Iterable[Entry]) -> str:
