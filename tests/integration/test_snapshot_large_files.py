@@ -18,6 +18,7 @@ from scheduler.errors import ErrorCode, SnapshotError
 from scheduler.models import ExecRequest, Quotas
 from worker.backends import Sandbox, SandboxBackend
 from worker.snapshots import LocalStore, restore_sandbox, snapshot_sandbox
+from worker.snapshots import workspace as workspace_mod
 from worker.snapshots.workspace import CHUNK_BYTES, LARGE_FILE_BYTES
 
 pytestmark = pytest.mark.integration
@@ -71,3 +72,37 @@ def test_a_60_mb_file_is_snapshotted_and_restored_in_chunks(
     assert err.value.code == ErrorCode.SNAPSHOT_FAILED
     assert err.value.context["sandbox_dirty"] is True
     assert "/workspace/data/big.bin: No space left on device" in err.value.message
+
+
+def test_directory_modes_in_several_tars_reach_every_directory(
+    backend: SandboxBackend,
+    sandbox_factory: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Directories the user closed to themselves (0100: not listable) are still
+    snapshotted (the agent opens them for the walk and closes them again), and
+    when there are too many directories for one modes tar, the tars go deepest
+    first, so none is closed before everything below it has its mode."""
+    monkeypatch.setattr(workspace_mod, "MAX_TAR_BYTES", 8 << 10)  # ~14 headers a tar
+    src = sandbox_factory()
+    closed = "$([ $((i % 2)) = 1 ] && echo 100 || echo 555)"  # 100: x only, not listable
+    run(backend, src, "for i in $(seq 0 11); do mkdir -p d$i/inner/leaf; "
+        "echo $i > d$i/inner/leaf/f; chmod 500 d$i/inner/leaf; "
+        f"chmod {closed} d$i/inner; chmod 500 d$i; done")  # fmt: skip
+    unpacks: list[int] = []
+    unpack = backend.unpack
+
+    def spy(sbx: Sandbox, data: bytes, roots: list[str], clear: bool) -> int:
+        unpacks.append(len(data))
+        return unpack(sbx, data, roots, clear)
+
+    monkeypatch.setattr(backend, "unpack", spy)
+    with LocalStore(tmp_path / "store") as store:
+        ref = snapshot_sandbox(backend, src, store, TENANT, "s1", None)
+        assert ref is not None
+        dst = sandbox_factory()
+        restore_sandbox(backend, dst, store, TENANT, "s1", ref)
+    assert len(unpacks) > 4 and max(unpacks) <= 8 << 10
+    show = "stat -c '%a %n' $(find . -mindepth 1 | sort) 2>&1"
+    assert run(backend, dst, show) == run(backend, src, show)

@@ -144,16 +144,16 @@ def test_the_plan_keeps_large_files_as_views_of_their_blobs() -> None:
     plan = plan_restore(entries, lambda e: views[e.path], mtime=0, large_bytes=LARGE)
     assert [(e.path, data) for e, data in plan.large] == [("/workspace/d/big", blob)]
     assert plan.large[0][1] is blob  # no copy
-    assert len(plan.tars) == 1 and plan.modes is not None
+    assert len(plan.tars) == 1 and len(plan.modes) == 1
     with tarfile.open(fileobj=io.BytesIO(plan.tars[0])) as tar:
         assert {m.name: m.mode for m in tar.getmembers()} == {
             "workspace/d": 0o755 | 0o700,
             "workspace/d/small": 0o644,
         }
-    with tarfile.open(fileobj=io.BytesIO(plan.modes)) as tar:
+    with tarfile.open(fileobj=io.BytesIO(plan.modes[0])) as tar:
         assert {m.name: m.mode for m in tar.getmembers()} == {"workspace/d": 0o755}
     alone = plan_restore(entries, lambda e: views[e.path], mtime=0)
-    assert alone.large == [] and alone.modes is None
+    assert alone.large == [] and alone.modes == []
 
 
 def test_a_damaged_large_file_is_refused_before_the_sandbox_is_touched(

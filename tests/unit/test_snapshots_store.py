@@ -216,6 +216,27 @@ def test_restore_in_several_tars_fills_read_only_dirs(
     assert tree(dst) == tree(sbx)
 
 
+def test_directory_modes_too_many_for_one_tar_are_set_deepest_first(
+    tmp_path: Path, store: CountingStore, backend: SpyBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(workspace_mod, "MAX_TAR_BYTES", 8 << 10)  # about 14 headers a tar
+    sbx = new_sandbox(tmp_path)
+    for i in range(12):  # nested read-only and untraversable directories
+        deep = sbx / "workspace" / f"d{i}" / "inner" / "leaf"
+        deep.mkdir(parents=True)
+        (deep / "f").write_text(str(i))
+    for i in range(12):
+        (sbx / "workspace" / f"d{i}" / "inner" / "leaf").chmod(0o500)
+        (sbx / "workspace" / f"d{i}" / "inner").chmod(0o100 if i % 2 else 0o555)
+        (sbx / "workspace" / f"d{i}").chmod(0o500)
+    ref = snap(backend, sbx, store)
+    dst = new_sandbox(tmp_path, "dst")
+    before = backend.unpacked
+    restore_sandbox(backend, dst, store, TENANT, "s1", ref)
+    assert backend.unpacked - before > 4  # several content tars, then several mode tars
+    assert tree(dst) == tree(sbx)
+
+
 def test_pack_is_asked_in_frame_sized_batches(
     tmp_path: Path, store: CountingStore, backend: SpyBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -948,16 +948,19 @@ def no_follow(path: str, flags: int) -> int:
 
 
 def open_own(path: str) -> IO[bytes]:
-    """Open a file of the user for reading, even one they made unreadable."""
+    """Open a file of the user for reading, even one they made unreadable or put
+    in a directory they closed (both opened for the moment, then put back)."""
     try:
         return open(path, "rb", opener=no_follow)
     except PermissionError:
-        mode = os.lstat(path).st_mode
-        os.chmod(path, stat.S_IMODE(mode) | 0o400)
-        try:
-            return open(path, "rb", opener=no_follow)
-        finally:
-            os.chmod(path, stat.S_IMODE(mode))
+        with lending() as lent:
+            passable(path, lent)
+            mode = os.lstat(path).st_mode
+            os.chmod(path, stat.S_IMODE(mode) | 0o400)
+            try:
+                return open(path, "rb", opener=no_follow)
+            finally:
+                os.chmod(path, stat.S_IMODE(mode))
 
 
 def sha256_of(path: str) -> str:
@@ -985,13 +988,11 @@ def scan_diff(roots: tuple[str, ...], prev: dict[str, Row]) -> Json:
     seen: set[str] = set()
     old_row, cached, see = prev.get, HASHES.get, seen.add
     is_reg, is_dir, is_link = stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK
-    for root in roots:
-        stack = [root]
-        while stack:
-            with os.scandir(stack.pop()) as it:
-                for entry in it:
-                    path = entry.path
-                    st = entry.stat(follow_symlinks=False)
+    with lending() as lent:
+        for root in roots:
+            stack = [root]
+            while stack:
+                for path, st in listing(stack.pop(), lent):
                     fmt = st.st_mode
                     mode = stat.S_IMODE(fmt)
                     old = old_row(path)
@@ -1026,6 +1027,59 @@ def scan_diff(roots: tuple[str, ...], prev: dict[str, Row]) -> Json:
     return {"changed": changed, "keys": keys, "removed": removed}
 
 
+@contextlib.contextmanager
+def lending() -> Iterator[list[tuple[str, int]]]:
+    """Directories whose modes were widened for a walk, put back after it (the
+    deepest first, while those above them are still open)."""
+    lent: list[tuple[str, int]] = []
+    try:
+        yield lent
+    finally:
+        for path, mode in reversed(lent):
+            os.chmod(path, mode)
+
+
+def listing(path: str, lent: list[tuple[str, int]]) -> list[tuple[str, os.stat_result]]:
+    """Each entry of a directory with its lstat. A directory the user closed to
+    themselves (no r or no x for the owner) is opened to them for the rest of
+    the walk and noted in ``lent``: a snapshot must see inside it."""
+    try:
+        with os.scandir(path) as it:
+            return [(e.path, e.stat(follow_symlinks=False)) for e in it]
+    except PermissionError:
+        mode = stat.S_IMODE(os.lstat(path).st_mode)
+        if mode & 0o500 == 0o500:
+            raise
+        os.chmod(path, mode | 0o500)
+        lent.append((path, mode))
+        with os.scandir(path) as it:
+            return [(e.path, e.stat(follow_symlinks=False)) for e in it]
+
+
+def passable(path: str, lent: list[tuple[str, int]]) -> None:
+    """Give the owner x on the directories under the roots on the way to
+    ``path`` that lack it (noted in ``lent``), from the top down."""
+    parts = path.split("/")
+    for i in range(3, len(parts)):
+        d = "/".join(parts[:i])
+        if not inside(d, ROOTS):
+            continue
+        st = os.lstat(d)
+        if stat.S_ISDIR(st.st_mode) and not st.st_mode & 0o100:
+            os.chmod(d, stat.S_IMODE(st.st_mode) | 0o100)
+            lent.append((d, stat.S_IMODE(st.st_mode)))
+
+
+def reaching(path: str, fn: Callable[[], Any]) -> Any:
+    """``fn()``, and again through closed directories if it was refused on the way."""
+    try:
+        return fn()
+    except PermissionError:
+        with lending() as lent:
+            passable(path, lent)
+            return fn()
+
+
 def settled_ctime(path: str, size: int, mtime: int, ino: int, ctime: int) -> int:
     """The ctime after ``open_own`` lent a file read permission and took it back:
     kept only if nothing else changed, so the next scan does not read it again."""
@@ -1056,12 +1110,11 @@ def do_pack(files: list[str]) -> Json:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
         for path in files:
-            st = os.lstat(own_file(path))
+            st = reaching(own_file(path), lambda p=path: os.lstat(p))
             if not stat.S_ISREG(st.st_mode):
                 raise AgentError("invalid_input", f"{path!r} is not a regular file", path=path)
-            info = tar.gettarinfo(path, arcname=path.lstrip("/"))
             with open_own(path) as f:
-                tar.addfile(info, f)
+                tar.addfile(tar.gettarinfo(arcname=path.lstrip("/"), fileobj=f), f)
             check_size(buf.tell(), "the packed tar")
     check_size(len(buf.getvalue()), "the packed tar")
     return {"data_b64": base64.b64encode(buf.getvalue()).decode()}

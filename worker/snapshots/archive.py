@@ -308,24 +308,25 @@ Content = Callable[[Entry], bytes | memoryview]
 
 class RestorePlan(NamedTuple):
     """What a restore sends, in this order: ``tars`` (the first of a restore clears
-    the roots), then each file of ``large`` in chunks, then ``modes`` if there is one."""
+    the roots), then each file of ``large`` in chunks, then the ``modes`` tars."""
 
     tars: list[bytes]
     large: list[tuple[Entry, bytes | memoryview]]
     """Files too large for a tar, with their bytes (views of the fetched blobs)."""
-    modes: bytes | None
-    """A last tar of the directories with their modes, when anything came before
-    it in several pieces: until then directories are writable, so that a
-    read-only directory can still be filled."""
+    modes: list[bytes]
+    """Last, tars of the directories with their modes, when anything came before
+    them in several pieces: until then directories are writable, so that a
+    read-only directory can still be filled. Deeper paths go first, so no
+    directory is closed before the ones below it have their modes."""
 
 
 class RestoreLayout(NamedTuple):
     """``plan_restore`` before any content is read: each tar's entries with their
-    headers (cut as they are asked for), the large files, and the ``modes`` tar."""
+    headers (cut as they are asked for), the large files, and the ``modes`` tars."""
 
     tars: Iterator[list[tuple[Entry, bytes]]]
     large: list[Entry]
-    modes: bytes | None
+    modes: list[bytes]
 
 
 def layout_restore(
@@ -338,7 +339,22 @@ def layout_restore(
     rest = [e for e in entries if not _is_large(e, large_bytes)] if large else entries
     multi = bool(large) or sum(e.size + 2 * BLOCK for e in rest) + 2 * BLOCK > max_bytes
     dirs = [_header(e, when, writable_dirs=False) for e in rest if e.type == "dir"] if multi else []
-    return RestoreLayout(_cut(rest, when, multi, max_bytes), large, _tar(dirs) if multi else None)
+    return RestoreLayout(_cut(rest, when, multi, max_bytes), large, _mode_tars(dirs, max_bytes))
+
+
+def _mode_tars(headers: list[bytes], max_bytes: int) -> list[bytes]:
+    """The directory headers (in path order) in tars of at most ``max_bytes``, the
+    last ones first: a directory's parents come before it in path order, so each
+    tar leaves the directories of the tars still to come reachable."""
+    tars: list[list[bytes]] = []
+    used = max_bytes
+    for head in headers:
+        if used + len(head) > max_bytes - 2 * BLOCK:
+            tars.append([])
+            used = 0
+        tars[-1].append(head)
+        used += len(head)
+    return [_tar(t) for t in reversed(tars)]
 
 
 def _cut(
@@ -387,9 +403,9 @@ def build_tars(
     entries: Sequence[Entry], content: Content, *, mtime: float, max_bytes: int = MAX_TAR_BYTES
 ) -> list[bytes]:
     """The restore tar(s) of a manifest, each at most ``max_bytes`` (but one file):
-    ``plan_restore`` without large files, its ``modes`` tar last."""
+    ``plan_restore`` without large files, its ``modes`` tars last."""
     plan = plan_restore(entries, content, mtime=mtime, max_bytes=max_bytes)
-    return plan.tars if plan.modes is None else [*plan.tars, plan.modes]
+    return [*plan.tars, *plan.modes]
 
 
 def _is_large(e: Entry, large_bytes: int | None) -> bool:

@@ -237,9 +237,9 @@ def restore_plan(
     for e in layout.large:
         loc = manifest.where[str(e.sha256)]
         data = _fetch(store, manifest, loc.blob, {(str(e.sha256), loc.offset, e.size)})
-        yield RestorePlan([], [(e, data[loc.offset : loc.offset + e.size])], None)
+        yield RestorePlan([], [(e, data[loc.offset : loc.offset + e.size])], [])
         del data  # not held while the next one downloads
-    if layout.modes is not None:
+    if layout.modes:
         yield RestorePlan([], [], layout.modes)
 
 
@@ -286,7 +286,7 @@ def _tar_part(
     contents: dict[str, bytes | memoryview] = {}
     for part in store._parallel(extract, sorted(wanted)):
         contents.update(part)
-    return RestorePlan([tar_of(members, lambda e: contents[str(e.sha256)])], [], None)
+    return RestorePlan([tar_of(members, lambda e: contents[str(e.sha256)])], [], [])
 
 
 def _fetch(

@@ -283,8 +283,8 @@ def _send(
         for e, content in plan.large:
             _write_large(backend, sbx, e, content, roots, int(manifest.created))
             part += 1
-        if plan.modes is not None:
-            backend.unpack(sbx, plan.modes, roots, False)
+        for data in plan.modes:
+            backend.unpack(sbx, data, roots, False)
             part += 1
     except Exception as exc:
         raise SnapshotError(
