@@ -26,6 +26,7 @@ import base64
 import codecs
 import contextlib
 import fcntl
+import functools
 import hashlib
 import io
 import json
@@ -1110,7 +1111,7 @@ def do_pack(files: list[str]) -> Json:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
         for path in files:
-            st = reaching(own_file(path), lambda p=path: os.lstat(p))
+            st = reaching(own_file(path), functools.partial(os.lstat, path))
             if not stat.S_ISREG(st.st_mode):
                 raise AgentError("invalid_input", f"{path!r} is not a regular file", path=path)
             with open_own(path) as f:
