@@ -22,19 +22,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
-import redis
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _grid import bench_grid
 from _stats import pct
 
 from scheduler.client import Client
-from scheduler.localgrid import LocalGrid
 
 PORT = 8732
 REDIS_URL = "redis://127.0.0.1:6379/11"
@@ -91,40 +88,29 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=300, help="idle interactive turns")
     ap.add_argument("--concurrency", type=int, default=16, help="the batch's ceiling")
     args = ap.parse_args()
-    r: redis.Redis[str] = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    r.flushdb()
-    with tempfile.TemporaryDirectory(prefix="bench-batch-") as tmp:
-        grid = LocalGrid(
-            Path(tmp),
-            port=PORT,
-            redis_url=REDIS_URL,
-            tenants={"bench": TOKEN},
-            env={"SANDGRID_WORKER__POOL_SIZE": "4", "SANDGRID_WORKER__SNAPSHOT_STORE": "local"},
-        )
-        try:
-            grid.start(["bb-w1", "bb-w2"], concurrency=4)
-            with Client(grid.api_url, TOKEN) as client, client.session() as s:
-                turns(s, 30)  # warm: the session is live on its node
-                idle_parts: dict[str, list[float]] = {}
-                idle = turns(s, args.samples, parts=idle_parts)
-                done = threading.Event()
-                stats: dict[str, float] = {}
-                with Client(grid.api_url, TOKEN) as batch_client:
-                    t = threading.Thread(
-                        target=lambda: stats.update(
-                            run_batch(
-                                batch_client, args.jobs, args.isolation, args.concurrency, done
-                            )
-                        )
-                    )
-                    t.start()
-                    time.sleep(1.0)  # let the batch reach full speed
-                    busy_parts: dict[str, list[float]] = {}
-                    busy = turns(s, None, done, parts=busy_parts)
-                    t.join()
-        finally:
-            grid.stop()
-            r.flushdb()
+    with (
+        bench_grid(
+            port=PORT, redis_url=REDIS_URL, token=TOKEN, nodes=["bb-w1", "bb-w2"], concurrency=4
+        ) as grid,
+        Client(grid.api_url, TOKEN) as client,
+        client.session() as s,
+    ):
+        turns(s, 30)  # warm: the session is live on its node
+        idle_parts: dict[str, list[float]] = {}
+        idle = turns(s, args.samples, parts=idle_parts)
+        done = threading.Event()
+        stats: dict[str, float] = {}
+        with Client(grid.api_url, TOKEN) as batch_client:
+            t = threading.Thread(
+                target=lambda: stats.update(
+                    run_batch(batch_client, args.jobs, args.isolation, args.concurrency, done)
+                )
+            )
+            t.start()
+            time.sleep(1.0)  # let the batch reach full speed
+            busy_parts: dict[str, list[float]] = {}
+            busy = turns(s, None, done, parts=busy_parts)
+            t.join()
     ratio = pct(busy, 99) / pct(idle, 99)
     for name, parts in (("idle", idle_parts), ("busy", busy_parts)):
         means = "  ".join(f"{k}={statistics.mean(v):.1f}" for k, v in parts.items())

@@ -17,20 +17,18 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import docker
-import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _grid import bench_grid
 from _stats import pct
 
 from scheduler.client import Client
-from scheduler.localgrid import LocalGrid
 
 PORT = 8731
 REDIS_URL = "redis://127.0.0.1:6379/13"
@@ -116,24 +114,14 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=10.0)
     args = ap.parse_args()
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    with tempfile.TemporaryDirectory() as tmp:
-        grid = LocalGrid(
-            Path(tmp),
-            port=PORT,
-            redis_url=REDIS_URL,
-            tenants={"bench": TOKEN},
-            env={"SANDGRID_WORKER__POOL_SIZE": "4", "SANDGRID_WORKER__SNAPSHOT_STORE": "local"},
-        )
-        try:
-            grid.start(["bench-w1", "bench-w2"], concurrency=8)
-            with Client(grid.api_url, TOKEN) as client:
-                total, parts = warm_turns(client, args.turns)
-            base = exec_run_baseline(max(200, args.turns))
-            count, rate = throughput(grid.api_url, args.sessions, args.seconds)
-        finally:
-            grid.stop()
-            redis.Redis.from_url(REDIS_URL).flushdb()
+    nodes = ["bench-w1", "bench-w2"]
+    with bench_grid(
+        port=PORT, redis_url=REDIS_URL, token=TOKEN, nodes=nodes, concurrency=8
+    ) as grid:
+        with Client(grid.api_url, TOKEN) as client:
+            total, parts = warm_turns(client, args.turns)
+        base = exec_run_baseline(max(200, args.turns))
+        count, rate = throughput(grid.api_url, args.sessions, args.seconds)
     p50, p99 = statistics.median(total), pct(total, 99)
     b50, b99 = statistics.median(base), pct(base, 99)
     print(

@@ -48,7 +48,7 @@ from worker.snapshots.blobs import PACK_BYTES, SMALL_FILE_BYTES, KnownBlobs, dec
 from worker.snapshots.entries import (
     ManifestLimits,
 )
-from worker.snapshots.manifest import Manifest, corrupt
+from worker.snapshots.manifest import MAX_MANIFEST_BYTES, Manifest, corrupt
 from worker.snapshots.pointer import StoreConflict
 from worker.snapshots.refs import GcReport, SnapshotDraft, SnapshotRef
 
@@ -63,7 +63,6 @@ __all__ = [
 
 DEFAULT_ROOTS = ("/workspace", "/home/sandbox")
 """What a snapshot holds (the same as ``worker.agent_api.SNAPSHOT_ROOTS``)."""
-MAX_MANIFEST_BYTES = 256 << 20
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 from scheduler.errors import ErrorCode, InvalidInput, NotFound, SnapshotError
 from worker.snapshots import keys
 from worker.snapshots.blobs import decode
-from worker.snapshots.manifest import MANIFEST_VERSION, Manifest
+from worker.snapshots.manifest import MANIFEST_VERSION, MAX_MANIFEST_BYTES, Manifest
 from worker.snapshots.pointer import Pointer
 from worker.snapshots.refs import GcReport, SnapshotRef, make_ref
 
@@ -166,7 +166,7 @@ def _blobs_of(store: SnapshotStore, tenant: str, sn: tuple[str, str], required: 
             raise _Raced() from None
         return set()
     try:
-        doc = json.loads(bytes(decode(stored, limit=256 << 20)))
+        doc = json.loads(bytes(decode(stored, limit=MAX_MANIFEST_BYTES)))
         if doc["v"] != MANIFEST_VERSION:
             raise ValueError(f"unknown manifest version {doc['v']!r}")
         return {str(blob) for blob, _ in doc["blobs"]}

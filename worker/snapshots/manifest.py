@@ -49,6 +49,7 @@ from worker.snapshots.keys import SHA256_RE, check_id, check_snapshot_name, snap
 
 __all__ = [
     "MANIFEST_VERSION",
+    "MAX_MANIFEST_BYTES",
     "Delta",
     "Location",
     "Manifest",
@@ -61,6 +62,8 @@ __all__ = [
 ]
 
 MANIFEST_VERSION = 2
+MAX_MANIFEST_BYTES = 256 << 20
+"""The most a stored manifest may inflate to."""
 _ROW_FIELDS = 8
 
 

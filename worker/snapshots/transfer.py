@@ -100,7 +100,7 @@ def referenced(draft: SnapshotDraft) -> tuple[dict[str, Location], dict[str, int
                 loc = where[e.sha256] = draft.where[e.sha256]
                 blobs[loc.blob] = draft.blobs[loc.blob]
         return where, blobs
-    where, blobs = dict(draft.where), dict(draft.blobs)
+    where, blobs = draft.where, draft.blobs  # the draft's own: cut down in place
     shas, holds = dict(previous.sha_refs), dict(previous.blob_refs)
     for a in change.added:  # first, so a content that moves is never dropped
         if a.sha256 is not None:
@@ -116,9 +116,7 @@ def referenced(draft: SnapshotDraft) -> tuple[dict[str, Location], dict[str, int
             blob = where.pop(e.sha256).blob
             holds[blob] -= 1
             if not holds[blob]:
-                del holds[blob], blobs[blob]
-    for sha in set(where) - set(shas) if len(where) != len(shas) else ():
-        del where[sha]  # located by classify, then not used
+                del holds[blob]
     draft.known.update(sha_refs=shas, blob_refs=holds)
     return where, {b: blobs[b] for b in holds}
 
