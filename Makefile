@@ -22,8 +22,8 @@ install:
 	$(LOCAL)/python.sh
 
 lint:
-	$(VENV)/bin/ruff check scheduler worker tests bench
-	$(VENV)/bin/ruff format --check scheduler worker tests bench
+	$(VENV)/bin/ruff check sandgrid scheduler worker tests bench
+	$(VENV)/bin/ruff format --check sandgrid scheduler worker tests bench
 
 typecheck:
 	$(VENV)/bin/mypy

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import redis
 
-from scheduler.localgrid import LocalGrid
+from sandgrid.localgrid import LocalGrid
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from scheduler.localgrid import SANDGRID, LocalGrid
+from sandgrid.localgrid import SANDGRID, LocalGrid
 
 PORT = 8734
 REDIS_URL = "redis://127.0.0.1:6379/10"

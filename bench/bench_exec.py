@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import docker
 from _stats import pct
 
-from scheduler.models import ExecRequest
+from sandgrid.models import ExecRequest
 from worker.backends import SandboxBackend, backend_for
 from worker.pool import WarmPool
 

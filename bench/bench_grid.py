@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _grid import bench_grid
 from _stats import pct
 
-from scheduler.client import Client
+from sandgrid.client import Client
 
 PORT = 8731
 REDIS_URL = "redis://127.0.0.1:6379/13"

@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from minio import Minio
 
-from scheduler.settings import Settings
+from sandgrid.wire.settings import Settings
 from worker.snapshots import HostDirBackend, restore_sandbox, snapshot_sandbox
 from worker.snapshots.minio import MinioStore
 

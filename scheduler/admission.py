@@ -4,7 +4,7 @@ Two kinds of refusal, chosen so that a client knows whether waiting helps:
 
 * a request above a tenant's *quota ceiling* (cpus, memory, timeout,
   workspace, output, network, sandbox type), or for a type the catalog does not
-  know (``scheduler.catalog``), is ``InvalidInput`` (422) naming the field and the
+  know (``sandgrid.wire.catalog``), is ``InvalidInput`` (422) naming the field and the
   rule: retrying the same request never helps;
 * a tenant at its *count* ceilings (live sessions, turns in flight) or a queue
   deeper than ``settings.queue_depth_limit`` is ``LimitExceeded`` (429) with a
@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import redis
 
-from scheduler.catalog import get_type
-from scheduler.errors import ErrorCode, InvalidInput, LimitExceeded
-from scheduler.models import ExecRequest, Quotas, SessionCreate
-from scheduler.sessions import SessionRegistry
+from sandgrid.errors import ErrorCode, InvalidInput, LimitExceeded
+from sandgrid.models import ExecRequest, Quotas, SessionCreate
+from sandgrid.wire.catalog import get_type
+from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant
 
 __all__ = ["Admission", "check_exec", "check_quotas"]

@@ -26,7 +26,8 @@ from typing import Any, Protocol
 
 import redis
 
-from scheduler import names
+from sandgrid.wire import names
+from sandgrid.wire.capacity import batch_limit
 
 __all__ = [
     "BatchSlots",
@@ -34,29 +35,15 @@ __all__ = [
     "CeleryCapacity",
     "InteractiveActivity",
     "StaticCapacity",
-    "batch_limit",
 ]
 
 log = logging.getLogger(__name__)
 
-_SLOT_SCRIPT = Path(__file__).with_name("lua") / "turn_slot.lua"
+_SLOT_SCRIPT = Path(__file__).parent / "registry" / "lua" / "turn_slot.lua"
 #: How long a probe of the workers is trusted (s).
 PROBE_TTL_S = 10.0
 #: How long a probe waits for the workers' replies (s).
 PROBE_TIMEOUT_S = 1.0
-
-
-def batch_limit(concurrency: int) -> int:
-    """Threads of a node with ``concurrency`` threads that batch jobs may use.
-
-    Half (at least one) is kept for interactive turns; a one-thread node cannot
-    keep any and lends its thread. Why half and not just one: on a 2-core node
-    four batch lanes already take all the CPU (measured by bench/bench_batch.py:
-    six lanes ran no faster than four), and every further batch thread only
-    adds to the interactive turns' wait for a core.
-    """
-    reserve = max(1, concurrency // 2)
-    return max(1, concurrency - reserve)
 
 
 class CapacitySource(Protocol):

@@ -21,9 +21,9 @@ from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
 
-from scheduler import names
-from scheduler.errors import InfrastructureError, SandboxError, SandgridError
-from scheduler.models import TurnJob, TurnOutcome
+from sandgrid.errors import InfrastructureError, SandboxError, SandgridError
+from sandgrid.wire import names
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from scheduler.task_repr import describe
 
 __all__ = ["CeleryDispatcher", "Dispatcher", "task_id_of"]
@@ -58,7 +58,7 @@ class Dispatcher(Protocol):
 
 
 class CeleryDispatcher:
-    """The production dispatcher over a Celery app (see ``scheduler.celery_app``)."""
+    """The production dispatcher over a Celery app (see ``sandgrid.wire.celery_app``)."""
 
     def __init__(self, app: Celery, *, drain_interval_s: float = DRAIN_INTERVAL_S) -> None:
         self.app = app

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from scheduler import names
-from scheduler.models import SessionInfo
+from sandgrid.models import SessionInfo
+from sandgrid.wire import names
 
 __all__ = ["LivenessSource", "choose_queue", "route"]
 

@@ -9,10 +9,10 @@ length-stamped head of the command, file paths and counts, never a value.
 
 from __future__ import annotations
 
-from scheduler.models import (
+from sandgrid.models import ExecRequest
+from sandgrid.wire.jobs import (
     DeleteOp,
     ExecOp,
-    ExecRequest,
     ListOp,
     ReadOp,
     TarDownloadOp,

@@ -29,9 +29,9 @@ from typing import Any
 import redis
 from pydantic import Field
 
-from scheduler import names
-from scheduler.errors import AuthError, InvalidInput
-from scheduler.models import WireModel
+from sandgrid.errors import AuthError, InvalidInput
+from sandgrid.models import WireModel
+from sandgrid.wire import names
 
 __all__ = ["Tenant", "TenantLimits", "TenantStore", "hash_token", "load_tenants_file", "new_token"]
 

@@ -26,28 +26,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from scheduler import names
-from scheduler.admission import Admission, check_exec
-from scheduler.dispatch import Dispatcher
-from scheduler.errors import (
+from sandgrid.errors import (
     Conflict,
     ErrorCode,
     InfrastructureError,
     SandboxError,
     error_from_body,
 )
-from scheduler.models import (
-    CloseOp,
-    ExecOp,
-    ExecRequest,
-    ExecResult,
-    SessionInfo,
-    TurnJob,
-    TurnOp,
-    TurnOutcome,
-)
+from sandgrid.models import ExecRequest, ExecResult, SessionInfo
+from sandgrid.wire import names
+from sandgrid.wire.jobs import CloseOp, ExecOp, TurnJob, TurnOp, TurnOutcome
+from scheduler.admission import Admission, check_exec
+from scheduler.dispatch import Dispatcher
+from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from scheduler.routing import route
-from scheduler.sessions import SessionRegistry, new_turn_id
 from scheduler.tenants import Tenant
 
 __all__ = ["TurnDone", "TurnRunner"]

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from scheduler.settings import Settings
+from sandgrid.wire.settings import Settings
 
 TEST_REDIS_URL = os.environ.get("SANDGRID_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 

@@ -10,8 +10,8 @@ import base64
 import binascii
 from typing import Any, NamedTuple
 
-from scheduler.errors import ErrorCode, InvalidInput, SandboxError
-from scheduler.models import (
+from sandgrid.errors import ErrorCode, InvalidInput, SandboxError
+from sandgrid.models import (
     ExecRequest,
     ExecResult,
     FileEntry,

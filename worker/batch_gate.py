@@ -40,8 +40,8 @@ from typing import Any
 from celery import signals
 from celery.exceptions import Reject
 
-from scheduler.capacity import batch_limit
-from scheduler.models import TurnJob, TurnOutcome
+from sandgrid.wire.capacity import batch_limit
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 
 __all__ = ["BatchGate", "close_local", "configure", "gate", "run_turn"]
 

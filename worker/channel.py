@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from scheduler.errors import SandboxLost
+from sandgrid.errors import SandboxLost
 from worker.protocol import (
     STDERR,
     STDOUT,

@@ -22,21 +22,21 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.errors import (
+from sandgrid.errors import (
     Conflict,
     ErrorCode,
     InfrastructureError,
     SandboxLost,
     SandgridError,
 )
-from scheduler.models import (
+from sandgrid.models import SessionInfo
+from sandgrid.wire.jobs import (
     CloseOp,
     DeleteOp,
     ExecOp,
     ForkOp,
     ListOp,
     ReadOp,
-    SessionInfo,
     TarDownloadOp,
     TarUploadOp,
     TurnJob,

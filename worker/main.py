@@ -14,7 +14,7 @@ from typing import Any
 
 from celery import signals
 
-from scheduler.celery_app import app, worker_queues
+from sandgrid.wire.celery_app import app, worker_queues
 
 __all__ = ["run_worker"]
 

@@ -11,9 +11,9 @@ import logging
 import threading
 from typing import Any
 
-from scheduler.catalog import CATALOG, get_type
-from scheduler.errors import SandgridError
-from scheduler.settings import Settings, get_settings
+from sandgrid.errors import SandgridError
+from sandgrid.wire.catalog import CATALOG, get_type
+from sandgrid.wire.settings import Settings, get_settings
 from worker.backends import backend_for
 from worker.backends.base import Sandbox, SandboxBackend
 from worker.executor import Executor
@@ -36,7 +36,7 @@ class Node:
         name: the node's name (its direct queue is ``node.<name>``).
         types: the sandbox types it serves.
         settings: the process settings.
-        registry: the session registry (``scheduler.sessions.SessionRegistry``).
+        registry: the session registry (``scheduler.registry.sessions.SessionRegistry``).
         store: the snapshot store; made from settings when omitted.
     """
 
@@ -48,7 +48,7 @@ class Node:
         registry: Any = None,
         store: SnapshotStore | None = None,
     ) -> None:
-        from scheduler.sessions import SessionRegistry
+        from scheduler.registry.sessions import SessionRegistry
 
         self.name = name
         self.settings = settings or get_settings()

@@ -39,8 +39,8 @@ import threading
 import time
 from typing import Any
 
-from scheduler.errors import SandgridError, SnapshotError
-from scheduler.models import ExecOp, ForkOp, TurnJob
+from sandgrid.errors import SandgridError, SnapshotError
+from sandgrid.wire.jobs import ExecOp, ForkOp, TurnJob
 from worker.session_table import LocalSession
 from worker.snapshots import GcReport
 

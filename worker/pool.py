@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.errors import CapacityError, SandgridError
-from scheduler.models import Quotas
+from sandgrid.errors import CapacityError, SandgridError
+from sandgrid.models import Quotas
 from worker.backends.base import Sandbox, SandboxBackend
 
 __all__ = ["PoolStats", "WarmPool"]

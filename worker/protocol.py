@@ -15,7 +15,7 @@ import json
 import struct
 from typing import Any
 
-from scheduler.errors import ErrorCode, InvalidInput, SandboxError, SandgridError
+from sandgrid.errors import ErrorCode, InvalidInput, SandboxError, SandgridError
 
 __all__ = [
     "MAX_FRAME",

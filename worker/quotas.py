@@ -42,7 +42,7 @@ from typing import Any
 
 from docker.types import LogConfig, Mount, Ulimit
 
-from scheduler.models import Quotas
+from sandgrid.models import Quotas
 from worker.agent import AGENT_MOUNT, AGENT_PATH
 
 __all__ = [

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler import names
-from scheduler.celery_app import app
-from scheduler.models import TurnJob
+from sandgrid.wire import names
+from sandgrid.wire.celery_app import app
+from sandgrid.wire.jobs import TurnJob
 from worker.batch_gate import run_turn
 from worker.node import get_node
 

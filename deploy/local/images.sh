@@ -52,11 +52,11 @@ done
 # The grid's own image: wheels built on the host (PyPI reachable here), copied in.
 if [ "${SANDGRID_SKIP_GRID_IMAGE:-0}" != 1 ]; then
   wheels="$SG_ROOT/.build/wheels"
-  src_hash="$(cd "$SG_ROOT" && find pyproject.toml scheduler worker -type f -name '*.py' -o -name 'pyproject.toml' -o -name '*.lua' | sort | xargs sha256sum | sha256sum | cut -c1-16)"
+  src_hash="$(cd "$SG_ROOT" && find pyproject.toml sandgrid scheduler worker -type f -name '*.py' -o -name 'pyproject.toml' -o -name '*.lua' | sort | xargs sha256sum | sha256sum | cut -c1-16)"
   if [ "$(cat "$wheels/.hash" 2>/dev/null)" != "$src_hash" ]; then
     log "images: building wheels for the grid image"
     rm -rf "$wheels"; mkdir -p "$wheels"
-    "$SG_PY" -m pip wheel -q -w "$wheels" "$SG_ROOT" >"$SG_LOG/wheels.log" 2>&1 \
+    "$SG_PY" -m pip wheel -q -w "$wheels" "$SG_ROOT[server,worker]" >"$SG_LOG/wheels.log" 2>&1 \
       || { tail -n 20 "$SG_LOG/wheels.log"; die "pip wheel failed"; }
     echo "$src_hash" >"$wheels/.hash"
   fi

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler.client import Client
+from sandgrid.client import Client
 
 with Client() as client, client.session(type="python") as session:
     session.write_file("numbers.txt", "\n".join(str(n) for n in range(1, 101)))

@@ -8,11 +8,11 @@ from contextlib import asynccontextmanager
 import anyio.to_thread
 from fastapi import FastAPI
 
+from sandgrid.wire.settings import Settings, get_settings
 from scheduler.api import batches, files, health, sessions
 from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
 from scheduler.dispatch import Dispatcher
-from scheduler.settings import Settings, get_settings
 
 __all__ = ["create_app"]
 

@@ -1,6 +1,6 @@
 """Routes of batches: submit, list, progress, results (JSONL), cancel, resume.
 
-Thin: the work is in ``scheduler.batch.BatchManager``. Results come as JSON
+Thin: the work is in ``scheduler.batch.manager.BatchManager``. Results come as JSON
 Lines from an offset in completion order, with ``X-Sandgrid-Next-Offset``, so a
 client that lost its connection (or was killed) reads on where it stopped.
 """
@@ -11,10 +11,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Response, status
 
+from sandgrid.batch.models import BatchCreate, BatchInfo
+from sandgrid.errors import SandgridError
 from scheduler.api.deps import CurrentTenant, Svc
-from scheduler.batch import BatchManager
-from scheduler.batch_models import BatchCreate, BatchInfo
-from scheduler.errors import SandgridError
+from scheduler.batch.manager import BatchManager
 
 __all__ = ["NEXT_OFFSET_HEADER", "router"]
 

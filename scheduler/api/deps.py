@@ -15,9 +15,10 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from sandgrid.wire.settings import Settings
 from scheduler.admission import Admission
-from scheduler.batch import BatchManager
-from scheduler.batch_store import BatchStore
+from scheduler.batch.manager import BatchManager
+from scheduler.batch.store import BatchStore
 from scheduler.capacity import (
     BatchSlots,
     CapacitySource,
@@ -26,8 +27,7 @@ from scheduler.capacity import (
     StaticCapacity,
 )
 from scheduler.dispatch import CeleryDispatcher, Dispatcher
-from scheduler.sessions import SessionRegistry
-from scheduler.settings import Settings
+from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant, TenantStore
 from scheduler.turns import TurnRunner
 
@@ -68,8 +68,8 @@ class Services:
         )
         admission = Admission(client, registry, queue_depth_limit=settings.queue_depth_limit)
         if dispatcher is None:
-            from scheduler.celery_app import app as default_app
-            from scheduler.celery_app import make_celery
+            from sandgrid.wire.celery_app import app as default_app
+            from sandgrid.wire.celery_app import make_celery
 
             same = settings.redis_url == default_app.conf.broker_url
             dispatcher = CeleryDispatcher(default_app if same else make_celery(settings))

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from scheduler.errors import AuthError, ErrorCode, InvalidInput, LimitExceeded, SandgridError
+from sandgrid.errors import AuthError, ErrorCode, InvalidInput, LimitExceeded, SandgridError
 
 __all__ = ["EdgeMiddleware", "install_error_handlers", "invalid_input_from"]
 

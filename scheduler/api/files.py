@@ -12,19 +12,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Query, Request, Response
 from pydantic import AfterValidator
 
+from sandgrid.errors import SandboxError
+from sandgrid.models import FileList, FileRead, workspace_path
+from sandgrid.wire.jobs import DeleteOp, ListOp, ReadOp, TarDownloadOp, TarUploadOp, WriteOp
 from scheduler.api.deps import CurrentTenant, Svc
-from scheduler.errors import SandboxError
-from scheduler.models import (
-    DeleteOp,
-    FileList,
-    FileRead,
-    ListOp,
-    ReadOp,
-    TarDownloadOp,
-    TarUploadOp,
-    WriteOp,
-    workspace_path,
-)
 
 __all__ = ["router"]
 

@@ -8,17 +8,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, status
 
+from sandgrid.errors import Conflict, ErrorCode, InvalidInput, SandgridError
+from sandgrid.models import ExecRequest, ExecResult, SessionCreate, SessionInfo, SessionList
+from sandgrid.wire.jobs import ForkOp, WriteOp
 from scheduler.api.deps import CurrentTenant, Services, Svc
-from scheduler.errors import Conflict, ErrorCode, InvalidInput, SandgridError
-from scheduler.models import (
-    ExecRequest,
-    ExecResult,
-    ForkOp,
-    SessionCreate,
-    SessionInfo,
-    SessionList,
-    WriteOp,
-)
 from scheduler.tenants import Tenant
 
 __all__ = ["router"]

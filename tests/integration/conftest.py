@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.models import Quotas
+from sandgrid.models import Quotas
 from worker.backends import Sandbox, SandboxBackend, backend_for
 from worker.backends.base import INCARNATION
 from worker.quotas import LABEL_INCARNATION, LABEL_WORKER

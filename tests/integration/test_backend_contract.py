@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.errors import ErrorCode, InvalidInput, SandboxError, SandboxLost
-from scheduler.models import ExecRequest, FileWrite, Quotas
+from sandgrid.errors import ErrorCode, InvalidInput, SandboxError, SandboxLost
+from sandgrid.models import ExecRequest, FileWrite, Quotas
 from worker.backends import Sandbox, SandboxBackend
 
 pytestmark = pytest.mark.integration

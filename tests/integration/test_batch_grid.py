@@ -16,9 +16,17 @@ from pathlib import Path
 
 import docker
 import pytest
-from grid_fixtures import NODES, TOKEN, TYPES, WARM_PER_TYPE, BatchGrid, batch_grid, kill_group
 
-from scheduler.client import Client
+from sandgrid.client import Client
+from tests.support.grid_fixtures import (
+    NODES,
+    TOKEN,
+    TYPES,
+    WARM_PER_TYPE,
+    BatchGrid,
+    batch_grid,
+    kill_group,
+)
 
 pytestmark = pytest.mark.integration
 __all__ = ["batch_grid"]  # the fixture, imported for this module

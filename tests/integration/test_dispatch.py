@@ -21,9 +21,9 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from scheduler import names
+from sandgrid.wire import names
+from sandgrid.wire.settings import Settings
 from scheduler.api import create_app
-from scheduler.settings import Settings
 from scheduler.tenants import TenantStore
 
 pytestmark = pytest.mark.integration

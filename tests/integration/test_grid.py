@@ -23,9 +23,9 @@ import httpx
 import pytest
 import redis
 
-from scheduler import names
-from scheduler.client import Client
-from scheduler.errors import NotFound
+from sandgrid.client import Client
+from sandgrid.errors import NotFound
+from sandgrid.wire import names
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ NODES = ("grid-w1", "grid-w2")
 TOKENS = {"acme": "tok-acme-" + "a" * 24, "globex": "tok-globex-" + "b" * 24}
 FLOOD_TOKEN = "tok-flood-" + "c" * 24
 FLOOD_TURNS = 3
-SANDGRID = [sys.executable, "-c", "from scheduler.cli import main; main()"]
+SANDGRID = [sys.executable, "-m", "sandgrid.cli"]
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.models import ExecRequest, Quotas
+from sandgrid.models import ExecRequest, Quotas
 from worker.backends import Sandbox, SandboxBackend
 from worker.pool import WarmPool
 

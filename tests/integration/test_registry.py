@@ -9,10 +9,10 @@ import pytest
 import redis
 from pydantic import ValidationError
 
-from scheduler import names
-from scheduler.errors import LimitExceeded, NotFound
-from scheduler.models import Quotas, SessionCreate
-from scheduler.sessions import SessionRegistry
+from sandgrid.errors import LimitExceeded, NotFound
+from sandgrid.models import Quotas, SessionCreate
+from sandgrid.wire import names
+from scheduler.registry.sessions import SessionRegistry
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.errors import ErrorCode, SnapshotError
-from scheduler.models import ExecRequest, Quotas
+from sandgrid.errors import ErrorCode, SnapshotError
+from sandgrid.models import ExecRequest, Quotas
 from worker.backends import Sandbox, SandboxBackend
 from worker.snapshots import LocalStore, restore_sandbox, snapshot_sandbox
 from worker.snapshots import workspace as workspace_mod

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from scheduler.errors import ErrorCode, InfrastructureError, InvalidInput, NotFound, SnapshotError
-from scheduler.settings import Settings
+from sandgrid.errors import ErrorCode, InfrastructureError, InvalidInput, NotFound, SnapshotError
+from sandgrid.wire.settings import Settings
 from worker.snapshots import (
     HostDirBackend,
     LocalStore,

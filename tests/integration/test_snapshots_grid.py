@@ -3,7 +3,7 @@
 Real services only: Redis, Docker (runc), and a MinIO server of this module's
 own, started with ``deploy/local/minio.sh`` on a free port with its own data
 directory, so that stopping it (one test does) never disturbs the MinIO that
-other tests and the ``make up`` grid use. The grid (``scheduler.localgrid``)
+other tests and the ``make up`` grid use. The grid (``sandgrid.localgrid``)
 uses that MinIO as its snapshot store, a bucket of its own, Redis database 12,
 a short idle TTL (sessions are snapshotted and released 3 s after their last
 turn) and short heartbeats (a killed worker is noticed in about 1.5 s).
@@ -37,11 +37,11 @@ from typing import Any
 import pytest
 import redis
 
-from scheduler import names
-from scheduler.client import Client, Session
-from scheduler.errors import InfrastructureError, InvalidInput, NotFound, SnapshotError
-from scheduler.localgrid import LocalGrid
-from scheduler.models import ExecResult
+from sandgrid.client import Client, Session
+from sandgrid.errors import InfrastructureError, InvalidInput, NotFound, SnapshotError
+from sandgrid.localgrid import LocalGrid
+from sandgrid.models import ExecResult
+from sandgrid.wire import names
 from worker.quotas import LABEL_SESSION, LABEL_WORKER
 from worker.snapshots import keys as store_keys
 from worker.snapshots.blobs import decode, encode
@@ -467,7 +467,7 @@ def test_the_agents_unpack_refuses_traversal_and_writes_through_links(grid: Grid
 
 
 def _req(shell: str) -> Any:
-    from scheduler.models import ExecRequest
+    from sandgrid.models import ExecRequest
 
     return ExecRequest(shell=shell)
 

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from fakes import Grid, make_grid
 
-from scheduler.settings import Settings
+from sandgrid.wire.settings import Settings
+from tests.support.fakes import Grid, make_grid
 
 
 @pytest.fixture

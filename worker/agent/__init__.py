@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scheduler.settings import get_settings
+from sandgrid.wire.settings import get_settings
 
 __all__ = ["AGENT_MOUNT", "AGENT_PATH"]
 

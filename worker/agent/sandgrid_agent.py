@@ -76,7 +76,7 @@ Json = dict[str, Any]
 
 
 class AgentError(Exception):
-    """An error reply: ``code`` is one of ``scheduler.errors.ErrorCode``."""
+    """An error reply: ``code`` is one of ``sandgrid.errors.ErrorCode``."""
 
     def __init__(self, code: str, message: str, **context: Any) -> None:
         super().__init__(message)

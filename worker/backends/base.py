@@ -4,7 +4,7 @@
 validating input, building the container's limits and labels, opening the
 agent channel and checking it answers, deadlines (the exec timeout plus a
 margin for the channel), output caps, state changes, and turning agent replies
-into ``scheduler.models`` results and ``scheduler.errors`` errors. A backend
+into ``sandgrid.models`` results and ``sandgrid.errors`` errors. A backend
 implements six small primitives: create, attach, start, remove, inspect, list.
 
 A ``Sandbox`` is the handle of one container. Its life:
@@ -24,8 +24,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from scheduler.errors import CapacityError, InvalidInput, SandboxError, SandboxLost
-from scheduler.models import (
+from sandgrid.errors import CapacityError, InvalidInput, SandboxError, SandboxLost
+from sandgrid.models import (
     MAX_FILE_BYTES,
     ExecRequest,
     ExecResult,
@@ -34,7 +34,7 @@ from scheduler.models import (
     FileWrite,
     Quotas,
 )
-from scheduler.settings import get_settings
+from sandgrid.wire.settings import get_settings
 from worker.agent_api import (
     check_path,
     exec_fields,
@@ -134,7 +134,7 @@ class SandboxBackend(SnapshotOps, ABC):
 
     def image_for(self, sandbox_type: str) -> str:
         """The catalog's image for a known type, else ``<prefix><type>:latest``."""
-        from scheduler.catalog import CATALOG
+        from sandgrid.wire.catalog import CATALOG
 
         known = CATALOG.get(sandbox_type)
         return known.image if known else f"{self.image_prefix}{sandbox_type}:latest"

@@ -17,7 +17,7 @@ import socket
 import time
 from typing import Any
 
-from scheduler.errors import SandboxError
+from sandgrid.errors import SandboxError
 from worker.backends.base import SandboxBackend
 
 try:

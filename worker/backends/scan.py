@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.errors import SandboxError
+from sandgrid.errors import SandboxError
 
 __all__ = ["ScanRow", "ScanState", "apply_reply"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 from typing import TYPE_CHECKING, Any, Protocol
 
-from scheduler.errors import SandboxError
+from sandgrid.errors import SandboxError
 from worker.agent_api import FileRange, check_roots, file_range
 from worker.backends.scan import ScanRow, apply_reply
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from scheduler.settings import Settings, get_settings
+from sandgrid.wire.settings import Settings, get_settings
 from worker.snapshots.archive import WorkspaceChanged
 from worker.snapshots.base import DEFAULT_ROOTS, SnapshotStore
 from worker.snapshots.entries import Entry, ManifestLimits
@@ -52,7 +52,7 @@ def open_store(settings: Settings | None = None) -> SnapshotStore:
         InvalidInput: another store name.
         ImportError: ``minio`` chosen but the SDK is not installed.
     """
-    from scheduler.errors import InvalidInput
+    from sandgrid.errors import InvalidInput
 
     settings = settings or get_settings()
     snap = settings.worker.snapshots

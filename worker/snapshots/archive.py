@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
-from scheduler.errors import ErrorCode, SnapshotError
+from sandgrid.errors import ErrorCode, SnapshotError
 from worker.snapshots.entries import Entry
 
 __all__ = [

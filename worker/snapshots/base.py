@@ -36,8 +36,8 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
-from scheduler.errors import InfrastructureError, InvalidInput, NotFound
-from scheduler.settings import (
+from sandgrid.errors import InfrastructureError, InvalidInput, NotFound
+from sandgrid.wire.settings import (
     DEFAULT_SNAPSHOT_GC_GRACE_S,
     DEFAULT_SNAPSHOT_KEEP,
     DEFAULT_SNAPSHOT_THREADS,

@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from scheduler.errors import ErrorCode, InvalidInput
-from scheduler.settings import DEFAULT_SNAPSHOT_MAX_BYTES, DEFAULT_SNAPSHOT_MAX_FILES
+from sandgrid.errors import ErrorCode, InvalidInput
+from sandgrid.wire.settings import DEFAULT_SNAPSHOT_MAX_BYTES, DEFAULT_SNAPSHOT_MAX_FILES
 
 __all__ = [
     "ENTRY_TYPES",
@@ -64,7 +64,7 @@ class Entry(NamedTuple):
 
 @dataclass(frozen=True)
 class ManifestLimits:
-    """Ceilings on one snapshot; the defaults are ``scheduler.settings``'s."""
+    """Ceilings on one snapshot; the defaults are ``sandgrid.wire.settings``'s."""
 
     max_files: int = DEFAULT_SNAPSHOT_MAX_FILES
     max_bytes: int = DEFAULT_SNAPSHOT_MAX_BYTES

@@ -28,7 +28,7 @@ from bisect import bisect_left
 from collections import OrderedDict
 from pathlib import Path
 
-from scheduler.errors import ErrorCode, InvalidInput
+from sandgrid.errors import ErrorCode, InvalidInput
 from worker.agent_api import FileRange
 from worker.snapshots.archive import Member, TarError, gunzip_bounded, iter_tar, tar_member
 from worker.snapshots.entries import Row

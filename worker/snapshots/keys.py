@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from scheduler.errors import InvalidInput
+from sandgrid.errors import InvalidInput
 
 __all__ = [
     "SHA256_RE",

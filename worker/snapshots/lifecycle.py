@@ -29,7 +29,7 @@ import secrets
 import time
 from typing import TYPE_CHECKING
 
-from scheduler.errors import ErrorCode, InvalidInput, NotFound, SnapshotError
+from sandgrid.errors import ErrorCode, InvalidInput, NotFound, SnapshotError
 from worker.snapshots import keys
 from worker.snapshots.blobs import decode
 from worker.snapshots.manifest import MANIFEST_VERSION, MAX_MANIFEST_BYTES, Manifest

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from scheduler.errors import ErrorCode, InfrastructureError, InvalidInput
+from sandgrid.errors import ErrorCode, InfrastructureError, InvalidInput
 from worker.snapshots.base import SnapshotStore, StoreConflict
 
 __all__ = ["LocalStore"]

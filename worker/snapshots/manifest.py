@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple
 
-from scheduler.errors import ErrorCode, InvalidInput, SnapshotError
+from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
 from worker.snapshots.entries import Entry, ManifestLimits, check_roots, validate_entries
 from worker.snapshots.keys import SHA256_RE, check_id, check_snapshot_name, snapshot_name
 

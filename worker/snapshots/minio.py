@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from scheduler.errors import ErrorCode, InfrastructureError
+from sandgrid.errors import ErrorCode, InfrastructureError
 
 try:
     import urllib3

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, NamedTuple
 
-from scheduler.errors import ErrorCode, InvalidInput, SnapshotError
+from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
 from worker.snapshots import keys
 from worker.snapshots.blobs import decode, encode
 from worker.snapshots.manifest import Manifest, corrupt

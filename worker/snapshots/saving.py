@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from scheduler.errors import InvalidInput, SnapshotError
+from sandgrid.errors import InvalidInput, SnapshotError
 from worker.snapshots import delta, keys, pointer, transfer
 from worker.snapshots.entries import Entry, Row, check_roots, entries_from_scan, scan_rows
 from worker.snapshots.manifest import Delta, Manifest, group_by_parent, group_hash, tree_hash

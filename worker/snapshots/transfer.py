@@ -14,7 +14,7 @@ import time
 from collections.abc import Generator, Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from scheduler.errors import ErrorCode, SnapshotError
+from sandgrid.errors import ErrorCode, SnapshotError
 from worker.snapshots import keys
 from worker.snapshots.archive import (
     RestorePlan,

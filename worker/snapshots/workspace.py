@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import closing
 from typing import Any, Protocol
 
-from scheduler.errors import ErrorCode, SandgridError, SnapshotError
+from sandgrid.errors import ErrorCode, SandgridError, SnapshotError
 from worker.agent_api import FileRange
 from worker.snapshots.archive import MAX_TAR_BYTES, RestorePlan, WorkspaceChanged, read_packed
 from worker.snapshots.base import DEFAULT_ROOTS, SnapshotStore

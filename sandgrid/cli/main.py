@@ -1,0 +1,68 @@
+"""The ``sandgrid`` command: the group, its own command groups, and the plug-ins.
+
+    sandgrid exec --type python -- python3 -c 'print(1)'
+    sandgrid sessions ls | sandgrid sessions close ID
+    sandgrid batch run jobs.jsonl --out results.jsonl
+    sandgrid bench bfcl
+
+The grid's own processes add their commands through the ``sandgrid.commands``
+entry points of the installed distribution: ``serve`` and ``tenants`` (the
+control plane, ``scheduler.cli``), ``worker`` (the data plane, ``worker.cli``).
+So the command line never imports the server side, and a plain
+``pip install sandgrid`` has no such command rather than a broken one.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib.metadata import entry_points
+
+import click
+
+from sandgrid.cli.batch import batch
+from sandgrid.cli.bench import bench
+from sandgrid.cli.sessions import exec_, sessions
+
+__all__ = ["PLUGIN_GROUP", "main"]
+
+PLUGIN_GROUP = "sandgrid.commands"
+log = logging.getLogger(__name__)
+
+
+class _PluginGroup(click.Group):
+    """A group that also lists the commands of the ``sandgrid.commands`` entry points,
+    loading each only when it is listed or run (so ``--help`` of another command
+    imports no server code)."""
+
+    def _plugins(self) -> dict[str, str]:
+        return {ep.name: ep.value for ep in entry_points(group=PLUGIN_GROUP)}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._plugins()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is not None:
+            return found
+        for ep in entry_points(group=PLUGIN_GROUP, name=cmd_name):
+            try:
+                command = ep.load()
+            except ImportError as exc:
+                raise click.ClickException(
+                    f"`sandgrid {cmd_name}` is not installed here ({exc}): "
+                    "pip install 'sandgrid[server]' or 'sandgrid[worker]'"
+                ) from exc
+            if isinstance(command, click.Command):
+                return command
+        return None
+
+
+@click.group(cls=_PluginGroup, context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """sandgrid: a distributed execution grid for AI agents."""
+
+
+main.add_command(exec_)
+main.add_command(sessions)
+main.add_command(batch)
+main.add_command(bench)

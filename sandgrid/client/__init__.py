@@ -1,0 +1,17 @@
+"""The sandgrid SDK, sync and async.
+
+    from sandgrid.client import Client
+
+    with Client(token="sg_...") as client, client.session(type="python") as s:
+        print(s.exec(shell="echo hi").stdout)
+
+Errors are the grid's own ``sandgrid.errors`` classes, re-raised from the API's
+error bodies. Imports only httpx, pydantic and the contract modules.
+"""
+
+from __future__ import annotations
+
+from sandgrid.client._async import AsyncClient, AsyncSession, AsyncSessionOpener
+from sandgrid.client._sync import Client, Session
+
+__all__ = ["AsyncClient", "AsyncSession", "AsyncSessionOpener", "Client", "Session"]

@@ -1,0 +1,311 @@
+"""The asynchronous SDK: ``AsyncClient`` and its ``AsyncSession`` handle.
+
+    async with AsyncClient() as client, client.session(type="python") as s:
+        await s.write_file("a.py", "print(6 * 7)")
+        print((await s.exec(["python3", "a.py"])).stdout)
+
+Same methods and signatures as the synchronous ``Client`` (a test checks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine, Generator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from sandgrid.batch.models import BatchInfo, BatchIsolation, BatchJob, BatchResult
+from sandgrid.client._base import DEFAULT_TIMEOUT_S, BaseClient, Call, FileContent, transport_error
+from sandgrid.models import ExecResult, FileEntry, Quotas, SessionInfo, SnapshotPolicy
+
+__all__ = ["AsyncClient", "AsyncSession", "AsyncSessionOpener"]
+
+T = TypeVar("T")
+
+
+class AsyncClient(BaseClient):
+    """An asyncio client of the sandgrid API over one pooled HTTP connection set.
+
+    Args:
+        base_url: the API; ``SANDGRID_API_URL`` when omitted.
+        token: the tenant's bearer token; ``SANDGRID_TOKEN`` when omitted.
+        timeout: seconds for calls other than exec.
+        transport: an httpx transport (tests mount the app in-process).
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(base_url, token, timeout=timeout)
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=self._headers(), timeout=timeout, transport=transport
+        )
+
+    async def _send(self, call: Call[T]) -> T:
+        try:
+            response = await self._http.request(
+                call.method,
+                call.path,
+                params=call.params,
+                json=call.json,
+                content=call.content,
+                headers=call.headers,
+                timeout=call.timeout if call.timeout is not None else self.timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, self.base_url) from exc
+        return call.read(response)
+
+    async def create_session(
+        self,
+        type: str = "python",
+        *,
+        quotas: Quotas | Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        files: Mapping[str, FileContent] | None = None,
+        snapshot_policy: SnapshotPolicy = "after_turn",
+        labels: Mapping[str, str] | None = None,
+        fork_from: str | None = None,
+    ) -> SessionInfo:
+        """Create a session; ``files`` are written before it is returned."""
+        return await self._send(
+            self._create_session_call(type, quotas, env, files, snapshot_policy, labels, fork_from)
+        )
+
+    def session(
+        self,
+        type: str = "python",
+        *,
+        quotas: Quotas | Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        files: Mapping[str, FileContent] | None = None,
+        snapshot_policy: SnapshotPolicy = "after_turn",
+        labels: Mapping[str, str] | None = None,
+        fork_from: str | None = None,
+    ) -> AsyncSessionOpener:
+        """Create a session: ``await`` it for the handle, or ``async with`` it to close on exit."""
+        return AsyncSessionOpener(
+            self.create_session(
+                type,
+                quotas=quotas,
+                env=env,
+                files=files,
+                snapshot_policy=snapshot_policy,
+                labels=labels,
+                fork_from=fork_from,
+            ),
+            self,
+        )
+
+    async def attach(self, session_id: str) -> AsyncSession:
+        """A handle on an existing session of the caller's tenant."""
+        return AsyncSession(self, await self.get_session(session_id))
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        return await self._send(self._get_session_call(session_id))
+
+    async def list_sessions(self) -> list[SessionInfo]:
+        return await self._send(self._list_sessions_call())
+
+    async def close_session(self, session_id: str) -> SessionInfo:
+        return await self._send(self._close_session_call(session_id))
+
+    async def exec(
+        self,
+        session_id: str,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+    ) -> ExecResult:
+        """Run one command: exactly one of ``argv``, ``shell``, ``python``."""
+        call = self._exec_call(session_id, argv, shell, python, env, cwd, stdin, timeout_s)
+        return await self._send(call)
+
+    async def write_files(
+        self, session_id: str, files: Mapping[str, FileContent], *, mode: int = 0o644
+    ) -> dict[str, Any]:
+        return await self._send(self._write_files_call(session_id, files, mode))
+
+    async def read_file(self, session_id: str, path: str, *, binary: bool = False) -> FileContent:
+        return await self._send(self._read_file_call(session_id, path, binary))
+
+    async def list_files(
+        self, session_id: str, path: str = ".", *, recursive: bool = False
+    ) -> list[FileEntry]:
+        return await self._send(self._list_files_call(session_id, path, recursive))
+
+    async def delete_file(
+        self, session_id: str, path: str, *, recursive: bool = False
+    ) -> dict[str, Any]:
+        return await self._send(self._delete_file_call(session_id, path, recursive))
+
+    async def upload_tar(self, session_id: str, data: bytes, path: str = ".") -> dict[str, Any]:
+        return await self._send(self._upload_tar_call(session_id, data, path))
+
+    async def download_tar(self, session_id: str, path: str = ".") -> bytes:
+        return await self._send(self._download_tar_call(session_id, path))
+
+    async def create_batch(
+        self,
+        jobs: Sequence[BatchJob | Mapping[str, Any]],
+        *,
+        type: str = "python",
+        concurrency: int = 8,
+        isolation: BatchIsolation = "job",
+        max_attempts: int = 4,
+        quotas: Quotas | Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> BatchInfo:
+        """Submit a batch (it starts at once); read its progress with ``get_batch``."""
+        call = self._create_batch_call(
+            jobs, type, concurrency, isolation, max_attempts, quotas, labels
+        )
+        return await self._send(call)
+
+    async def get_batch(self, batch_id: str) -> BatchInfo:
+        return await self._send(self._get_batch_call(batch_id))
+
+    async def batch_results(
+        self, batch_id: str, offset: int = 0, limit: int = 10_000
+    ) -> tuple[list[BatchResult], int]:
+        """Result lines from ``offset`` in completion order, and the offset to read on from."""
+        return await self._send(self._batch_results_call(batch_id, offset, limit))
+
+    async def cancel_batch(self, batch_id: str) -> BatchInfo:
+        return await self._send(self._cancel_batch_call(batch_id))
+
+    async def resume_batch(self, batch_id: str) -> BatchInfo:
+        return await self._send(self._resume_batch_call(batch_id))
+
+    async def health(self) -> dict[str, Any]:
+        return await self._send(self._health_call())
+
+    async def close(self) -> None:
+        """Close the HTTP connections (sessions stay open on the grid)."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class AsyncSession:
+    """A handle on one session; as a context manager it closes the session on exit."""
+
+    def __init__(self, client: AsyncClient, info: SessionInfo) -> None:
+        self.client = client
+        self.info = info
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    async def exec(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+    ) -> ExecResult:
+        return await self.client.exec(
+            self.id,
+            argv,
+            shell=shell,
+            python=python,
+            env=env,
+            cwd=cwd,
+            stdin=stdin,
+            timeout_s=timeout_s,
+        )
+
+    async def write_file(
+        self, path: str, content: FileContent, *, mode: int = 0o644
+    ) -> dict[str, Any]:
+        return await self.client.write_files(self.id, {path: content}, mode=mode)
+
+    async def write_files(
+        self, files: Mapping[str, FileContent], *, mode: int = 0o644
+    ) -> dict[str, Any]:
+        return await self.client.write_files(self.id, files, mode=mode)
+
+    async def read_file(self, path: str, *, binary: bool = False) -> FileContent:
+        return await self.client.read_file(self.id, path, binary=binary)
+
+    async def list_files(self, path: str = ".", *, recursive: bool = False) -> list[FileEntry]:
+        return await self.client.list_files(self.id, path, recursive=recursive)
+
+    async def delete(self, path: str, *, recursive: bool = False) -> dict[str, Any]:
+        """Delete a file (or a directory with ``recursive=True``) in the workspace."""
+        return await self.client.delete_file(self.id, path, recursive=recursive)
+
+    async def upload_tar(self, data: bytes, path: str = ".") -> dict[str, Any]:
+        return await self.client.upload_tar(self.id, data, path)
+
+    async def download_tar(self, path: str = ".") -> bytes:
+        return await self.client.download_tar(self.id, path)
+
+    async def refresh(self) -> SessionInfo:
+        self.info = await self.client.get_session(self.id)
+        return self.info
+
+    async def close(self) -> SessionInfo:
+        """Close the session on the grid; its container is destroyed."""
+        self.info = await self.client.close_session(self.id)
+        return self.info
+
+    async def __aenter__(self) -> AsyncSession:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+
+class AsyncSessionOpener:
+    """What ``AsyncClient.session`` returns: awaitable, and an async context manager.
+
+    ``s = await client.session()`` creates the session; ``async with
+    client.session() as s:`` creates it and closes it on exit.
+    """
+
+    def __init__(self, create: Coroutine[Any, Any, SessionInfo], client: AsyncClient) -> None:
+        self._create = create
+        self._client = client
+        self._session: AsyncSession | None = None
+
+    async def _open(self) -> AsyncSession:
+        if self._session is None:
+            self._session = AsyncSession(self._client, await self._create)
+        return self._session
+
+    def __await__(self) -> Generator[Any, None, AsyncSession]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> AsyncSession:
+        return await self._open()
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._session is not None:
+            await self._session.close()

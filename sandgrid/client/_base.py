@@ -1,0 +1,327 @@
+"""The SDK's pure half: builds requests and maps responses and errors, no I/O.
+
+``Client`` and ``AsyncClient`` are thin shells that send what these builders
+return and hand the response back to the call's ``parse``; so the two cannot
+drift. Errors come back as the same ``SandgridError`` subclass the server raised
+(``sandgrid.errors.error_from_body``). Imports only httpx, pydantic and the
+contract modules: never ``docker``, ``minio``, ``celery`` or ``redis``.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from sandgrid.batch.models import BatchCreate, BatchInfo, BatchIsolation, BatchJob, BatchResult
+from sandgrid.errors import (
+    ErrorCode,
+    InfrastructureError,
+    InvalidInput,
+    SandgridError,
+    error_from_body,
+)
+from sandgrid.models import (
+    ExecRequest,
+    ExecResult,
+    FileEntry,
+    FileList,
+    FileRead,
+    FileWrite,
+    Quotas,
+    SessionCreate,
+    SessionInfo,
+    SessionList,
+    SnapshotPolicy,
+)
+from sandgrid.settings import DEFAULT_API_URL, get_client_settings
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "BaseClient",
+    "BatchPage",
+    "Call",
+    "FileContent",
+    "raise_for_error",
+]
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+FileContent = str | bytes
+#: Result lines of a batch and the offset to read on from.
+BatchPage = tuple[list[BatchResult], int]
+#: Header of ``GET /v1/batches/{id}/results``: the offset after the lines returned.
+NEXT_OFFSET_HEADER = "X-Sandgrid-Next-Offset"
+
+DEFAULT_TIMEOUT_S = 60.0
+#: Added to an exec's own deadline for the HTTP wait (queue, restore, snapshot).
+EXEC_MARGIN_S = 60.0
+#: The HTTP wait of an exec without its own deadline (the session's applies).
+EXEC_DEFAULT_WAIT_S = 3600.0 + EXEC_MARGIN_S
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """One HTTP request to make and how to read its answer."""
+
+    method: str
+    path: str
+    parse: Callable[[httpx.Response], T]
+    params: dict[str, Any] | None = None
+    json: Any = None
+    content: bytes | None = None
+    headers: dict[str, str] | None = None
+    timeout: float | None = None
+    accept: tuple[int, ...] = ()
+
+    def read(self, response: httpx.Response) -> T:
+        """Raise the server's error, or parse the answer."""
+        if response.status_code not in self.accept:
+            raise_for_error(response)
+        return self.parse(response)
+
+
+def raise_for_error(response: httpx.Response) -> None:
+    """Raise the server's ``SandgridError`` for a non-2xx response."""
+    if response.status_code < 400:
+        return
+    try:
+        body = response.json()
+    except ValueError:
+        body = {"error": {"message": response.text[:500] or response.reason_phrase}}
+    if not isinstance(body, dict):
+        body = {"error": {"message": str(body)[:500]}}
+    raise error_from_body(body, response.status_code)
+
+
+def transport_error(exc: httpx.HTTPError, base_url: str) -> SandgridError:
+    """A transport failure as an ``InfrastructureError`` the caller can catch."""
+    return InfrastructureError(
+        f"sandgrid API at {base_url} unreachable: {type(exc).__name__}: {exc}",
+        code=ErrorCode.API_UNREACHABLE,
+        operation="http",
+        context={"api_url": base_url},
+    )
+
+
+def _model(cls: type[M], **fields: Any) -> M:
+    """Validate client-side so that bad input fails before a round trip, as on the server."""
+    try:
+        return cls(**{k: v for k, v in fields.items() if v is not None})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise InvalidInput(
+            f"{field}: {first['msg']}",
+            operation=cls.__name__,
+            context={"field": field, "rule": first["msg"]},
+        ) from exc
+
+
+def _parse(cls: type[M]) -> Callable[[httpx.Response], M]:
+    return lambda r: cls.model_validate_json(r.content)
+
+
+def _json(r: httpx.Response) -> dict[str, Any]:
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def _file_write(path: str, content: FileContent, mode: int) -> FileWrite:
+    if isinstance(content, bytes):
+        encoded = base64.b64encode(content).decode()
+        return _model(FileWrite, path=path, content=encoded, encoding="base64", mode=mode)
+    return _model(FileWrite, path=path, content=content, encoding="utf-8", mode=mode)
+
+
+def _read(binary: bool) -> Callable[[httpx.Response], FileContent]:
+    def parse(r: httpx.Response) -> FileContent:
+        read = FileRead.model_validate_json(r.content)
+        if read.encoding == "base64":
+            raw = base64.b64decode(read.content)
+            return raw if binary else raw.decode()
+        return read.content.encode() if binary else read.content
+
+    return parse
+
+
+class BaseClient:
+    """Configuration and request builders shared by ``Client`` and ``AsyncClient``.
+
+    Args:
+        base_url: the API, e.g. ``http://127.0.0.1:8700``; ``SANDGRID_API_URL``.
+        token: the tenant's bearer token; ``SANDGRID_TOKEN``.
+        timeout: seconds for calls other than exec (which waits for its deadline).
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        if base_url is None or token is None:
+            settings = get_client_settings()
+            base_url = base_url or settings.api_url or DEFAULT_API_URL
+            token = token if token is not None else settings.token
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"User-Agent": "sandgrid-sdk/0.1"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        return headers
+
+    # ---- builders (one per public method) ------------------------------------------
+
+    def _create_session_call(
+        self,
+        type: str,
+        quotas: Quotas | Mapping[str, Any] | None,
+        env: Mapping[str, str] | None,
+        files: Mapping[str, FileContent] | None,
+        snapshot_policy: SnapshotPolicy,
+        labels: Mapping[str, str] | None,
+        fork_from: str | None,
+    ) -> Call[SessionInfo]:
+        spec = _model(
+            SessionCreate,
+            type=type,
+            quotas=quotas,
+            env=dict(env or {}),
+            files=[_file_write(p, c, 0o644) for p, c in (files or {}).items()],
+            snapshot_policy=snapshot_policy,
+            labels=dict(labels or {}),
+            fork_from=fork_from,
+        )
+        body = spec.model_dump(mode="json", exclude_defaults=True)
+        return Call("POST", "/v1/sessions", _parse(SessionInfo), json=body)
+
+    def _get_session_call(self, session_id: str) -> Call[SessionInfo]:
+        return Call("GET", f"/v1/sessions/{session_id}", _parse(SessionInfo))
+
+    def _list_sessions_call(self) -> Call[list[SessionInfo]]:
+        return Call(
+            "GET", "/v1/sessions", lambda r: SessionList.model_validate_json(r.content).sessions
+        )
+
+    def _close_session_call(self, session_id: str) -> Call[SessionInfo]:
+        return Call("DELETE", f"/v1/sessions/{session_id}", _parse(SessionInfo))
+
+    def _exec_call(
+        self,
+        session_id: str,
+        argv: Sequence[str] | None,
+        shell: str | None,
+        python: str | None,
+        env: Mapping[str, str] | None,
+        cwd: str,
+        stdin: str | None,
+        timeout_s: float | None,
+    ) -> Call[ExecResult]:
+        request = _model(
+            ExecRequest,
+            argv=list(argv) if argv is not None else None,
+            shell=shell,
+            python=python,
+            env=dict(env or {}),
+            cwd=cwd,
+            stdin=stdin,
+            timeout_s=timeout_s,
+        )
+        wait = timeout_s + EXEC_MARGIN_S if timeout_s else EXEC_DEFAULT_WAIT_S
+        body = request.model_dump(mode="json", exclude_defaults=True)
+        path = f"/v1/sessions/{session_id}/exec"
+        return Call("POST", path, _parse(ExecResult), json=body, timeout=wait)
+
+    def _write_files_call(
+        self, session_id: str, files: Mapping[str, FileContent], mode: int
+    ) -> Call[dict[str, Any]]:
+        writes = [_file_write(p, c, mode).model_dump(mode="json") for p, c in files.items()]
+        return Call("POST", f"/v1/sessions/{session_id}/files", _json, json={"files": writes})
+
+    def _read_file_call(self, session_id: str, path: str, binary: bool) -> Call[FileContent]:
+        params = {"path": path, "encoding": "base64" if binary else "utf-8"}
+        return Call("GET", f"/v1/sessions/{session_id}/files", _read(binary), params=params)
+
+    def _list_files_call(
+        self, session_id: str, path: str, recursive: bool
+    ) -> Call[list[FileEntry]]:
+        params = {"path": path, "recursive": "true" if recursive else "false"}
+        parse: Callable[[httpx.Response], list[FileEntry]] = lambda r: (  # noqa: E731
+            FileList.model_validate_json(r.content).entries
+        )
+        return Call("GET", f"/v1/sessions/{session_id}/files/list", parse, params=params)
+
+    def _delete_file_call(
+        self, session_id: str, path: str, recursive: bool
+    ) -> Call[dict[str, Any]]:
+        params = {"path": path, "recursive": "true" if recursive else "false"}
+        return Call("DELETE", f"/v1/sessions/{session_id}/files", _json, params=params)
+
+    def _upload_tar_call(self, session_id: str, data: bytes, path: str) -> Call[dict[str, Any]]:
+        return Call(
+            "PUT",
+            f"/v1/sessions/{session_id}/tar",
+            _json,
+            params={"path": path},
+            content=data,
+            headers={"Content-Type": "application/x-tar"},
+        )
+
+    def _download_tar_call(self, session_id: str, path: str) -> Call[bytes]:
+        params = {"path": path}
+        return Call("GET", f"/v1/sessions/{session_id}/tar", lambda r: r.content, params=params)
+
+    def _health_call(self) -> Call[dict[str, Any]]:
+        return Call("GET", "/v1/health", _json, accept=(503,))
+
+    # ---- batches ------------------------------------------------------------------
+
+    def _create_batch_call(
+        self,
+        jobs: Sequence[BatchJob | Mapping[str, Any]],
+        type: str,
+        concurrency: int,
+        isolation: BatchIsolation,
+        max_attempts: int,
+        quotas: Quotas | Mapping[str, Any] | None,
+        labels: Mapping[str, str] | None,
+    ) -> Call[BatchInfo]:
+        spec = _model(
+            BatchCreate,
+            type=type,
+            jobs=[j if isinstance(j, BatchJob) else _model(BatchJob, **j) for j in jobs],
+            concurrency=concurrency,
+            isolation=isolation,
+            max_attempts=max_attempts,
+            quotas=quotas,
+            labels=dict(labels or {}),
+        )
+        body = spec.model_dump(mode="json", exclude_defaults=True)
+        body["jobs"] = [j.model_dump(mode="json", exclude_defaults=True) for j in spec.jobs]
+        return Call("POST", "/v1/batches", _parse(BatchInfo), json=body)
+
+    def _get_batch_call(self, batch_id: str) -> Call[BatchInfo]:
+        return Call("GET", f"/v1/batches/{batch_id}", _parse(BatchInfo))
+
+    def _batch_results_call(self, batch_id: str, offset: int, limit: int) -> Call[BatchPage]:
+        def parse(r: httpx.Response) -> BatchPage:
+            lines = [BatchResult.model_validate_json(x) for x in r.text.splitlines() if x]
+            return lines, int(r.headers.get(NEXT_OFFSET_HEADER, offset + len(lines)))
+
+        params = {"offset": offset, "limit": limit}
+        return Call("GET", f"/v1/batches/{batch_id}/results", parse, params=params)
+
+    def _cancel_batch_call(self, batch_id: str) -> Call[BatchInfo]:
+        return Call("DELETE", f"/v1/batches/{batch_id}", _parse(BatchInfo))
+
+    def _resume_batch_call(self, batch_id: str) -> Call[BatchInfo]:
+        return Call("POST", f"/v1/batches/{batch_id}/resume", _parse(BatchInfo))

@@ -1,0 +1,271 @@
+"""The synchronous SDK: ``Client`` and its ``Session`` handle.
+
+with Client() as client, client.session(type="python") as s:
+    s.write_file("a.py", "print(6 * 7)")
+    print(s.exec(["python3", "a.py"]).stdout)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from sandgrid.batch.models import BatchInfo, BatchIsolation, BatchJob, BatchResult
+from sandgrid.client._base import DEFAULT_TIMEOUT_S, BaseClient, Call, FileContent, transport_error
+from sandgrid.models import ExecResult, FileEntry, Quotas, SessionInfo, SnapshotPolicy
+
+__all__ = ["Client", "Session"]
+
+T = TypeVar("T")
+
+
+class Client(BaseClient):
+    """A blocking client of the sandgrid API over one pooled HTTP connection set.
+
+    Args:
+        base_url: the API; ``SANDGRID_API_URL`` when omitted.
+        token: the tenant's bearer token; ``SANDGRID_TOKEN`` when omitted.
+        timeout: seconds for calls other than exec.
+        transport: an httpx transport (tests mount the app in-process).
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        super().__init__(base_url, token, timeout=timeout)
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=self._headers(), timeout=timeout, transport=transport
+        )
+
+    def _send(self, call: Call[T]) -> T:
+        try:
+            response = self._http.request(
+                call.method,
+                call.path,
+                params=call.params,
+                json=call.json,
+                content=call.content,
+                headers=call.headers,
+                timeout=call.timeout if call.timeout is not None else self.timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, self.base_url) from exc
+        return call.read(response)
+
+    def create_session(
+        self,
+        type: str = "python",
+        *,
+        quotas: Quotas | Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        files: Mapping[str, FileContent] | None = None,
+        snapshot_policy: SnapshotPolicy = "after_turn",
+        labels: Mapping[str, str] | None = None,
+        fork_from: str | None = None,
+    ) -> SessionInfo:
+        """Create a session; ``files`` are written before it is returned."""
+        return self._send(
+            self._create_session_call(type, quotas, env, files, snapshot_policy, labels, fork_from)
+        )
+
+    def session(
+        self,
+        type: str = "python",
+        *,
+        quotas: Quotas | Mapping[str, Any] | None = None,
+        env: Mapping[str, str] | None = None,
+        files: Mapping[str, FileContent] | None = None,
+        snapshot_policy: SnapshotPolicy = "after_turn",
+        labels: Mapping[str, str] | None = None,
+        fork_from: str | None = None,
+    ) -> Session:
+        """Create a session and return its handle; ``with`` closes it on exit."""
+        info = self.create_session(
+            type,
+            quotas=quotas,
+            env=env,
+            files=files,
+            snapshot_policy=snapshot_policy,
+            labels=labels,
+            fork_from=fork_from,
+        )
+        return Session(self, info)
+
+    def attach(self, session_id: str) -> Session:
+        """A handle on an existing session of the caller's tenant."""
+        return Session(self, self.get_session(session_id))
+
+    def get_session(self, session_id: str) -> SessionInfo:
+        return self._send(self._get_session_call(session_id))
+
+    def list_sessions(self) -> list[SessionInfo]:
+        return self._send(self._list_sessions_call())
+
+    def close_session(self, session_id: str) -> SessionInfo:
+        return self._send(self._close_session_call(session_id))
+
+    def exec(
+        self,
+        session_id: str,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+    ) -> ExecResult:
+        """Run one command: exactly one of ``argv``, ``shell``, ``python``."""
+        call = self._exec_call(session_id, argv, shell, python, env, cwd, stdin, timeout_s)
+        return self._send(call)
+
+    def write_files(
+        self, session_id: str, files: Mapping[str, FileContent], *, mode: int = 0o644
+    ) -> dict[str, Any]:
+        return self._send(self._write_files_call(session_id, files, mode))
+
+    def read_file(self, session_id: str, path: str, *, binary: bool = False) -> FileContent:
+        return self._send(self._read_file_call(session_id, path, binary))
+
+    def list_files(
+        self, session_id: str, path: str = ".", *, recursive: bool = False
+    ) -> list[FileEntry]:
+        return self._send(self._list_files_call(session_id, path, recursive))
+
+    def delete_file(self, session_id: str, path: str, *, recursive: bool = False) -> dict[str, Any]:
+        return self._send(self._delete_file_call(session_id, path, recursive))
+
+    def upload_tar(self, session_id: str, data: bytes, path: str = ".") -> dict[str, Any]:
+        return self._send(self._upload_tar_call(session_id, data, path))
+
+    def download_tar(self, session_id: str, path: str = ".") -> bytes:
+        return self._send(self._download_tar_call(session_id, path))
+
+    def create_batch(
+        self,
+        jobs: Sequence[BatchJob | Mapping[str, Any]],
+        *,
+        type: str = "python",
+        concurrency: int = 8,
+        isolation: BatchIsolation = "job",
+        max_attempts: int = 4,
+        quotas: Quotas | Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> BatchInfo:
+        """Submit a batch (it starts at once); read its progress with ``get_batch``."""
+        call = self._create_batch_call(
+            jobs, type, concurrency, isolation, max_attempts, quotas, labels
+        )
+        return self._send(call)
+
+    def get_batch(self, batch_id: str) -> BatchInfo:
+        return self._send(self._get_batch_call(batch_id))
+
+    def batch_results(
+        self, batch_id: str, offset: int = 0, limit: int = 10_000
+    ) -> tuple[list[BatchResult], int]:
+        """Result lines from ``offset`` in completion order, and the offset to read on from."""
+        return self._send(self._batch_results_call(batch_id, offset, limit))
+
+    def cancel_batch(self, batch_id: str) -> BatchInfo:
+        return self._send(self._cancel_batch_call(batch_id))
+
+    def resume_batch(self, batch_id: str) -> BatchInfo:
+        return self._send(self._resume_batch_call(batch_id))
+
+    def health(self) -> dict[str, Any]:
+        return self._send(self._health_call())
+
+    def close(self) -> None:
+        """Close the HTTP connections (sessions stay open on the grid)."""
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class Session:
+    """A handle on one session; as a context manager it closes the session on exit."""
+
+    def __init__(self, client: Client, info: SessionInfo) -> None:
+        self.client = client
+        self.info = info
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def exec(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+    ) -> ExecResult:
+        return self.client.exec(
+            self.id,
+            argv,
+            shell=shell,
+            python=python,
+            env=env,
+            cwd=cwd,
+            stdin=stdin,
+            timeout_s=timeout_s,
+        )
+
+    def write_file(self, path: str, content: FileContent, *, mode: int = 0o644) -> dict[str, Any]:
+        return self.client.write_files(self.id, {path: content}, mode=mode)
+
+    def write_files(self, files: Mapping[str, FileContent], *, mode: int = 0o644) -> dict[str, Any]:
+        return self.client.write_files(self.id, files, mode=mode)
+
+    def read_file(self, path: str, *, binary: bool = False) -> FileContent:
+        return self.client.read_file(self.id, path, binary=binary)
+
+    def list_files(self, path: str = ".", *, recursive: bool = False) -> list[FileEntry]:
+        return self.client.list_files(self.id, path, recursive=recursive)
+
+    def delete(self, path: str, *, recursive: bool = False) -> dict[str, Any]:
+        """Delete a file (or a directory with ``recursive=True``) in the workspace."""
+        return self.client.delete_file(self.id, path, recursive=recursive)
+
+    def upload_tar(self, data: bytes, path: str = ".") -> dict[str, Any]:
+        return self.client.upload_tar(self.id, data, path)
+
+    def download_tar(self, path: str = ".") -> bytes:
+        return self.client.download_tar(self.id, path)
+
+    def refresh(self) -> SessionInfo:
+        self.info = self.client.get_session(self.id)
+        return self.info
+
+    def close(self) -> SessionInfo:
+        """Close the session on the grid; its container is destroyed."""
+        self.info = self.client.close_session(self.id)
+        return self.info
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()

@@ -1,0 +1,234 @@
+"""Wire models: one definition for the API, the SDK, Celery messages and the worker.
+
+Every model that crosses HTTP, Celery or Redis is frozen and carries
+``v`` (the wire version). Variants are ``kind: Literal[...]`` discriminated
+unions. Validation errors name the field and the rule; they surface as 422 with
+code ``invalid_input`` (see ``sandgrid.errors``).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+
+__all__ = [
+    "DEFAULT_OUTPUT_CAP",
+    "MAX_FILE_BYTES",
+    "WIRE_VERSION",
+    "WORKSPACE",
+    "ExecRequest",
+    "ExecResult",
+    "FileEntry",
+    "FileList",
+    "FileRead",
+    "FileWrite",
+    "Quotas",
+    "SessionCreate",
+    "SessionInfo",
+    "SessionList",
+    "SessionState",
+    "SnapshotPolicy",
+    "WireModel",
+    "WorkspacePath",
+    "workspace_path",
+]
+
+WIRE_VERSION = 1
+WORKSPACE = "/workspace"
+DEFAULT_OUTPUT_CAP = 1 << 20  # 1 MiB per stream
+MAX_FILE_BYTES = 16 << 20  # one file through the JSON API
+MAX_SOURCE_BYTES = 1 << 20  # command / python source / stdin
+MAX_ENV_ENTRIES = 128
+
+SandboxTypeName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")]
+SessionId = Annotated[str, Field(pattern=r"^s-[A-Za-z0-9_-]{16,64}$")]
+SnapshotPolicy = Literal["after_turn", "on_idle", "never"]
+SessionState = Literal["new", "live", "idle", "busy", "closed", "lost"]
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+class WireModel(BaseModel):
+    """Base of every model that crosses a wire: frozen, no unknown fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    v: int = WIRE_VERSION
+
+
+def workspace_path(raw: str) -> str:
+    """Normalise a path inside ``/workspace`` to a relative POSIX path.
+
+    Raises:
+        ValueError: the path is empty, has a NUL byte, or leaves the workspace
+            (``..``, or an absolute path that is not under ``/workspace``).
+    """
+    if not raw or "\x00" in raw:
+        raise ValueError(f"path {raw!r} must be non-empty and contain no NUL byte")
+    if raw.startswith("/"):
+        if raw != WORKSPACE and not raw.startswith(WORKSPACE + "/"):
+            raise ValueError(
+                f"path {raw!r} leaves the workspace: absolute paths must be under /workspace"
+            )
+        raw = raw[len(WORKSPACE) :].lstrip("/") or "."
+    norm = posixpath.normpath(raw)
+    if norm == ".." or norm.startswith("../"):
+        raise ValueError(f"path {raw!r} leaves the workspace through '..'")
+    return norm
+
+
+WorkspacePath = Annotated[str, AfterValidator(workspace_path)]
+
+
+class Quotas(WireModel):
+    """Per-sandbox limits. Every field is enforced, the ceilings by the tenant."""
+
+    cpus: float = Field(1.0, gt=0.05, le=16, description="CPU cores (CFS quota)")
+    memory_mb: int = Field(512, ge=32, le=65536, description="memory limit; swap is off")
+    pids: int = Field(256, ge=8, le=32768, description="max processes and threads")
+    timeout_s: float = Field(30.0, gt=0, le=3600, description="default exec deadline")
+    workspace_mb: int = Field(256, ge=1, le=65536, description="size of /workspace")
+    home_mb: int = Field(128, ge=1, le=65536, description="size of the sandbox user's home")
+    tmp_mb: int = Field(64, ge=1, le=65536, description="size of /tmp")
+    output_bytes: int = Field(
+        DEFAULT_OUTPUT_CAP, ge=1024, le=64 << 20, description="cap on stdout and on stderr"
+    )
+    nofile: int = Field(1024, ge=64, le=65536, description="open files ulimit")
+    fsize_mb: int = Field(256, ge=1, le=65536, description="largest file ulimit")
+    network: bool = Field(False, description="network access (only if the type allows it)")
+
+
+class FileWrite(WireModel):
+    """One file to write in the workspace."""
+
+    path: WorkspacePath
+    content: str = Field("", max_length=MAX_FILE_BYTES * 2)
+    encoding: Literal["utf-8", "base64"] = "utf-8"
+    mode: int = Field(0o644, ge=0, le=0o777)
+
+
+class ExecRequest(WireModel):
+    """One command: exactly one of ``argv``, ``shell`` or ``python``."""
+
+    argv: list[str] | None = Field(None, min_length=1, max_length=4096)
+    shell: str | None = Field(None, max_length=MAX_SOURCE_BYTES)
+    python: str | None = Field(None, max_length=MAX_SOURCE_BYTES)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: WorkspacePath = "."
+    stdin: str | None = Field(None, max_length=MAX_SOURCE_BYTES)
+    timeout_s: float | None = Field(None, gt=0, le=3600)
+    stream: bool = False
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ExecRequest:
+        given = [n for n in ("argv", "shell", "python") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"exactly one of argv, shell, python must be set (got {', '.join(given) or 'none'})"
+            )
+        return self
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        if len(v) > MAX_ENV_ENTRIES:
+            raise ValueError(f"env has {len(v)} entries; at most {MAX_ENV_ENTRIES} are allowed")
+        for k, val in v.items():
+            if not _ENV_NAME.match(k):
+                raise ValueError(f"env name {k!r} must match {_ENV_NAME.pattern}")
+            if "\x00" in val:
+                raise ValueError(f"env value of {k!r} must not contain a NUL byte")
+        return v
+
+
+class ExecResult(WireModel):
+    """What one exec did."""
+
+    exit_code: int | None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    duration_ms: float = 0.0
+    timed_out: bool = False
+    oom_killed: bool = False
+    signal: int | None = None
+    workspace_full: bool = False
+    node: str = ""
+    attempt: int = 1
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
+class FileEntry(WireModel):
+    path: WorkspacePath
+    type: Literal["file", "dir", "symlink", "other"]
+    size: int = 0
+    mode: int = 0
+    mtime: float = 0.0
+
+
+class FileList(WireModel):
+    entries: list[FileEntry]
+
+
+class FileRead(WireModel):
+    path: WorkspacePath
+    content: str
+    encoding: Literal["utf-8", "base64"]
+    size: int
+
+
+class SessionCreate(WireModel):
+    """Body of ``POST /v1/sessions``."""
+
+    type: SandboxTypeName = "python"
+    quotas: Quotas = Field(default_factory=Quotas)
+    env: dict[str, str] = Field(default_factory=dict)
+    files: list[FileWrite] = Field(default_factory=list, max_length=1024)
+    snapshot_policy: SnapshotPolicy = Field(
+        "after_turn",
+        description="when the workspace is saved: after_turn (every turn that may have "
+        "changed it, before the turn returns), on_idle (when the session's sandbox is "
+        "released: idle, or the node drains), never (it lives only in its sandbox)",
+    )
+    fork_from: SessionId | None = Field(
+        None,
+        description="start from the latest snapshot of this session of the same tenant",
+    )
+    labels: dict[str, str] = Field(default_factory=dict, max_length=32)
+
+
+class SessionInfo(WireModel):
+    """A session as the registry holds it and the API shows it."""
+
+    id: str
+    tenant: str
+    type: str
+    quotas: Quotas
+    env: dict[str, str] = Field(default_factory=dict)
+    snapshot_policy: SnapshotPolicy = "after_turn"
+    state: SessionState = "new"
+    owner: str | None = None
+    lease_expires: float | None = None
+    snapshot: str | None = None
+    unsaved: bool = Field(
+        False,
+        description="the workspace has changes that no snapshot holds (policy on_idle or "
+        "never, or the last snapshot failed): a worker loss would lose them",
+    )
+    forked_from: str | None = None
+    turns: int = 0
+    last_turn: str | None = None
+    created_at: datetime
+    last_used: datetime
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class SessionList(WireModel):
+    """Body of ``GET /v1/sessions``: the tenant's sessions that are not closed."""
+
+    sessions: list[SessionInfo]

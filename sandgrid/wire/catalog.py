@@ -1,0 +1,62 @@
+"""The sandbox types the grid offers: image, runtime, and what each allows.
+
+A type name is the unit of routing (queue ``sbx.<type>``) and of warm pools.
+The same image may serve two types that differ by runtime: ``python`` runs on
+runc, ``python-gvisor`` on gVisor's runsc. ``bfcl`` and ``appworld`` carry the
+benchmarks' packages for batch runs (``sandgrid.benchmarks``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from sandgrid.errors import InvalidInput
+
+__all__ = ["CATALOG", "SandboxType", "get_type"]
+
+Runtime = Literal["runc", "runsc"]
+
+
+@dataclass(frozen=True)
+class SandboxType:
+    """One sandbox type.
+
+    Attributes:
+        name: the type's name, as clients ask for it.
+        image: the Docker image (its PID 1 is the in-sandbox agent).
+        runtime: the OCI runtime the containers run under.
+        network_allowed: whether a session may ask for ``quotas.network``.
+    """
+
+    name: str
+    image: str
+    runtime: Runtime
+    network_allowed: bool = False
+
+
+CATALOG: dict[str, SandboxType] = {
+    t.name: t
+    for t in (
+        SandboxType("python", "sandgrid/sandbox-python:latest", "runc"),
+        SandboxType("python-gvisor", "sandgrid/sandbox-python:latest", "runsc"),
+        # Benchmarks (images/sandbox-bfcl, images/sandbox-appworld; docs/batch.md).
+        SandboxType("bfcl", "sandgrid/sandbox-bfcl:latest", "runc"),
+        SandboxType("appworld", "sandgrid/sandbox-appworld:latest", "runc"),
+    )
+}
+
+
+def get_type(name: str) -> SandboxType:
+    """The sandbox type called ``name``.
+
+    Raises:
+        InvalidInput: no such type; the message lists the known ones.
+    """
+    try:
+        return CATALOG[name]
+    except KeyError:
+        raise InvalidInput(
+            f"type: unknown sandbox type {name!r}; known types: {', '.join(sorted(CATALOG))}",
+            context={"field": "type", "rule": "known sandbox type", "value": name},
+        ) from None

@@ -1,0 +1,131 @@
+"""The Celery message of one turn and its result: what the control plane asks of a worker.
+
+A ``TurnJob`` carries the session record and one operation (a ``kind``-tagged
+union); the worker answers a ``TurnOutcome``: a result or an error body, never
+both. Both are JSON on the wire (never pickle) and frozen like every wire model.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from sandgrid.models import (
+    MAX_FILE_BYTES,
+    ExecRequest,
+    FileWrite,
+    SessionId,
+    SessionInfo,
+    WireModel,
+    WorkspacePath,
+)
+
+__all__ = [
+    "CloseOp",
+    "DeleteOp",
+    "ExecOp",
+    "ForkOp",
+    "ListOp",
+    "ReadOp",
+    "TarDownloadOp",
+    "TarUploadOp",
+    "TurnJob",
+    "TurnOp",
+    "TurnOutcome",
+    "WriteOp",
+]
+
+
+# ---- turn operations: what a worker is asked to do for a session ----------
+
+
+class ExecOp(WireModel):
+    kind: Literal["exec"] = "exec"
+    request: ExecRequest
+
+
+class WriteOp(WireModel):
+    kind: Literal["write"] = "write"
+    files: list[FileWrite] = Field(min_length=1, max_length=1024)
+
+
+class ReadOp(WireModel):
+    kind: Literal["read"] = "read"
+    path: WorkspacePath
+    encoding: Literal["utf-8", "base64"] = "utf-8"
+
+
+class ListOp(WireModel):
+    kind: Literal["list"] = "list"
+    path: WorkspacePath = "."
+    recursive: bool = False
+
+
+class DeleteOp(WireModel):
+    kind: Literal["delete"] = "delete"
+    path: WorkspacePath
+    recursive: bool = False
+
+
+class TarUploadOp(WireModel):
+    kind: Literal["tar_upload"] = "tar_upload"
+    path: WorkspacePath = "."
+    data_b64: str = Field(max_length=MAX_FILE_BYTES * 4)
+
+
+class TarDownloadOp(WireModel):
+    kind: Literal["tar_download"] = "tar_download"
+    path: WorkspacePath = "."
+
+
+class CloseOp(WireModel):
+    """The session was closed: destroy its sandbox and delete its snapshots.
+
+    Sent to the owner's direct queue when a node holds the session, else to the
+    shared queue of its type (any worker can delete snapshots).
+    """
+
+    kind: Literal["close"] = "close"
+
+
+class ForkOp(WireModel):
+    """Start this (new) session from the latest snapshot of ``source``, a session
+    of the same tenant: the snapshot store copies the manifest and shares the blobs,
+    so the fork outlives its source. No sandbox is needed."""
+
+    kind: Literal["fork"] = "fork"
+    source: SessionId
+
+
+TurnOp = Annotated[
+    ExecOp | WriteOp | ReadOp | ListOp | DeleteOp | TarUploadOp | TarDownloadOp | CloseOp | ForkOp,
+    Field(discriminator="kind"),
+]
+
+
+class TurnJob(WireModel):
+    """The Celery message of one turn: everything a worker needs, nothing secret."""
+
+    turn_id: str
+    attempt: int = 1
+    session: SessionInfo
+    op: TurnOp
+    batch: bool = False
+    close_after: bool = Field(
+        False,
+        description="destroy the session's sandbox right after this turn, without a "
+        "snapshot: a batch job's one-turn session (the scheduler closes the record)",
+    )
+
+
+class TurnOutcome(WireModel):
+    """The Celery result of one turn: a result, or an error body, never both."""
+
+    turn_id: str
+    node: str
+    ok: bool
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    snapshot: str | None = None
+    timings: dict[str, float] = Field(default_factory=dict)

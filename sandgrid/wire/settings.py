@@ -1,0 +1,160 @@
+"""Settings of the grid, read once per process from ``SANDGRID_*`` variables.
+
+Nested fields use ``__``: ``SANDGRID_MINIO__ENDPOINT=127.0.0.1:9000``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["MinioSettings", "Settings", "SnapshotSettings", "WorkerSettings", "get_settings"]
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_MINIO_ENDPOINT = "127.0.0.1:9000"
+DEFAULT_LEASE_TTL_S = 15.0
+DEFAULT_HEARTBEAT_S = 3.0
+DEFAULT_VISIBILITY_TIMEOUT_S = 3900
+DEFAULT_IDLE_TTL_S = 300.0
+DEFAULT_REAP_INTERVAL_S = 5.0
+DEFAULT_SNAPSHOT_GC_INTERVAL_S = 600.0
+DEFAULT_SNAPSHOT_KEEP = 5
+DEFAULT_SNAPSHOT_GC_GRACE_S = 3600.0
+DEFAULT_SNAPSHOT_MAX_FILES = 100_000
+DEFAULT_SNAPSHOT_MAX_BYTES = 4 << 30
+DEFAULT_SNAPSHOT_THREADS = 16
+DEFAULT_API_HOST = "127.0.0.1"
+DEFAULT_API_PORT = 8700
+DEFAULT_MAX_BODY_BYTES = 64 << 20
+DEFAULT_RESULT_EXPIRES_S = 3600
+DEFAULT_TURN_MARGIN_S = 30.0
+DEFAULT_API_THREADS = 256
+DEFAULT_AUTH_CACHE_S = 5.0
+DEFAULT_LOST_CHECK_S = 0.25
+DEFAULT_CLOSED_TTL_S = 86400.0
+DEFAULT_BATCH_TTL_S = 7 * 86400.0
+
+
+class MinioSettings(BaseModel):
+    endpoint: str = Field(DEFAULT_MINIO_ENDPOINT, description="SANDGRID_MINIO__ENDPOINT")
+    access_key: str = Field("sandgrid", description="SANDGRID_MINIO__ACCESS_KEY")
+    secret_key: str = Field("sandgrid-secret", description="SANDGRID_MINIO__SECRET_KEY")
+    bucket: str = Field("sandgrid-snapshots", description="SANDGRID_MINIO__BUCKET")
+    secure: bool = Field(False, description="SANDGRID_MINIO__SECURE")
+
+
+class SnapshotSettings(BaseModel):
+    """Retention, garbage collection and limits of the workspace snapshot store."""
+
+    keep: int = Field(
+        DEFAULT_SNAPSHOT_KEEP, ge=1, description="SANDGRID_WORKER__SNAPSHOTS__KEEP per session"
+    )
+    gc_grace_s: float = Field(
+        DEFAULT_SNAPSHOT_GC_GRACE_S,
+        ge=60,
+        description="SANDGRID_WORKER__SNAPSHOTS__GC_GRACE_S: younger unreferenced blobs are kept",
+    )
+    max_files: int = Field(
+        DEFAULT_SNAPSHOT_MAX_FILES, ge=1, description="SANDGRID_WORKER__SNAPSHOTS__MAX_FILES"
+    )
+    max_bytes: int = Field(
+        DEFAULT_SNAPSHOT_MAX_BYTES, ge=1, description="SANDGRID_WORKER__SNAPSHOTS__MAX_BYTES"
+    )
+    gc_interval_s: float = Field(
+        DEFAULT_SNAPSHOT_GC_INTERVAL_S,
+        gt=0,
+        description="SANDGRID_WORKER__SNAPSHOTS__GC_INTERVAL_S: each tenant a node served is "
+        "collected (closed sessions' snapshots, unreferenced blobs) at most this often, grid-wide",
+    )
+    threads: int = Field(
+        DEFAULT_SNAPSHOT_THREADS,
+        ge=1,
+        le=128,
+        description="SANDGRID_WORKER__SNAPSHOTS__THREADS: parallel blob transfers",
+    )
+
+
+class WorkerSettings(BaseModel):
+    node: str = Field("", description="SANDGRID_WORKER__NODE; default: the host name")
+    types: list[str] = Field(
+        default_factory=lambda: ["python"], description="SANDGRID_WORKER__TYPES"
+    )
+    pool_size: int = Field(
+        2, ge=0, description="SANDGRID_WORKER__POOL_SIZE warm containers per type"
+    )
+    idle_ttl_s: float = Field(
+        DEFAULT_IDLE_TTL_S,
+        gt=0,
+        description="SANDGRID_WORKER__IDLE_TTL_S: a session idle this long is snapshotted "
+        "(unless its policy is never) and its sandbox released; its next turn restores it",
+    )
+    reap_interval_s: float = Field(
+        DEFAULT_REAP_INTERVAL_S,
+        gt=0,
+        description="SANDGRID_WORKER__REAP_INTERVAL_S: how often the reaper looks for idle "
+        "sessions, orphan containers and snapshot collection due",
+    )
+    snapshot_store: str = Field("minio", description="SANDGRID_WORKER__SNAPSHOT_STORE: minio|local")
+    local_snapshot_dir: Path = Field(
+        Path("/var/lib/sandgrid/snapshots"), description="SANDGRID_WORKER__LOCAL_SNAPSHOT_DIR"
+    )
+    agent_path: Path | None = Field(
+        None, description="SANDGRID_WORKER__AGENT_PATH: the agent file as the engine's host sees it"
+    )
+    snapshots: SnapshotSettings = Field(default_factory=SnapshotSettings)
+
+
+class Settings(BaseSettings):
+    """One settings object per process (see ``get_settings``)."""
+
+    model_config = SettingsConfigDict(env_prefix="SANDGRID_", env_nested_delimiter="__")
+
+    redis_url: str = Field(DEFAULT_REDIS_URL, description="SANDGRID_REDIS_URL")
+    tenants_file: Path | None = Field(None, description="SANDGRID_TENANTS_FILE (JSON)")
+    lease_ttl_s: float = Field(DEFAULT_LEASE_TTL_S, description="SANDGRID_LEASE_TTL_S")
+    heartbeat_s: float = Field(DEFAULT_HEARTBEAT_S, description="SANDGRID_HEARTBEAT_S")
+    visibility_timeout_s: int = Field(
+        DEFAULT_VISIBILITY_TIMEOUT_S, description="SANDGRID_VISIBILITY_TIMEOUT_S"
+    )
+    queue_depth_limit: int = Field(500, description="SANDGRID_QUEUE_DEPTH_LIMIT (429 above)")
+    api_host: str = Field(DEFAULT_API_HOST, description="SANDGRID_API_HOST (sandgrid serve)")
+    api_port: int = Field(DEFAULT_API_PORT, description="SANDGRID_API_PORT (sandgrid serve)")
+    api_threads: int = Field(
+        DEFAULT_API_THREADS, ge=4, description="SANDGRID_API_THREADS: turns waited on at once"
+    )
+    max_body_bytes: int = Field(
+        DEFAULT_MAX_BODY_BYTES, ge=1024, description="SANDGRID_MAX_BODY_BYTES (413 above)"
+    )
+    result_expires_s: int = Field(
+        DEFAULT_RESULT_EXPIRES_S, description="SANDGRID_RESULT_EXPIRES_S: Celery results kept"
+    )
+    turn_margin_s: float = Field(
+        DEFAULT_TURN_MARGIN_S,
+        description="SANDGRID_TURN_MARGIN_S: extra wait (queue, restore, snapshot)",
+    )
+    lost_check_s: float = Field(
+        DEFAULT_LOST_CHECK_S,
+        gt=0,
+        description="SANDGRID_LOST_CHECK_S: how often a waiting turn checks its worker's heartbeat",
+    )
+    auth_cache_s: float = Field(
+        DEFAULT_AUTH_CACHE_S, ge=0, description="SANDGRID_AUTH_CACHE_S: token lookups cached"
+    )
+    closed_ttl_s: float = Field(
+        DEFAULT_CLOSED_TTL_S, description="SANDGRID_CLOSED_TTL_S: closed session records kept"
+    )
+    batch_ttl_s: float = Field(
+        DEFAULT_BATCH_TTL_S, gt=0, description="SANDGRID_BATCH_TTL_S: batch records kept"
+    )
+    image_prefix: str = Field("sandgrid/sandbox-", description="SANDGRID_IMAGE_PREFIX")
+    minio: MinioSettings = Field(default_factory=MinioSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once from the environment."""
+    return Settings()

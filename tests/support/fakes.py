@@ -1,0 +1,172 @@
+"""A fake worker and an in-process grid for API tests: a ``Dispatcher`` that runs turns in-process.
+
+It behaves like a real node as far as the scheduler can see: it heartbeats,
+claims the turn, takes the session's lease, records the turn, and answers with a
+``TurnOutcome`` whose result has the shape the real worker returns.
+"""
+
+from __future__ import annotations
+
+import base64
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from sandgrid.client import Client
+from sandgrid.errors import SandboxLost
+from sandgrid.wire.jobs import (
+    CloseOp,
+    DeleteOp,
+    ExecOp,
+    ForkOp,
+    ListOp,
+    ReadOp,
+    TarDownloadOp,
+    TarUploadOp,
+    TurnJob,
+    TurnOutcome,
+    WriteOp,
+)
+from sandgrid.wire.settings import Settings
+from scheduler.api import create_app
+from scheduler.api.deps import Services
+from scheduler.registry.sessions import SessionRegistry
+from scheduler.tenants import TenantLimits, TenantStore
+
+
+class FakeWorker:
+    """Runs each job when the scheduler waits for it.
+
+    Attributes:
+        sent: every (job, queue) sent, in order.
+        hold: when set to an Event, outcomes wait for it (turns stay in flight).
+        node: the node name it claims turns and leases as.
+        silent: never answer (the node "dies" after claiming).
+    """
+
+    def __init__(self, registry: SessionRegistry, node: str = "fake-1") -> None:
+        self.registry = registry
+        self.node = node
+        self.sent: list[tuple[TurnJob, str]] = []
+        self.hold: threading.Event | None = None
+        self.silent = False
+        self.files: dict[tuple[str, str], str] = {}
+        self._done: dict[str, TurnOutcome] = {}
+        self._lock = threading.Lock()
+
+    def send(self, job: TurnJob, queue: str, *, expires: float) -> TurnJob:
+        with self._lock:
+            self.sent.append((job, queue))
+        return job
+
+    def wait(self, job: TurnJob, timeout: float) -> TurnOutcome | None:
+        if self.silent:
+            self.registry.claim_turn(job.turn_id, self.node, job.attempt)
+            threading.Event().wait(timeout)
+            return None
+        if self.hold is not None and not self.hold.wait(timeout):
+            return None
+        with self._lock:
+            if job.turn_id not in self._done:
+                self._done[job.turn_id] = self.run(job)
+            return self._done[job.turn_id]
+
+    def forget(self, handle: Any) -> None:
+        pass
+
+    def run(self, job: TurnJob) -> TurnOutcome:
+        self.registry.heartbeat(self.node, 30)
+        assert self.registry.claim_turn(job.turn_id, self.node, job.attempt)
+        assert self.registry.acquire_lease(job.session.id, self.node)
+        try:
+            result = self._apply(job)
+        except SandboxLost as exc:
+            return TurnOutcome(
+                turn_id=job.turn_id, node=self.node, ok=False, error=exc.to_body()["error"]
+            )
+        if not isinstance(job.op, CloseOp | ForkOp):
+            self.registry.record_turn(job.session.id, snapshot=f"snap-{job.turn_id}")
+        timings = {"worker_ms": 2.0, "sandbox_ms": 1.0}
+        return TurnOutcome(
+            turn_id=job.turn_id, node=self.node, ok=True, result=result, timings=timings
+        )
+
+    def _apply(self, job: TurnJob) -> dict[str, Any]:
+        op, sid = job.op, job.session.id
+        if isinstance(op, ExecOp):
+            req = op.request
+            if req.argv == ["crash"]:
+                raise SandboxLost("the sandbox agent's channel broke", operation="exec")
+            out = " ".join(req.argv) if req.argv else (req.shell or req.python or "")
+            code = 3 if req.argv and req.argv[0] == "false" else 0
+            return {"exit_code": code, "stdout": out + "\n", "duration_ms": 1.0, "node": self.node}
+        if isinstance(op, WriteOp):
+            for f in op.files:
+                raw = f.content
+                self.files[(sid, f.path)] = (
+                    base64.b64decode(raw).decode() if f.encoding == "base64" else raw
+                )
+            return {"written": len(op.files)}
+        if isinstance(op, ReadOp):
+            content = self.files[(sid, op.path)]
+            return {"path": op.path, "content": content, "encoding": "utf-8", "size": len(content)}
+        if isinstance(op, ListOp):
+            entries = [{"path": p, "type": "file"} for (s, p) in self.files if s == sid]
+            return {"entries": entries}
+        if isinstance(op, DeleteOp):
+            return {"deleted": int(self.files.pop((sid, op.path), None) is not None)}
+        if isinstance(op, TarUploadOp):
+            self.files[(sid, "tar")] = op.data_b64
+            return {"files": 1}
+        if isinstance(op, ForkOp):  # the store copies the source's latest snapshot
+            for (owner, path), content in list(self.files.items()):
+                if owner == op.source:
+                    self.files[(sid, path)] = content
+            self.registry.update(sid, snapshot=f"fork-of-{op.source}", last_turn=job.turn_id)
+            return {"snapshot": f"fork-of-{op.source}", "forked_from": op.source}
+        if isinstance(op, TarDownloadOp):
+            return {"data_b64": self.files.get((sid, "tar"), base64.b64encode(b"").decode())}
+        return {"closed": True}
+
+
+@dataclass
+class Grid:
+    """An in-process API with a fake worker and two tenants."""
+
+    app: FastAPI
+    http: TestClient
+    services: Services
+    worker: FakeWorker
+    token_a: str
+    token_b: str
+
+    def client(self, token: str | None = None) -> Client:
+        """An SDK client speaking to the in-process app."""
+        return Client(
+            "http://testserver",
+            self.token_a if token is None else token,
+            transport=self.http._transport,
+        )
+
+    def headers(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token_a if token is None else token}"}
+
+    def add_tenant(self, name: str, **limits: object) -> str:
+        return self.services.tenants.add(name, TenantLimits.model_validate(limits))
+
+
+def make_grid(client: redis.Redis[str], settings: Settings) -> Iterator[Grid]:
+    services = Services.build(settings, dispatcher=None, client=client)
+    worker = FakeWorker(services.registry)
+    services.runner.dispatcher = worker
+    store = TenantStore(client, cache_s=0)
+    token_a = store.add("acme")
+    token_b = store.add("globex")
+    app = create_app(settings, services=services)
+    with TestClient(app, raise_server_exceptions=False) as http:
+        yield Grid(app, http, services, worker, token_a, token_b)

@@ -1,0 +1,296 @@
+"""Retention, garbage collection and fork of the snapshot store (local backend)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandgrid.errors import InvalidInput, NotFound, SnapshotError
+from tests.support.sandbox_trees import new_sandbox
+from worker.snapshots import HostDirBackend, LocalStore, SnapshotRef, restore_sandbox
+from worker.snapshots import snapshot_sandbox as _snapshot_sandbox
+from worker.snapshots.pointer import StoreConflict
+from worker.snapshots.transfer import plan, put_blob
+
+TENANT = "acme"
+GRACE = 600.0
+LATER = 3 * GRACE  # seconds after which every unreferenced blob is old enough
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[LocalStore]:
+    s = LocalStore(tmp_path / "store", keep=2, gc_grace_s=GRACE, threads=2, small_file_bytes=1024)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def sbx(tmp_path: Path) -> Path:
+    return new_sandbox(tmp_path, "sbx")
+
+
+def put(sbx: Path, name: str, data: bytes) -> None:
+    (sbx / "workspace" / name).write_bytes(data)
+
+
+def take(sbx: Path, store: LocalStore, session: str = "s1", tenant: str = TENANT) -> SnapshotRef:
+    ref = _snapshot_sandbox(HostDirBackend(), sbx, store, tenant, session, None)
+    assert ref is not None
+    return ref
+
+
+def blobs(store: LocalStore, tenant: str = TENANT) -> set[str]:
+    d = store.root / "t" / tenant / "blobs"
+    return {p.name for p in d.iterdir()} if d.exists() else set()
+
+
+def manifests(store: LocalStore, session: str = "s1") -> set[str]:
+    d = store.root / "t" / TENANT / "s" / session / "snap"
+    return {p.stem for p in d.iterdir()}
+
+
+def age(store: LocalStore, seconds: float) -> None:
+    """Make every object of the store look ``seconds`` older."""
+    for p in store.root.rglob("*"):
+        if p.is_file():
+            st = p.stat()
+            os.utime(p, (st.st_atime - seconds, st.st_mtime - seconds))
+
+
+# ---- retention ----------------------------------------------------------------------
+
+
+def test_retention_keeps_the_last_k_snapshots(sbx: Path, store: LocalStore) -> None:
+    refs = []
+    for i in range(5):
+        put(sbx, "f", b"version %d" % i)
+        refs.append(take(sbx, store))
+    kept = store.snapshots(TENANT, "s1")
+    assert [r.name for r in kept] == [r.name for r in refs[-2:]]
+    # the last two are differences from the first, which stays while they need it
+    assert {store.load(TENANT, "s1", r).base for r in kept} == {refs[0].name}
+    store.settle()
+    assert manifests(store) == {r.name for r in [refs[0], *refs[-2:]]}
+    assert store.latest(TENANT, "s1") == refs[-1]
+    with pytest.raises(NotFound):
+        store.load(TENANT, "s1", refs[1].name)
+
+
+def test_retention_drops_a_base_no_kept_snapshot_needs(sbx: Path, store: LocalStore) -> None:
+    put(sbx, "f", b"first")
+    first = take(sbx, store)
+    for i in range(80):  # a difference larger than MIN_DELTA entries: stored full
+        put(sbx, f"g{i:03d}", b"x")
+    full = take(sbx, store)
+    assert store.load(TENANT, "s1", full).base is None
+    put(sbx, "f", b"second")
+    last = take(sbx, store)
+    assert store.load(TENANT, "s1", last).base == full.name
+    store.settle()
+    assert manifests(store) == {full.name, last.name}
+    with pytest.raises(NotFound):
+        store.load(TENANT, "s1", first.name)
+
+
+# ---- garbage collection -------------------------------------------------------------
+
+
+def test_gc_collects_only_old_unreferenced_blobs(
+    tmp_path: Path, sbx: Path, store: LocalStore
+) -> None:
+    for i in range(4):
+        put(sbx, "big", os.urandom(4096) + bytes([i]))
+        take(sbx, store)
+    assert len(blobs(store)) == 4
+    # retained: the last two snapshots and the full manifest they differ from
+    report = store.gc(TENANT)
+    assert report.blobs_deleted == 0 and report.blobs_young == 1  # too young to go
+    report = store.gc(TENANT, now=time.time() + LATER)
+    assert report.blobs_deleted == 1 and report.blobs_referenced == 3
+    assert len(blobs(store)) == 3
+    dst = new_sandbox(tmp_path, "dst")
+    restore_sandbox(HostDirBackend(), dst, store, TENANT, "s1", None)
+    assert (dst / "workspace/big").read_bytes() == (sbx / "workspace/big").read_bytes()
+
+
+def test_gc_keeps_the_blobs_of_a_snapshot_in_flight(sbx: Path, store: LocalStore) -> None:
+    put(sbx, "a", os.urandom(5000))
+    take(sbx, store)
+    age(store, LATER)
+    put(sbx, "b", os.urandom(5000))
+    scan = HostDirBackend().scan(sbx, ["/workspace", "/home/sandbox"])
+    draft = store.prepare(TENANT, "s1", scan, None)
+    assert draft is not None
+    contents = {e.sha256 or "": (sbx / e.path[1:]).read_bytes() for e in draft.need.values()}
+    for blob, group in plan(store, draft):  # blobs stored, manifest not yet written
+        put_blob(store, TENANT, blob, group, contents)
+    report = store.gc(TENANT)
+    assert report.blobs_deleted == 0
+    ref = store.commit(draft, contents)
+    assert store.load(TENANT, "s1", ref).hash == ref.hash
+
+
+def test_gc_removes_old_stray_manifests_but_not_young_ones(sbx: Path, store: LocalStore) -> None:
+    put(sbx, "a", b"a")
+    ref = take(sbx, store)
+    snap_dir = store.root / "t" / TENANT / "s" / "s1" / "snap"
+    stray = snap_dir / "000000000009-00000000dead.json"  # as if a commit died before its pointer
+    stray.write_bytes((snap_dir / f"{ref.name}.json").read_bytes())
+    assert store.gc(TENANT).manifests_deleted == 0  # young: maybe a commit in flight
+    age(store, LATER)
+    assert store.gc(TENANT).manifests_deleted == 1
+    assert not stray.exists()
+
+
+def test_gc_never_touches_another_tenant(tmp_path: Path, sbx: Path, store: LocalStore) -> None:
+    put(sbx, "a", os.urandom(3000))
+    take(sbx, store)
+    store.delete_session(TENANT, "s1")
+    other = new_sandbox(tmp_path, "other")
+    put(other, "a", os.urandom(3000))
+    take(other, store, tenant="globex")
+    age(store, LATER)
+    assert store.gc("globex").blobs_deleted == 0
+    assert len(blobs(store)) == 1
+    assert store.gc(TENANT).blobs_deleted == 1
+    assert blobs(store) == set() and len(blobs(store, "globex")) == 1
+
+
+def test_gc_stops_on_an_unreadable_retained_manifest(sbx: Path, store: LocalStore) -> None:
+    put(sbx, "a", b"a")
+    ref = take(sbx, store)
+    (store.root / "t" / TENANT / "s" / "s1" / "snap" / f"{ref.name}.json").write_bytes(b"Zjunk")
+    age(store, LATER)
+    with pytest.raises(SnapshotError, match="unreadable"):
+        store.gc(TENANT)
+    assert len(blobs(store)) == 1
+
+
+def test_gc_forgets_deleted_blobs_in_this_process(sbx: Path, store: LocalStore) -> None:
+    data = os.urandom(5000)
+    put(sbx, "a", data)
+    take(sbx, store)
+    store.delete_session(TENANT, "s1")
+    age(store, LATER)
+    store.gc(TENANT)
+    put(sbx, "a", data)  # same content again: must be uploaded again, not "known"
+    ref = take(sbx, store, session="s2")
+    assert ref.stats["uploaded_blobs"] == 1
+    assert len(blobs(store)) == 1
+
+
+def test_stale_memory_is_not_trusted(sbx: Path, store: LocalStore) -> None:
+    """A blob remembered (or found by a HEAD) but older than half the grace is uploaded
+    again: gc may be about to delete it."""
+    data = os.urandom(5000)
+    put(sbx, "a", data)
+    take(sbx, store)
+    age(store, GRACE)
+    for key, known in list(store.known._items.items()):
+        store.known._items[key] = known._replace(stamp=known.stamp - GRACE)
+    put(sbx, "b", data)
+    ref = take(sbx, store, session="s2")
+    assert ref.stats["uploaded_blobs"] == 1
+
+
+# ---- fork ---------------------------------------------------------------------------
+
+
+def test_fork_shares_blobs_and_then_diverges(tmp_path: Path, sbx: Path, store: LocalStore) -> None:
+    put(sbx, "a", os.urandom(4000))
+    put(sbx, "b", b"small")
+    src = take(sbx, store)
+    before = blobs(store)
+    ref = store.fork(TENANT, "s1", "s2")
+    assert blobs(store) == before
+    assert ref.session_id == "s2" and ref.seq == 1 and ref.hash == src.hash
+    assert ref.manifest is not None and ref.manifest.parent == f"s1/{src.name}"
+    dst = new_sandbox(tmp_path, "dst")
+    manifest = restore_sandbox(HostDirBackend(), dst, store, TENANT, "s2", ref)
+    put(dst, "b", b"changed in the fork")
+    assert _snapshot_sandbox(HostDirBackend(), dst, store, TENANT, "s2", manifest) is not None
+    assert store.load(TENANT, "s1").hash == src.hash
+    assert store.load(TENANT, "s2").hash != src.hash
+
+
+def test_fork_refusals(sbx: Path, store: LocalStore) -> None:
+    with pytest.raises(NotFound):
+        store.fork(TENANT, "s1", "s2")
+    put(sbx, "a", b"a")
+    take(sbx, store)
+    store.fork(TENANT, "s1", "s2")
+    with pytest.raises(InvalidInput, match="already has snapshots"):
+        store.fork(TENANT, "s1", "s2")
+    with pytest.raises(InvalidInput):
+        store.fork(TENANT, "s1", "s1")
+    with pytest.raises(InvalidInput):
+        store.fork(TENANT, "s1", "../s3")
+
+
+def test_fork_survives_gc_of_the_source(tmp_path: Path, sbx: Path, store: LocalStore) -> None:
+    put(sbx, "a", os.urandom(4000))
+    take(sbx, store)
+    store.fork(TENANT, "s1", "s2")
+    store.delete_session(TENANT, "s1")
+    age(store, LATER)
+    assert store.gc(TENANT).blobs_deleted == 0
+    restore_sandbox(HostDirBackend(), new_sandbox(tmp_path, "dst"), store, TENANT, "s2", None)
+
+
+def test_delete_session_forgets_its_snapshots(sbx: Path, store: LocalStore) -> None:
+    put(sbx, "a", b"a")
+    take(sbx, store)
+    put(sbx, "a", b"b")
+    take(sbx, store)
+    assert store.delete_session(TENANT, "s1") == 2
+    assert store.snapshots(TENANT, "s1") == []
+    with pytest.raises(NotFound):
+        store.load(TENANT, "s1")
+
+
+# ---- the pointer's conditional write --------------------------------------------------
+
+
+class LostReply(LocalStore):
+    """A store whose first conditional write lands but answers as a conflict, as a
+    retried PUT does when the first reply was lost on the way."""
+
+    lost = False
+
+    def _put_if(self, key: str, data: bytes, tag: str | None) -> None:
+        super()._put_if(key, data, tag)
+        if not self.lost:
+            self.lost = True
+            raise StoreConflict(key)
+
+
+def test_a_pointer_write_that_landed_is_not_reported_as_a_conflict(
+    tmp_path: Path, sbx: Path
+) -> None:
+    store = LostReply(tmp_path / "lost", keep=2, gc_grace_s=GRACE)
+    put(sbx, "a", b"1")
+    ref = take(sbx, store)
+    assert store.lost and store.latest(TENANT, "s1") == ref
+    store.close()
+
+
+def test_a_fork_never_lands_on_a_session_with_snapshots(
+    sbx: Path, store: LocalStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    put(sbx, "a", b"1")
+    take(sbx, store, "src")
+    real = store._read_pointer
+
+    def racing(tenant: str, session: str) -> list[tuple[str, str]]:
+        history = real(tenant, session)
+        if session == "dst" and not history:  # dst gets a snapshot right after the check
+            take(sbx, store, "dst")
+        return history
+
+    monkeypatch.setattr(store, "_read_pointer", racing)
+    with pytest.raises(SnapshotError, match="snapshotted elsewhere"):
+        store.fork(TENANT, "src", "dst")

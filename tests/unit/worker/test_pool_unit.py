@@ -1,0 +1,116 @@
+"""The warm pool's bookkeeping with a fake backend: hits, misses, one session each, threads."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any
+
+import pytest
+
+from sandgrid.errors import CapacityError, SandboxLost
+from sandgrid.models import Quotas
+from worker.backends.base import Sandbox
+from worker.pool import WarmPool
+
+
+class FakeBackend:
+    """Just what the pool uses: create, ping, destroy."""
+
+    def __init__(self) -> None:
+        self.ids = itertools.count()
+        self.created: list[Sandbox] = []
+        self.destroyed: list[str] = []
+        self.dead: set[str] = set()
+        self.lock = threading.Lock()
+
+    def create(self, sandbox_type: str, quotas: Quotas, **kw: Any) -> Sandbox:
+        with self.lock:
+            sbx = Sandbox(f"c{next(self.ids)}", "n", sandbox_type, "fake", quotas, {})
+            self.created.append(sbx)
+        return sbx
+
+    def ping(self, sbx: Sandbox, timeout: float = 1.0) -> float:
+        if sbx.id in self.dead:
+            raise SandboxLost("gone")
+        return 0.1
+
+    def destroy(self, sbx: Sandbox) -> None:
+        with self.lock:
+            self.destroyed.append(sbx.id)
+        sbx.state = "destroyed"
+
+
+@pytest.fixture
+def fake() -> FakeBackend:
+    return FakeBackend()
+
+
+def make_pool(fake: FakeBackend, n: int = 2) -> WarmPool:
+    return WarmPool(lambda _t: fake, {"python": n})  # type: ignore[arg-type,return-value]
+
+
+def test_fill_hit_miss_release(fake: FakeBackend) -> None:
+    pool = make_pool(fake)
+    pool.fill()
+    assert pool.warm_count("python") == 2 and len(fake.created) == 2
+    a = pool.acquire("python", session_id="s1", tenant="t")
+    b = pool.acquire("python", session_id="s2", tenant="t")
+    c = pool.acquire("python", session_id="s3", tenant="t")
+    assert len({a.id, b.id, c.id}) == 3 and a.state == "leased" and c.session_id == "s3"
+    stats = pool.stats()["python"]
+    assert (stats["hits"], stats["misses"], stats["leased"]) == (2, 1, 3)
+    assert pool.container_ids() == {a.id, b.id, c.id}
+    pool.release(a)
+    assert a.state == "destroyed" and a.id in fake.destroyed and a.id not in pool.container_ids()
+    pool.close()
+    assert set(fake.destroyed) >= {a.id, b.id, c.id}
+
+
+def test_other_quotas_bypass_the_pool(fake: FakeBackend) -> None:
+    pool = make_pool(fake)
+    pool.fill()
+    sbx = pool.acquire("python", Quotas(memory_mb=999), session_id="s", tenant="t")
+    assert sbx.quotas.memory_mb == 999 and pool.warm_count("python") == 2
+    pool.close()
+
+
+def test_dead_warm_sandbox_is_destroyed_not_handed_out(fake: FakeBackend) -> None:
+    pool = make_pool(fake)
+    pool.fill()
+    first = pool._warm["python"][0]
+    fake.dead.add(first.id)
+    sbx = pool.acquire("python", session_id="s", tenant="t")
+    assert sbx.id != first.id and first.id in fake.destroyed and first.state == "destroyed"
+    assert pool.stats()["python"]["unhealthy"] == 1
+    pool.close()
+
+
+def test_threads_never_share_a_sandbox(fake: FakeBackend) -> None:
+    pool = make_pool(fake, n=5)
+    pool.start()
+    got: list[str] = []
+    lock = threading.Lock()
+
+    def lease(i: int) -> None:
+        for j in range(20):
+            sbx = pool.acquire("python", session_id=f"s{i}-{j}", tenant="t")
+            with lock:
+                got.append(sbx.id)
+            pool.release(sbx)
+
+    threads = [threading.Thread(target=lease, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 160 and len(set(got)) == 160
+    pool.close()
+    assert len(set(fake.destroyed)) == len(fake.created)
+
+
+def test_closed_pool_refuses(fake: FakeBackend) -> None:
+    pool = make_pool(fake)
+    pool.close()
+    with pytest.raises(CapacityError):
+        pool.acquire("python", session_id="s", tenant="t")

@@ -1,0 +1,73 @@
+"""Quotas become hardened Docker create arguments (no Docker needed)."""
+
+from __future__ import annotations
+
+from sandgrid.models import Quotas
+from worker.agent import AGENT_MOUNT, AGENT_PATH
+from worker.quotas import AGENT_CAPS, container_kwargs, sandbox_labels
+
+
+def kwargs(**quota: object) -> dict[str, object]:
+    labels = sandbox_labels(node="n1", sandbox_type="python", incarnation="inc")
+    return container_kwargs(
+        Quotas.model_validate(quota), image="img", name="c", labels=labels, runtime="runc"
+    )
+
+
+def test_hardened_by_default() -> None:
+    kw = kwargs()
+    hc = kw["host_config"]
+    assert isinstance(hc, dict)
+    assert hc["cap_drop"] == ["ALL"] and hc["cap_add"] == list(AGENT_CAPS)
+    assert set(AGENT_CAPS) == {"SETUID", "SETGID", "KILL"}
+    assert hc["security_opt"] == ["no-new-privileges"] and hc["read_only"] is True
+    assert hc["network_mode"] == "none" and hc["log_config"]["Type"] == "none"
+    assert kw["stdin_open"] is True and kw["detach"] is False and kw["tty"] is False
+    assert kw["command"] == ["python3", "-I", AGENT_MOUNT]
+    mount = hc["mounts"][0]
+    assert mount["Target"] == AGENT_MOUNT and mount["Source"] == str(AGENT_PATH)
+    assert mount["ReadOnly"] is True
+    assert AGENT_PATH.is_file()
+
+
+def test_limits_follow_quotas() -> None:
+    kw = kwargs(cpus=0.5, memory_mb=300, pids=99, workspace_mb=7, home_mb=5, tmp_mb=3, nofile=100,
+                fsize_mb=2)  # fmt: skip
+    hc = kw["host_config"]
+    assert isinstance(hc, dict)
+    assert hc["nano_cpus"] == 500_000_000 and hc["pids_limit"] == 99
+    assert hc["mem_limit"] == hc["memswap_limit"] == "300m"
+    ws = hc["tmpfs"]["/workspace"].split(",")
+    assert {"size=7m", "uid=1000", "gid=1000", "mode=0755", "nosuid", "nodev", "exec"} <= set(ws)
+    assert "size=5m" in hc["tmpfs"]["/home/sandbox"] and "size=3m" in hc["tmpfs"]["/tmp"]
+    limits = {u["Name"]: (u["Soft"], u["Hard"]) for u in hc["ulimits"]}
+    assert limits == {"nofile": (100, 100), "fsize": (2 << 20, 2 << 20), "core": (0, 0)}
+    assert kw["environment"] == {"SANDGRID_PIDS_MAX": "99"}
+
+
+def test_host_overrides_and_network() -> None:
+    labels = sandbox_labels(node="n", sandbox_type="python", incarnation="i")
+    kw = container_kwargs(Quotas(), image="i", name="c", labels=labels, runtime="runsc",
+                          network="sandnet", host_pids=999, host_memory_mb=1000)  # fmt: skip
+    hc = kw["host_config"]
+    assert isinstance(hc, dict)
+    assert hc["runtime"] == "runsc" and hc["network_mode"] == "sandnet"
+    assert hc["pids_limit"] == 999 and hc["mem_limit"] == "1000m"
+
+
+def test_labels_cannot_be_overridden() -> None:
+    labels = sandbox_labels(
+        node="n1", sandbox_type="python", incarnation="inc", session_id="s-1", tenant="t",
+        extra={"sandgrid.session": "forged", "team": "x"},
+    )  # fmt: skip
+    assert labels == {
+        "team": "x",
+        "sandgrid.managed": "1",
+        "sandgrid.worker": "n1",
+        "sandgrid.session": "s-1",
+        "sandgrid.tenant": "t",
+        "sandgrid.type": "python",
+        "sandgrid.incarnation": "inc",
+    }
+    empty = sandbox_labels(node="n1", sandbox_type="python", incarnation="inc")
+    assert empty["sandgrid.session"] == "" and empty["sandgrid.tenant"] == ""

@@ -1,0 +1,27 @@
+"""The data plane's command, plugged into ``sandgrid`` (entry points ``sandgrid.commands``).
+
+sandgrid worker --types python,python-gvisor --concurrency 4 --node w1
+"""
+
+from __future__ import annotations
+
+import socket
+
+import click
+
+from sandgrid.cli.helpers import readable_errors
+
+__all__ = ["worker"]
+
+
+@click.command()
+@click.option("--types", default="python", show_default=True, help="sandbox types, comma-separated")
+@click.option("--concurrency", type=int, default=4, show_default=True, help="turns at once")
+@click.option("--node", default=None, help="node name, unique in the grid [host name]")
+@readable_errors
+def worker(types: str, concurrency: int, node: str | None) -> None:
+    """Run a worker node consuming its direct queue and the types' shared queues."""
+    from worker.main import run_worker
+
+    names = [t.strip() for t in types.split(",") if t.strip()]
+    run_worker(types=names, concurrency=concurrency, node=node or socket.gethostname())
