@@ -69,10 +69,11 @@ class _Turn:
         return now
 
 
+@dataclass(frozen=True)
 class Executor:
     """Runs turns for the node.
 
-    Args:
+    Attributes:
         node: the node's name (it claims turns and holds leases as this name).
         ledger: the session ledger (turn claims, leases, records).
         sessions: the node's session table.
@@ -82,23 +83,13 @@ class Executor:
         backend_for: the backend of a sandbox type (it runs the op).
     """
 
-    def __init__(
-        self,
-        node: str,
-        ledger: SessionLedger,
-        sessions: SessionTable,
-        pool: SandboxPool,
-        persistence: Persistence,
-        residency: Residency,
-        backend_for: BackendFor,
-    ) -> None:
-        self.node = node
-        self.ledger = ledger
-        self.sessions = sessions
-        self.pool = pool
-        self.persistence = persistence
-        self.residency = residency
-        self.backend_for = backend_for
+    node: str
+    ledger: SessionLedger
+    sessions: SessionTable
+    pool: SandboxPool
+    persistence: Persistence
+    residency: Residency
+    backend_for: BackendFor
 
     # ---- the turn --------------------------------------------------------------
 

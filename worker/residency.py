@@ -9,6 +9,7 @@ node's drain all let sessions go; they do it here, so the order of the steps
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from sandgrid.errors import SandgridError
 from sandgrid.wire.ledger import SessionLedger
@@ -21,10 +22,11 @@ __all__ = ["Residency"]
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
 class Residency:
     """The sessions of one node, on their way out.
 
-    Args:
+    Attributes:
         node: the node's name (the holder of its leases).
         ledger: the session ledger (leases).
         sessions: the node's session table.
@@ -32,19 +34,11 @@ class Residency:
         persistence: the snapshot policy (saves on release).
     """
 
-    def __init__(
-        self,
-        node: str,
-        ledger: SessionLedger,
-        sessions: SessionTable,
-        pool: SandboxPool,
-        persistence: Persistence,
-    ) -> None:
-        self.node = node
-        self.ledger = ledger
-        self.sessions = sessions
-        self.pool = pool
-        self.persistence = persistence
+    node: str
+    ledger: SessionLedger
+    sessions: SessionTable
+    pool: SandboxPool
+    persistence: Persistence
 
     def release(
         self, local: LocalSession, *, snapshot: bool, keep_on_failure: bool = False
