@@ -21,13 +21,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from pathlib import Path
 from typing import Any, Protocol
 
 import redis
 
 from sandgrid.wire import names
 from sandgrid.wire.capacity import batch_limit
+from scheduler.registry import lua_source
 
 __all__ = [
     "BatchSlots",
@@ -39,7 +39,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_SLOT_SCRIPT = Path(__file__).parent / "registry" / "lua" / "turn_slot.lua"
 #: How long a probe of the workers is trusted (s).
 PROBE_TTL_S = 10.0
 #: How long a probe waits for the workers' replies (s).
@@ -166,7 +165,7 @@ class BatchSlots:
 
     def __init__(self, client: redis.Redis[str]) -> None:
         self.redis = client
-        self._take = client.register_script(_SLOT_SCRIPT.read_text())
+        self._take = client.register_script(lua_source("turn_slot"))
 
     def acquire(self, sandbox_type: str, slot: str, limit: int, ttl_s: float) -> bool:
         """Take a slot unless ``limit`` are taken; it lapses after ``ttl_s``."""

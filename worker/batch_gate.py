@@ -22,7 +22,8 @@ Where the worker calls it (``worker/tasks.py``, the task body)::
 
     @app.task(name=names.TASK_TURN, acks_late=True, ignore_result=False)
     def turn(job: dict[str, Any]) -> dict[str, Any]:
-        outcome = run_turn(get_node(), TurnJob.model_validate(job))
+        node = get_node()
+        outcome = run_turn(node.executor, node.residency, TurnJob.model_validate(job))
         return outcome.model_dump(mode="json")
 
 The node's thread count is read from Celery's ``worker_init`` signal (connected
@@ -35,7 +36,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from celery import signals
 from celery.exceptions import Reject
@@ -43,7 +44,7 @@ from celery.exceptions import Reject
 from sandgrid.wire.capacity import batch_limit
 from sandgrid.wire.jobs import TurnJob, TurnOutcome
 
-__all__ = ["BatchGate", "close_local", "configure", "gate", "run_turn"]
+__all__ = ["BatchGate", "SessionCloser", "TurnRunner", "configure", "gate", "run_turn"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,18 @@ DEFAULT_CONCURRENCY = 4
 #: it: ~200 rejections/s) at the cost of at most this delay for an interactive
 #: message arriving meanwhile.
 REJECT_PAUSE_S = 0.025
+
+
+class TurnRunner(Protocol):
+    """Runs one turn (``worker.executor.Executor``)."""
+
+    def run(self, job: TurnJob) -> TurnOutcome: ...
+
+
+class SessionCloser(Protocol):
+    """Lets a session go from this node (``worker.residency.Residency``)."""
+
+    def close(self, session_id: str) -> None: ...
 
 
 class BatchGate:
@@ -101,14 +114,19 @@ def configure(concurrency: int) -> None:
 
 
 @signals.worker_init.connect(weak=False)
-def _on_worker_init(sender: Any = None, **_: Any) -> None:
+def _on_worker_init(sender: object = None, **_: Any) -> None:
     concurrency = getattr(sender, "concurrency", None)
     if isinstance(concurrency, int) and concurrency > 0:
         configure(concurrency)
 
 
-def run_turn(node: Any, job: TurnJob) -> TurnOutcome:
+def run_turn(executor: TurnRunner, closer: SessionCloser, job: TurnJob) -> TurnOutcome:
     """Run one turn through the gate (the body of the Celery task).
+
+    Args:
+        executor: runs the turn.
+        closer: destroys a one-turn session's sandbox after it (``close_after``).
+        job: the turn.
 
     Raises:
         Reject: a batch turn while the node's batch threads are all busy; Celery
@@ -118,21 +136,9 @@ def run_turn(node: Any, job: TurnJob) -> TurnOutcome:
         time.sleep(REJECT_PAUSE_S)
         raise Reject(f"batch gate full ({gate.limit} batch turns running)", requeue=True)
     try:
-        outcome: TurnOutcome = node.executor.run(job)
+        outcome = executor.run(job)
     finally:
         gate.leave(job)
     if job.close_after:
-        close_local(node, job.session.id)
+        closer.close(job.session.id)
     return outcome
-
-
-def close_local(node: Any, session_id: str) -> None:
-    """Destroy the session's sandbox on this node now (no snapshot) and release its
-    lease; nothing to do when the node does not hold it (already closed)."""
-    local = node.sessions.get(session_id)
-    if local is None:
-        return
-    try:
-        node.discard(local)
-    except Exception:
-        log.exception("session %s: close after the turn failed", session_id)

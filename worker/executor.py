@@ -40,11 +40,16 @@ from sandgrid.wire.jobs import (
     TarDownloadOp,
     TarUploadOp,
     TurnJob,
+    TurnOp,
     TurnOutcome,
     WriteOp,
 )
-from worker.persistence import MUTATING_OPS, not_saved
-from worker.session_table import LocalSession
+from sandgrid.wire.ledger import SessionLedger
+from worker.backends.base import Sandbox, SandboxBackend
+from worker.persistence import MUTATING_OPS, Persistence, not_saved
+from worker.pool import BackendFor, SandboxPool
+from worker.residency import Residency
+from worker.session_table import LocalSession, SessionTable
 
 __all__ = ["MUTATING_OPS", "Executor"]
 
@@ -64,24 +69,35 @@ class _Turn:
         return now
 
 
+@dataclass(frozen=True)
 class Executor:
     """Runs turns for the node.
 
-    Args:
-        node: the node context (``worker.node.Node``): registry, pool,
-            backends, snapshot store, session table, node name.
+    Attributes:
+        node: the node's name (it claims turns and holds leases as this name).
+        ledger: the session ledger (turn claims, leases, records).
+        sessions: the node's session table.
+        pool: where a session's sandbox comes from.
+        persistence: the snapshot policy (restore, save around a turn, fork, forget).
+        residency: how a session leaves the node (a lost sandbox, a close).
+        backend_for: the backend of a sandbox type (it runs the op).
     """
 
-    def __init__(self, node: Any) -> None:
-        self.node = node
+    node: str
+    ledger: SessionLedger
+    sessions: SessionTable
+    pool: SandboxPool
+    persistence: Persistence
+    residency: Residency
+    backend_for: BackendFor
 
     # ---- the turn --------------------------------------------------------------
 
     def run(self, job: TurnJob) -> TurnOutcome:
         """Run one turn and report it; never raises for a turn's own failure."""
         turn = _Turn(time.perf_counter(), {})
-        name = self.node.name
-        if not self.node.registry.claim_turn(job.turn_id, name, job.attempt):
+        name = self.node
+        if not self.ledger.claim_turn(job.turn_id, name, job.attempt):
             log.info("turn %s: already claimed, abandoned or done; skipped", job.turn_id)
             err = InfrastructureError(
                 "turn was abandoned or already ran", code=ErrorCode.WORKER_LOST
@@ -118,11 +134,11 @@ class Executor:
         local = self._session_for(job, turn)
         with local.lock:
             t = time.perf_counter()
-            self.node.persistence.before_turn(local, job.op.kind)
+            self.persistence.before_turn(local, job.op.kind)
             result = self._apply(local, job)
             t = turn.mark("sandbox_ms", t)
             try:
-                self.node.persistence.after_turn(local, job.op.kind)
+                self.persistence.after_turn(local, job.op.kind)
             except SandgridError as exc:
                 self._record(job, local)
                 raise not_saved(exc, job, result) from exc
@@ -133,22 +149,21 @@ class Executor:
 
     def _control(self, job: TurnJob) -> dict[str, Any]:
         """A fork (copy a snapshot) or a close (destroy the sandbox, delete snapshots)."""
-        node, info = self.node, job.session
+        info = job.session
         if isinstance(job.op, ForkOp):
-            result: dict[str, Any] = node.persistence.fork(job)
-            return result
-        local: LocalSession | None = node.sessions.get(info.id)
+            return self.persistence.fork(job)
+        local = self.sessions.get(info.id)
         if local is not None:
             with local.lock:
-                node.discard(local)
-        deleted = node.persistence.forget(info.tenant, info.id)
+                self.residency.discard(local)
+        deleted = self.persistence.forget(info.tenant, info.id)
         return {"closed": True, "snapshots_deleted": deleted}
 
     def _failed(self, job: TurnJob, exc: SandgridError, turn: _Turn) -> TurnOutcome:
         turn.mark("worker_ms", turn.started)
         body = exc.to_body()["error"]
         return TurnOutcome(
-            turn_id=job.turn_id, node=self.node.name, ok=False, error=body, timings=turn.marks
+            turn_id=job.turn_id, node=self.node, ok=False, error=body, timings=turn.marks
         )
 
     # ---- the session's sandbox ----------------------------------------------------
@@ -157,15 +172,15 @@ class Executor:
         """The local sandbox of the session: here already, or leased and restored."""
         sid, node = job.session.id, self.node
         t = time.perf_counter()
-        local: LocalSession | None = node.sessions.get(sid)
+        local = self.sessions.get(sid)
         if local is not None and local.sandbox.state not in ("lost", "error", "destroyed"):
             # Ours already: the heartbeat renews the lease and drops the session
             # here if the lease was ever lost, so no round trip on the hot path.
             return local
         if local is not None:  # its sandbox was lost: start again from the snapshot
-            node.discard(local)
-        if not node.registry.acquire_lease(sid, node.name):
-            owner = node.registry.lease_owner(sid)
+            self.residency.discard(local)
+        if not self.ledger.acquire_lease(sid, node):
+            owner = self.ledger.lease_owner(sid)
             raise Conflict(
                 f"session {sid} is held by node {owner}",
                 code=ErrorCode.SESSION_BUSY,
@@ -175,22 +190,21 @@ class Executor:
             )
         t = turn.mark("lease_ms", t)
         try:
-            info = node.registry.get_any(sid) or job.session
+            info = self.ledger.get_any(sid) or job.session
             if info.state == "closed":
                 raise Conflict(
                     f"session {sid} is closed", code=ErrorCode.SESSION_CLOSED, operation="turn"
                 )
             local = self._materialise(info)
         except BaseException:  # no sandbox here: leave the session free for any node
-            node.registry.release_lease(sid, node.name)
+            self.ledger.release_lease(sid, node)
             raise
         turn.mark("acquire_ms", t)
         return local
 
     def _materialise(self, info: SessionInfo) -> LocalSession:
         """Take a warm sandbox for the session and restore its latest snapshot."""
-        node = self.node
-        sbx = node.pool.acquire(info.type, info.quotas, session_id=info.id, tenant=info.tenant)
+        sbx = self.pool.acquire(info.type, info.quotas, session_id=info.id, tenant=info.tenant)
         local = LocalSession(
             session_id=info.id,
             tenant=info.tenant,
@@ -200,38 +214,40 @@ class Executor:
         )
         try:
             if info.snapshot:
-                local.manifest = node.restore(sbx, info.tenant, info.id, info.snapshot)
+                local.manifest = self.persistence.restore(sbx, info.tenant, info.id, info.snapshot)
                 local.snapshot = info.snapshot
         except BaseException:
-            node.pool.discard(sbx)
+            self.pool.discard(sbx)
             raise
-        node.sessions.put(local)
+        self.sessions.put(local)
         return local
 
     # ---- the operation ----------------------------------------------------------------
 
     def _apply(self, local: LocalSession, job: TurnJob) -> dict[str, Any]:
         """Run the turn's op in the sandbox; the JSON result of the op."""
-        backend = self.node.backend_for(local.sandbox_type)
+        backend = self.backend_for(local.sandbox_type)
         try:
             out = self._dispatch(backend, local.sandbox, job.op, job.session)
         except SandboxLost:
-            self.node.discard(local)
+            self.residency.discard(local)
             raise
         if local.sandbox.state in ("lost", "destroyed"):
             # Destroyed to hold a deadline: nothing of this turn is kept, the next
             # turn starts from the last snapshot in a fresh container.
-            self.node.discard(local)
+            self.residency.discard(local)
             local.dirty = False
         return out
 
-    def _dispatch(self, backend: Any, sbx: Any, op: Any, info: SessionInfo) -> dict[str, Any]:
+    def _dispatch(
+        self, backend: SandboxBackend, sbx: Sandbox, op: TurnOp, info: SessionInfo
+    ) -> dict[str, Any]:
         if isinstance(op, ExecOp):
             request = op.request
             if info.env:
                 request = request.model_copy(update={"env": {**info.env, **request.env}})
             result = backend.exec(sbx, request)
-            return dict(result.model_copy(update={"node": self.node.name}).model_dump(mode="json"))
+            return dict(result.model_copy(update={"node": self.node}).model_dump(mode="json"))
         if isinstance(op, WriteOp):
             return {"written": backend.write_files(sbx, op.files)}
         if isinstance(op, ReadOp):
@@ -249,6 +265,6 @@ class Executor:
     def _record(self, job: TurnJob, local: LocalSession) -> None:
         """Count the turn; ``unsaved`` when the workspace has changes no snapshot holds."""
         local.last_used = time.monotonic()
-        self.node.registry.record_turn(
+        self.ledger.record_turn(
             job.session.id, snapshot=local.snapshot, turn_id=job.turn_id, unsaved=local.dirty
         )

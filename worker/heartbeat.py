@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+
+from sandgrid.wire.ledger import SessionLedger
+from worker.residency import Residency
+from worker.session_table import SessionTable
 
 __all__ = ["Heartbeat"]
 
@@ -20,25 +23,42 @@ NODE_TTL_BEATS = 3
 
 
 class Heartbeat:
-    """A daemon thread beating every ``settings.heartbeat_s`` seconds."""
+    """A daemon thread beating every ``interval_s`` seconds.
 
-    def __init__(self, node: Any) -> None:
+    Args:
+        node: the node's name.
+        ledger: where the node key and the leases live.
+        sessions: the sessions whose leases it renews.
+        residency: drops a session whose lease another node took.
+        interval_s: seconds between beats (``SANDGRID_HEARTBEAT_S``).
+    """
+
+    def __init__(
+        self,
+        node: str,
+        ledger: SessionLedger,
+        sessions: SessionTable,
+        residency: Residency,
+        interval_s: float,
+    ) -> None:
         self.node = node
+        self.ledger = ledger
+        self.sessions = sessions
+        self.residency = residency
+        self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def beat(self) -> None:
         """One beat: node key, then every local session's lease."""
-        node = self.node
-        node.registry.heartbeat(node.name, NODE_TTL_BEATS * node.settings.heartbeat_s)
-        ids = node.sessions.ids()
+        self.ledger.heartbeat(self.node, NODE_TTL_BEATS * self.interval_s)
+        ids = self.sessions.ids()
         if ids:
-            lost = node.registry.renew_leases(node.name, ids)
-            for sid in lost or []:
-                local = node.sessions.get(sid)
+            for sid in self.ledger.renew_leases(self.node, ids):
+                local = self.sessions.get(sid)
                 if local is not None:  # another node took it over: ours is stale
                     log.warning("session %s: lease lost, dropping the local sandbox", sid)
-                    node.discard(local)
+                    self.residency.discard(local)
 
     def start(self) -> None:
         self.beat()
@@ -51,7 +71,7 @@ class Heartbeat:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.node.settings.heartbeat_s):
+        while not self._stop.wait(self.interval_s):
             try:
                 self.beat()
             except Exception:

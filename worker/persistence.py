@@ -41,8 +41,12 @@ from typing import Any
 
 from sandgrid.errors import SandgridError, SnapshotError
 from sandgrid.wire.jobs import ExecOp, ForkOp, TurnJob
+from sandgrid.wire.ledger import SessionLedger
+from sandgrid.wire.settings import SnapshotSettings
+from worker.backends.base import Sandbox
+from worker.pool import BackendFor
 from worker.session_table import LocalSession
-from worker.snapshots import GcReport
+from worker.snapshots import GcReport, Manifest, SnapshotStore, restore_sandbox, snapshot_sandbox
 
 __all__ = ["MUTATING_OPS", "Persistence", "not_saved"]
 
@@ -57,13 +61,42 @@ class Persistence:
     """The snapshot policy of one node (see the module doc).
 
     Args:
-        node: the node (``worker.node.Node``): store, registry, settings, save().
+        ledger: the session ledger (records, collection notes and claims).
+        store: the snapshot store.
+        backend_for: the backend of a sandbox type (it reads and writes workspaces).
+        settings: the snapshot settings (collection grace and interval).
     """
 
-    def __init__(self, node: Any) -> None:
-        self.node = node
+    def __init__(
+        self,
+        ledger: SessionLedger,
+        store: SnapshotStore,
+        backend_for: BackendFor,
+        settings: SnapshotSettings,
+    ) -> None:
+        self.ledger = ledger
+        self.store = store
+        self.backend_for = backend_for
+        self.settings = settings
         self._lock = threading.Lock()
         self._noted: dict[str, float] = {}
+
+    # ---- the workspace ----------------------------------------------------------------
+
+    def restore(self, sbx: Sandbox, tenant: str, session_id: str, ref: str) -> Manifest:
+        """Restore snapshot ``ref`` into ``sbx``; the manifest restored."""
+        backend = self.backend_for(sbx.sandbox_type)
+        return restore_sandbox(backend, sbx, self.store, tenant, session_id, ref)
+
+    def _snapshot(self, local: LocalSession) -> tuple[str, Manifest | None] | None:
+        """Snapshot the session; ``(ref, manifest)``, or None when nothing changed."""
+        backend = self.backend_for(local.sandbox_type)
+        ref = snapshot_sandbox(
+            backend, local.sandbox, self.store, local.tenant, local.session_id, local.manifest
+        )
+        if ref is None:
+            return None
+        return ref.name, ref.manifest
 
     # ---- saving ---------------------------------------------------------------------
 
@@ -75,7 +108,7 @@ class Persistence:
                 failed; the session stays dirty and usable, the next one retries.
         """
         try:
-            ref = self.node.save(local)
+            ref = self._snapshot(local)
         except SandgridError:
             raise
         except Exception as exc:
@@ -119,11 +152,11 @@ class Persistence:
         """
         if local.policy == "never" or not local.dirty:
             return
-        info = self.node.registry.get_any(local.session_id)
+        info = self.ledger.get_any(local.session_id)
         if info is None or info.state == "closed":
             return
         self.save(local)
-        self.node.registry.update(local.session_id, snapshot=local.snapshot, unsaved=False)
+        self.ledger.update(local.session_id, snapshot=local.snapshot, unsaved=False)
 
     # ---- fork and close ---------------------------------------------------------------
 
@@ -135,8 +168,8 @@ class Persistence:
         """
         op, info = job.op, job.session
         assert isinstance(op, ForkOp)
-        ref = self.node.store.fork(info.tenant, op.source, info.id)
-        self.node.registry.update(info.id, snapshot=ref.name, last_turn=job.turn_id)
+        ref = self.store.fork(info.tenant, op.source, info.id)
+        self.ledger.update(info.id, snapshot=ref.name, last_turn=job.turn_id)
         self.touch(info.tenant)
         return {"snapshot": ref.name, "forked_from": op.source}
 
@@ -148,7 +181,7 @@ class Persistence:
         """
         self.touch(tenant)
         try:
-            deleted: int = self.node.store.delete_session(tenant, session_id)
+            deleted: int = self.store.delete_session(tenant, session_id)
         except SandgridError as exc:
             log.warning("session %s: snapshots not deleted at close: %s", session_id, exc)
             return 0
@@ -166,7 +199,7 @@ class Persistence:
                 return
             self._noted[tenant] = now
         try:
-            self.node.registry.note_gc_tenant(tenant)
+            self.ledger.note_gc_tenant(tenant)
         except Exception as exc:  # a lost note delays a collection, never a turn
             with self._lock:
                 self._noted.pop(tenant, None)
@@ -179,11 +212,11 @@ class Persistence:
         period plus an interval (long enough for the blobs of its last closed
         session to age past the grace), by one node per interval.
         """
-        snaps = self.node.settings.worker.snapshots
+        snaps = self.settings
         horizon = 2 * snaps.gc_grace_s + snaps.gc_interval_s
         done = 0
-        for tenant in self.node.registry.gc_tenants(time.time() - horizon):
-            if not self.node.registry.claim_gc(tenant, snaps.gc_interval_s):
+        for tenant in self.ledger.gc_tenants(time.time() - horizon):
+            if not self.ledger.claim_gc(tenant, snaps.gc_interval_s):
                 continue  # collected in this interval already, here or by another node
             try:
                 self.collect(tenant)
@@ -198,10 +231,10 @@ class Persistence:
         Only sessions whose record says ``closed`` are deleted, never those
         without a record: a bucket may be shared by grids with other registries.
         """
-        store, registry = self.node.store, self.node.registry
+        store, ledger = self.store, self.ledger
         closed = 0
         for session_id in store.sessions(tenant):
-            info = registry.get_any(session_id)
+            info = ledger.get_any(session_id)
             if info is not None and info.state == "closed" and info.tenant == tenant:
                 store.delete_session(tenant, session_id)
                 closed += 1

@@ -26,18 +26,37 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sandgrid.errors import CapacityError, SandgridError
 from sandgrid.models import Quotas
 from worker.backends.base import Sandbox, SandboxBackend
 
-__all__ = ["PoolStats", "WarmPool"]
+__all__ = ["BackendFor", "PoolStats", "SandboxPool", "WarmPool"]
 
 log = logging.getLogger(__name__)
 
 REFILL_RETRY_S = 2.0
 HEALTH_PING_S = 2.0
+
+#: The backend that runs a sandbox type (the node maps types to runtimes once).
+BackendFor = Callable[[str], SandboxBackend]
+
+
+class SandboxPool(Protocol):
+    """What the node's components need of a pool (``WarmPool`` is the real one)."""
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def acquire(
+        self, sandbox_type: str, quotas: Quotas | None = None, *, session_id: str, tenant: str
+    ) -> Sandbox: ...
+
+    def discard(self, sbx: Sandbox) -> None: ...
+
+    def container_ids(self) -> set[str]: ...
 
 
 @dataclass

@@ -15,7 +15,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from collections.abc import Sequence
+
+from worker.backends.base import SandboxBackend
+from worker.persistence import Persistence
+from worker.pool import SandboxPool
+from worker.residency import Residency
+from worker.session_table import SessionTable
 
 __all__ = ["Reaper"]
 
@@ -27,27 +33,54 @@ ORPHAN_GRACE_S = 30.0
 
 
 class Reaper:
-    """A daemon thread that releases idle sessions and collects orphans."""
+    """A daemon thread that releases idle sessions and collects orphans.
 
-    def __init__(self, node: Any, interval_s: float = REAP_INTERVAL_S) -> None:
+    Args:
+        node: the node's name (the label of its containers).
+        sessions: the node's session table.
+        pool: the node's pool (its containers are not orphans).
+        backends: every backend of the node (where orphans are looked for).
+        residency: releases an idle session.
+        persistence: collects snapshots when due.
+        idle_ttl_s: a session idle this long is released.
+        interval_s: seconds between passes.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        sessions: SessionTable,
+        pool: SandboxPool,
+        backends: Sequence[SandboxBackend],
+        residency: Residency,
+        persistence: Persistence,
+        *,
+        idle_ttl_s: float,
+        interval_s: float = REAP_INTERVAL_S,
+    ) -> None:
         self.node = node
+        self.sessions = sessions
+        self.pool = pool
+        self.backends = backends
+        self.residency = residency
+        self.persistence = persistence
+        self.idle_ttl_s = idle_ttl_s
         self.interval_s = interval_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def reap_idle(self) -> int:
         """Snapshot and release sessions idle past the TTL; how many were released."""
-        node = self.node
-        cutoff = time.monotonic() - node.settings.worker.idle_ttl_s
+        cutoff = time.monotonic() - self.idle_ttl_s
         count = 0
-        for local in node.sessions.idle_since(cutoff):
+        for local in self.sessions.idle_since(cutoff):
             if not local.lock.acquire(blocking=False):
                 continue  # a turn is running: not idle
             try:
-                if node.sessions.get(local.session_id) is not local:
+                if self.sessions.get(local.session_id) is not local:
                     continue  # closed or dropped meanwhile
                 log.info("session %s: idle, releasing", local.session_id)
-                if node.release(local, snapshot=True, keep_on_failure=True):
+                if self.residency.release(local, snapshot=True, keep_on_failure=True):
                     count += 1
             finally:
                 local.lock.release()
@@ -55,11 +88,10 @@ class Reaper:
 
     def collect_orphans(self, *, startup: bool = False) -> int:
         """Remove this node's containers that no live session or pool holds."""
-        node = self.node
-        held = node.sessions.container_ids() | node.pool.container_ids()
+        held = self.sessions.container_ids() | self.pool.container_ids()
         removed = 0
-        for backend in node.backends.values():
-            for c in backend.list_managed(node.name):
+        for backend in self.backends:
+            for c in backend.list_managed(self.node):
                 young = time.time() - float(c.get("created", 0)) < ORPHAN_GRACE_S
                 if c["id"] in held or (young and not startup):
                     continue
@@ -79,7 +111,7 @@ class Reaper:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            for step in (self.reap_idle, self.collect_orphans, self.node.persistence.collect_due):
+            for step in (self.reap_idle, self.collect_orphans, self.persistence.collect_due):
                 try:
                     step()
                 except Exception:

@@ -12,7 +12,9 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+
+from worker.backends.base import Sandbox
+from worker.snapshots import Manifest
 
 __all__ = ["LocalSession", "SessionTable"]
 
@@ -36,8 +38,8 @@ class LocalSession:
     session_id: str
     tenant: str
     sandbox_type: str
-    sandbox: Any
-    manifest: Any = None
+    sandbox: Sandbox
+    manifest: Manifest | None = None
     snapshot: str | None = None
     policy: str = "after_turn"
     dirty: bool = False
@@ -75,7 +77,7 @@ class SessionTable:
 
     def container_ids(self) -> set[str]:
         with self._lock:
-            return {str(getattr(e.sandbox, "id", "")) for e in self._entries.values()}
+            return {e.sandbox.id for e in self._entries.values()}
 
     def __iter__(self) -> Iterator[LocalSession]:
         with self._lock:

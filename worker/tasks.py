@@ -19,5 +19,6 @@ def turn(job: dict[str, Any]) -> dict[str, Any]:
 
     Batch turns pass the node's batch gate first (at most half its threads).
     """
-    outcome = run_turn(get_node(), TurnJob.model_validate(job))
+    node = get_node()
+    outcome = run_turn(node.executor, node.residency, TurnJob.model_validate(job))
     return outcome.model_dump(mode="json")

@@ -22,7 +22,6 @@ import secrets
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import redis
@@ -30,11 +29,11 @@ import redis
 from sandgrid.batch.models import BatchCreate, BatchInfo, BatchJob, BatchResult
 from sandgrid.errors import NotFound
 from sandgrid.wire import names
+from scheduler.registry import lua_source
 
 __all__ = ["DEFAULT_BATCH_TTL_S", "BatchStore", "new_batch_id"]
 
 DEFAULT_BATCH_TTL_S = 7 * 86400.0
-_RECORD_SCRIPT = Path(__file__).parents[1] / "registry" / "lua" / "record_batch_result.lua"
 _COUNTER = {"ok": "ok", "failed": "failed", "error": "errors"}
 
 
@@ -58,7 +57,7 @@ class BatchStore:
     def __init__(self, client: redis.Redis[str], *, ttl_s: float = DEFAULT_BATCH_TTL_S) -> None:
         self.redis = client
         self.ttl_s = ttl_s
-        self._record = client.register_script(_RECORD_SCRIPT.read_text())
+        self._record = client.register_script(lua_source("record_batch_result"))
 
     def _keys(self, batch_id: str) -> builtins.list[str]:
         return [

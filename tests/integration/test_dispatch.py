@@ -28,7 +28,8 @@ from scheduler.tenants import TenantStore
 
 pytestmark = pytest.mark.integration
 
-HERE = Path(__file__).parent
+#: Where ``celery_fake_node`` (the fake worker app) lives.
+HERE = Path(__file__).parents[1] / "support"
 
 
 def start_fake_node(node: str, settings: Settings) -> subprocess.Popen[bytes]:

@@ -19,20 +19,20 @@ from sandgrid.errors import ErrorCode, InfrastructureError
 from sandgrid.wire import names
 from sandgrid.wire.celery_app import make_celery
 from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
+from sandgrid.wire.redis_ledger import RedisLedger
 from sandgrid.wire.settings import get_settings
-from scheduler.registry.sessions import SessionRegistry
 
 NODE = os.environ.get("FAKE_NODE", "fake")
 HEARTBEAT_TTL_S = float(os.environ.get("FAKE_HEARTBEAT_TTL_S", "1.0"))
 
 settings = get_settings()
 app = make_celery(settings)
-registry = SessionRegistry.from_settings(settings)
+ledger = RedisLedger.from_settings(settings)
 
 
 def _beat() -> None:
     while True:
-        registry.heartbeat(NODE, HEARTBEAT_TTL_S)
+        ledger.heartbeat(NODE, HEARTBEAT_TTL_S)
         time.sleep(HEARTBEAT_TTL_S / 4)
 
 
@@ -45,18 +45,18 @@ def _start(**_: Any) -> None:
 def turn(self: Any, job: dict[str, Any]) -> dict[str, Any]:
     t0 = time.perf_counter()
     j = TurnJob.model_validate(job)
-    if not registry.claim_turn(j.turn_id, NODE, j.attempt):
+    if not ledger.claim_turn(j.turn_id, NODE, j.attempt):
         err = InfrastructureError("abandoned", code=ErrorCode.WORKER_LOST)
         return TurnOutcome(turn_id=j.turn_id, node=NODE, ok=False, error=err.to_body()).model_dump(
             mode="json"
         )
-    registry.acquire_lease(j.session.id, NODE)
+    ledger.acquire_lease(j.session.id, NODE)
     queue = (self.request.delivery_info or {}).get("routing_key", "?")
     stdout = queue
     if isinstance(j.op, ExecOp) and j.op.request.shell == "hang" and j.attempt == 1:
         time.sleep(60)  # the first run hangs (its node gets killed); a re-run answers
     result = {"exit_code": 0, "stdout": stdout, "duration_ms": 0.1, "node": NODE}
-    registry.record_turn(j.session.id)
+    ledger.record_turn(j.session.id)
     worker_ms = (time.perf_counter() - t0) * 1000
     return TurnOutcome(
         turn_id=j.turn_id,

@@ -32,10 +32,10 @@ from sandgrid.wire.jobs import (
     TurnOutcome,
     WriteOp,
 )
+from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.settings import Settings
 from scheduler.api import create_app
 from scheduler.api.deps import Services
-from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import TenantLimits, TenantStore
 
 
@@ -49,7 +49,7 @@ class FakeWorker:
         silent: never answer (the node "dies" after claiming).
     """
 
-    def __init__(self, registry: SessionRegistry, node: str = "fake-1") -> None:
+    def __init__(self, registry: SessionLedger, node: str = "fake-1") -> None:
         self.registry = registry
         self.node = node
         self.sent: list[tuple[TurnJob, str]] = []

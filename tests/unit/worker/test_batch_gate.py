@@ -13,7 +13,9 @@ from celery.exceptions import Reject
 from sandgrid.models import ExecRequest, Quotas, SessionInfo
 from sandgrid.wire.capacity import batch_limit
 from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
-from worker.batch_gate import BatchGate, close_local, run_turn
+from worker.batch_gate import BatchGate, run_turn
+from worker.residency import Residency
+from worker.session_table import LocalSession, SessionTable
 
 NOW = datetime.now(UTC)
 SESSION = SessionInfo(
@@ -26,25 +28,40 @@ def _job(batch: bool, close_after: bool = False) -> TurnJob:
     return TurnJob(turn_id="t-1", session=SESSION, op=op, batch=batch, close_after=close_after)
 
 
-class FakeNode:
+class FakeExecutor:
     def __init__(self) -> None:
         self.release = threading.Event()
         self.release.set()
-        self.discarded: list[Any] = []
-        self.local: dict[str, object] = {SESSION.id: object()}
-        self.executor = self
-        self.sessions = self
 
     def run(self, job: TurnJob) -> TurnOutcome:
         self.release.wait(5)
         return TurnOutcome(turn_id=job.turn_id, node="n1", ok=True, result={})
 
-    def get(self, session_id: str) -> object | None:
-        return self.local.get(session_id)
 
-    def discard(self, local: object) -> None:
-        self.discarded.append(local)
-        self.local.clear()
+class FakePool:
+    def __init__(self) -> None:
+        self.discarded: list[Any] = []
+
+    def discard(self, sbx: Any) -> None:
+        self.discarded.append(sbx)
+
+
+class FakeLedger:
+    def __init__(self) -> None:
+        self.released: list[str] = []
+
+    def release_lease(self, session_id: str, node: str) -> bool:
+        self.released.append(session_id)
+        return True
+
+
+def _residency(pool: FakePool, ledger: FakeLedger) -> Residency:
+    """A real residency holding SESSION, over a fake pool and ledger (no persistence:
+    closing never snapshots)."""
+    sessions = SessionTable()
+    sbx: Any = object()
+    sessions.put(LocalSession(SESSION.id, SESSION.tenant, SESSION.type, sbx))
+    return Residency("n1", ledger, sessions, pool, persistence=None)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("threads", "limit"), [(1, 1), (2, 1), (3, 2), (4, 2), (8, 4), (16, 8)])
@@ -65,27 +82,29 @@ def test_a_batch_turn_over_the_limit_is_requeued_not_run(monkeypatch: pytest.Mon
     import worker.batch_gate as bg
 
     monkeypatch.setattr(bg, "gate", BatchGate(concurrency=2))  # one batch thread
-    node = FakeNode()
-    node.release.clear()
-    first = threading.Thread(target=run_turn, args=(node, _job(batch=True)))
+    executor, residency = FakeExecutor(), _residency(FakePool(), FakeLedger())
+    executor.release.clear()
+    first = threading.Thread(target=run_turn, args=(executor, residency, _job(batch=True)))
     first.start()
     while bg.gate.running == 0:
         threading.Event().wait(0.01)
     with pytest.raises(Reject) as rejected:
-        run_turn(node, _job(batch=True))
+        run_turn(executor, residency, _job(batch=True))
     assert rejected.value.requeue
-    assert run_turn(node, _job(batch=False)).ok  # interactive still runs
-    node.release.set()
+    assert run_turn(executor, residency, _job(batch=False)).ok  # interactive still runs
+    executor.release.set()
     first.join(5)
     assert bg.gate.running == 0
-    assert run_turn(node, _job(batch=True)).ok
+    assert run_turn(executor, residency, _job(batch=True)).ok
 
 
 def test_close_after_destroys_the_session_sandbox() -> None:
-    node = FakeNode()
-    run_turn(node, _job(batch=True, close_after=False))
-    assert node.discarded == []
-    run_turn(node, _job(batch=True, close_after=True))
-    assert len(node.discarded) == 1
-    close_local(node, SESSION.id)  # already gone: nothing to do
-    assert len(node.discarded) == 1
+    pool, ledger = FakePool(), FakeLedger()
+    executor, residency = FakeExecutor(), _residency(pool, ledger)
+    run_turn(executor, residency, _job(batch=True, close_after=False))
+    assert pool.discarded == []
+    run_turn(executor, residency, _job(batch=True, close_after=True))
+    assert len(pool.discarded) == 1 and ledger.released == [SESSION.id]
+    assert residency.sessions.get(SESSION.id) is None
+    residency.close(SESSION.id)  # already gone: nothing to do
+    assert len(pool.discarded) == 1

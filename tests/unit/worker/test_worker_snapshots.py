@@ -26,11 +26,8 @@ from sandgrid.models import ExecRequest, ExecResult, FileRead, FileWrite, Sessio
 from sandgrid.wire.jobs import CloseOp, ForkOp, ReadOp, TurnJob, TurnOp, TurnOutcome, WriteOp
 from sandgrid.wire.settings import Settings, SnapshotSettings, WorkerSettings
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
-from worker.executor import Executor
 from worker.node import Node
 from worker.persistence import Persistence
-from worker.reaper import Reaper
-from worker.session_table import SessionTable
 from worker.snapshots import HostDirBackend, LocalStore, keys
 from worker.snapshots import workspace as workspace_mod
 
@@ -96,6 +93,13 @@ class DirPool:
     def container_ids(self) -> set[str]:
         return set(self.live)
 
+    def start(self) -> None:
+        pass
+
+    def close(self) -> None:
+        for sbx in list(self.live.values()):
+            self.discard(sbx)
+
 
 class SwitchableStore(LocalStore):
     """A local store whose every primitive fails while ``down`` (MinIO stopped)."""
@@ -125,22 +129,27 @@ class SwitchableStore(LocalStore):
         super()._delete(key)
 
 
-def make_node(tmp: Path, registry: SessionRegistry, idle_ttl_s: float = 300.0) -> Node:
+def make_node(
+    tmp: Path, registry: SessionRegistry, idle_ttl_s: float = 300.0, store: LocalStore | None = None
+) -> Node:
     """A real ``Node`` with host-directory sandboxes instead of Docker."""
     snaps = SnapshotSettings(gc_interval_s=0.01)
-    node = Node.__new__(Node)
-    node.name = "n1"
-    node.settings = Settings(worker=WorkerSettings(idle_ttl_s=idle_ttl_s, snapshots=snaps))
-    node.types = ["python"]
-    node.registry = registry
-    node.store = SwitchableStore(tmp / "store")
-    node.backends = {"runc": DirBackend()}  # type: ignore[dict-item]
-    node.sessions = SessionTable()
-    node.pool = DirPool(tmp / "sandboxes")  # type: ignore[assignment]
-    node.persistence = Persistence(node)
-    node.executor = Executor(node)
-    node.reaper = Reaper(node, 0.05)
-    return node
+    worker = WorkerSettings(idle_ttl_s=idle_ttl_s, reap_interval_s=0.05, snapshots=snaps)
+    return Node(
+        "n1",
+        ["python"],
+        Settings(worker=worker),
+        registry,
+        store or SwitchableStore(tmp / "store"),
+        backends={"runc": DirBackend()},  # type: ignore[dict-item]
+        pool=DirPool(tmp / "sandboxes"),  # type: ignore[arg-type]
+    )
+
+
+def reg(node: Node) -> SessionRegistry:
+    """The node's ledger, which these tests make a full registry (create, close...)."""
+    assert isinstance(node.ledger, SessionRegistry)
+    return node.ledger
 
 
 @pytest.fixture
@@ -160,7 +169,7 @@ def new_session(registry: SessionRegistry, policy: str = "after_turn") -> Sessio
 
 
 def turn(node: Node, info: SessionInfo, op: TurnOp) -> TurnOutcome:
-    fresh = node.registry.get_any(info.id) or info
+    fresh = reg(node).get_any(info.id) or info
     return node.executor.run(TurnJob(turn_id=new_turn_id(), session=fresh, op=op))
 
 
@@ -185,10 +194,10 @@ def release_all(node: Node) -> None:
 
 
 def test_after_turn_saves_every_changing_turn_before_it_reports(node: Node) -> None:
-    info = new_session(node.registry)
+    info = new_session(reg(node))
     out = write(node, info, "a.txt", "one")
     assert out.ok and out.snapshot
-    fresh = node.registry.get(TENANT, info.id)
+    fresh = reg(node).get(TENANT, info.id)
     assert fresh.snapshot == out.snapshot and not fresh.unsaved and fresh.turns == 1
     assert [r.name for r in node.store.snapshots(TENANT, info.id)] == [out.snapshot]
     assert read(node, info, "a.txt") == "one"
@@ -196,22 +205,22 @@ def test_after_turn_saves_every_changing_turn_before_it_reports(node: Node) -> N
 
 
 def test_on_idle_saves_only_when_the_sandbox_is_released(node: Node) -> None:
-    info = new_session(node.registry, "on_idle")
+    info = new_session(reg(node), "on_idle")
     assert write(node, info, "a.txt", "kept").ok
-    fresh = node.registry.get(TENANT, info.id)
+    fresh = reg(node).get(TENANT, info.id)
     assert fresh.snapshot is None and fresh.unsaved
     assert node.store.snapshots(TENANT, info.id) == []
     release_all(node)
     assert len(node.sessions) == 0
-    fresh = node.registry.get(TENANT, info.id)
+    fresh = reg(node).get(TENANT, info.id)
     assert fresh.snapshot and not fresh.unsaved and fresh.owner is None
     assert read(node, info, "a.txt") == "kept"  # restored transparently
 
 
 def test_never_keeps_the_workspace_only_in_its_sandbox(node: Node) -> None:
-    info = new_session(node.registry, "never")
+    info = new_session(reg(node), "never")
     assert write(node, info, "a.txt", "ephemeral").ok
-    assert node.registry.get(TENANT, info.id).unsaved
+    assert reg(node).get(TENANT, info.id).unsaved
     release_all(node)
     assert node.store.snapshots(TENANT, info.id) == [] and len(node.sessions) == 0
     out = turn(node, info, ReadOp(path="a.txt"))
@@ -223,7 +232,7 @@ def test_never_keeps_the_workspace_only_in_its_sandbox(node: Node) -> None:
 
 def test_a_turn_whose_snapshot_fails_says_so_and_the_session_stays_usable(node: Node) -> None:
     store: Any = node.store
-    info = new_session(node.registry)
+    info = new_session(reg(node))
     assert write(node, info, "a.txt", "saved").ok
     store.down = True
     out = write(node, info, "b.txt", "not yet saved")
@@ -231,7 +240,7 @@ def test_a_turn_whose_snapshot_fails_says_so_and_the_session_stays_usable(node: 
     assert out.error["code"] == "store_unavailable" and out.error["type"] == "InfrastructureError"
     assert "ran but its workspace was not saved" in out.error["message"]
     assert out.error["retryable"] is False and out.error["context"]["turn_ran"] is True
-    fresh = node.registry.get(TENANT, info.id)
+    fresh = reg(node).get(TENANT, info.id)
     assert fresh.turns == 2 and fresh.unsaved  # counted; a worker loss must not re-run
     assert read(node, info, "b.txt") == "not yet saved"  # usable, same sandbox
     release_all(node)  # the reaper keeps what it cannot save
@@ -239,21 +248,19 @@ def test_a_turn_whose_snapshot_fails_says_so_and_the_session_stays_usable(node: 
     store.down = False
     out = write(node, info, "c.txt", "now")
     assert out.ok, out.error
-    assert not node.registry.get(TENANT, info.id).unsaved
+    assert not reg(node).get(TENANT, info.id).unsaved
 
 
 def test_everything_changed_while_down_is_in_the_next_snapshot(tmp_path: Path, node: Node) -> None:
     store: Any = node.store
-    info = new_session(node.registry)
+    info = new_session(reg(node))
     store.down = True
     assert not write(node, info, "a.txt", "1").ok
     store.down = False
     assert write(node, info, "b.txt", "2").ok
-    other = make_node(tmp_path / "other", node.registry)
-    other.store.close()
-    other.store = node.store  # the same store, as MinIO is for every node
+    other = make_node(tmp_path / "other", reg(node), store=node.store)  # one store, as MinIO
     assert node.sessions.pop(info.id) is not None  # as if this worker died
-    node.registry.release_lease(info.id, node.name)
+    reg(node).release_lease(info.id, node.name)
     assert read(other, info, "a.txt") == "1" and read(other, info, "b.txt") == "2"
 
 
@@ -261,9 +268,9 @@ def test_everything_changed_while_down_is_in_the_next_snapshot(tmp_path: Path, n
 
 
 def test_close_destroys_the_sandbox_and_deletes_the_snapshots(node: Node) -> None:
-    info = new_session(node.registry)
+    info = new_session(reg(node))
     assert write(node, info, "a.txt", "1").ok
-    node.registry.close(info.id)
+    reg(node).close(info.id)
     out = turn(node, info, CloseOp())
     assert out.ok and out.result == {"closed": True, "snapshots_deleted": 1}
     assert len(node.sessions) == 0 and node.pool.container_ids() == set()  # type: ignore[attr-defined]
@@ -271,13 +278,13 @@ def test_close_destroys_the_sandbox_and_deletes_the_snapshots(node: Node) -> Non
 
 
 def test_a_fork_starts_from_the_source_and_outlives_it(node: Node) -> None:
-    src = new_session(node.registry)
+    src = new_session(reg(node))
     assert write(node, src, "a.txt", "from the source").ok
-    dst = node.registry.create(TENANT, SessionCreate(), forked_from=src.id)
+    dst = reg(node).create(TENANT, SessionCreate(), forked_from=src.id)
     out = turn(node, dst, ForkOp(source=src.id))
-    assert out.ok and node.registry.get(TENANT, dst.id).snapshot == out.result["snapshot"]  # type: ignore[index]
+    assert out.ok and reg(node).get(TENANT, dst.id).snapshot == out.result["snapshot"]  # type: ignore[index]
     assert write(node, dst, "b.txt", "only in the fork").ok
-    node.registry.close(src.id)
+    reg(node).close(src.id)
     assert turn(node, src, CloseOp()).ok
     node.store.gc(TENANT, now=time.time() + 10 * node.store.gc_grace_s)
     release_all(node)
@@ -287,33 +294,33 @@ def test_a_fork_starts_from_the_source_and_outlives_it(node: Node) -> None:
 
 def test_collection_deletes_closed_sessions_left_behind_and_is_rate_limited(node: Node) -> None:
     store: Any = node.store
-    info = new_session(node.registry)
+    info = new_session(reg(node))
     assert write(node, info, "a.txt", "1").ok
-    node.registry.close(info.id)
+    reg(node).close(info.id)
     store.down = True  # the close's deletion fails: the snapshots are left behind
     assert turn(node, info, CloseOp()).ok
     store.down = False
     assert len(store.snapshots(TENANT, info.id)) == 1
-    keep = new_session(node.registry)
+    keep = new_session(reg(node))
     assert write(node, keep, "k.txt", "open").ok
     time.sleep(0.02)
     assert node.persistence.collect_due() == 1
     assert store.snapshots(TENANT, info.id) == []
     assert len(store.snapshots(TENANT, keep.id)) == 1  # an open session is never touched
     time.sleep(0.02)
-    node.registry.claim_gc(TENANT, 60)  # another node holds this interval
+    reg(node).claim_gc(TENANT, 60)  # another node holds this interval
     assert node.persistence.collect_due() == 0
 
 
 def test_a_corrupt_snapshot_is_refused_and_leaves_no_sandbox(node: Node) -> None:
-    info = new_session(node.registry)
+    info = new_session(reg(node))
     assert write(node, info, "a.txt", "x" * 10_000).ok
     release_all(node)
     for blob in (node.store.root / "t" / TENANT / "blobs").iterdir():  # type: ignore[attr-defined]
         blob.write_bytes(b"garbage")
     out = turn(node, info, ReadOp(path="a.txt"))
     assert not out.ok and out.error is not None and out.error["code"] == "snapshot_corrupt"
-    assert node.registry.lease_owner(info.id) is None  # free for any node, not held here
+    assert reg(node).lease_owner(info.id) is None  # free for any node, not held here
     assert len(node.sessions) == 0 and node.pool.container_ids() == set()  # type: ignore[attr-defined]
 
 
@@ -325,7 +332,7 @@ def test_a_restore_that_fails_after_touching_the_sandbox_destroys_it(
     monkeypatch.setattr(workspace_mod, "STREAM_RESTORE_BYTES", 8 << 10)
     monkeypatch.setattr(workspace_mod, "MAX_TAR_BYTES", 8 << 10)
     node.store.pack_bytes = 4 << 10  # a blob per file: the last one is in the last tar
-    info = new_session(node.registry)
+    info = new_session(reg(node))
     files = [FileWrite(path=f"f{i:02d}.txt", content=f"{i:02d}" * 1500) for i in range(12)]
     assert turn(node, info, WriteOp(files=files)).ok
     release_all(node)
@@ -335,21 +342,22 @@ def test_a_restore_that_fails_after_touching_the_sandbox_destroys_it(
     out = turn(node, info, ReadOp(path="f00.txt"))
     assert not out.ok and out.error is not None and out.error["code"] == "snapshot_corrupt"
     assert out.error["context"]["sandbox_dirty"] is True and out.error["context"]["part"] > 0
-    assert node.registry.lease_owner(info.id) is None
+    assert reg(node).lease_owner(info.id) is None
     assert len(node.sessions) == 0 and node.pool.container_ids() == set()  # type: ignore[attr-defined]
     assert list(node.pool.root.iterdir()) == []  # type: ignore[attr-defined]  # removed from disk
 
 
 def test_a_restarted_node_still_collects_the_tenants_served_before(node: Node) -> None:
     store: Any = node.store
-    info = new_session(node.registry)
+    info = new_session(reg(node))
     assert write(node, info, "a.txt", "1").ok
-    node.registry.close(info.id)
+    reg(node).close(info.id)
     store.down = True  # the close's deletion fails: the snapshots are left behind
     assert turn(node, info, CloseOp()).ok
     store.down = False
-    fresh = Persistence(node)  # what a restarted worker has: no memory of the tenant
+    # what a restarted worker has: no memory of the tenant
+    fresh = Persistence(node.ledger, node.store, node.backend_for, node.settings.worker.snapshots)
     assert fresh.collect_due() == 1
     assert store.snapshots(TENANT, info.id) == []
-    assert node.registry.gc_tenants(0) == [TENANT]
-    assert node.registry.gc_tenants(time.time() + 1) == []  # too old: dropped
+    assert reg(node).gc_tenants(0) == [TENANT]
+    assert reg(node).gc_tenants(time.time() + 1) == []  # too old: dropped

@@ -1,0 +1,192 @@
+"""The session ledger in Redis: the one implementation of ``SessionLedger``.
+
+Workers use it as it is; the scheduler's ``SessionRegistry`` subclasses it for
+the control-plane operations (create, list, close, turn locks...), so every
+operation and every Lua script exists once. Each compare-and-set is a Lua
+script (``lua/*.lua`` beside this module) so that it is atomic without WATCH
+loops; keys come only from ``sandgrid.wire.names``.
+
+A record is a hash of ``SessionInfo`` fields, each JSON-encoded. ``owner`` and
+``lease_expires`` are never stored: they are read from the lease key, which is
+the truth (a lease is a string key holding the owner node, with a TTL).
+
+Configured by ``lease_ttl_s`` (``SANDGRID_LEASE_TTL_S`` with ``from_settings``)
+and a Redis client created with ``decode_responses=True``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any, Self
+
+import redis
+from pydantic import TypeAdapter
+from redis.commands.core import Script
+
+from sandgrid.errors import NotFound
+from sandgrid.models import SessionInfo
+from sandgrid.wire import names
+from sandgrid.wire.ledger import SessionLedger
+from sandgrid.wire.settings import Settings
+
+__all__ = ["DERIVED_FIELDS", "LUA_DIR", "RedisLedger", "millis", "register_scripts"]
+
+#: The Lua scripts of the ledger's own operations.
+LUA_DIR = Path(__file__).with_name("lua")
+#: Record fields read from the lease, never stored.
+DERIVED_FIELDS = frozenset({"owner", "lease_expires"})
+_IMMUTABLE = frozenset({"id", "tenant", "created_at", "v"})
+
+
+def register_scripts(client: redis.Redis[str], directory: Path) -> dict[str, Script]:
+    """Every ``*.lua`` file of ``directory``, registered on ``client``, by file stem."""
+    return {p.stem: client.register_script(p.read_text()) for p in sorted(directory.glob("*.lua"))}
+
+
+def millis(seconds: float) -> int:
+    """A Redis TTL in milliseconds, at least 1 (0 would mean no expiry or an error)."""
+    return max(1, int(seconds * 1000))
+
+
+@cache
+def _adapter(field: str) -> TypeAdapter[Any]:
+    annotation: Any = SessionInfo.model_fields[field].annotation
+    return TypeAdapter(annotation)
+
+
+class RedisLedger(SessionLedger):
+    """Session records, leases, heartbeats and turn claims over one Redis pool.
+
+    Args:
+        client: a Redis client created with ``decode_responses=True``.
+        lease_ttl_s: how long a lease lives without renewal.
+    """
+
+    def __init__(self, client: redis.Redis[str], *, lease_ttl_s: float = 15.0) -> None:
+        self.redis = client
+        self.lease_ttl_s = lease_ttl_s
+        self._scripts = register_scripts(client, LUA_DIR)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Self:
+        """A ledger on a new connection pool for ``settings.redis_url``."""
+        client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+        return cls(client, lease_ttl_s=settings.lease_ttl_s)
+
+    def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
+        return self._scripts[script](keys=keys, args=args)
+
+    # ---- turns -------------------------------------------------------------------
+
+    def claim_turn(self, turn_id: str, node: str, attempt: int = 1) -> bool:
+        args = [node, attempt, time.time()]
+        return bool(self._run("claim_turn", [names.turn_key(turn_id)], args))
+
+    def record_turn(
+        self,
+        session_id: str,
+        snapshot: str | None = None,
+        turn_id: str | None = None,
+        *,
+        unsaved: bool = False,
+    ) -> None:
+        fields: dict[str, Any] = {"last_used": datetime.now(UTC), "unsaved": unsaved}
+        if turn_id:
+            fields["last_turn"] = turn_id
+        if snapshot:
+            fields["snapshot"] = snapshot
+        self._update(session_id, fields, incr="turns")
+
+    # ---- leases and heartbeats ---------------------------------------------------
+
+    def acquire_lease(self, session_id: str, node: str) -> bool:
+        key = names.lease_key(session_id)
+        holder = self.redis.get(key)
+        seen_key = names.node_key(holder) if holder and holder != node else key
+        args = [node, millis(self.lease_ttl_s), holder if seen_key != key else ""]
+        return bool(self._run("acquire_lease", [key, seen_key], args))
+
+    def renew_leases(self, node: str, ids: Iterable[str]) -> list[str]:
+        ids = list(ids)
+        if not ids:
+            return []
+        keys = [names.lease_key(i) for i in ids]
+        renewed = self._run("renew_leases", keys, [node, millis(self.lease_ttl_s)])
+        kept = {int(i) - 1 for i in renewed}
+        return [sid for n, sid in enumerate(ids) if n not in kept]
+
+    def release_lease(self, session_id: str, node: str) -> bool:
+        key = names.lease_key(session_id)
+        return bool(self._run("release_if_owner", [key], [node]))
+
+    def lease_owner(self, session_id: str) -> str | None:
+        owner: str | None = self.redis.get(names.lease_key(session_id))
+        return owner
+
+    def heartbeat(self, node: str, ttl: float) -> None:
+        self.redis.set(names.node_key(node), json.dumps({"ts": time.time()}), px=millis(ttl))
+
+    # ---- records -------------------------------------------------------------------
+
+    def get_any(self, session_id: str) -> SessionInfo | None:
+        return self._load(session_id)
+
+    def update(self, session_id: str, **fields: Any) -> None:
+        self._update(session_id, fields, incr="")
+
+    def _update(self, session_id: str, fields: dict[str, Any], *, incr: str) -> None:
+        args: list[Any] = [incr]
+        for key, value in fields.items():
+            if key not in SessionInfo.model_fields or key in _IMMUTABLE or key in DERIVED_FIELDS:
+                raise ValueError(f"session field {key!r} cannot be updated")
+            adapter = _adapter(key)
+            checked = adapter.validate_python(value)
+            args += [key, json.dumps(adapter.dump_python(checked, mode="json"))]
+        if not self._run("update_session", [names.session_key(session_id)], args):
+            raise NotFound(f"session {session_id!r} not found", operation="sessions.update")
+
+    def _load(self, session_id: str) -> SessionInfo | None:
+        """One round trip: record, lease holder and TTL, turn lock."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(names.session_key(session_id))
+        pipe.get(names.lease_key(session_id))
+        pipe.pttl(names.lease_key(session_id))
+        pipe.exists(names.turnlock_key(session_id))
+        raw, owner, pttl, busy = pipe.execute()
+        if not raw:
+            return None
+        data = {k: json.loads(v) for k, v in raw.items()}
+        data["owner"] = owner
+        data["lease_expires"] = time.time() + pttl / 1000 if owner and pttl > 0 else None
+        data["state"] = _derive_state(data, owner, bool(busy))
+        return SessionInfo.model_validate(data)
+
+    # ---- snapshot collection ---------------------------------------------------------
+
+    def note_gc_tenant(self, tenant: str) -> None:
+        self.redis.zadd(names.gc_tenants_key(), {tenant: time.time()})
+
+    def gc_tenants(self, since: float) -> list[str]:
+        key = names.gc_tenants_key()
+        self.redis.zremrangebyscore(key, "-inf", f"({since}")
+        return sorted(str(t) for t in self.redis.zrangebyscore(key, since, "+inf"))
+
+    def claim_gc(self, tenant: str, interval_s: float) -> bool:
+        return bool(self.redis.set(names.gc_key(tenant), "1", nx=True, px=millis(interval_s)))
+
+
+def _derive_state(data: dict[str, Any], owner: str | None, busy: bool) -> str:
+    """The state shown: stored ``closed``/``lost`` win, then the lock, then the lease."""
+    stored = str(data.get("state", "new"))
+    if stored in ("closed", "lost"):
+        return stored
+    if busy:
+        return "busy"
+    if owner:
+        return "live"
+    return "new" if stored == "new" and not data.get("turns") else "idle"
