@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import scheduler
-from tests.support.exports import check_exports, module_names
+from tests.support.exports import check_exports, module_params
 
 # Modules being rewritten on another branch; drop each entry once that branch is merged.
 PENDING = {
@@ -16,14 +16,6 @@ PENDING = {
 }
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=False, reason=PENDING[n]))
-        if n in PENDING
-        else n
-        for n in module_names(scheduler)
-    ],
-)
+@pytest.mark.parametrize("name", module_params(scheduler, PENDING))
 def test_all_is_exactly_the_public_names(name: str) -> None:
     check_exports(name)

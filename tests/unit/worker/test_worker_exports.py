@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import worker
-from tests.support.exports import check_exports, module_names
+from tests.support.exports import check_exports, module_params
 
 # Modules whose __all__ is fixed after the rewrite of worker/ under way on other branches;
 # drop each entry once its module passes.
@@ -35,15 +35,7 @@ PENDING = dict.fromkeys(
 )
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=False, reason=PENDING[n]))
-        if n in PENDING
-        else n
-        for n in module_names(worker)
-    ],
-)
+@pytest.mark.parametrize("name", module_params(worker, PENDING))
 def test_all_is_exactly_the_public_names(name: str) -> None:
     check_exports(name)
 
