@@ -24,6 +24,7 @@ install:
 lint:
 	$(VENV)/bin/ruff check sandgrid scheduler worker tests bench
 	$(VENV)/bin/ruff format --check sandgrid scheduler worker tests bench
+	$(VENV)/bin/lint-imports
 
 typecheck:
 	$(VENV)/bin/mypy

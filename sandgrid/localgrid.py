@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["LocalGrid"]
+__all__ = ["SANDGRID", "LocalGrid"]
 
 SANDGRID = [sys.executable, "-m", "sandgrid.cli"]
 

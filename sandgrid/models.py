@@ -17,7 +17,9 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 __all__ = [
     "DEFAULT_OUTPUT_CAP",
+    "MAX_ENV_ENTRIES",
     "MAX_FILE_BYTES",
+    "MAX_SOURCE_BYTES",
     "WIRE_VERSION",
     "WORKSPACE",
     "ExecRequest",
@@ -27,7 +29,9 @@ __all__ = [
     "FileRead",
     "FileWrite",
     "Quotas",
+    "SandboxTypeName",
     "SessionCreate",
+    "SessionId",
     "SessionInfo",
     "SessionList",
     "SessionState",

@@ -25,7 +25,13 @@ from sandgrid.wire.catalog import get_type
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant
 
-__all__ = ["Admission", "check_exec", "check_quotas"]
+__all__ = [
+    "BACKPRESSURE_RETRY_AFTER_S",
+    "TURNS_RETRY_AFTER_S",
+    "Admission",
+    "check_exec",
+    "check_quotas",
+]
 
 #: Retry-After (s) when a queue is too deep: about the time a busy worker needs.
 BACKPRESSURE_RETRY_AFTER_S = 2.0

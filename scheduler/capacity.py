@@ -30,6 +30,8 @@ from sandgrid.wire.capacity import batch_limit
 from scheduler.registry import lua_source
 
 __all__ = [
+    "PROBE_TIMEOUT_S",
+    "PROBE_TTL_S",
     "BatchSlots",
     "CapacitySource",
     "CeleryCapacity",

@@ -15,7 +15,7 @@ from sandgrid.cli.helpers import err_console, readable_errors
 from sandgrid.errors import SandgridError
 from sandgrid.wire.settings import get_settings
 
-__all__ = ["serve", "tenants"]
+__all__ = ["serve", "tenants", "tenants_add", "tenants_ls"]
 
 
 @click.command()

@@ -26,7 +26,13 @@ from sandgrid.wire import names
 from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from scheduler.task_repr import describe
 
-__all__ = ["CeleryDispatcher", "Dispatcher", "task_id_of"]
+__all__ = [
+    "DRAIN_INTERVAL_S",
+    "CeleryDispatcher",
+    "Dispatcher",
+    "outcome_from_result",
+    "task_id_of",
+]
 
 #: How often ``AsyncResult.get`` drains the result consumer (s).
 DRAIN_INTERVAL_S = 0.001

@@ -33,7 +33,17 @@ from sandgrid.errors import AuthError, InvalidInput
 from sandgrid.models import WireModel
 from sandgrid.wire import names
 
-__all__ = ["Tenant", "TenantLimits", "TenantStore", "hash_token", "load_tenants_file", "new_token"]
+__all__ = [
+    "DEFAULT_MAX_CONCURRENT_TURNS",
+    "DEFAULT_MAX_SESSIONS",
+    "TENANT_NAME_PATTERN",
+    "Tenant",
+    "TenantLimits",
+    "TenantStore",
+    "hash_token",
+    "load_tenants_file",
+    "new_token",
+]
 
 TENANT_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
 DEFAULT_MAX_SESSIONS = 100

@@ -42,7 +42,7 @@ from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from scheduler.routing import route
 from scheduler.tenants import Tenant
 
-__all__ = ["TurnDone", "TurnRunner"]
+__all__ = ["CLOSE_EXPIRES_S", "MAX_ATTEMPTS", "TurnDone", "TurnRunner"]
 
 #: Runs of one turn at most: the first, and one more after its worker died.
 MAX_ATTEMPTS = 2

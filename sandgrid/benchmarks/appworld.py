@@ -34,6 +34,7 @@ from sandgrid.errors import InvalidInput
 from sandgrid.models import FileWrite, Quotas
 
 __all__ = [
+    "JOB_TIMEOUT_S",
     "MAX_TASK_BYTES",
     "SELFTEST_FILES",
     "TASK_SOURCE",

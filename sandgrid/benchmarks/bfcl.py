@@ -38,6 +38,7 @@ from sandgrid.errors import InvalidInput
 __all__ = [
     "CATEGORIES",
     "ENTRY_SOURCE",
+    "JOB_TIMEOUT_S",
     "Comparison",
     "compare",
     "host_reference",

@@ -34,7 +34,7 @@ from sandgrid.batch.progress import ProgressView, summary_table
 from sandgrid.cli.helpers import EXIT_INTERRUPTED, err_console, readable_errors
 from sandgrid.errors import NotFound, SandgridError
 
-__all__ = ["batch", "execute", "follow"]
+__all__ = ["batch", "cancel", "execute", "follow", "run", "status"]
 
 
 @click.group()

@@ -29,7 +29,7 @@ from sandgrid.batch.models import BatchJob
 from sandgrid.cli.batch import execute
 from sandgrid.cli.helpers import err_console, readable_errors
 
-__all__ = ["bench"]
+__all__ = ["WORKDIR", "appworld", "bench", "bfcl"]
 
 WORKDIR = click.Path(file_okay=False, path_type=Path)
 

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from sandgrid.cli.helpers import EXIT_TIMEOUT, err_console, readable_errors
 
-__all__ = ["exec_", "sessions"]
+__all__ = ["exec_", "sessions", "sessions_close", "sessions_ls"]
 
 
 @click.command(name="exec", context_settings={"ignore_unknown_options": True})

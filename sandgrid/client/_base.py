@@ -42,11 +42,15 @@ from sandgrid.settings import DEFAULT_API_URL, get_client_settings
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "EXEC_DEFAULT_WAIT_S",
+    "EXEC_MARGIN_S",
+    "NEXT_OFFSET_HEADER",
     "BaseClient",
     "BatchPage",
     "Call",
     "FileContent",
     "raise_for_error",
+    "transport_error",
 ]
 
 T = TypeVar("T")

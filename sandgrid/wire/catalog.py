@@ -13,7 +13,7 @@ from typing import Literal
 
 from sandgrid.errors import InvalidInput
 
-__all__ = ["CATALOG", "SandboxType", "get_type"]
+__all__ = ["CATALOG", "Runtime", "SandboxType", "get_type"]
 
 Runtime = Literal["runc", "runsc"]
 

@@ -24,7 +24,7 @@ from celery import Celery
 from sandgrid.wire import names
 from sandgrid.wire.settings import Settings, get_settings
 
-__all__ = ["app", "make_celery", "worker_queues"]
+__all__ = ["BROKER_POOL_LIMIT", "app", "make_celery", "worker_queues"]
 
 #: Connections to the broker that the API's sending threads may hold at once.
 BROKER_POOL_LIMIT = 64

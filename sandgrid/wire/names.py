@@ -39,6 +39,7 @@ __all__ = [
     "batch_runner_key",
     "batch_slots_key",
     "gc_key",
+    "gc_tenants_key",
     "lease_key",
     "node_from_key",
     "node_key",

@@ -11,7 +11,36 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["MinioSettings", "Settings", "SnapshotSettings", "WorkerSettings", "get_settings"]
+__all__ = [
+    "DEFAULT_API_HOST",
+    "DEFAULT_API_PORT",
+    "DEFAULT_API_THREADS",
+    "DEFAULT_AUTH_CACHE_S",
+    "DEFAULT_BATCH_TTL_S",
+    "DEFAULT_CLOSED_TTL_S",
+    "DEFAULT_HEARTBEAT_S",
+    "DEFAULT_IDLE_TTL_S",
+    "DEFAULT_LEASE_TTL_S",
+    "DEFAULT_LOST_CHECK_S",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MINIO_ENDPOINT",
+    "DEFAULT_REAP_INTERVAL_S",
+    "DEFAULT_REDIS_URL",
+    "DEFAULT_RESULT_EXPIRES_S",
+    "DEFAULT_SNAPSHOT_GC_GRACE_S",
+    "DEFAULT_SNAPSHOT_GC_INTERVAL_S",
+    "DEFAULT_SNAPSHOT_KEEP",
+    "DEFAULT_SNAPSHOT_MAX_BYTES",
+    "DEFAULT_SNAPSHOT_MAX_FILES",
+    "DEFAULT_SNAPSHOT_THREADS",
+    "DEFAULT_TURN_MARGIN_S",
+    "DEFAULT_VISIBILITY_TIMEOUT_S",
+    "MinioSettings",
+    "Settings",
+    "SnapshotSettings",
+    "WorkerSettings",
+    "get_settings",
+]
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_MINIO_ENDPOINT = "127.0.0.1:9000"

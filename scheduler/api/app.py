@@ -14,7 +14,7 @@ from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
 from scheduler.dispatch import Dispatcher
 
-__all__ = ["create_app"]
+__all__ = ["API_VERSION", "create_app"]
 
 API_VERSION = "1"
 

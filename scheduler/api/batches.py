@@ -16,7 +16,18 @@ from sandgrid.errors import SandgridError
 from scheduler.api.deps import CurrentTenant, Svc
 from scheduler.batch.manager import BatchManager
 
-__all__ = ["NEXT_OFFSET_HEADER", "router"]
+__all__ = [
+    "JSONL",
+    "MAX_RESULTS_PER_CALL",
+    "NEXT_OFFSET_HEADER",
+    "batch_results",
+    "cancel_batch",
+    "create_batch",
+    "get_batch",
+    "list_batches",
+    "resume_batch",
+    "router",
+]
 
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 

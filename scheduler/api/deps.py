@@ -31,7 +31,14 @@ from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant, TenantStore
 from scheduler.turns import TurnRunner
 
-__all__ = ["CurrentTenant", "Services", "Svc", "current_tenant", "get_services"]
+__all__ = [
+    "BATCH_DRAIN_INTERVAL_S",
+    "CurrentTenant",
+    "Services",
+    "Svc",
+    "current_tenant",
+    "get_services",
+]
 
 #: Batch runner threads drain Celery results every 20 ms, not every 1 ms.
 BATCH_DRAIN_INTERVAL_S = 0.02

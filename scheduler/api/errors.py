@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandgrid.errors import AuthError, ErrorCode, InvalidInput, LimitExceeded, SandgridError
 
-__all__ = ["EdgeMiddleware", "install_error_handlers", "invalid_input_from"]
+__all__ = ["EdgeMiddleware", "error_response", "install_error_handlers", "invalid_input_from"]
 
 log = logging.getLogger("sandgrid.api")
 

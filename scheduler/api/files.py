@@ -17,12 +17,21 @@ from sandgrid.models import FileList, FileRead, workspace_path
 from sandgrid.wire.jobs import DeleteOp, ListOp, ReadOp, TarDownloadOp, TarUploadOp, WriteOp
 from scheduler.api.deps import CurrentTenant, Svc
 
-__all__ = ["router"]
+__all__ = [
+    "TAR",
+    "delete_file",
+    "download_tar",
+    "list_files",
+    "read_file",
+    "router",
+    "upload_tar",
+    "write_files",
+]
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["files"])
 
-PathQ = Annotated[str, AfterValidator(workspace_path), Query(description="path under /workspace")]
-RootQ = Annotated[
+_PathQ = Annotated[str, AfterValidator(workspace_path), Query(description="path under /workspace")]
+_RootQ = Annotated[
     str, AfterValidator(workspace_path), Query(description="directory under /workspace")
 ]
 TAR = "application/x-tar"
@@ -39,7 +48,7 @@ def write_files(
 @router.get("/files", response_model=FileRead)
 def read_file(
     session_id: str,
-    path: PathQ,
+    path: _PathQ,
     svc: Svc,
     tenant: CurrentTenant,
     encoding: Literal["utf-8", "base64"] = "utf-8",
@@ -51,7 +60,7 @@ def read_file(
 
 @router.get("/files/list", response_model=FileList)
 def list_files(
-    session_id: str, svc: Svc, tenant: CurrentTenant, path: RootQ = ".", recursive: bool = False
+    session_id: str, svc: Svc, tenant: CurrentTenant, path: _RootQ = ".", recursive: bool = False
 ) -> FileList:
     """List a directory of the workspace."""
     result = svc.runner.op(tenant, session_id, ListOp(path=path, recursive=recursive))
@@ -60,7 +69,7 @@ def list_files(
 
 @router.delete("/files")
 def delete_file(
-    session_id: str, path: PathQ, svc: Svc, tenant: CurrentTenant, recursive: bool = False
+    session_id: str, path: _PathQ, svc: Svc, tenant: CurrentTenant, recursive: bool = False
 ) -> dict[str, Any]:
     """Delete a file, or a directory with ``recursive=true``."""
     return svc.runner.op(tenant, session_id, DeleteOp(path=path, recursive=recursive))
@@ -72,7 +81,7 @@ def upload_tar(
     data: Annotated[bytes, Body(media_type=TAR)],
     svc: Svc,
     tenant: CurrentTenant,
-    path: RootQ = ".",
+    path: _RootQ = ".",
 ) -> dict[str, Any]:
     """Unpack a tar archive (the raw request body) into a workspace directory."""
     op = TarUploadOp(path=path, data_b64=base64.b64encode(data).decode())
@@ -80,7 +89,7 @@ def upload_tar(
 
 
 @router.get("/tar", response_class=Response, responses={200: {"content": {TAR: {}}}})
-def download_tar(session_id: str, svc: Svc, tenant: CurrentTenant, path: RootQ = ".") -> Response:
+def download_tar(session_id: str, svc: Svc, tenant: CurrentTenant, path: _RootQ = ".") -> Response:
     """A tar archive of a workspace directory, paths relative to it."""
     result = svc.runner.op(tenant, session_id, TarDownloadOp(path=path))
     try:

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from scheduler.api.deps import Svc
 
-__all__ = ["router"]
+__all__ = ["health", "router"]
 
 router = APIRouter(tags=["health"])
 

@@ -14,7 +14,7 @@ from sandgrid.wire.jobs import ForkOp, WriteOp
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.tenants import Tenant
 
-__all__ = ["router"]
+__all__ = ["close_session", "create_session", "exec_turn", "get_session", "list_sessions", "router"]
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 

@@ -36,7 +36,18 @@ from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant
 from scheduler.turns import TurnRunner
 
-__all__ = ["RESET_ARGV", "FreshLane", "Lane", "LaneContext", "ReusedLane", "then_reset"]
+__all__ = [
+    "FUSE_MAX_SOURCE",
+    "RESET_ARGV",
+    "RESET_SCRIPT",
+    "RESET_TIMEOUT_S",
+    "RUN_THEN_RESET",
+    "FreshLane",
+    "Lane",
+    "LaneContext",
+    "ReusedLane",
+    "then_reset",
+]
 
 log = logging.getLogger(__name__)
 

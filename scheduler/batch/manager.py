@@ -35,28 +35,14 @@ from sandgrid.errors import Conflict, ErrorCode, InvalidInput
 from sandgrid.models import Quotas, SessionCreate
 from scheduler.admission import Admission, check_exec, check_quotas
 from scheduler.batch.lanes import LaneContext
-from scheduler.batch.run import (
-    INFRA_CODES,
-    BatchRun,
-    RetryPolicy,
-    RunSetup,
-    error_result,
-    exec_outcome,
-    slot_ttl,
-)
+from scheduler.batch.run import BatchRun, RetryPolicy, RunSetup, slot_ttl
 from scheduler.batch.store import BatchStore
 from scheduler.capacity import BatchSlots, CapacitySource, InteractiveActivity
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant
 from scheduler.turns import TurnRunner
 
-__all__ = [
-    "INFRA_CODES",
-    "BatchManager",
-    "RetryPolicy",
-    "error_result",
-    "exec_outcome",
-]
+__all__ = ["RESUME_WAIT_S", "BatchManager"]
 
 log = logging.getLogger(__name__)
 

@@ -37,6 +37,10 @@ from scheduler.capacity import BatchSlots, CapacitySource, InteractiveActivity
 
 __all__ = [
     "INFRA_CODES",
+    "RUNNER_RENEW_S",
+    "RUNNER_TTL_S",
+    "SLOT_MARGIN_S",
+    "SLOT_POLL_S",
     "BatchRun",
     "RetryPolicy",
     "RunSetup",

@@ -17,7 +17,7 @@ from sandgrid.batch.models import BatchResult
 from sandgrid.cli import main
 from sandgrid.wire.jobs import ExecOp
 from sandgrid.wire.settings import Settings, get_settings
-from scheduler.batch.manager import RetryPolicy
+from scheduler.batch.run import RetryPolicy
 from scheduler.capacity import StaticCapacity
 from tests.support.fakes import Grid, make_grid
 

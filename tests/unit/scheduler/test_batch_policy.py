@@ -18,7 +18,7 @@ from sandgrid.errors import (
     SandgridError,
 )
 from sandgrid.models import ExecResult
-from scheduler.batch.manager import RetryPolicy, error_result, exec_outcome
+from scheduler.batch.run import RetryPolicy, error_result, exec_outcome
 
 JOB = BatchJob(id="j1", argv=["true"])
 

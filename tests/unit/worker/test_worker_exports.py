@@ -1,31 +1,43 @@
-"""The sandbox modules of the data plane declare an accurate ``__all__``."""
+"""Every module of the data plane declares ``__all__`` as exactly its public names.
+
+The rule (what a public name is) is written once, in ``tests/support/exports.py``.
+"""
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
-MODULES = [
-    "worker.agent",
-    "worker.agent_api",
-    "worker.backends",
-    "worker.backends.base",
-    "worker.backends.docker",
-    "worker.backends.gvisor",
-    "worker.channel",
-    "worker.pool",
-    "worker.protocol",
-    "worker.quotas",
-]
+import worker
+from tests.support.exports import check_exports, module_params
+
+# Modules whose __all__ is fixed after the rewrite of worker/ under way on other branches;
+# drop each entry once its module passes.
+PENDING = dict.fromkeys(
+    [
+        "worker.agent.sandgrid_agent",
+        "worker.backends.base",
+        "worker.backends.docker",
+        "worker.batch_gate",
+        "worker.channel",
+        "worker.executor",
+        "worker.heartbeat",
+        "worker.main",
+        "worker.pool",
+        "worker.quotas",
+        "worker.reaper",
+        "worker.snapshots.archive",
+        "worker.snapshots.base",
+        "worker.snapshots.entries",
+        "worker.snapshots.minio",
+        "worker.snapshots.workspace",
+    ],
+    "worker/ is being rewritten on other branches; its __all__ is fixed after the merge",
+)
 
 
-@pytest.mark.parametrize("name", MODULES)
-def test_all_is_declared_and_resolves(name: str) -> None:
-    module = importlib.import_module(name)
-    assert hasattr(module, "__all__"), f"{name} has no __all__"
-    for member in module.__all__:
-        assert hasattr(module, member), f"{name}.__all__ names missing {member!r}"
+@pytest.mark.parametrize("name", module_params(worker, PENDING))
+def test_all_is_exactly_the_public_names(name: str) -> None:
+    check_exports(name)
 
 
 def test_backend_is_abstract() -> None:
