@@ -35,7 +35,7 @@ from sandgrid.wire.redis_ledger import DERIVED_FIELDS, RedisLedger, millis, regi
 from sandgrid.wire.settings import Settings
 from scheduler.registry import LUA_DIR
 
-__all__ = ["SessionRegistry", "new_session_id", "new_turn_id"]
+__all__ = ["TURN_RECORD_TTL_S", "SessionRegistry", "new_session_id", "new_turn_id"]
 
 #: How long a turn record outlives its lock: long enough to refuse a late redelivery.
 TURN_RECORD_TTL_S = 3 * 3600.0
