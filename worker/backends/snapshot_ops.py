@@ -1,21 +1,24 @@
-"""The snapshot half of a sandbox backend: scan, pack, unpack, read_range, write_range.
+"""The snapshot half of a sandbox backend: ``SandboxFiles`` over the agent channel.
 
-A mixin of ``SandboxBackend``, kept apart to keep ``base`` readable. Each
-method validates its input, makes one agent request over the backend's
-``call`` (docs/agent-protocol.md) and checks the reply;
-``worker.snapshots.workspace`` drives them. A file too large for one frame
-travels in chunks of ``read_range`` and ``write_range``; everything else in
-``pack`` and ``unpack`` tars.
+The production implementation of ``worker.snapshots.sandbox.SandboxFiles``
+(scan, pack, unpack, read_range, write_range); ``SandboxBackend`` inherits it,
+kept apart to keep ``base`` readable. Each method validates its input, makes
+one agent request over the backend's ``call`` (docs/agent-protocol.md) and
+checks the reply; ``worker.snapshots.workspace`` drives them. A file too
+large for one frame travels in chunks of ``read_range`` and ``write_range``;
+everything else in ``pack`` and ``unpack`` tars.
 """
 
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any, Protocol
+from abc import abstractmethod
+from typing import TYPE_CHECKING, Any
 
 from sandgrid.errors import SandboxError
 from worker.agent_api import FileRange, check_roots, file_range
 from worker.backends.scan import ScanRow, apply_reply
+from worker.snapshots.sandbox import SandboxFiles
 
 if TYPE_CHECKING:
     from worker.backends.base import Sandbox
@@ -23,15 +26,14 @@ if TYPE_CHECKING:
 __all__ = ["SnapshotOps"]
 
 
-class _Backend(Protocol):
+class SnapshotOps(SandboxFiles["Sandbox"]):
+    """``scan``, ``pack``, ``unpack``, ``read_range``, ``write_range`` over ``call``."""
+
+    @abstractmethod
     def call(self, sbx: Sandbox, op: str, fields: dict[str, Any]) -> dict[str, Any]:
         """One agent request (``SandboxBackend.call``)."""
 
-
-class SnapshotOps:
-    """``scan``, ``pack``, ``unpack``, ``read_range``, ``write_range`` over ``call``."""
-
-    def scan(self: _Backend, sbx: Sandbox, roots: list[str]) -> list[ScanRow]:
+    def scan(self, sbx: Sandbox, roots: list[str]) -> list[ScanRow]:
         """The snapshot manifest of ``roots``: rows sorted by path.
 
         After the first scan of a sandbox, the agent is asked only for what
@@ -58,11 +60,11 @@ class SnapshotOps:
         sbx.scan_state = state
         return list(state.ordered)
 
-    def pack(self: _Backend, sbx: Sandbox, paths: list[str]) -> bytes:
+    def pack(self, sbx: Sandbox, paths: list[str]) -> bytes:
         """A tar.gz (level 1) of these regular files (absolute paths under the roots)."""
         return base64.b64decode(self.call(sbx, "pack", {"files": list(paths)})["data_b64"])
 
-    def unpack(self: _Backend, sbx: Sandbox, data: bytes, roots: list[str], clear: bool) -> int:
+    def unpack(self, sbx: Sandbox, data: bytes, roots: list[str], clear: bool) -> int:
         """Extract a tar (names relative to ``/``) into ``roots``, after emptying them
         if ``clear``; the whole tar is checked first, so a bad one changes nothing."""
         fields = {
@@ -72,7 +74,7 @@ class SnapshotOps:
         }
         return int(self.call(sbx, "unpack", fields)["files"])
 
-    def read_range(self: _Backend, sbx: Sandbox, path: str, offset: int, length: int) -> FileRange:
+    def read_range(self, sbx: Sandbox, path: str, offset: int, length: int) -> FileRange:
         """Up to ``length`` bytes of a regular file under the roots from ``offset``
         (fewer at its end), with the file's size and mtime after the read.
 
@@ -85,7 +87,7 @@ class SnapshotOps:
         return file_range(self.call(sbx, "read_range", fields))
 
     def write_range(
-        self: _Backend,
+        self,
         sbx: Sandbox,
         path: str,
         offset: int,

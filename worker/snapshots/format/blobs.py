@@ -22,8 +22,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from worker.snapshots.entries import Entry
-from worker.snapshots.manifest import Location
+from worker.snapshots.format.entries import Entry
+from worker.snapshots.format.manifest import Location
 
 __all__ = [
     "PACK_BYTES",
