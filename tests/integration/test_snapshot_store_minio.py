@@ -1,4 +1,7 @@
-"""The snapshot store against its real backends: one contract suite for MinIO and local.
+"""The snapshot store against its real object stores: one suite for MinIO and local.
+
+The object stores' own contract is tests/support/object_store_contract.py
+(test_snapshot_objects_minio.py, tests/unit/worker/snapshots/test_objects_local.py).
 
 MinIO is the server that ``deploy/local/minio.sh`` runs on loopback. It missing
 is a skip on a developer's machine and a *failure* in CI (``CI=true``). Each
@@ -31,7 +34,6 @@ from worker.snapshots import SnapshotStore, restore_sandbox, snapshot_sandbox
 from worker.snapshots import workspace as workspace_mod
 from worker.snapshots.format import keys as store_keys
 from worker.snapshots.format.blobs import decode, encode
-from worker.snapshots.objects import StoreConflict
 
 pytestmark = pytest.mark.integration
 
@@ -135,24 +137,6 @@ def take(store: SnapshotStore, sbx: Path, session: str = "s1", tenant: str = TEN
 
 
 # ---- the contract -------------------------------------------------------------------
-
-
-def test_primitives(store: SnapshotStore) -> None:
-    key = f"t/{TENANT}/blobs/" + "a" * 64
-    with pytest.raises(KeyError):
-        store.objects.get(key)
-    assert not store.objects.exists(key) and store.objects.mtime(key) is None
-    store.objects.put(key, b"one")
-    store.objects.put(key, b"two")
-    assert store.objects.get(key) == b"two" and store.objects.exists(key)
-    mtime = store.objects.mtime(key)
-    assert mtime is not None and abs(mtime - time.time()) < 60
-    store.objects.put(f"t/{TENANT}/s/s1/latest", b"x")
-    assert sorted(store.objects.list(f"t/{TENANT}/blobs/")) == [key]
-    assert len(store.objects.list(f"t/{TENANT}/")) == 2 and store.objects.list(f"t/{OTHER}/") == []
-    store.objects.delete(key)
-    store.objects.delete(key)
-    assert not store.objects.exists(key)
 
 
 def test_snapshot_and_restore_round_trip(store: SnapshotStore, tmp_path: Path) -> None:
@@ -287,22 +271,6 @@ def test_a_snapshot_based_on_a_moved_pointer_is_refused(
     assert err.value.code == ErrorCode.SNAPSHOT_FAILED
     assert [r.name for r in store.snapshots(TENANT, "s1")] == [base.name, first.name]
     assert store.load(TENANT, "s1").hash == first.hash
-
-
-def test_a_conditional_write_is_checked_by_the_store(store: SnapshotStore) -> None:
-    key = store_keys.pointer_key(TENANT, "cas")
-    store.objects.put_if(key, b"one", None)
-    with pytest.raises(StoreConflict):
-        store.objects.put_if(key, b"two", None)  # it exists now
-    data, tag = store.objects.get_tagged(key)
-    assert data == b"one"
-    with pytest.raises(StoreConflict):
-        store.objects.put_if(key, b"three", "0" * 32)
-    store.objects.put_if(key, b"four", tag)
-    assert store.objects.get(key) == b"four"
-    with pytest.raises(StoreConflict):
-        store.objects.put_if(key, b"five", tag)  # that version is gone
-    store.objects.delete(key)
 
 
 # ---- MinIO going away -----------------------------------------------------------------

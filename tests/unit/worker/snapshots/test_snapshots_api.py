@@ -46,6 +46,23 @@ def test_the_sandbox_backend_offers_what_snapshots_call() -> None:
         assert theirs == ours, name
 
 
+def test_the_agent_channel_and_the_test_double_are_sandbox_files() -> None:
+    """One interface: the production backend and the host-directory double implement it."""
+    base = pytest.importorskip("worker.backends.base")
+    from tests.support.hostdir import HostDirBackend
+
+    assert issubclass(base.SandboxBackend, SandboxFiles)
+    assert issubclass(HostDirBackend, SandboxFiles)
+    assert not inspect.isabstract(HostDirBackend)
+    assert SandboxFiles.__abstractmethods__ == {
+        "scan",
+        "pack",
+        "unpack",
+        "read_range",
+        "write_range",
+    }
+
+
 def test_open_store_follows_the_settings(tmp_path: Path) -> None:
     snaps = SnapshotSettings(keep=7, gc_grace_s=120, max_files=10, threads=3)
     worker = WorkerSettings(snapshot_store="local", local_snapshot_dir=tmp_path, snapshots=snaps)
