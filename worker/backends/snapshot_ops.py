@@ -34,21 +34,10 @@ class SnapshotOps(SandboxFiles["Sandbox"]):
         """One agent request (``SandboxBackend.call``)."""
 
     def scan(self, sbx: Sandbox, roots: list[str]) -> list[ScanRow]:
-        """The snapshot manifest of ``roots``: rows sorted by path.
-
-        After the first scan of a sandbox, the agent is asked only for what
-        changed since its last reply (``since``), which this handle applies to
-        the rows it kept. A scan that fails in any way drops them, so the next
-        one is full.
-
-        Returns:
-            ``(path, type, mode, size, sha256, target)`` per entry under the
-            roots; ``sha256`` only for files, ``target`` only for symlinks.
-
-        Raises:
-            InvalidInput: roots other than ``/workspace`` and ``/home/sandbox``.
-            SandboxError: the agent failed, or its reply is malformed.
-        """
+        """``SandboxFiles.scan``, incremental: after the first scan of a sandbox,
+        the agent is asked only for what changed since its last reply
+        (``since``), which this handle applies to the rows it kept. A scan that
+        fails in any way drops them, so the next one is full."""
         checked = check_roots(roots, "snapshot.scan")
         fields: dict[str, Any] = {"roots": checked}
         prior, sbx.scan_state = sbx.scan_state, None
@@ -61,12 +50,11 @@ class SnapshotOps(SandboxFiles["Sandbox"]):
         return list(state.ordered)
 
     def pack(self, sbx: Sandbox, paths: list[str]) -> bytes:
-        """A tar.gz (level 1) of these regular files (absolute paths under the roots)."""
+        """``SandboxFiles.pack``: the agent's tar.gz is level 1."""
         return base64.b64decode(self.call(sbx, "pack", {"files": list(paths)})["data_b64"])
 
     def unpack(self, sbx: Sandbox, data: bytes, roots: list[str], clear: bool) -> int:
-        """Extract a tar (names relative to ``/``) into ``roots``, after emptying them
-        if ``clear``; the whole tar is checked first, so a bad one changes nothing."""
+        """``SandboxFiles.unpack``, one agent request per tar."""
         fields = {
             "data_b64": base64.b64encode(data).decode(),
             "roots": check_roots(roots, "snapshot.unpack"),
@@ -75,14 +63,7 @@ class SnapshotOps(SandboxFiles["Sandbox"]):
         return int(self.call(sbx, "unpack", fields)["files"])
 
     def read_range(self, sbx: Sandbox, path: str, offset: int, length: int) -> FileRange:
-        """Up to ``length`` bytes of a regular file under the roots from ``offset``
-        (fewer at its end), with the file's size and mtime after the read.
-
-        Raises:
-            InvalidInput: not a regular file under the roots (a symlink is not
-                followed), or ``length`` over what one frame carries.
-            SandboxError: the agent failed, or its reply is malformed.
-        """
+        """``SandboxFiles.read_range``; ``length`` is at most what one frame carries."""
         fields = {"path": path, "offset": offset, "length": length}
         return file_range(self.call(sbx, "read_range", fields))
 
@@ -98,21 +79,8 @@ class SnapshotOps(SandboxFiles["Sandbox"]):
         final: bool,
         mtime: float | None = None,
     ) -> int:
-        """Write one chunk of a file under ``roots``; chunks come in order.
-
-        The chunk at offset 0 creates the file afresh (a file or link in its way
-        is removed, never written through); a later one must find the file
-        exactly ``offset`` bytes long. The ``final`` chunk sets ``mode`` (and
-        ``mtime``); until then the file is private to the sandbox user.
-
-        Returns:
-            The file's size after the write.
-
-        Raises:
-            InvalidInput: outside the roots or under a symlink, chunks out of
-                order, or the workspace is full (``No space left on device``).
-            SandboxError: the agent failed.
-        """
+        """``SandboxFiles.write_range``; until the ``final`` chunk the file is
+        private to the sandbox user."""
         fields = {
             "path": path,
             "offset": offset,

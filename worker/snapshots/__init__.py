@@ -6,8 +6,9 @@ The modules import one way (.importlinter-snapshots holds it), bottom to top:
 - ``objects/``: where the bytes live, ``ObjectStore`` with ``LocalObjects`` and
   ``MinioObjects`` (``objects.minio``, imported lazily so that this package
   does not need the SDK);
-- ``pointer``, ``refs``, ``catalog``: a session's pointer, what the store
-  hands back, manifests and pointers over an ``ObjectStore``;
+- ``pointer``, ``known``, ``refs``, ``catalog``: a session's pointer, the
+  memory of stored blobs, what the store hands back, manifests and pointers
+  over an ``ObjectStore``;
 - ``transfer``, ``saving``, ``lifecycle``: the algorithm, in parts;
 - ``store``: ``SnapshotStore``, the algorithm's public operations;
 - ``sandbox``: ``SandboxFiles``, what snapshots need from a sandbox;

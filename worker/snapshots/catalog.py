@@ -25,9 +25,10 @@ from sandgrid.wire.settings import (
 )
 from worker.snapshots import pointer
 from worker.snapshots.format import keys
-from worker.snapshots.format.blobs import PACK_BYTES, SMALL_FILE_BYTES, KnownBlobs, decode, encode
+from worker.snapshots.format.blobs import PACK_BYTES, SMALL_FILE_BYTES, decode, encode
 from worker.snapshots.format.entries import ManifestLimits
 from worker.snapshots.format.manifest import MAX_MANIFEST_BYTES, Manifest, corrupt
+from worker.snapshots.known import KnownBlobs
 from worker.snapshots.objects.base import ObjectStore
 
 __all__ = ["Catalog"]

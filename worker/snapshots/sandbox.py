@@ -102,6 +102,6 @@ class SandboxFiles(ABC, Generic[S]):
 
         Raises:
             InvalidInput: outside the roots or under a link, chunks out of order,
-                or the workspace is full.
+                or the workspace is full (``No space left on device``).
             SandboxError: the sandbox failed.
         """

@@ -25,9 +25,10 @@ from worker.snapshots.format.archive import (
     read_packed,
     tar_member,
 )
-from worker.snapshots.format.blobs import KnownBlobs, decode, encode, group_files
+from worker.snapshots.format.blobs import decode, encode, group_files
 from worker.snapshots.format.entries import Entry
 from worker.snapshots.format.manifest import Location
+from worker.snapshots.known import KnownBlobs
 
 LONG = "workspace/" + "deep/" * 40 + "file.txt"
 NAMES = ["workspace/a.txt", LONG, "workspace/" + "n" * 150, "workspace/é ü ☃.txt"]

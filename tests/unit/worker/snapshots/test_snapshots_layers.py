@@ -1,6 +1,6 @@
 """``worker.snapshots`` imports one way: the contracts in .importlinter-snapshots hold.
 
-Layers, bottom up: ``format`` (pure), ``objects``, ``pointer``, ``refs``,
+Layers, bottom up: ``format`` (pure), ``objects``, ``pointer``/``known``, ``refs``,
 ``catalog``, ``transfer``, ``saving``/``lifecycle``, ``store``/``sandbox``,
 ``workspace``. A cycle between any two modules breaks a layer, so this also
 proves the package acyclic.

@@ -1,6 +1,6 @@
 """A restore over ``STREAM_RESTORE_BYTES`` goes in parts, with bounded memory.
 
-End to end over ``LocalStore`` and ``HostDirBackend`` with small thresholds
+End to end over ``LocalObjects`` and ``HostDirBackend`` with small thresholds
 (a part is a few KiB), on a workspace of many parts: the tree comes back
 exactly (files, read-only directories, symlinks, modes, large files), the parts
 are the tars a single pass would send, blobs are downloaded as parts go (not
