@@ -47,8 +47,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from minio import Minio
 
 from sandgrid.wire.settings import Settings
-from worker.snapshots import HostDirBackend, restore_sandbox, snapshot_sandbox
-from worker.snapshots.minio import MinioStore
+from tests.support.hostdir import HostDirBackend
+from tests.support.snapshot_stores import minio_store
+from worker.snapshots import SnapshotStore, restore_sandbox, snapshot_sandbox
 
 ROOTS = ["/workspace", "/home/sandbox"]
 MB = 1 << 20
@@ -147,7 +148,7 @@ def tar_restore(client: Minio, bucket: str, dst: Path, key: str) -> None:
     subprocess.run(f"gzip -dc | tar -C {dst} -xf -", shell=True, check=True, input=data)
 
 
-def run_case(case: Case, store: MinioStore, client: Minio, tmp: Path, reps: int) -> Row:
+def run_case(case: Case, store: SnapshotStore, client: Minio, tmp: Path, reps: int) -> Row:
     sbx, dst = tmp / f"{case.name}-src", tmp / f"{case.name}-dst"
     row = Row(case.name, generate(case, sbx) / MB, case.files)
     session = "s-bench"
@@ -188,11 +189,11 @@ def run_case(case: Case, store: MinioStore, client: Minio, tmp: Path, reps: int)
     row.parts["stored entries"] = last.stats["stored_entries"]
     key = f"tar-baseline/{case.name}.tar.gz"
     row.tar["snapshot"], _ = median_time(
-        reps, lambda _: tar_snapshot(client, store.bucket, sbx, key)
+        reps, lambda _: tar_snapshot(client, store.objects.bucket, sbx, key)
     )
     row.tar["restore"], _ = median_time(
         reps,
-        lambda _: tar_restore(client, store.bucket, tmp / "tar-dst", key),
+        lambda _: tar_restore(client, store.objects.bucket, tmp / "tar-dst", key),
         lambda _: fresh_dir(tmp / "tar-dst"),
     )
     for path in (sbx, dst, tmp / "tar-dst"):
@@ -200,13 +201,13 @@ def run_case(case: Case, store: MinioStore, client: Minio, tmp: Path, reps: int)
     return row
 
 
-def round_trip(store: MinioStore, reps: int = 31) -> float:
+def round_trip(store: SnapshotStore, reps: int = 31) -> float:
     """Median time of one small PUT to the store: the unit a snapshot's sequential
     steps cost (a durable snapshot needs two: its blobs, then its pointer)."""
     times = []
     for i in range(reps):
         t0 = time.perf_counter()
-        store._put(f"bench-rtt/{i}", b"x" * 200)
+        store.objects.put(f"bench-rtt/{i}", b"x" * 200)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
@@ -267,7 +268,7 @@ def main() -> int:
     args = parser.parse_args()
     s = Settings().minio  # SANDGRID_MINIO__*
     bucket = f"sgbench-{uuid.uuid4().hex[:10]}"
-    store = MinioStore(s.endpoint, s.access_key, s.secret_key, bucket, secure=s.secure)
+    store = minio_store(s.endpoint, s.access_key, s.secret_key, bucket, secure=s.secure)
     client = Minio(s.endpoint, s.access_key, s.secret_key, secure=s.secure)
     print(f"MinIO {s.endpoint}, bucket {bucket}, {os.cpu_count()} CPUs, median of {args.reps}")
     rows: list[Row] = []
@@ -282,7 +283,7 @@ def main() -> int:
         print()
         return 0 if report(rows, round_trip(store)) else 1
     finally:
-        store.drop_bucket()
+        store.objects.drop_bucket()
         store.close()
 
 

@@ -16,8 +16,9 @@ import pytest
 
 from sandgrid.errors import ErrorCode, SnapshotError
 from sandgrid.models import ExecRequest, Quotas
+from tests.support.snapshot_stores import local_store
 from worker.backends import Sandbox, SandboxBackend
-from worker.snapshots import LocalStore, restore_sandbox, snapshot_sandbox
+from worker.snapshots import restore_sandbox, snapshot_sandbox
 from worker.snapshots import workspace as workspace_mod
 from worker.snapshots.workspace import CHUNK_BYTES, LARGE_FILE_BYTES
 
@@ -52,7 +53,7 @@ def test_a_60_mb_file_is_snapshotted_and_restored_in_chunks(
         return call(sbx, op, fields, **kw)
 
     monkeypatch.setattr(backend, "call", spy)
-    with LocalStore(tmp_path / "store") as store:
+    with local_store(tmp_path / "store") as store:
         ref = snapshot_sandbox(backend, src, store, TENANT, "s1", None)
         assert ref is not None and ref.stats["bytes"] == SIZE + len("small\n")
         chunks = -(-SIZE // CHUNK_BYTES)
@@ -98,7 +99,7 @@ def test_directory_modes_in_several_tars_reach_every_directory(
         return unpack(sbx, data, roots, clear)
 
     monkeypatch.setattr(backend, "unpack", spy)
-    with LocalStore(tmp_path / "store") as store:
+    with local_store(tmp_path / "store") as store:
         ref = snapshot_sandbox(backend, src, store, TENANT, "s1", None)
         assert ref is not None
         dst = sandbox_factory()

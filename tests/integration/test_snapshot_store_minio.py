@@ -1,4 +1,7 @@
-"""The snapshot store against its real backends: one contract suite for MinIO and local.
+"""The snapshot store against its real object stores: one suite for MinIO and local.
+
+The object stores' own contract is tests/support/object_store_contract.py
+(test_snapshot_objects_minio.py, tests/unit/worker/snapshots/test_objects_local.py).
 
 MinIO is the server that ``deploy/local/minio.sh`` runs on loopback. It missing
 is a skip on a developer's machine and a *failure* in CI (``CI=true``). Each
@@ -25,17 +28,12 @@ import pytest
 
 from sandgrid.errors import ErrorCode, InfrastructureError, InvalidInput, NotFound, SnapshotError
 from sandgrid.wire.settings import Settings
-from worker.snapshots import (
-    HostDirBackend,
-    LocalStore,
-    SnapshotStore,
-    restore_sandbox,
-    snapshot_sandbox,
-)
-from worker.snapshots import keys as store_keys
+from tests.support.hostdir import HostDirBackend
+from tests.support.snapshot_stores import local_store, minio_store
+from worker.snapshots import SnapshotStore, restore_sandbox, snapshot_sandbox
 from worker.snapshots import workspace as workspace_mod
-from worker.snapshots.blobs import decode, encode
-from worker.snapshots.pointer import StoreConflict
+from worker.snapshots.format import keys as store_keys
+from worker.snapshots.format.blobs import decode, encode
 
 pytestmark = pytest.mark.integration
 
@@ -66,11 +64,10 @@ def require_minio() -> None:
 
 
 def make_minio(**options: Any) -> SnapshotStore:
-    from worker.snapshots.minio import MinioStore
 
     bucket = f"sgtest-{uuid.uuid4().hex[:12]}"
     s = SETTINGS
-    return MinioStore(s.endpoint, s.access_key, s.secret_key, bucket, secure=s.secure, **options)
+    return minio_store(s.endpoint, s.access_key, s.secret_key, bucket, secure=s.secure, **options)
 
 
 @pytest.fixture(params=["minio", "local"])
@@ -81,10 +78,10 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SnapshotSt
         require_minio()
         made = make_minio(**options)
     else:
-        made = LocalStore(tmp_path / "store", **options)
+        made = local_store(tmp_path / "store", **options)
     yield made
     if request.param == "minio" and minio_ready():
-        made.drop_bucket()  # type: ignore[attr-defined]
+        made.objects.drop_bucket()  # type: ignore[attr-defined]
     made.close()
 
 
@@ -122,14 +119,14 @@ def listing(sbx: Path) -> dict[str, Any]:
 def count_calls(store: SnapshotStore) -> Counter[str]:
     """Count the store's primitive calls from now on (instance-level wrappers)."""
     calls: Counter[str] = Counter()
-    for name in ("_put", "_put_if", "_get", "_get_tagged", "_exists", "_mtime", "_list", "_delete"):
-        original = getattr(store, name)
+    for name in ("put", "put_if", "get", "get_tagged", "exists", "mtime", "list", "delete"):
+        original = getattr(store.objects, name)
 
         def wrapper(*a: Any, _n: str = name, _o: Callable[..., Any] = original) -> Any:
             calls[_n] += 1
             return _o(*a)
 
-        setattr(store, name, wrapper)
+        setattr(store.objects, name, wrapper)
     return calls
 
 
@@ -140,24 +137,6 @@ def take(store: SnapshotStore, sbx: Path, session: str = "s1", tenant: str = TEN
 
 
 # ---- the contract -------------------------------------------------------------------
-
-
-def test_primitives(store: SnapshotStore) -> None:
-    key = f"t/{TENANT}/blobs/" + "a" * 64
-    with pytest.raises(KeyError):
-        store._get(key)
-    assert not store._exists(key) and store._mtime(key) is None
-    store._put(key, b"one")
-    store._put(key, b"two")
-    assert store._get(key) == b"two" and store._exists(key)
-    mtime = store._mtime(key)
-    assert mtime is not None and abs(mtime - time.time()) < 60
-    store._put(f"t/{TENANT}/s/s1/latest", b"x")
-    assert sorted(store._list(f"t/{TENANT}/blobs/")) == [key]
-    assert len(store._list(f"t/{TENANT}/")) == 2 and store._list(f"t/{OTHER}/") == []
-    store._delete(key)
-    store._delete(key)
-    assert not store._exists(key)
 
 
 def test_snapshot_and_restore_round_trip(store: SnapshotStore, tmp_path: Path) -> None:
@@ -182,7 +161,7 @@ def test_incremental_and_unchanged(store: SnapshotStore, tmp_path: Path) -> None
     (sbx / "workspace/src/m7.py").write_text("VALUE = 'changed'\n")
     ref2 = snapshot_sandbox(backend, sbx, store, TENANT, "s1", ref.manifest)
     assert ref2 is not None and ref2.stats["uploaded_blobs"] == 1
-    assert calls["_put"] == 2 and calls["_put_if"] == 1  # a blob, the manifest; the pointer
+    assert calls["put"] == 2 and calls["put_if"] == 1  # a blob, the manifest; the pointer
 
 
 def test_damaged_blob_is_refused(store: SnapshotStore, tmp_path: Path) -> None:
@@ -191,16 +170,16 @@ def test_damaged_blob_is_refused(store: SnapshotStore, tmp_path: Path) -> None:
     ref = take(store, sbx)
     blob = max(ref.manifest.blobs, key=lambda b: ref.manifest.blobs[b])
     key = store_keys.blob_key(TENANT, blob)
-    data = bytearray(decode(store._get(key)))
+    data = bytearray(decode(store.objects.get(key)))
     data[1000] ^= 0x01
-    store._put(key, encode(bytes(data)))
+    store.objects.put(key, encode(bytes(data)))
     dst = sandbox(tmp_path, "dst")
     (dst / "workspace/keep").write_text("untouched")
     with pytest.raises(SnapshotError) as err:
         restore_sandbox(HostDirBackend(), dst, store, TENANT, "s1", ref)
     assert err.value.code == ErrorCode.SNAPSHOT_CORRUPT
     assert (dst / "workspace/keep").read_text() == "untouched"
-    store._delete(key)
+    store.objects.delete(key)
     with pytest.raises(SnapshotError, match="missing"):
         next(store.restore_plan(store.load(TENANT, "s1")))
 
@@ -221,9 +200,9 @@ def test_restore_in_parts(
     assert listing(dst) == listing(sbx)
     blob = hashlib.sha256((sbx / "workspace/data.bin").read_bytes()).hexdigest()  # in tar 2
     key = store_keys.blob_key(TENANT, blob)
-    data = bytearray(decode(store._get(key)))
+    data = bytearray(decode(store.objects.get(key)))
     data[1000] ^= 0x01
-    store._put(key, encode(bytes(data)))
+    store.objects.put(key, encode(bytes(data)))
     with pytest.raises(SnapshotError) as err:
         restore_sandbox(HostDirBackend(), sandbox(tmp_path, "dst2"), store, TENANT, "s1", ref)
     assert err.value.code == ErrorCode.SNAPSHOT_CORRUPT
@@ -294,22 +273,6 @@ def test_a_snapshot_based_on_a_moved_pointer_is_refused(
     assert store.load(TENANT, "s1").hash == first.hash
 
 
-def test_a_conditional_write_is_checked_by_the_store(store: SnapshotStore) -> None:
-    key = store_keys.pointer_key(TENANT, "cas")
-    store._put_if(key, b"one", None)
-    with pytest.raises(StoreConflict):
-        store._put_if(key, b"two", None)  # it exists now
-    data, tag = store._get_tagged(key)
-    assert data == b"one"
-    with pytest.raises(StoreConflict):
-        store._put_if(key, b"three", "0" * 32)
-    store._put_if(key, b"four", tag)
-    assert store._get(key) == b"four"
-    with pytest.raises(StoreConflict):
-        store._put_if(key, b"five", tag)  # that version is gone
-    store._delete(key)
-
-
 # ---- MinIO going away -----------------------------------------------------------------
 
 
@@ -360,5 +323,5 @@ def test_minio_stopped_mid_snapshot_then_back(tmp_path: Path) -> None:
         assert listing(dst) == listing(sbx)
     finally:
         start_minio()
-        store.drop_bucket()  # type: ignore[attr-defined]
+        store.objects.drop_bucket()  # type: ignore[attr-defined]
         store.close()

@@ -42,11 +42,12 @@ from sandgrid.errors import InfrastructureError, InvalidInput, NotFound, Snapsho
 from sandgrid.localgrid import LocalGrid
 from sandgrid.models import ExecResult
 from sandgrid.wire import names
+from tests.support.snapshot_stores import minio_store
 from worker.quotas import LABEL_SESSION, LABEL_WORKER
-from worker.snapshots import keys as store_keys
-from worker.snapshots.blobs import decode, encode
-from worker.snapshots.entries import Entry
-from worker.snapshots.manifest import content_hash
+from worker.snapshots.format import keys as store_keys
+from worker.snapshots.format.blobs import decode, encode
+from worker.snapshots.format.entries import Entry
+from worker.snapshots.format.manifest import content_hash
 
 pytestmark = pytest.mark.integration
 
@@ -247,10 +248,9 @@ def ok(result: ExecResult) -> ExecResult:
 
 
 def store(grid: Grid) -> Any:
-    from worker.snapshots.minio import MinioStore
 
     m = grid.minio
-    return MinioStore(m.endpoint, ACCESS, SECRET, m.bucket)
+    return minio_store(m.endpoint, ACCESS, SECRET, m.bucket)
 
 
 def wait_released(s: Session) -> None:
@@ -399,14 +399,14 @@ def test_a_hostile_manifest_is_refused(acme: Client, grid: Grid) -> None:
             latest = st.latest("acme", s.id)
             assert latest is not None
             key = store_keys.manifest_key("acme", s.id, latest.name)
-            doc = json.loads(bytes(decode(st._get(key))))
+            doc = json.loads(bytes(decode(st.objects.get(key))))
             doc["entries"].append(
                 ["/workspace/esc/cron.d", "dir", 0o755, 0, None, None, None, None]
             )
             doc["entries"].sort(key=lambda row: row[0])
             entries = [Entry(*row[:6]) for row in doc["entries"]]
             doc["hash"] = content_hash(doc["roots"], entries)  # the rule refuses it, not the hash
-            st._put(key, encode(json.dumps(doc).encode()))
+            st.objects.put(key, encode(json.dumps(doc).encode()))
         finally:
             st.close()
         with pytest.raises(SnapshotError) as err:

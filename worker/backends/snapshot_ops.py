@@ -1,21 +1,24 @@
-"""The snapshot half of a sandbox backend: scan, pack, unpack, read_range, write_range.
+"""The snapshot half of a sandbox backend: ``SandboxFiles`` over the agent channel.
 
-A mixin of ``SandboxBackend``, kept apart to keep ``base`` readable. Each
-method validates its input, makes one agent request over the backend's
-``call`` (docs/agent-protocol.md) and checks the reply;
-``worker.snapshots.workspace`` drives them. A file too large for one frame
-travels in chunks of ``read_range`` and ``write_range``; everything else in
-``pack`` and ``unpack`` tars.
+The production implementation of ``worker.snapshots.sandbox.SandboxFiles``
+(scan, pack, unpack, read_range, write_range); ``SandboxBackend`` inherits it,
+kept apart to keep ``base`` readable. Each method validates its input, makes
+one agent request over the backend's ``call`` (docs/agent-protocol.md) and
+checks the reply; ``worker.snapshots.workspace`` drives them. A file too
+large for one frame travels in chunks of ``read_range`` and ``write_range``;
+everything else in ``pack`` and ``unpack`` tars.
 """
 
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any, Protocol
+from abc import abstractmethod
+from typing import TYPE_CHECKING, Any
 
 from sandgrid.errors import SandboxError
 from worker.agent_api import FileRange, check_roots, file_range
 from worker.backends.scan import ScanRow, apply_reply
+from worker.snapshots.sandbox import SandboxFiles
 
 if TYPE_CHECKING:
     from worker.backends.base import Sandbox
@@ -23,30 +26,18 @@ if TYPE_CHECKING:
 __all__ = ["SnapshotOps"]
 
 
-class _Backend(Protocol):
+class SnapshotOps(SandboxFiles["Sandbox"]):
+    """``scan``, ``pack``, ``unpack``, ``read_range``, ``write_range`` over ``call``."""
+
+    @abstractmethod
     def call(self, sbx: Sandbox, op: str, fields: dict[str, Any]) -> dict[str, Any]:
         """One agent request (``SandboxBackend.call``)."""
 
-
-class SnapshotOps:
-    """``scan``, ``pack``, ``unpack``, ``read_range``, ``write_range`` over ``call``."""
-
-    def scan(self: _Backend, sbx: Sandbox, roots: list[str]) -> list[ScanRow]:
-        """The snapshot manifest of ``roots``: rows sorted by path.
-
-        After the first scan of a sandbox, the agent is asked only for what
-        changed since its last reply (``since``), which this handle applies to
-        the rows it kept. A scan that fails in any way drops them, so the next
-        one is full.
-
-        Returns:
-            ``(path, type, mode, size, sha256, target)`` per entry under the
-            roots; ``sha256`` only for files, ``target`` only for symlinks.
-
-        Raises:
-            InvalidInput: roots other than ``/workspace`` and ``/home/sandbox``.
-            SandboxError: the agent failed, or its reply is malformed.
-        """
+    def scan(self, sbx: Sandbox, roots: list[str]) -> list[ScanRow]:
+        """``SandboxFiles.scan``, incremental: after the first scan of a sandbox,
+        the agent is asked only for what changed since its last reply
+        (``since``), which this handle applies to the rows it kept. A scan that
+        fails in any way drops them, so the next one is full."""
         checked = check_roots(roots, "snapshot.scan")
         fields: dict[str, Any] = {"roots": checked}
         prior, sbx.scan_state = sbx.scan_state, None
@@ -58,13 +49,12 @@ class SnapshotOps:
         sbx.scan_state = state
         return list(state.ordered)
 
-    def pack(self: _Backend, sbx: Sandbox, paths: list[str]) -> bytes:
-        """A tar.gz (level 1) of these regular files (absolute paths under the roots)."""
+    def pack(self, sbx: Sandbox, paths: list[str]) -> bytes:
+        """``SandboxFiles.pack``: the agent's tar.gz is level 1."""
         return base64.b64decode(self.call(sbx, "pack", {"files": list(paths)})["data_b64"])
 
-    def unpack(self: _Backend, sbx: Sandbox, data: bytes, roots: list[str], clear: bool) -> int:
-        """Extract a tar (names relative to ``/``) into ``roots``, after emptying them
-        if ``clear``; the whole tar is checked first, so a bad one changes nothing."""
+    def unpack(self, sbx: Sandbox, data: bytes, roots: list[str], clear: bool) -> int:
+        """``SandboxFiles.unpack``, one agent request per tar."""
         fields = {
             "data_b64": base64.b64encode(data).decode(),
             "roots": check_roots(roots, "snapshot.unpack"),
@@ -72,20 +62,13 @@ class SnapshotOps:
         }
         return int(self.call(sbx, "unpack", fields)["files"])
 
-    def read_range(self: _Backend, sbx: Sandbox, path: str, offset: int, length: int) -> FileRange:
-        """Up to ``length`` bytes of a regular file under the roots from ``offset``
-        (fewer at its end), with the file's size and mtime after the read.
-
-        Raises:
-            InvalidInput: not a regular file under the roots (a symlink is not
-                followed), or ``length`` over what one frame carries.
-            SandboxError: the agent failed, or its reply is malformed.
-        """
+    def read_range(self, sbx: Sandbox, path: str, offset: int, length: int) -> FileRange:
+        """``SandboxFiles.read_range``; ``length`` is at most what one frame carries."""
         fields = {"path": path, "offset": offset, "length": length}
         return file_range(self.call(sbx, "read_range", fields))
 
     def write_range(
-        self: _Backend,
+        self,
         sbx: Sandbox,
         path: str,
         offset: int,
@@ -96,21 +79,8 @@ class SnapshotOps:
         final: bool,
         mtime: float | None = None,
     ) -> int:
-        """Write one chunk of a file under ``roots``; chunks come in order.
-
-        The chunk at offset 0 creates the file afresh (a file or link in its way
-        is removed, never written through); a later one must find the file
-        exactly ``offset`` bytes long. The ``final`` chunk sets ``mode`` (and
-        ``mtime``); until then the file is private to the sandbox user.
-
-        Returns:
-            The file's size after the write.
-
-        Raises:
-            InvalidInput: outside the roots or under a symlink, chunks out of
-                order, or the workspace is full (``No space left on device``).
-            SandboxError: the agent failed.
-        """
+        """``SandboxFiles.write_range``; until the ``final`` chunk the file is
+        private to the sandbox user."""
         fields = {
             "path": path,
             "offset": offset,

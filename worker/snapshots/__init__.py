@@ -1,44 +1,49 @@
 """Workspace snapshots: content-addressed, incremental, verified, per tenant.
 
-``SnapshotStore`` (``base``) owns the algorithm over six storage primitives;
-``LocalStore`` (``local``) and ``MinioStore`` (``minio``, imported lazily so
-that this package does not need the SDK) implement them. The worker executor
-calls ``snapshot_sandbox`` and ``restore_sandbox`` (``workspace``);
-``open_store`` builds the store the settings name.
+The modules import one way (.importlinter-snapshots holds it), bottom to top:
+
+- ``format/``: pure data (keys, entries, manifests, deltas, tars, blob encoding);
+- ``objects/``: where the bytes live, ``ObjectStore`` with ``LocalObjects`` and
+  ``MinioObjects`` (``objects.minio``, imported lazily so that this package
+  does not need the SDK);
+- ``pointer``, ``known``, ``refs``, ``catalog``: a session's pointer, the
+  memory of stored blobs, what the store hands back, manifests and pointers
+  over an ``ObjectStore``;
+- ``transfer``, ``saving``, ``lifecycle``: the algorithm, in parts;
+- ``store``: ``SnapshotStore``, the algorithm's public operations;
+- ``sandbox``: ``SandboxFiles``, what snapshots need from a sandbox;
+- ``workspace``: ``snapshot_sandbox`` and ``restore_sandbox``, what the worker
+  executor calls. ``open_store`` builds the store the settings name.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from sandgrid.wire.settings import Settings, get_settings
-from worker.snapshots.archive import WorkspaceChanged
-from worker.snapshots.base import DEFAULT_ROOTS, SnapshotStore
-from worker.snapshots.entries import Entry, ManifestLimits
-from worker.snapshots.hostdir import HostDirBackend
-from worker.snapshots.local import LocalStore
-from worker.snapshots.manifest import Location, Manifest
+from worker.snapshots.format.archive import WorkspaceChanged
+from worker.snapshots.format.entries import Entry, ManifestLimits
+from worker.snapshots.format.manifest import Location, Manifest
+from worker.snapshots.objects import LocalObjects, ObjectStore, StoreConflict
 from worker.snapshots.refs import GcReport, SnapshotDraft, SnapshotRef
-from worker.snapshots.workspace import SnapshotBackend, restore_sandbox, snapshot_sandbox
-
-if TYPE_CHECKING:
-    from worker.snapshots.minio import MinioStore
+from worker.snapshots.sandbox import SandboxFiles
+from worker.snapshots.store import DEFAULT_ROOTS, SnapshotStore
+from worker.snapshots.workspace import restore_sandbox, snapshot_sandbox
 
 __all__ = [
     "DEFAULT_ROOTS",
     "Entry",
     "GcReport",
-    "HostDirBackend",
-    "LocalStore",
+    "LocalObjects",
     "Location",
     "Manifest",
     "ManifestLimits",
-    "MinioStore",
-    "SnapshotBackend",
+    "ObjectStore",
+    "SandboxFiles",
     "SnapshotDraft",
     "SnapshotRef",
     "SnapshotStore",
+    "StoreConflict",
     "WorkspaceChanged",
+    "open_objects",
     "open_store",
     "restore_sandbox",
     "snapshot_sandbox",
@@ -52,37 +57,43 @@ def open_store(settings: Settings | None = None) -> SnapshotStore:
         InvalidInput: another store name.
         ImportError: ``minio`` chosen but the SDK is not installed.
     """
-    from sandgrid.errors import InvalidInput
-
     settings = settings or get_settings()
     snap = settings.worker.snapshots
-    options: dict[str, Any] = {
-        "keep": snap.keep,
-        "gc_grace_s": snap.gc_grace_s,
-        "limits": ManifestLimits(max_files=snap.max_files, max_bytes=snap.max_bytes),
-        "threads": snap.threads,
-    }
+    return SnapshotStore(
+        open_objects(settings),
+        keep=snap.keep,
+        gc_grace_s=snap.gc_grace_s,
+        limits=ManifestLimits(max_files=snap.max_files, max_bytes=snap.max_bytes),
+        threads=snap.threads,
+    )
+
+
+def open_objects(settings: Settings) -> ObjectStore:
+    """The object store the settings name (MinIO's pool sized for the transfer threads).
+
+    Raises:
+        InvalidInput: another store name.
+        ImportError: ``minio`` chosen but the SDK is not installed.
+    """
+    from sandgrid.errors import InvalidInput
+
     kind = settings.worker.snapshot_store
     if kind == "local":
-        return LocalStore(settings.worker.local_snapshot_dir, **options)
+        return LocalObjects(settings.worker.local_snapshot_dir)
     if kind == "minio":
-        from worker.snapshots.minio import MinioStore
+        from worker.snapshots.objects.minio import MinioObjects
 
         m = settings.minio
-        return MinioStore(
-            m.endpoint, m.access_key, m.secret_key, m.bucket, secure=m.secure, **options
+        return MinioObjects(
+            m.endpoint,
+            m.access_key,
+            m.secret_key,
+            m.bucket,
+            secure=m.secure,
+            connections=settings.worker.snapshots.threads + 4,
         )
     raise InvalidInput(
         f"SANDGRID_WORKER__SNAPSHOT_STORE is {kind!r}; it must be 'minio' or 'local'",
         operation="snapshot",
         context={"field": "worker.snapshot_store", "value": kind},
     )
-
-
-def __getattr__(name: str) -> Any:
-    """``MinioStore`` on first use, so that importing this package never needs ``minio``."""
-    if name == "MinioStore":
-        from worker.snapshots.minio import MinioStore
-
-        return MinioStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

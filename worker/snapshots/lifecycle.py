@@ -27,17 +27,14 @@ import dataclasses
 import json
 import secrets
 import time
-from typing import TYPE_CHECKING
 
 from sandgrid.errors import ErrorCode, InvalidInput, NotFound, SnapshotError
-from worker.snapshots import keys
-from worker.snapshots.blobs import decode
-from worker.snapshots.manifest import MANIFEST_VERSION, MAX_MANIFEST_BYTES, Manifest
+from worker.snapshots.catalog import Catalog
+from worker.snapshots.format import keys
+from worker.snapshots.format.blobs import decode
+from worker.snapshots.format.manifest import MANIFEST_VERSION, MAX_MANIFEST_BYTES, Manifest
 from worker.snapshots.pointer import Pointer
 from worker.snapshots.refs import GcReport, SnapshotRef, make_ref
-
-if TYPE_CHECKING:
-    from worker.snapshots.base import SnapshotStore
 
 __all__ = ["collect", "fork"]
 
@@ -48,26 +45,26 @@ class _Raced(Exception):
     """A retained manifest vanished during collection: start over."""
 
 
-def fork(store: SnapshotStore, tenant: str, src: str, dst: str) -> SnapshotRef:
+def fork(catalog: Catalog, tenant: str, src: str, dst: str) -> SnapshotRef:
     """Copy the latest manifest of ``src`` to ``dst`` (see ``SnapshotStore.fork``)."""
     keys.check_id("tenant", tenant)
     keys.check_id("session_id", src)
     keys.check_id("session_id", dst)
     if src == dst:
         raise InvalidInput("a session cannot be forked into itself", operation="snapshot.fork")
-    history = store._read_pointer(tenant, src)
+    history = catalog.read_pointer(tenant, src)
     if not history:
         raise NotFound(
             f"session {src} has no snapshot to fork", operation="snapshot.fork", context={}
         )
-    if store._read_pointer(tenant, dst):
+    if catalog.read_pointer(tenant, dst):
         raise InvalidInput(
             f"session {dst} already has snapshots; fork into a new session",
             operation="snapshot.fork",
             context={"field": "dst_session"},
         )
     name = history[-1][0]
-    source = store._load(tenant, src, name, via_pointer=True)
+    source = catalog.read_manifest(tenant, src, name, via_pointer=True)
     copy = dataclasses.replace(
         source,
         session_id=dst,
@@ -78,22 +75,22 @@ def fork(store: SnapshotStore, tenant: str, src: str, dst: str) -> SnapshotRef:
         base=None,
         delta=None,
     )
-    store._write_manifest(copy)
-    store._advance_pointer(copy, Pointer([], {}))
-    if name not in {n for n, _ in store._read_pointer(tenant, src)}:
-        _prove_blobs(store, copy)
+    catalog.write_manifest(copy)
+    catalog.advance_pointer(copy, Pointer([], {}))
+    if name not in {n for n, _ in catalog.read_pointer(tenant, src)}:
+        _prove_blobs(catalog, copy)
     return make_ref(copy)
 
 
-def _prove_blobs(store: SnapshotStore, copy: Manifest) -> None:
+def _prove_blobs(catalog: Catalog, copy: Manifest) -> None:
     """The source moved on during the fork: its blobs may be collectable, so each
     must still exist and be young enough that a collection will keep it."""
-    horizon = time.time() - store.known.fresh_s
+    horizon = time.time() - catalog.known.fresh_s
     blobs = list(copy.blobs)
-    stamps = store._parallel(lambda b: store._mtime(keys.blob_key(copy.tenant, b)), blobs)
+    stamps = catalog.parallel(lambda b: catalog.objects.mtime(keys.blob_key(copy.tenant, b)), blobs)
     if all(s is not None and s >= horizon for s in stamps):
         return
-    store.delete_session(copy.tenant, copy.session_id)
+    catalog.delete_session(copy.tenant, copy.session_id)
     raise SnapshotError(
         "the source session changed during the fork; fork again",
         operation="snapshot.fork",
@@ -101,7 +98,7 @@ def _prove_blobs(store: SnapshotStore, copy: Manifest) -> None:
     )
 
 
-def collect(store: SnapshotStore, tenant: str, now: float) -> GcReport:
+def collect(catalog: Catalog, tenant: str, now: float) -> GcReport:
     """Delete stray manifests and unreferenced blobs of ``tenant`` (see the module doc).
 
     Raises:
@@ -112,7 +109,7 @@ def collect(store: SnapshotStore, tenant: str, now: float) -> GcReport:
     keys.check_id("tenant", tenant)
     for _ in range(_ATTEMPTS):
         try:
-            return _collect_once(store, tenant, now - store.gc_grace_s)
+            return _collect_once(catalog, tenant, now - catalog.gc_grace_s)
         except _Raced:
             now = time.time()
     raise SnapshotError(
@@ -122,32 +119,34 @@ def collect(store: SnapshotStore, tenant: str, now: float) -> GcReport:
     )
 
 
-def _collect_once(store: SnapshotStore, tenant: str, cutoff: float) -> GcReport:
+def _collect_once(catalog: Catalog, tenant: str, cutoff: float) -> GcReport:
     listed: dict[str, set[str]] = {}
-    for key in store._list(keys.sessions_prefix(tenant)):
+    for key in catalog.objects.list(keys.sessions_prefix(tenant)):
         parsed = keys.parse_session_key(tenant, key)
         if parsed is not None:
             listed.setdefault(parsed[0], set()).update([parsed[1]] if parsed[1] else [])
     retained: set[tuple[str, str]] = set()
     strays: list[tuple[str, str]] = []
     for session, names in listed.items():
-        history = {n for n, _ in store._read_pointer(tenant, session)}
+        history = {n for n, _ in catalog.read_pointer(tenant, session)}
         retained |= {(session, n) for n in history}
         strays += [(session, n) for n in sorted(names - history)]
-    ages = store._parallel(lambda sn: store._mtime(keys.manifest_key(tenant, *sn)), strays)
+    ages = catalog.parallel(
+        lambda sn: catalog.objects.mtime(keys.manifest_key(tenant, *sn)), strays
+    )
     old = [sn for sn, age in zip(strays, ages, strict=True) if age is not None and age < cutoff]
     young = [sn for sn, age in zip(strays, ages, strict=True) if age is not None and age >= cutoff]
-    refs = store._parallel(
-        lambda sn: _blobs_of(store, tenant, sn, sn in retained), [*retained, *young]
+    refs = catalog.parallel(
+        lambda sn: _blobs_of(catalog, tenant, sn, sn in retained), [*retained, *young]
     )
     referenced = set().union(*refs) if refs else set()
-    store._parallel(lambda sn: store._delete(keys.manifest_key(tenant, *sn)), old)
+    catalog.parallel(lambda sn: catalog.objects.delete(keys.manifest_key(tenant, *sn)), old)
     prefix = keys.blobs_prefix(tenant)
-    unreferenced = [k for k in store._list(prefix) if k[len(prefix) :] not in referenced]
-    stamps = store._parallel(store._mtime, unreferenced)
+    unreferenced = [k for k in catalog.objects.list(prefix) if k[len(prefix) :] not in referenced]
+    stamps = catalog.parallel(catalog.objects.mtime, unreferenced)
     doomed = [k for k, s in zip(unreferenced, stamps, strict=True) if s is not None and s < cutoff]
-    store._parallel(store._delete, doomed)
-    store.known.forget(tenant, [k[len(prefix) :] for k in doomed])
+    catalog.parallel(catalog.objects.delete, doomed)
+    catalog.known.forget(tenant, [k[len(prefix) :] for k in doomed])
     return GcReport(
         manifests_deleted=len(old),
         blobs_deleted=len(doomed),
@@ -156,11 +155,11 @@ def _collect_once(store: SnapshotStore, tenant: str, cutoff: float) -> GcReport:
     )
 
 
-def _blobs_of(store: SnapshotStore, tenant: str, sn: tuple[str, str], required: bool) -> set[str]:
+def _blobs_of(catalog: Catalog, tenant: str, sn: tuple[str, str], required: bool) -> set[str]:
     """The blobs a manifest names; lenient on entries, strict on being readable."""
     session, name = sn
     try:
-        stored = store._get(keys.manifest_key(tenant, session, name))
+        stored = catalog.objects.get(keys.manifest_key(tenant, session, name))
     except KeyError:
         if required:
             raise _Raced() from None

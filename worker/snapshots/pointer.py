@@ -14,25 +14,18 @@ based on; the rest fall out of the pointer and their manifests are deleted.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
-from worker.snapshots import keys
-from worker.snapshots.blobs import decode, encode
-from worker.snapshots.manifest import Manifest, corrupt
+from worker.snapshots.format import keys
+from worker.snapshots.format.blobs import decode, encode
+from worker.snapshots.format.manifest import Manifest, corrupt
+from worker.snapshots.objects.base import ObjectStore, StoreConflict
 
-if TYPE_CHECKING:
-    from worker.snapshots.base import SnapshotStore
-
-__all__ = ["POINTER_VERSION", "Pointer", "StoreConflict", "advance", "read", "retain"]
+__all__ = ["POINTER_VERSION", "Pointer", "advance", "read", "retain"]
 
 POINTER_VERSION = 2
 _MAX_POINTER_BYTES = 1 << 20
-
-
-class StoreConflict(Exception):
-    """A conditional write (``SnapshotStore._put_if``) found another version than
-    the one it was based on; nothing was written."""
 
 
 class Pointer(NamedTuple):
@@ -44,7 +37,7 @@ class Pointer(NamedTuple):
     """The stored version this was read from (None: there was no pointer)."""
 
 
-def read(store: SnapshotStore, tenant: str, session_id: str) -> Pointer:
+def read(objects: ObjectStore, tenant: str, session_id: str) -> Pointer:
     """The session's pointer; empty when it has no snapshot.
 
     Raises:
@@ -52,7 +45,7 @@ def read(store: SnapshotStore, tenant: str, session_id: str) -> Pointer:
         InfrastructureError: ``store_unavailable``.
     """
     try:
-        stored, tag = store._get_tagged(keys.pointer_key(tenant, session_id))
+        stored, tag = objects.get_tagged(keys.pointer_key(tenant, session_id))
     except KeyError:
         return Pointer([], {})
     try:
@@ -87,11 +80,11 @@ def retain(pointer: Pointer, manifest: Manifest, keep: int) -> tuple[Pointer, li
     return kept, [name for name, _ in full if name not in wanted]
 
 
-def advance(store: SnapshotStore, manifest: Manifest, pointer: Pointer) -> list[str]:
+def advance(objects: ObjectStore, manifest: Manifest, pointer: Pointer, keep: int) -> list[str]:
     """Write the pointer that makes ``manifest`` the session's latest snapshot, if
     the stored pointer is still the one ``pointer`` was read from.
 
-    The write is conditional (``_put_if``): a worker that lost the session (its
+    The write is conditional (``ObjectStore.put_if``): a worker that lost the session (its
     lease taken over while it was thought dead) cannot put back a history that
     leaves out snapshots taken since, nor can a fork land on a session that has
     snapshots.
@@ -104,13 +97,13 @@ def advance(store: SnapshotStore, manifest: Manifest, pointer: Pointer) -> list[
         SnapshotError: ``snapshot_failed``, the pointer moved on since it was read.
         InfrastructureError: ``store_unavailable``.
     """
-    kept, dropped = retain(pointer, manifest, store.keep)
+    kept, dropped = retain(pointer, manifest, keep)
     doc = {"v": POINTER_VERSION, "history": kept.history, "bases": kept.bases}
     key = keys.pointer_key(manifest.tenant, manifest.session_id)
     try:
-        store._put_if(key, encode(json.dumps(doc).encode()), pointer.tag)
+        objects.put_if(key, encode(json.dumps(doc).encode()), pointer.tag)
     except StoreConflict:
-        now = read(store, manifest.tenant, manifest.session_id)
+        now = read(objects, manifest.tenant, manifest.session_id)
         if not now.history or now.history[-1][0] != manifest.name:  # not our own retry
             raise SnapshotError(
                 f"session {manifest.session_id} was snapshotted elsewhere since this "

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.snapshots.delta import Change
-from worker.snapshots.entries import Entry
-from worker.snapshots.manifest import Location, Manifest
+from worker.snapshots.format.delta import Change
+from worker.snapshots.format.entries import Entry
+from worker.snapshots.format.manifest import Location, Manifest
 from worker.snapshots.pointer import Pointer
 
 __all__ = ["GcReport", "SnapshotDraft", "SnapshotRef", "make_ref"]

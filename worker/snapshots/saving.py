@@ -11,22 +11,22 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
 from sandgrid.errors import InvalidInput, SnapshotError
-from worker.snapshots import delta, keys, pointer, transfer
-from worker.snapshots.entries import Entry, Row, check_roots, entries_from_scan, scan_rows
-from worker.snapshots.manifest import Delta, Manifest, group_by_parent, group_hash, tree_hash
+from worker.snapshots import pointer, transfer
+from worker.snapshots.catalog import Catalog
+from worker.snapshots.format import delta, keys
+from worker.snapshots.format.entries import Entry, Row, check_roots, entries_from_scan, scan_rows
+from worker.snapshots.format.manifest import Delta, Manifest, group_by_parent, group_hash, tree_hash
 from worker.snapshots.refs import SnapshotDraft, SnapshotRef, make_ref
-
-if TYPE_CHECKING:
-    from worker.snapshots.base import SnapshotStore
 
 __all__ = ["commit", "prepare"]
 
 
 def prepare(
-    store: SnapshotStore,
+    catalog: Catalog,
     tenant: str,
     session_id: str,
     scan: Sequence[Any],
@@ -44,10 +44,10 @@ def prepare(
         if previous.roots == roots_t and rows == list(previous.entries):
             return None
     started = time.time()
-    reading = store._pool.submit(pointer.read, store, tenant, session_id)  # meanwhile:
+    reading = catalog.submit(partial(pointer.read, catalog.objects, tenant, session_id))
     if previous is not None:
-        change = delta.diff(previous, rows, roots_t, store.limits)
-    entries, digest, known = _new_tree(store, rows, roots_t, change)
+        change = delta.diff(previous, rows, roots_t, catalog.limits)
+    entries, digest, known = _new_tree(catalog, rows, roots_t, change)
     if previous is not None and previous.hash == digest:
         return None
     latest = reading.result()
@@ -55,8 +55,8 @@ def prepare(
     if previous is None and history:
         if history[-1][1] == digest:
             return None
-        previous = store._load(tenant, session_id, history[-1][0], via_pointer=True)
-        change = delta.diff(previous, rows, roots_t, store.limits)
+        previous = catalog.read_manifest(tenant, session_id, history[-1][0], via_pointer=True)
+        change = delta.diff(previous, rows, roots_t, catalog.limits)
     names = {n for n, _ in history}
     trusted = previous if previous and previous.name in names else None
     draft = SnapshotDraft(
@@ -76,26 +76,24 @@ def prepare(
         change=change if trusted else None,
         pointer=latest,
     )
-    transfer.classify(store, draft, trusted)
+    transfer.classify(catalog, draft, trusted)
     return draft
 
 
 def _new_tree(
-    store: SnapshotStore, rows: list[Row], roots: tuple[str, ...], change: delta.Change | None
+    catalog: Catalog, rows: list[Row], roots: tuple[str, ...], change: delta.Change | None
 ) -> tuple[tuple[Entry, ...], str, dict[str, Any]]:
     """The new tree's entries, hash and derived views: from the change when there
     is one, else from the whole scan, validated in full."""
     if change is not None:
         return change.entries, change.hash, change.known()
-    entries = entries_from_scan(rows, roots, store.limits)
+    entries = entries_from_scan(rows, roots, catalog.limits)
     groups = group_by_parent(entries)
     hashes = {d: group_hash(g) for d, g in groups.items()}
     return entries, tree_hash(roots, hashes), {"groups": groups, "hashes": hashes}
 
 
-def commit(
-    store: SnapshotStore, draft: SnapshotDraft, contents: Mapping[str, bytes]
-) -> SnapshotRef:
+def commit(catalog: Catalog, draft: SnapshotDraft, contents: Mapping[str, bytes]) -> SnapshotRef:
     """See ``SnapshotStore.commit``."""
     t0 = time.perf_counter()
     missing = [e.path for sha, e in draft.need.items() if sha not in contents]
@@ -103,8 +101,8 @@ def commit(
         raise SnapshotError(
             f"commit lacks the bytes of {missing[:5]}", operation="snapshot", context={}
         )
-    uploads = transfer.plan(store, draft)
-    _check_fresh(store, draft)
+    uploads = transfer.plan(catalog, draft)
+    _check_fresh(catalog, draft)
     where, blobs = transfer.referenced(draft)  # also fills draft.known
     stored = _stored_as(draft)
     manifest = Manifest(
@@ -126,14 +124,14 @@ def commit(
 
     def put(job: tuple[str, list[Entry]] | None) -> None:
         if job is None:
-            store._write_manifest(manifest)
+            catalog.write_manifest(manifest)
         else:
-            transfer.put_blob(store, draft.tenant, job[0], job[1], contents)
+            transfer.put_blob(catalog, draft.tenant, job[0], job[1], contents)
 
-    store._parallel(put, [None, *uploads])  # the manifest is no snapshot before the pointer
-    transfer.remember(store, draft, uploads)
-    _check_fresh(store, draft)
-    store._advance_pointer(manifest, draft.pointer)
+    catalog.parallel(put, [None, *uploads])  # the manifest is no snapshot before the pointer
+    transfer.remember(catalog, draft, uploads)
+    _check_fresh(catalog, draft)
+    catalog.advance_pointer(manifest, draft.pointer)
     stats = {
         "files": manifest.file_count,
         "stored_entries": len(manifest.entries) if stored is None else stored[1].size,
@@ -145,10 +143,10 @@ def commit(
     return make_ref(manifest, stats)
 
 
-def _check_fresh(store: SnapshotStore, draft: SnapshotDraft) -> None:
+def _check_fresh(catalog: Catalog, draft: SnapshotDraft) -> None:
     """Refuse to write a manifest or pointer later than half the GC grace after
     the snapshot started (see ``lifecycle`` for why)."""
-    if time.time() - draft.started > store.known.fresh_s:
+    if time.time() - draft.started > catalog.known.fresh_s:
         raise SnapshotError(
             "the snapshot took longer than half the GC grace period; take it again",
             operation="snapshot",

@@ -12,24 +12,21 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Generator, Iterable, Mapping
-from typing import TYPE_CHECKING
 
 from sandgrid.errors import ErrorCode, SnapshotError
-from worker.snapshots import keys
-from worker.snapshots.archive import (
+from worker.snapshots.catalog import Catalog
+from worker.snapshots.format import keys
+from worker.snapshots.format.archive import (
     RestorePlan,
     WorkspaceChanged,
     layout_restore,
     plan_restore,
     tar_of,
 )
-from worker.snapshots.blobs import decode, encode, group_files, pack_name
-from worker.snapshots.entries import Entry
-from worker.snapshots.manifest import Location, Manifest
-
-if TYPE_CHECKING:
-    from worker.snapshots.base import SnapshotStore
-    from worker.snapshots.refs import SnapshotDraft
+from worker.snapshots.format.blobs import decode, encode, group_files, pack_name
+from worker.snapshots.format.entries import Entry
+from worker.snapshots.format.manifest import Location, Manifest
+from worker.snapshots.refs import SnapshotDraft
 
 __all__ = [
     "STREAM_RESTORE_BYTES",
@@ -46,7 +43,7 @@ STREAM_RESTORE_BYTES = 256 << 20
 downloaded and verified just before it is sent (see ``restore_plan``)."""
 
 
-def classify(store: SnapshotStore, draft: SnapshotDraft, trusted: Manifest | None) -> None:
+def classify(catalog: Catalog, draft: SnapshotDraft, trusted: Manifest | None) -> None:
     """Split the draft's files into contents already stored (reused) and ``draft.need``.
 
     Reuse comes from the previous manifest while the pointer retains it, from
@@ -69,16 +66,18 @@ def classify(store: SnapshotStore, draft: SnapshotDraft, trusted: Manifest | Non
         if trusted is not None and sha in trusted.where:
             loc = trusted.where[sha]
             _reuse(draft, sha, loc, trusted.blobs[loc.blob])
-        elif (hit := store.known.get(draft.tenant, sha, draft.started)) is not None:
+        elif (hit := catalog.known.get(draft.tenant, sha, draft.started)) is not None:
             _reuse(draft, sha, hit.location, hit.blob_size)
-        elif e.size >= store.small_file_bytes:
+        elif e.size >= catalog.small_file_bytes:
             heads[sha] = e
         else:
             draft.need[sha] = e
-    stamps = store._parallel(lambda s: store._mtime(keys.blob_key(draft.tenant, s)), list(heads))
+    stamps = catalog.parallel(
+        lambda s: catalog.objects.mtime(keys.blob_key(draft.tenant, s)), list(heads)
+    )
     for (sha, e), stamp in zip(heads.items(), stamps, strict=True):
-        if stamp is not None and stamp >= draft.started - store.known.fresh_s:
-            store.known.put(draft.tenant, sha, Location(sha, 0), e.size, stamp)
+        if stamp is not None and stamp >= draft.started - catalog.known.fresh_s:
+            catalog.known.put(draft.tenant, sha, Location(sha, 0), e.size, stamp)
             _reuse(draft, sha, Location(sha, 0), e.size)
         else:
             draft.need[sha] = e
@@ -126,7 +125,7 @@ def _reuse(draft: SnapshotDraft, sha: str, loc: Location, blob_size: int) -> Non
     draft.blobs[loc.blob] = blob_size
 
 
-def plan(store: SnapshotStore, draft: SnapshotDraft) -> list[tuple[str, list[Entry]]]:
+def plan(catalog: Catalog, draft: SnapshotDraft) -> list[tuple[str, list[Entry]]]:
     """Group the contents of ``draft.need`` into blobs and record where each goes.
 
     A blob's name is known before any byte is read: a file alone is named by
@@ -136,7 +135,7 @@ def plan(store: SnapshotStore, draft: SnapshotDraft) -> list[tuple[str, list[Ent
     Returns:
         ``(blob, files)`` of every blob to upload.
     """
-    groups = group_files(draft.need.values(), store.small_file_bytes, store.pack_bytes)
+    groups = group_files(draft.need.values(), catalog.small_file_bytes, catalog.pack_bytes)
     out: list[tuple[str, list[Entry]]] = []
     for group in groups:
         blob = str(group[0].sha256) if len(group) == 1 else pack_name(group)
@@ -150,18 +149,18 @@ def plan(store: SnapshotStore, draft: SnapshotDraft) -> list[tuple[str, list[Ent
 
 
 def remember(
-    store: SnapshotStore, draft: SnapshotDraft, uploaded: Iterable[tuple[str, list[Entry]]]
+    catalog: Catalog, draft: SnapshotDraft, uploaded: Iterable[tuple[str, list[Entry]]]
 ) -> None:
     """Note the contents of blobs just stored, for later snapshots to reuse."""
     stamp = time.time()
     for blob, group in uploaded:
         for e in group:
             sha = str(e.sha256)
-            store.known.put(draft.tenant, sha, draft.where[sha], draft.blobs[blob], stamp)
+            catalog.known.put(draft.tenant, sha, draft.where[sha], draft.blobs[blob], stamp)
 
 
 def put_blob(
-    store: SnapshotStore,
+    catalog: Catalog,
     tenant: str,
     blob: str,
     group: list[Entry],
@@ -183,11 +182,11 @@ def put_blob(
             )
         parts.append(data)
     data = parts[0] if len(parts) == 1 else b"".join(parts)
-    store._put(keys.blob_key(tenant, blob), encode(data))
+    catalog.objects.put(keys.blob_key(tenant, blob), encode(data))
 
 
 def restore_plan(
-    store: SnapshotStore,
+    catalog: Catalog,
     manifest: Manifest,
     max_tar_bytes: int,
     large_file_bytes: int | None,
@@ -222,7 +221,7 @@ def restore_plan(
             mismatching blob, or a file whose bytes do not hash to its sha256.
     """
     if max(manifest.total_bytes, sum(manifest.blobs.values())) <= stream_bytes:
-        yield _whole(store, manifest, max_tar_bytes, large_file_bytes)
+        yield _whole(catalog, manifest, max_tar_bytes, large_file_bytes)
         return
     layout = layout_restore(
         manifest.entries,
@@ -231,10 +230,10 @@ def restore_plan(
         large_bytes=large_file_bytes,
     )
     for members in layout.tars:
-        yield _tar_part(store, manifest, members)
+        yield _tar_part(catalog, manifest, members)
     for e in layout.large:
         loc = manifest.where[str(e.sha256)]
-        data = _fetch(store, manifest, loc.blob, {(str(e.sha256), loc.offset, e.size)})
+        data = _fetch(catalog, manifest, loc.blob, {(str(e.sha256), loc.offset, e.size)})
         yield RestorePlan([], [(e, data[loc.offset : loc.offset + e.size])], [])
         del data  # not held while the next one downloads
     if layout.modes:
@@ -242,7 +241,7 @@ def restore_plan(
 
 
 def _whole(
-    store: SnapshotStore, manifest: Manifest, max_tar_bytes: int, large_file_bytes: int | None
+    catalog: Catalog, manifest: Manifest, max_tar_bytes: int, large_file_bytes: int | None
 ) -> RestorePlan:
     """The restore in one part: every blob downloaded and verified first."""
     members: dict[str, set[tuple[str, int, int]]] = {}
@@ -250,7 +249,7 @@ def _whole(
         loc = manifest.where[str(e.sha256)]
         members.setdefault(loc.blob, set()).add((str(e.sha256), loc.offset, e.size))
     names = sorted(members)
-    fetched = store._parallel(lambda b: _fetch(store, manifest, b, members[b]), names)
+    fetched = catalog.parallel(lambda b: _fetch(catalog, manifest, b, members[b]), names)
     blobs = dict(zip(names, fetched, strict=True))
 
     def content(e: Entry) -> memoryview:
@@ -267,7 +266,7 @@ def _whole(
 
 
 def _tar_part(
-    store: SnapshotStore, manifest: Manifest, members: list[tuple[Entry, bytes]]
+    catalog: Catalog, manifest: Manifest, members: list[tuple[Entry, bytes]]
 ) -> RestorePlan:
     """One tar of a restore in parts: its files' blobs downloaded and verified, and
     what the tar needs copied out of each, so that no blob outlives its download."""
@@ -278,20 +277,20 @@ def _tar_part(
             wanted.setdefault(loc.blob, set()).add((str(e.sha256), loc.offset, e.size))
 
     def extract(blob: str) -> dict[str, bytes | memoryview]:
-        data = _fetch(store, manifest, blob, wanted[blob])
+        data = _fetch(catalog, manifest, blob, wanted[blob])
         return {s: data if s == blob else bytes(data[o : o + n]) for s, o, n in wanted[blob]}
 
     contents: dict[str, bytes | memoryview] = {}
-    for part in store._parallel(extract, sorted(wanted)):
+    for part in catalog.parallel(extract, sorted(wanted)):
         contents.update(part)
     return RestorePlan([tar_of(members, lambda e: contents[str(e.sha256)])], [], [])
 
 
 def _fetch(
-    store: SnapshotStore, manifest: Manifest, blob: str, members: set[tuple[str, int, int]]
+    catalog: Catalog, manifest: Manifest, blob: str, members: set[tuple[str, int, int]]
 ) -> memoryview:
     try:
-        stored = store._get(keys.blob_key(manifest.tenant, blob))
+        stored = catalog.objects.get(keys.blob_key(manifest.tenant, blob))
     except KeyError:
         raise _corrupt(manifest, f"blob {blob} is missing") from None
     try:

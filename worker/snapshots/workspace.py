@@ -1,7 +1,7 @@
 """The bridge between a sandbox and the snapshot store: what the worker executor calls.
 
-The sandbox side is five calls of the backend (served by the in-sandbox agent,
-see docs/agent-protocol.md): ``scan`` (the manifest entries, hashes cached by
+The sandbox side is the five calls of ``sandbox.SandboxFiles`` (served by the
+in-sandbox agent, see docs/agent-protocol.md): ``scan`` (the manifest entries, hashes cached by
 the agent), ``pack`` (a tar.gz of some files), ``unpack`` (a tar into the
 roots), and ``read_range`` / ``write_range`` (a chunk of one large file). A
 snapshot asks only for contents the store does not have; a restore fetches and
@@ -24,15 +24,20 @@ import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import closing
-from typing import Any, Protocol
+from typing import TypeVar
 
 from sandgrid.errors import ErrorCode, SandgridError, SnapshotError
-from worker.agent_api import FileRange
-from worker.snapshots.archive import MAX_TAR_BYTES, RestorePlan, WorkspaceChanged, read_packed
-from worker.snapshots.base import DEFAULT_ROOTS, SnapshotStore
-from worker.snapshots.entries import Entry
-from worker.snapshots.manifest import Manifest
+from worker.snapshots.format.archive import (
+    MAX_TAR_BYTES,
+    RestorePlan,
+    WorkspaceChanged,
+    read_packed,
+)
+from worker.snapshots.format.entries import Entry
+from worker.snapshots.format.manifest import Manifest
 from worker.snapshots.refs import SnapshotDraft, SnapshotRef
+from worker.snapshots.sandbox import SandboxFiles
+from worker.snapshots.store import DEFAULT_ROOTS, SnapshotStore
 from worker.snapshots.transfer import STREAM_RESTORE_BYTES
 
 __all__ = [
@@ -40,7 +45,6 @@ __all__ = [
     "LARGE_FILE_BYTES",
     "PACK_BATCH_BYTES",
     "STREAM_RESTORE_BYTES",
-    "SnapshotBackend",
     "restore_sandbox",
     "snapshot_sandbox",
 ]
@@ -53,39 +57,12 @@ CHUNK_BYTES = 8 << 20
 """One ``read_range`` or ``write_range``: small enough that the agent's copies
 of it (raw, base64, JSON) stay a small part of the sandbox's memory."""
 _ATTEMPTS = 2
-
-
-class SnapshotBackend(Protocol):
-    """The part of ``worker.backends.base.SandboxBackend`` that snapshots use."""
-
-    def scan(self, sbx: Any, roots: list[str]) -> Sequence[Any]:
-        """Rows ``(path, type, mode, size, sha256, target)`` (or mappings with those keys)."""
-
-    def pack(self, sbx: Any, paths: list[str]) -> bytes: ...
-
-    def unpack(self, sbx: Any, data: bytes, roots: list[str], clear: bool) -> int: ...
-
-    def read_range(self, sbx: Any, path: str, offset: int, length: int) -> FileRange:
-        """Up to ``length`` bytes of a file from ``offset``, with its size and mtime."""
-
-    def write_range(
-        self,
-        sbx: Any,
-        path: str,
-        offset: int,
-        data: bytes | memoryview,
-        roots: list[str],
-        *,
-        mode: int,
-        final: bool,
-        mtime: float | None = None,
-    ) -> int:
-        """Write a chunk (offset 0 creates the file afresh); return the file's size."""
+S = TypeVar("S")
 
 
 def snapshot_sandbox(
-    backend: SnapshotBackend,
-    sbx: Any,
+    backend: SandboxFiles[S],
+    sbx: S,
     store: SnapshotStore,
     tenant: str,
     session_id: str,
@@ -139,7 +116,7 @@ def snapshot_sandbox(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _pack(backend: SnapshotBackend, sbx: Any, draft: SnapshotDraft) -> dict[str, bytes]:
+def _pack(backend: SandboxFiles[S], sbx: S, draft: SnapshotDraft) -> dict[str, bytes]:
     """The bytes of every content the store lacks, asked in frame-sized batches
     (and large files in chunks)."""
     contents: dict[str, bytes] = {}
@@ -160,7 +137,7 @@ def _pack(backend: SnapshotBackend, sbx: Any, draft: SnapshotDraft) -> dict[str,
     return contents
 
 
-def _read_large(backend: SnapshotBackend, sbx: Any, e: Entry) -> bytes:
+def _read_large(backend: SandboxFiles[S], sbx: S, e: Entry) -> bytes:
     """A file too large for ``pack``, read in chunks. A size other than the scan's,
     or a size or mtime that moves between chunks, is ``WorkspaceChanged`` (and
     ``commit`` checks the sha256 of the whole)."""
@@ -183,8 +160,8 @@ def _read_large(backend: SnapshotBackend, sbx: Any, e: Entry) -> bytes:
 
 
 def restore_sandbox(
-    backend: SnapshotBackend,
-    sbx: Any,
+    backend: SandboxFiles[S],
+    sbx: S,
     store: SnapshotStore,
     tenant: str,
     session_id: str,
@@ -266,8 +243,8 @@ def _next_part(parts: Iterator[RestorePlan], sent: int) -> RestorePlan | None:
 
 
 def _send(
-    backend: SnapshotBackend,
-    sbx: Any,
+    backend: SandboxFiles[S],
+    sbx: S,
     plan: RestorePlan,
     roots: list[str],
     sent: int,
@@ -298,8 +275,8 @@ def _send(
 
 
 def _write_large(
-    backend: SnapshotBackend,
-    sbx: Any,
+    backend: SandboxFiles[S],
+    sbx: S,
     e: Entry,
     content: bytes | memoryview,
     roots: list[str],

@@ -26,10 +26,12 @@ from sandgrid.models import ExecRequest, ExecResult, FileRead, FileWrite, Sessio
 from sandgrid.wire.jobs import CloseOp, ForkOp, ReadOp, TurnJob, TurnOp, TurnOutcome, WriteOp
 from sandgrid.wire.settings import Settings, SnapshotSettings, WorkerSettings
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
+from tests.support.hostdir import HostDirBackend
 from worker.node import Node
 from worker.persistence import Persistence
-from worker.snapshots import HostDirBackend, LocalStore, keys
+from worker.snapshots import LocalObjects, SnapshotStore
 from worker.snapshots import workspace as workspace_mod
+from worker.snapshots.format import keys
 
 TENANT = "acme"
 
@@ -101,8 +103,8 @@ class DirPool:
             self.discard(sbx)
 
 
-class SwitchableStore(LocalStore):
-    """A local store whose every primitive fails while ``down`` (MinIO stopped)."""
+class SwitchableObjects(LocalObjects):
+    """Local objects whose every primitive fails while ``down`` (MinIO stopped)."""
 
     down = False
 
@@ -112,25 +114,28 @@ class SwitchableStore(LocalStore):
                 "snapshot store is unavailable", code=ErrorCode.STORE_UNAVAILABLE, retryable=True
             )
 
-    def _put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes) -> None:
         self._check()
-        super()._put(key, data)
+        super().put(key, data)
 
-    def _get(self, key: str) -> bytes:
+    def get(self, key: str) -> bytes:
         self._check()
-        return super()._get(key)
+        return super().get(key)
 
-    def _list(self, prefix: str) -> list[str]:
+    def list(self, prefix: str) -> list[str]:
         self._check()
-        return super()._list(prefix)
+        return super().list(prefix)
 
-    def _delete(self, key: str) -> None:
+    def delete(self, key: str) -> None:
         self._check()
-        super()._delete(key)
+        super().delete(key)
 
 
 def make_node(
-    tmp: Path, registry: SessionRegistry, idle_ttl_s: float = 300.0, store: LocalStore | None = None
+    tmp: Path,
+    registry: SessionRegistry,
+    idle_ttl_s: float = 300.0,
+    store: SnapshotStore | None = None,
 ) -> Node:
     """A real ``Node`` with host-directory sandboxes instead of Docker."""
     snaps = SnapshotSettings(gc_interval_s=0.01)
@@ -140,7 +145,7 @@ def make_node(
         ["python"],
         Settings(worker=worker),
         registry,
-        store or SwitchableStore(tmp / "store"),
+        store or SnapshotStore(SwitchableObjects(tmp / "store")),
         backends={"runc": DirBackend()},  # type: ignore[dict-item]
         pool=DirPool(tmp / "sandboxes"),  # type: ignore[arg-type]
     )
@@ -231,7 +236,7 @@ def test_never_keeps_the_workspace_only_in_its_sandbox(node: Node) -> None:
 
 
 def test_a_turn_whose_snapshot_fails_says_so_and_the_session_stays_usable(node: Node) -> None:
-    store: Any = node.store
+    store: Any = node.store.objects
     info = new_session(reg(node))
     assert write(node, info, "a.txt", "saved").ok
     store.down = True
@@ -252,7 +257,7 @@ def test_a_turn_whose_snapshot_fails_says_so_and_the_session_stays_usable(node: 
 
 
 def test_everything_changed_while_down_is_in_the_next_snapshot(tmp_path: Path, node: Node) -> None:
-    store: Any = node.store
+    store: Any = node.store.objects
     info = new_session(reg(node))
     store.down = True
     assert not write(node, info, "a.txt", "1").ok
@@ -297,9 +302,9 @@ def test_collection_deletes_closed_sessions_left_behind_and_is_rate_limited(node
     info = new_session(reg(node))
     assert write(node, info, "a.txt", "1").ok
     reg(node).close(info.id)
-    store.down = True  # the close's deletion fails: the snapshots are left behind
+    store.objects.down = True  # the close's deletion fails: the snapshots are left behind
     assert turn(node, info, CloseOp()).ok
-    store.down = False
+    store.objects.down = False
     assert len(store.snapshots(TENANT, info.id)) == 1
     keep = new_session(reg(node))
     assert write(node, keep, "k.txt", "open").ok
@@ -316,7 +321,7 @@ def test_a_corrupt_snapshot_is_refused_and_leaves_no_sandbox(node: Node) -> None
     info = new_session(reg(node))
     assert write(node, info, "a.txt", "x" * 10_000).ok
     release_all(node)
-    for blob in (node.store.root / "t" / TENANT / "blobs").iterdir():  # type: ignore[attr-defined]
+    for blob in (node.store.objects.root / "t" / TENANT / "blobs").iterdir():  # type: ignore[attr-defined]
         blob.write_bytes(b"garbage")
     out = turn(node, info, ReadOp(path="a.txt"))
     assert not out.ok and out.error is not None and out.error["code"] == "snapshot_corrupt"
@@ -338,7 +343,7 @@ def test_a_restore_that_fails_after_touching_the_sandbox_destroys_it(
     release_all(node)
     manifest = node.store.load(TENANT, info.id)
     last = manifest.where[hashlib.sha256(b"11" * 1500).hexdigest()].blob
-    node.store._put(keys.blob_key(TENANT, last), b"garbage")
+    node.store.objects.put(keys.blob_key(TENANT, last), b"garbage")
     out = turn(node, info, ReadOp(path="f00.txt"))
     assert not out.ok and out.error is not None and out.error["code"] == "snapshot_corrupt"
     assert out.error["context"]["sandbox_dirty"] is True and out.error["context"]["part"] > 0
@@ -352,9 +357,9 @@ def test_a_restarted_node_still_collects_the_tenants_served_before(node: Node) -
     info = new_session(reg(node))
     assert write(node, info, "a.txt", "1").ok
     reg(node).close(info.id)
-    store.down = True  # the close's deletion fails: the snapshots are left behind
+    store.objects.down = True  # the close's deletion fails: the snapshots are left behind
     assert turn(node, info, CloseOp()).ok
-    store.down = False
+    store.objects.down = False
     # what a restarted worker has: no memory of the tenant
     fresh = Persistence(node.ledger, node.store, node.backend_for, node.settings.worker.snapshots)
     assert fresh.collect_due() == 1

@@ -14,7 +14,7 @@ import pytest
 import worker.snapshots
 from sandgrid.errors import InvalidInput
 from sandgrid.wire.settings import Settings, SnapshotSettings, WorkerSettings
-from worker.snapshots import DEFAULT_ROOTS, LocalStore, SnapshotBackend, open_store
+from worker.snapshots import DEFAULT_ROOTS, LocalObjects, SandboxFiles, open_store
 
 MODULES = sorted(m.name for m in pkgutil.iter_modules(worker.snapshots.__path__))
 
@@ -41,19 +41,36 @@ def test_the_sandbox_backend_offers_what_snapshots_call() -> None:
     """``worker.backends.base.SandboxBackend`` has scan/pack/unpack with our parameters."""
     base = pytest.importorskip("worker.backends.base")
     for name in ("scan", "pack", "unpack"):
-        ours = list(inspect.signature(getattr(SnapshotBackend, name)).parameters)
+        ours = list(inspect.signature(getattr(SandboxFiles, name)).parameters)
         theirs = list(inspect.signature(getattr(base.SandboxBackend, name)).parameters)
         assert theirs == ours, name
+
+
+def test_the_agent_channel_and_the_test_double_are_sandbox_files() -> None:
+    """One interface: the production backend and the host-directory double implement it."""
+    base = pytest.importorskip("worker.backends.base")
+    from tests.support.hostdir import HostDirBackend
+
+    assert issubclass(base.SandboxBackend, SandboxFiles)
+    assert issubclass(HostDirBackend, SandboxFiles)
+    assert not inspect.isabstract(HostDirBackend)
+    assert SandboxFiles.__abstractmethods__ == {
+        "scan",
+        "pack",
+        "unpack",
+        "read_range",
+        "write_range",
+    }
 
 
 def test_open_store_follows_the_settings(tmp_path: Path) -> None:
     snaps = SnapshotSettings(keep=7, gc_grace_s=120, max_files=10, threads=3)
     worker = WorkerSettings(snapshot_store="local", local_snapshot_dir=tmp_path, snapshots=snaps)
     with open_store(Settings(worker=worker)) as store:
-        assert isinstance(store, LocalStore)
+        assert isinstance(store.objects, LocalObjects)
         assert (store.keep, store.gc_grace_s, store.limits.max_files) == (7, 120, 10)
     minio_store = open_store(Settings(worker=worker.model_copy(update={"snapshot_store": "minio"})))
-    assert type(minio_store).__name__ == "MinioStore"  # built lazily: no connection yet
+    assert type(minio_store.objects).__name__ == "MinioObjects"  # lazily: no connection yet
     minio_store.close()
     with pytest.raises(InvalidInput, match="SNAPSHOT_STORE"):
         open_store(Settings(worker=worker.model_copy(update={"snapshot_store": "s3"})))

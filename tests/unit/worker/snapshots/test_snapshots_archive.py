@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
-from worker.snapshots import HostDirBackend
-from worker.snapshots.archive import (
+from tests.support.hostdir import HostDirBackend
+from worker.snapshots.format.archive import (
     TarError,
     WorkspaceChanged,
     build_tars,
@@ -25,9 +25,10 @@ from worker.snapshots.archive import (
     read_packed,
     tar_member,
 )
-from worker.snapshots.blobs import KnownBlobs, decode, encode, group_files
-from worker.snapshots.entries import Entry
-from worker.snapshots.manifest import Location
+from worker.snapshots.format.blobs import decode, encode, group_files
+from worker.snapshots.format.entries import Entry
+from worker.snapshots.format.manifest import Location
+from worker.snapshots.known import KnownBlobs
 
 LONG = "workspace/" + "deep/" * 40 + "file.txt"
 NAMES = ["workspace/a.txt", LONG, "workspace/" + "n" * 150, "workspace/é ü ☃.txt"]

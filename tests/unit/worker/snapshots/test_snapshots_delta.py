@@ -14,13 +14,15 @@ from typing import Any
 import pytest
 
 from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
+from tests.support.hostdir import HostDirBackend
 from tests.support.sandbox_trees import new_sandbox
-from worker.snapshots import HostDirBackend, LocalStore, Manifest, restore_sandbox
+from tests.support.snapshot_stores import local_store
+from worker.snapshots import Manifest, SnapshotStore, restore_sandbox
 from worker.snapshots import snapshot_sandbox as _snapshot_sandbox
-from worker.snapshots.blobs import decode, encode
-from worker.snapshots.delta import MIN_DELTA, diff
-from worker.snapshots.entries import Entry, ManifestLimits, entries_from_scan, scan_rows
-from worker.snapshots.manifest import content_hash
+from worker.snapshots.format.blobs import decode, encode
+from worker.snapshots.format.delta import MIN_DELTA, diff
+from worker.snapshots.format.entries import Entry, ManifestLimits, entries_from_scan, scan_rows
+from worker.snapshots.format.manifest import content_hash
 
 TENANT = "acme"
 ROOTS = ("/workspace", "/home/sandbox")
@@ -29,8 +31,8 @@ SHA = "ab" * 32
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[LocalStore]:
-    s = LocalStore(tmp_path / "store", keep=3, threads=2, small_file_bytes=1024)
+def store(tmp_path: Path) -> Iterator[SnapshotStore]:
+    s = local_store(tmp_path / "store", keep=3, threads=2, small_file_bytes=1024)
     yield s
     s.close()
 
@@ -46,21 +48,21 @@ def put(sbx: Path, rel: str, data: bytes) -> None:
     path.write_bytes(data)
 
 
-def take(sbx: Path, store: LocalStore, previous: Manifest | None) -> Manifest:
+def take(sbx: Path, store: SnapshotStore, previous: Manifest | None) -> Manifest:
     ref = _snapshot_sandbox(HostDirBackend(), sbx, store, TENANT, "s1", previous)
     assert ref is not None and ref.manifest is not None
     return ref.manifest
 
 
-def _manifest_path(store: LocalStore, m: Manifest) -> Path:
-    return store.root / "t" / TENANT / "s" / "s1" / "snap" / f"{m.name}.json"
+def _manifest_path(store: SnapshotStore, m: Manifest) -> Path:
+    return store.objects.root / "t" / TENANT / "s" / "s1" / "snap" / f"{m.name}.json"
 
 
-def stored_doc(store: LocalStore, m: Manifest) -> dict[str, Any]:
+def stored_doc(store: SnapshotStore, m: Manifest) -> dict[str, Any]:
     return dict(json.loads(bytes(decode(_manifest_path(store, m).read_bytes()))))
 
 
-def rewrite(store: LocalStore, m: Manifest, edit: Any) -> None:
+def rewrite(store: SnapshotStore, m: Manifest, edit: Any) -> None:
     doc = stored_doc(store, m)
     edit(doc)
     _manifest_path(store, m).write_bytes(encode(json.dumps(doc).encode()))
@@ -180,7 +182,7 @@ def test_a_large_change_is_left_to_the_full_path() -> None:
 
 
 def test_a_small_change_is_stored_as_a_difference_and_restores(
-    tmp_path: Path, sbx: Path, store: LocalStore
+    tmp_path: Path, sbx: Path, store: SnapshotStore
 ) -> None:
     for i in range(50):
         put(sbx, f"pkg{i % 5}/f{i}", b"%d" % i)
@@ -194,7 +196,9 @@ def test_a_small_change_is_stored_as_a_difference_and_restores(
     assert doc["base"] == first.name and "entries" not in doc
     assert len(doc["upsert"]) == 12 and len(doc["remove"]) == 12  # pkg3 + its 10 files, f2
     assert second.hash == content_hash(ROOTS, second.entries)
-    fresh = LocalStore(store.root, small_file_bytes=1024)  # nothing cached: read it all back
+    fresh = local_store(
+        store.objects.root, small_file_bytes=1024
+    )  # nothing cached: read it all back
     dst = new_sandbox(tmp_path, "dst")
     back = restore_sandbox(HostDirBackend(), dst, fresh, TENANT, "s1", None)
     assert back.name == second.name and back.hash == second.hash
@@ -202,7 +206,7 @@ def test_a_small_change_is_stored_as_a_difference_and_restores(
 
 
 def test_differences_accumulate_against_one_base_then_a_full_one(
-    sbx: Path, store: LocalStore
+    sbx: Path, store: SnapshotStore
 ) -> None:
     n = MIN_DELTA + 8
     for i in range(n):
@@ -221,7 +225,7 @@ def test_differences_accumulate_against_one_base_then_a_full_one(
 
 
 def test_a_snapshot_after_another_workers_follows_the_stored_latest(
-    sbx: Path, store: LocalStore
+    sbx: Path, store: SnapshotStore
 ) -> None:
     put(sbx, "a", b"1")
     first = take(sbx, store, None)
@@ -250,7 +254,7 @@ HOSTILE_DIFFS = {
 
 @pytest.mark.parametrize("edit", list(HOSTILE_DIFFS), ids=list(HOSTILE_DIFFS))
 def test_a_bad_difference_is_refused(
-    tmp_path: Path, sbx: Path, store: LocalStore, edit: str
+    tmp_path: Path, sbx: Path, store: SnapshotStore, edit: str
 ) -> None:
     put(sbx, "a", b"1")
     put(sbx, "b", b"2")
@@ -266,7 +270,7 @@ def test_a_bad_difference_is_refused(
     assert (dst / "workspace/keep").read_bytes() == b"untouched"
 
 
-def test_a_difference_based_on_a_difference_is_refused(sbx: Path, store: LocalStore) -> None:
+def test_a_difference_based_on_a_difference_is_refused(sbx: Path, store: SnapshotStore) -> None:
     put(sbx, "a", b"1")
     first = take(sbx, store, None)
     put(sbx, "a", b"2")
@@ -278,7 +282,7 @@ def test_a_difference_based_on_a_difference_is_refused(sbx: Path, store: LocalSt
         store.load(TENANT, "s1", third.name)
 
 
-def test_fork_of_a_difference_is_stored_full(sbx: Path, store: LocalStore) -> None:
+def test_fork_of_a_difference_is_stored_full(sbx: Path, store: SnapshotStore) -> None:
     put(sbx, "a", b"1")
     first = take(sbx, store, None)
     put(sbx, "a", b"2")
@@ -288,7 +292,7 @@ def test_fork_of_a_difference_is_stored_full(sbx: Path, store: LocalStore) -> No
     assert forked.base is None and forked.hash == store.load(TENANT, "s1").hash
 
 
-def test_counts_kept_by_the_change_match_a_recount(sbx: Path, store: LocalStore) -> None:
+def test_counts_kept_by_the_change_match_a_recount(sbx: Path, store: SnapshotStore) -> None:
     put(sbx, "same1", b"dup")
     put(sbx, "same2", b"dup")
     put(sbx, "big", bytes(4096))

@@ -25,21 +25,17 @@ from typing import Any
 import pytest
 
 from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
+from tests.support.hostdir import HostDirBackend
 from tests.support.sandbox_trees import ROOTS, new_sandbox, tree, write
+from tests.support.snapshot_stores import local_store
 from worker.agent import AGENT_PATH
 from worker.agent_api import FileRange
-from worker.snapshots import (
-    HostDirBackend,
-    LocalStore,
-    WorkspaceChanged,
-    restore_sandbox,
-    snapshot_sandbox,
-)
-from worker.snapshots import keys as store_keys
+from worker.snapshots import SnapshotStore, WorkspaceChanged, restore_sandbox, snapshot_sandbox
 from worker.snapshots import workspace as workspace_mod
-from worker.snapshots.archive import plan_restore
-from worker.snapshots.blobs import decode, encode
-from worker.snapshots.entries import Entry
+from worker.snapshots.format import keys as store_keys
+from worker.snapshots.format.archive import plan_restore
+from worker.snapshots.format.blobs import decode, encode
+from worker.snapshots.format.entries import Entry
 
 TENANT = "acme"
 LARGE = 64 << 10
@@ -53,8 +49,8 @@ def small_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[LocalStore]:
-    s = LocalStore(tmp_path / "store", small_file_bytes=16 << 10)
+def store(tmp_path: Path) -> Iterator[SnapshotStore]:
+    s = local_store(tmp_path / "store", small_file_bytes=16 << 10)
     yield s
     s.close()
 
@@ -99,7 +95,7 @@ class Recorder(HostDirBackend):
 
 
 def test_a_large_file_survives_snapshot_and_restore_with_its_mode(
-    tmp_path: Path, store: LocalStore
+    tmp_path: Path, store: SnapshotStore
 ) -> None:
     sbx = new_sandbox(tmp_path, "src")
     big = os.urandom(4 * CHUNK + 123)  # just over LARGE: 5 chunks, the last one short
@@ -157,7 +153,7 @@ def test_the_plan_keeps_large_files_as_views_of_their_blobs() -> None:
 
 
 def test_a_damaged_large_file_is_refused_before_the_sandbox_is_touched(
-    tmp_path: Path, store: LocalStore
+    tmp_path: Path, store: SnapshotStore
 ) -> None:
     sbx = new_sandbox(tmp_path, "src")
     write(sbx, "workspace/big.bin", os.urandom(LARGE + 100))
@@ -166,9 +162,9 @@ def test_a_damaged_large_file_is_refused_before_the_sandbox_is_touched(
     key = store_keys.blob_key(
         TENANT, hashlib.sha256((sbx / "workspace/big.bin").read_bytes()).hexdigest()
     )
-    data = bytearray(decode(store._get(key)))
+    data = bytearray(decode(store.objects.get(key)))
     data[-1] ^= 0x01
-    store._put(key, encode(bytes(data)))
+    store.objects.put(key, encode(bytes(data)))
     dst = new_sandbox(tmp_path, "dst")
     write(dst, "workspace/keep", b"untouched")
     backend = Recorder()
@@ -207,7 +203,7 @@ class Changing(HostDirBackend):
     ids=["before-the-first-chunk", "between-chunks", "grows-between-chunks"],
 )
 def test_a_file_changed_while_read_is_scanned_again(
-    tmp_path: Path, store: LocalStore, at_offset: int, grow: bool
+    tmp_path: Path, store: SnapshotStore, at_offset: int, grow: bool
 ) -> None:
     sbx = new_sandbox(tmp_path, "src")
     write(sbx, "workspace/big.bin", os.urandom(LARGE + 100))
@@ -218,7 +214,7 @@ def test_a_file_changed_while_read_is_scanned_again(
     assert (dst / "workspace/big.bin").read_bytes() == (sbx / "workspace/big.bin").read_bytes()
 
 
-def test_a_file_that_keeps_changing_is_refused(tmp_path: Path, store: LocalStore) -> None:
+def test_a_file_that_keeps_changing_is_refused(tmp_path: Path, store: SnapshotStore) -> None:
     sbx = new_sandbox(tmp_path, "src")
     write(sbx, "workspace/big.bin", os.urandom(LARGE + 100))
     with pytest.raises(WorkspaceChanged) as err:

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 
 from sandgrid.errors import InvalidInput, NotFound, SnapshotError
+from tests.support.hostdir import HostDirBackend
 from tests.support.sandbox_trees import new_sandbox
-from worker.snapshots import HostDirBackend, LocalStore, SnapshotRef, restore_sandbox
+from tests.support.snapshot_stores import local_store
+from worker.snapshots import LocalObjects, SnapshotRef, SnapshotStore, restore_sandbox
 from worker.snapshots import snapshot_sandbox as _snapshot_sandbox
-from worker.snapshots.pointer import StoreConflict
+from worker.snapshots.objects import StoreConflict
 from worker.snapshots.transfer import plan, put_blob
 
 TENANT = "acme"
@@ -22,8 +24,8 @@ LATER = 3 * GRACE  # seconds after which every unreferenced blob is old enough
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[LocalStore]:
-    s = LocalStore(tmp_path / "store", keep=2, gc_grace_s=GRACE, threads=2, small_file_bytes=1024)
+def store(tmp_path: Path) -> Iterator[SnapshotStore]:
+    s = local_store(tmp_path / "store", keep=2, gc_grace_s=GRACE, threads=2, small_file_bytes=1024)
     yield s
     s.close()
 
@@ -37,25 +39,25 @@ def put(sbx: Path, name: str, data: bytes) -> None:
     (sbx / "workspace" / name).write_bytes(data)
 
 
-def take(sbx: Path, store: LocalStore, session: str = "s1", tenant: str = TENANT) -> SnapshotRef:
+def take(sbx: Path, store: SnapshotStore, session: str = "s1", tenant: str = TENANT) -> SnapshotRef:
     ref = _snapshot_sandbox(HostDirBackend(), sbx, store, tenant, session, None)
     assert ref is not None
     return ref
 
 
-def blobs(store: LocalStore, tenant: str = TENANT) -> set[str]:
-    d = store.root / "t" / tenant / "blobs"
+def blobs(store: SnapshotStore, tenant: str = TENANT) -> set[str]:
+    d = store.objects.root / "t" / tenant / "blobs"
     return {p.name for p in d.iterdir()} if d.exists() else set()
 
 
-def manifests(store: LocalStore, session: str = "s1") -> set[str]:
-    d = store.root / "t" / TENANT / "s" / session / "snap"
+def manifests(store: SnapshotStore, session: str = "s1") -> set[str]:
+    d = store.objects.root / "t" / TENANT / "s" / session / "snap"
     return {p.stem for p in d.iterdir()}
 
 
-def age(store: LocalStore, seconds: float) -> None:
+def age(store: SnapshotStore, seconds: float) -> None:
     """Make every object of the store look ``seconds`` older."""
-    for p in store.root.rglob("*"):
+    for p in store.objects.root.rglob("*"):
         if p.is_file():
             st = p.stat()
             os.utime(p, (st.st_atime - seconds, st.st_mtime - seconds))
@@ -64,7 +66,7 @@ def age(store: LocalStore, seconds: float) -> None:
 # ---- retention ----------------------------------------------------------------------
 
 
-def test_retention_keeps_the_last_k_snapshots(sbx: Path, store: LocalStore) -> None:
+def test_retention_keeps_the_last_k_snapshots(sbx: Path, store: SnapshotStore) -> None:
     refs = []
     for i in range(5):
         put(sbx, "f", b"version %d" % i)
@@ -80,7 +82,7 @@ def test_retention_keeps_the_last_k_snapshots(sbx: Path, store: LocalStore) -> N
         store.load(TENANT, "s1", refs[1].name)
 
 
-def test_retention_drops_a_base_no_kept_snapshot_needs(sbx: Path, store: LocalStore) -> None:
+def test_retention_drops_a_base_no_kept_snapshot_needs(sbx: Path, store: SnapshotStore) -> None:
     put(sbx, "f", b"first")
     first = take(sbx, store)
     for i in range(80):  # a difference larger than MIN_DELTA entries: stored full
@@ -100,7 +102,7 @@ def test_retention_drops_a_base_no_kept_snapshot_needs(sbx: Path, store: LocalSt
 
 
 def test_gc_collects_only_old_unreferenced_blobs(
-    tmp_path: Path, sbx: Path, store: LocalStore
+    tmp_path: Path, sbx: Path, store: SnapshotStore
 ) -> None:
     for i in range(4):
         put(sbx, "big", os.urandom(4096) + bytes([i]))
@@ -117,7 +119,7 @@ def test_gc_collects_only_old_unreferenced_blobs(
     assert (dst / "workspace/big").read_bytes() == (sbx / "workspace/big").read_bytes()
 
 
-def test_gc_keeps_the_blobs_of_a_snapshot_in_flight(sbx: Path, store: LocalStore) -> None:
+def test_gc_keeps_the_blobs_of_a_snapshot_in_flight(sbx: Path, store: SnapshotStore) -> None:
     put(sbx, "a", os.urandom(5000))
     take(sbx, store)
     age(store, LATER)
@@ -134,10 +136,10 @@ def test_gc_keeps_the_blobs_of_a_snapshot_in_flight(sbx: Path, store: LocalStore
     assert store.load(TENANT, "s1", ref).hash == ref.hash
 
 
-def test_gc_removes_old_stray_manifests_but_not_young_ones(sbx: Path, store: LocalStore) -> None:
+def test_gc_removes_old_stray_manifests_but_not_young_ones(sbx: Path, store: SnapshotStore) -> None:
     put(sbx, "a", b"a")
     ref = take(sbx, store)
-    snap_dir = store.root / "t" / TENANT / "s" / "s1" / "snap"
+    snap_dir = store.objects.root / "t" / TENANT / "s" / "s1" / "snap"
     stray = snap_dir / "000000000009-00000000dead.json"  # as if a commit died before its pointer
     stray.write_bytes((snap_dir / f"{ref.name}.json").read_bytes())
     assert store.gc(TENANT).manifests_deleted == 0  # young: maybe a commit in flight
@@ -146,7 +148,7 @@ def test_gc_removes_old_stray_manifests_but_not_young_ones(sbx: Path, store: Loc
     assert not stray.exists()
 
 
-def test_gc_never_touches_another_tenant(tmp_path: Path, sbx: Path, store: LocalStore) -> None:
+def test_gc_never_touches_another_tenant(tmp_path: Path, sbx: Path, store: SnapshotStore) -> None:
     put(sbx, "a", os.urandom(3000))
     take(sbx, store)
     store.delete_session(TENANT, "s1")
@@ -160,17 +162,19 @@ def test_gc_never_touches_another_tenant(tmp_path: Path, sbx: Path, store: Local
     assert blobs(store) == set() and len(blobs(store, "globex")) == 1
 
 
-def test_gc_stops_on_an_unreadable_retained_manifest(sbx: Path, store: LocalStore) -> None:
+def test_gc_stops_on_an_unreadable_retained_manifest(sbx: Path, store: SnapshotStore) -> None:
     put(sbx, "a", b"a")
     ref = take(sbx, store)
-    (store.root / "t" / TENANT / "s" / "s1" / "snap" / f"{ref.name}.json").write_bytes(b"Zjunk")
+    (store.objects.root / "t" / TENANT / "s" / "s1" / "snap" / f"{ref.name}.json").write_bytes(
+        b"Zjunk"
+    )
     age(store, LATER)
     with pytest.raises(SnapshotError, match="unreadable"):
         store.gc(TENANT)
     assert len(blobs(store)) == 1
 
 
-def test_gc_forgets_deleted_blobs_in_this_process(sbx: Path, store: LocalStore) -> None:
+def test_gc_forgets_deleted_blobs_in_this_process(sbx: Path, store: SnapshotStore) -> None:
     data = os.urandom(5000)
     put(sbx, "a", data)
     take(sbx, store)
@@ -183,7 +187,7 @@ def test_gc_forgets_deleted_blobs_in_this_process(sbx: Path, store: LocalStore) 
     assert len(blobs(store)) == 1
 
 
-def test_stale_memory_is_not_trusted(sbx: Path, store: LocalStore) -> None:
+def test_stale_memory_is_not_trusted(sbx: Path, store: SnapshotStore) -> None:
     """A blob remembered (or found by a HEAD) but older than half the grace is uploaded
     again: gc may be about to delete it."""
     data = os.urandom(5000)
@@ -200,7 +204,9 @@ def test_stale_memory_is_not_trusted(sbx: Path, store: LocalStore) -> None:
 # ---- fork ---------------------------------------------------------------------------
 
 
-def test_fork_shares_blobs_and_then_diverges(tmp_path: Path, sbx: Path, store: LocalStore) -> None:
+def test_fork_shares_blobs_and_then_diverges(
+    tmp_path: Path, sbx: Path, store: SnapshotStore
+) -> None:
     put(sbx, "a", os.urandom(4000))
     put(sbx, "b", b"small")
     src = take(sbx, store)
@@ -217,7 +223,7 @@ def test_fork_shares_blobs_and_then_diverges(tmp_path: Path, sbx: Path, store: L
     assert store.load(TENANT, "s2").hash != src.hash
 
 
-def test_fork_refusals(sbx: Path, store: LocalStore) -> None:
+def test_fork_refusals(sbx: Path, store: SnapshotStore) -> None:
     with pytest.raises(NotFound):
         store.fork(TENANT, "s1", "s2")
     put(sbx, "a", b"a")
@@ -231,7 +237,7 @@ def test_fork_refusals(sbx: Path, store: LocalStore) -> None:
         store.fork(TENANT, "s1", "../s3")
 
 
-def test_fork_survives_gc_of_the_source(tmp_path: Path, sbx: Path, store: LocalStore) -> None:
+def test_fork_survives_gc_of_the_source(tmp_path: Path, sbx: Path, store: SnapshotStore) -> None:
     put(sbx, "a", os.urandom(4000))
     take(sbx, store)
     store.fork(TENANT, "s1", "s2")
@@ -241,7 +247,7 @@ def test_fork_survives_gc_of_the_source(tmp_path: Path, sbx: Path, store: LocalS
     restore_sandbox(HostDirBackend(), new_sandbox(tmp_path, "dst"), store, TENANT, "s2", None)
 
 
-def test_delete_session_forgets_its_snapshots(sbx: Path, store: LocalStore) -> None:
+def test_delete_session_forgets_its_snapshots(sbx: Path, store: SnapshotStore) -> None:
     put(sbx, "a", b"a")
     take(sbx, store)
     put(sbx, "a", b"b")
@@ -255,14 +261,14 @@ def test_delete_session_forgets_its_snapshots(sbx: Path, store: LocalStore) -> N
 # ---- the pointer's conditional write --------------------------------------------------
 
 
-class LostReply(LocalStore):
-    """A store whose first conditional write lands but answers as a conflict, as a
+class LostReply(LocalObjects):
+    """Objects whose first conditional write lands but answers as a conflict, as a
     retried PUT does when the first reply was lost on the way."""
 
     lost = False
 
-    def _put_if(self, key: str, data: bytes, tag: str | None) -> None:
-        super()._put_if(key, data, tag)
+    def put_if(self, key: str, data: bytes, tag: str | None) -> None:
+        super().put_if(key, data, tag)
         if not self.lost:
             self.lost = True
             raise StoreConflict(key)
@@ -271,19 +277,20 @@ class LostReply(LocalStore):
 def test_a_pointer_write_that_landed_is_not_reported_as_a_conflict(
     tmp_path: Path, sbx: Path
 ) -> None:
-    store = LostReply(tmp_path / "lost", keep=2, gc_grace_s=GRACE)
+    lost = LostReply(tmp_path / "lost")
+    store = SnapshotStore(lost, keep=2, gc_grace_s=GRACE)
     put(sbx, "a", b"1")
     ref = take(sbx, store)
-    assert store.lost and store.latest(TENANT, "s1") == ref
+    assert lost.lost and store.latest(TENANT, "s1") == ref
     store.close()
 
 
 def test_a_fork_never_lands_on_a_session_with_snapshots(
-    sbx: Path, store: LocalStore, monkeypatch: pytest.MonkeyPatch
+    sbx: Path, store: SnapshotStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     put(sbx, "a", b"1")
     take(sbx, store, "src")
-    real = store._read_pointer
+    real = store.read_pointer
 
     def racing(tenant: str, session: str) -> list[tuple[str, str]]:
         history = real(tenant, session)
@@ -291,6 +298,6 @@ def test_a_fork_never_lands_on_a_session_with_snapshots(
             take(sbx, store, "dst")
         return history
 
-    monkeypatch.setattr(store, "_read_pointer", racing)
+    monkeypatch.setattr(store, "read_pointer", racing)
     with pytest.raises(SnapshotError, match="snapshotted elsewhere"):
         store.fork(TENANT, "src", "dst")

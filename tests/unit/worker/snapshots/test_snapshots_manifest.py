@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
-from worker.snapshots import keys
-from worker.snapshots.entries import (
+from worker.snapshots.format import keys
+from worker.snapshots.format.entries import (
     Entry,
     ManifestLimits,
     check_roots,
@@ -18,7 +18,7 @@ from worker.snapshots.entries import (
     scan_rows,
     validate_entries,
 )
-from worker.snapshots.manifest import Location, Manifest, content_hash
+from worker.snapshots.format.manifest import Location, Manifest, content_hash
 
 ROOTS = ("/workspace", "/home/sandbox")
 LIMITS = ManifestLimits()

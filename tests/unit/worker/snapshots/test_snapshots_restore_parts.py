@@ -1,6 +1,6 @@
 """A restore over ``STREAM_RESTORE_BYTES`` goes in parts, with bounded memory.
 
-End to end over ``LocalStore`` and ``HostDirBackend`` with small thresholds
+End to end over ``LocalObjects`` and ``HostDirBackend`` with small thresholds
 (a part is a few KiB), on a workspace of many parts: the tree comes back
 exactly (files, read-only directories, symlinks, modes, large files), the parts
 are the tars a single pass would send, blobs are downloaded as parts go (not
@@ -23,12 +23,13 @@ from typing import Any
 import pytest
 
 from sandgrid.errors import ErrorCode, InfrastructureError, SnapshotError
+from tests.support.hostdir import HostDirBackend
 from tests.support.sandbox_trees import new_sandbox, tree, write
-from worker.snapshots import HostDirBackend, LocalStore, restore_sandbox, snapshot_sandbox
-from worker.snapshots import keys as store_keys
+from worker.snapshots import LocalObjects, SnapshotStore, restore_sandbox, snapshot_sandbox
 from worker.snapshots import workspace as workspace_mod
-from worker.snapshots.blobs import decode, encode
-from worker.snapshots.manifest import Manifest
+from worker.snapshots.format import keys as store_keys
+from worker.snapshots.format.blobs import decode, encode
+from worker.snapshots.format.manifest import Manifest
 from worker.snapshots.refs import SnapshotRef
 
 TENANT = "acme"
@@ -65,7 +66,7 @@ class Log:
         return sum(1 for k, _ in self.events if k == kind)
 
 
-class LoggingStore(LocalStore):
+class LoggingStore(SnapshotStore):
     """A local store that logs each blob download, and can go down after ``fail_after``.
 
     While ``tracemalloc`` traces, ``load`` restarts its peak once the manifest is
@@ -73,7 +74,7 @@ class LoggingStore(LocalStore):
     how much was held then in ``loaded``."""
 
     def __init__(self, root: Path, log: Log, **kw: Any) -> None:
-        super().__init__(root, **kw)
+        super().__init__(LoggingObjects(root, self), **kw)
         self.log = log
         self.fail_after: int | None = None
         self.loaded = 0
@@ -85,16 +86,28 @@ class LoggingStore(LocalStore):
             self.loaded = tracemalloc.get_traced_memory()[0]
         return manifest
 
-    def _get(self, key: str) -> bytes:
+
+class LoggingObjects(LocalObjects):
+    """The objects of a ``LoggingStore``: each blob read is logged, or fails once
+    the store's ``fail_after`` reads happened."""
+
+    def __init__(self, root: Path, store: LoggingStore) -> None:
+        super().__init__(root)
+        self.store = store
+
+    def get(self, key: str) -> bytes:
         if "/blobs/" in key:
-            if self.fail_after is not None and self.log.count("get") >= self.fail_after:
+            if (
+                self.store.fail_after is not None
+                and self.store.log.count("get") >= self.store.fail_after
+            ):
                 raise InfrastructureError(
                     "snapshot store is unavailable",
                     code=ErrorCode.STORE_UNAVAILABLE,
                     retryable=True,
                 )
-            self.log.events.append(("get", key))
-        return super()._get(key)
+            self.store.log.events.append(("get", key))
+        return super().get(key)
 
 
 class LoggingBackend(HostDirBackend):
@@ -169,13 +182,13 @@ def populate(sbx: Path, scale: int = 1, seed: int = 3) -> None:
     os.symlink("/workspace/nowhere", sbx / "workspace/dangling")
 
 
-def snap(sbx: Path, store: LocalStore) -> SnapshotRef:
+def snap(sbx: Path, store: SnapshotStore) -> SnapshotRef:
     ref = snapshot_sandbox(HostDirBackend(), sbx, store, TENANT, "s1", None)
     assert ref is not None
     return ref
 
 
-def restore(store: LocalStore, log: Log, dst: Path, ref: SnapshotRef) -> None:
+def restore(store: SnapshotStore, log: Log, dst: Path, ref: SnapshotRef) -> None:
     log.events.clear()
     restore_sandbox(LoggingBackend(log), dst, store, TENANT, "s1", ref)
 
@@ -238,17 +251,17 @@ def test_a_small_restore_stays_one_pass(tmp_path: Path, store: LoggingStore, log
 # ---- damage -------------------------------------------------------------------------------
 
 
-def _damage(store: LocalStore, ref: SnapshotRef, sbx: Path, rel: str, how: str) -> None:
+def _damage(store: SnapshotStore, ref: SnapshotRef, sbx: Path, rel: str, how: str) -> None:
     """Delete the blob holding the file ``rel``, or flip a byte of that file in it."""
     content = (sbx / rel).read_bytes()
     loc = ref.manifest.where[hashlib.sha256(content).hexdigest()]
     key = store_keys.blob_key(TENANT, loc.blob)
     if how == "delete":
-        store._delete(key)
+        store.objects.delete(key)
         return
-    data = bytearray(decode(store._get(key)))
+    data = bytearray(decode(store.objects.get(key)))
     data[loc.offset + len(content) // 2] ^= 0x01
-    store._put(key, encode(bytes(data)))
+    store.objects.put(key, encode(bytes(data)))
 
 
 @pytest.mark.parametrize("how", ["flip", "delete"])

@@ -20,49 +20,60 @@ from typing import Any
 import pytest
 
 from sandgrid.errors import ErrorCode, InvalidInput, NotFound, SnapshotError
+from tests.support.hostdir import HostDirBackend
+from tests.support.snapshot_stores import local_store
 from worker.snapshots import (
-    HostDirBackend,
-    LocalStore,
+    LocalObjects,
     Manifest,
     ManifestLimits,
     SnapshotRef,
+    SnapshotStore,
     restore_sandbox,
     snapshot_sandbox,
 )
 from worker.snapshots import workspace as workspace_mod
-from worker.snapshots.blobs import decode, encode
-from worker.snapshots.manifest import content_hash
+from worker.snapshots.format.blobs import decode, encode
+from worker.snapshots.format.manifest import content_hash
 
 TENANT = "acme"
 OTHER = "globex"
 
 
-class CountingStore(LocalStore):
-    """A local store that counts its primitive calls."""
+class CountingObjects(LocalObjects):
+    """Local objects that count their primitive calls."""
 
-    def __init__(self, root: Path, **kw: Any) -> None:
-        super().__init__(root, **kw)
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
         self.calls: Counter[str] = Counter()
 
-    def _put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes) -> None:
         self.calls["put"] += 1
-        super()._put(key, data)
+        super().put(key, data)
 
-    def _get(self, key: str) -> bytes:
+    def get(self, key: str) -> bytes:
         self.calls["get"] += 1
-        return super()._get(key)
+        return super().get(key)
 
-    def _mtime(self, key: str) -> float | None:
+    def mtime(self, key: str) -> float | None:
         self.calls["mtime"] += 1
-        return super()._mtime(key)
+        return super().mtime(key)
 
-    def _list(self, prefix: str) -> list[str]:
+    def list(self, prefix: str) -> list[str]:
         self.calls["list"] += 1
-        return super()._list(prefix)
+        return super().list(prefix)
 
-    def _delete(self, key: str) -> None:
+    def delete(self, key: str) -> None:
         self.calls["delete"] += 1
-        super()._delete(key)
+        super().delete(key)
+
+
+class CountingStore(SnapshotStore):
+    """A snapshot store over ``CountingObjects``; ``calls`` are theirs."""
+
+    def __init__(self, root: Path, **kw: Any) -> None:
+        self.counting = CountingObjects(root)
+        super().__init__(self.counting, **kw)
+        self.calls = self.counting.calls
 
 
 class SpyBackend(HostDirBackend):
@@ -304,7 +315,7 @@ def test_small_files_travel_in_packs_and_duplicates_once(
     packed = [p for batch in backend.packed for p in batch]
     assert "/workspace/data/big.bin" in packed
     assert "/workspace/data/copy.bin" not in packed  # same content: packed once
-    blobs = store._list(f"t/{TENANT}/blobs/")
+    blobs = store.objects.list(f"t/{TENANT}/blobs/")
     assert len(blobs) == 2  # one pack of all small files + the large file
     assert ref.stats["uploaded_blobs"] == 2
 
@@ -317,7 +328,7 @@ def test_large_file_stored_by_another_session_is_not_uploaded_again(
     write(one, "workspace/model.bin", big)
     snap(backend, one, store, session="s1")
     # A fresh process: no memory of the blob, one HEAD finds it.
-    fresh = CountingStore(store.root, threads=2, small_file_bytes=64 << 10)
+    fresh = CountingStore(store.objects.root, threads=2, small_file_bytes=64 << 10)
     two = new_sandbox(tmp_path, "two")
     write(two, "workspace/weights/model.bin", big)
     backend.packed.clear()
@@ -358,8 +369,8 @@ def test_file_changing_during_snapshot_is_scanned_again(
 # ---- verification -------------------------------------------------------------------
 
 
-def _blob_path(store: LocalStore, tenant: str = TENANT) -> list[Path]:
-    return sorted((store.root / "t" / tenant / "blobs").iterdir())
+def _blob_path(store: SnapshotStore, tenant: str = TENANT) -> list[Path]:
+    return sorted((store.objects.root / "t" / tenant / "blobs").iterdir())
 
 
 @pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "swap"])
@@ -390,15 +401,15 @@ def test_damaged_blob_is_refused_and_the_sandbox_untouched(
     assert tree(dst) == before
 
 
-def _manifest_file(store: LocalStore, ref: SnapshotRef, tenant: str = TENANT) -> Path:
-    return store.root / "t" / tenant / "s" / ref.session_id / "snap" / f"{ref.name}.json"
+def _manifest_file(store: SnapshotStore, ref: SnapshotRef, tenant: str = TENANT) -> Path:
+    return store.objects.root / "t" / tenant / "s" / ref.session_id / "snap" / f"{ref.name}.json"
 
 
 def _edit_manifest(path: Path, edit: Any, rehash: bool = True) -> None:
     doc = json.loads(bytes(decode(path.read_bytes())))
     edit(doc)
     if rehash:
-        from worker.snapshots.entries import Entry
+        from worker.snapshots.format.entries import Entry
 
         doc["hash"] = content_hash(doc["roots"], [Entry(*r[:6]) for r in doc["entries"]])
     path.write_bytes(encode(json.dumps(doc).encode()))
@@ -545,7 +556,7 @@ def test_hostile_scan_is_refused_and_nothing_stored(
 def test_hostile_pack_is_refused_and_no_snapshot_written(
     tmp_path: Path, store: CountingStore
 ) -> None:
-    from worker.snapshots.archive import tar_member
+    from worker.snapshots.format.archive import tar_member
 
     sbx = new_sandbox(tmp_path)
     write(sbx, "workspace/a", "x")
@@ -568,7 +579,7 @@ def test_limits_name_the_limit(tmp_path: Path, limits: ManifestLimits, name: str
     for i in range(6):
         write(sbx, f"workspace/f{i}", "y" * 300)
     with (
-        LocalStore(tmp_path / "store", limits=limits) as small,
+        local_store(tmp_path / "store", limits=limits) as small,
         pytest.raises(InvalidInput) as err,
     ):
         snapshot_sandbox(HostDirBackend(), sbx, small, TENANT, "s1", None)
@@ -630,8 +641,8 @@ def test_manifest_copied_into_another_tenant_is_refused(
     sbx = new_sandbox(tmp_path)
     write(sbx, "workspace/secret", "acme only")
     ref = snap(backend, sbx, store)
-    src = store.root / "t" / TENANT / "s" / "s1"
-    dst = store.root / "t" / OTHER / "s" / "s1"
+    src = store.objects.root / "t" / TENANT / "s" / "s1"
+    dst = store.objects.root / "t" / OTHER / "s" / "s1"
     (dst / "snap").mkdir(parents=True)
     (dst / "latest").write_bytes((src / "latest").read_bytes())
     (dst / "snap" / f"{ref.name}.json").write_bytes(_manifest_file(store, ref).read_bytes())

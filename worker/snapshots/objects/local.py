@@ -1,6 +1,6 @@
-"""Local-directory snapshot store: one machine, no server.
+"""Objects in a local directory: one machine, no server.
 
-Supports everything the base does (dedupe, packs, retention, GC, fork). Each
+Each
 key is a file under ``root``; a write goes to a hidden temporary file beside it
 and is renamed into place, so a reader sees the old object or the new one,
 like an S3 PUT; a key's mtime is its file's. Nothing is fsynced: a torn blob
@@ -21,24 +21,21 @@ import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from sandgrid.errors import ErrorCode, InfrastructureError, InvalidInput
-from worker.snapshots.base import SnapshotStore, StoreConflict
+from worker.snapshots.objects.base import ObjectStore, StoreConflict
 
-__all__ = ["LocalStore"]
+__all__ = ["LocalObjects"]
 
 
-class LocalStore(SnapshotStore):
-    """Snapshots in a directory (see the module doc).
+class LocalObjects(ObjectStore):
+    """Objects as files under a directory (see the module doc).
 
     Args:
         root: the directory; created if missing.
-        **options: ``SnapshotStore``'s (keep, gc_grace_s, limits, threads...).
     """
 
-    def __init__(self, root: Path | str, **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
         self.location = f"local directory {self.root}"
         with self._io("open"):
@@ -64,24 +61,24 @@ class LocalStore(SnapshotStore):
                 context={"store": self.location},
             ) from exc
 
-    def _put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
         with self._io("write"):
             path.parent.mkdir(parents=True, exist_ok=True)
             _replace(path, data)
 
-    def _get(self, key: str) -> bytes:
+    def get(self, key: str) -> bytes:
         try:
             with self._io("read"):
                 return self._path(key).read_bytes()
         except (FileNotFoundError, NotADirectoryError):
             raise KeyError(key) from None
 
-    def _get_tagged(self, key: str) -> tuple[bytes, str]:
-        data = self._get(key)
+    def get_tagged(self, key: str) -> tuple[bytes, str]:
+        data = self.get(key)
         return data, _tag(data)
 
-    def _put_if(self, key: str, data: bytes, tag: str | None) -> None:
+    def put_if(self, key: str, data: bytes, tag: str | None) -> None:
         """Compare and write under an exclusive ``flock`` of a hidden lock file
         beside the key, so processes sharing the directory cannot interleave."""
         path = self._path(key)
@@ -100,17 +97,14 @@ class LocalStore(SnapshotStore):
             finally:
                 os.close(fd)
 
-    def _exists(self, key: str) -> bool:
-        return self._mtime(key) is not None
-
-    def _mtime(self, key: str) -> float | None:
+    def mtime(self, key: str) -> float | None:
         try:
             with self._io("stat"):
                 return self._path(key).stat().st_mtime
         except (FileNotFoundError, NotADirectoryError):
             return None
 
-    def _list(self, prefix: str) -> list[str]:
+    def list(self, prefix: str) -> list[str]:
         head, _, _ = prefix.rpartition("/")
         top = self._path(head) if head else self.root
         out: list[str] = []
@@ -124,7 +118,7 @@ class LocalStore(SnapshotStore):
                         out.append(key)
         return out
 
-    def _delete(self, key: str) -> None:
+    def delete(self, key: str) -> None:
         with self._io("delete"):
             self._path(key).unlink(missing_ok=True)
 

@@ -1,6 +1,6 @@
-"""MinIO (or any S3) snapshot store, through the ``minio`` SDK.
+"""Objects in MinIO (or any S3), through the ``minio`` SDK.
 
-Supports everything the base does, on one bucket shared by every tenant (each
+One bucket shared by every tenant (each
 tenant's keys start with ``t/<tenant>/``), created on first use if missing.
 Configured by ``SANDGRID_MINIO__ENDPOINT``, ``__ACCESS_KEY``, ``__SECRET_KEY``,
 ``__BUCKET`` and ``__SECURE``.
@@ -18,9 +18,10 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sandgrid.errors import ErrorCode, InfrastructureError
+from sandgrid.wire.settings import DEFAULT_SNAPSHOT_THREADS
 
 try:
     import urllib3
@@ -32,9 +33,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "(or set SANDGRID_WORKER__SNAPSHOT_STORE=local)"
     ) from exc
 
-from worker.snapshots.base import SnapshotStore, StoreConflict
+from worker.snapshots.objects.base import ObjectStore, StoreConflict
 
-__all__ = ["MinioStore"]
+__all__ = ["MinioObjects"]
 
 CONNECT_TIMEOUT_S = 2.0
 READ_TIMEOUT_S = 120.0
@@ -44,8 +45,8 @@ _CONFLICT = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 T = TypeVar("T")
 
 
-class MinioStore(SnapshotStore):
-    """Snapshots in a MinIO bucket (see the module doc).
+class MinioObjects(ObjectStore):
+    """Objects in a MinIO bucket (see the module doc).
 
     Args:
         endpoint: ``host:port`` of MinIO.
@@ -53,7 +54,7 @@ class MinioStore(SnapshotStore):
         secret_key: its secret key.
         bucket: the bucket; created if missing.
         secure: HTTPS.
-        **options: ``SnapshotStore``'s (keep, gc_grace_s, limits, threads...).
+        connections: the connection pool's size (the snapshot store's threads, and a few).
     """
 
     def __init__(
@@ -64,13 +65,12 @@ class MinioStore(SnapshotStore):
         bucket: str,
         *,
         secure: bool = False,
-        **options: Any,
+        connections: int = DEFAULT_SNAPSHOT_THREADS + 4,
     ) -> None:
-        super().__init__(**options)
         self.bucket = bucket
         self.location = f"MinIO {endpoint}, bucket {bucket}"
         http = urllib3.PoolManager(
-            maxsize=self.threads + 4,
+            maxsize=connections,
             timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT_S, read=READ_TIMEOUT_S),
             retries=urllib3.Retry(
                 total=2, backoff_factor=0.1, status_forcelist=(500, 502, 503, 504)
@@ -120,7 +120,7 @@ class MinioStore(SnapshotStore):
                         raise
             self._bucket_ready = True
 
-    def _put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes) -> None:
         self._call(
             "write",
             lambda: self._client.put_object(
@@ -128,7 +128,7 @@ class MinioStore(SnapshotStore):
             ),
         )
 
-    def _get(self, key: str) -> bytes:
+    def get(self, key: str) -> bytes:
         def get() -> bytes:
             response = self._client.get_object(self.bucket, key)
             try:
@@ -139,7 +139,7 @@ class MinioStore(SnapshotStore):
 
         return self._call("read", get)
 
-    def _get_tagged(self, key: str) -> tuple[bytes, str]:
+    def get_tagged(self, key: str) -> tuple[bytes, str]:
         def get() -> tuple[bytes, str]:
             response = self._client.get_object(self.bucket, key)
             try:
@@ -150,7 +150,7 @@ class MinioStore(SnapshotStore):
 
         return self._call("read", get)
 
-    def _put_if(self, key: str, data: bytes, tag: str | None) -> None:
+    def put_if(self, key: str, data: bytes, tag: str | None) -> None:
         """A PUT with ``If-Match: tag`` (``If-None-Match: *`` for None): S3's
         conditional write, which MinIO checks and applies atomically. The SDK's
         ``put_object`` would send these headers as user metadata, hence its
@@ -170,10 +170,7 @@ class MinioStore(SnapshotStore):
                 raise StoreConflict(key) from None
             raise
 
-    def _exists(self, key: str) -> bool:
-        return self._mtime(key) is not None
-
-    def _mtime(self, key: str) -> float | None:
+    def mtime(self, key: str) -> float | None:
         try:
             stat = self._call("stat", lambda: self._client.stat_object(self.bucket, key))
         except KeyError:
@@ -182,7 +179,7 @@ class MinioStore(SnapshotStore):
             raise self._unavailable("stat", f"no Last-Modified for {key}", ValueError(key))
         return stat.last_modified.timestamp()
 
-    def _list(self, prefix: str) -> list[str]:
+    def list(self, prefix: str) -> list[str]:
         return self._call(
             "list",
             lambda: [
@@ -191,12 +188,12 @@ class MinioStore(SnapshotStore):
             ],
         )
 
-    def _delete(self, key: str) -> None:
+    def delete(self, key: str) -> None:
         self._call("delete", lambda: self._client.remove_object(self.bucket, key))
 
     def drop_bucket(self) -> None:
         """Delete every object and the bucket itself (tests and benchmarks only)."""
-        for key in self._list(""):
-            self._delete(key)
+        for key in self.list(""):
+            self.delete(key)
         self._call("delete", lambda: self._client.remove_bucket(self.bucket))
         self._bucket_ready = False

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from sandgrid.errors import ErrorCode, SnapshotError
-from worker.snapshots.entries import Entry
+from worker.snapshots.format.entries import Entry
 
 __all__ = [
     "MAX_TAR_BYTES",

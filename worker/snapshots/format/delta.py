@@ -28,7 +28,7 @@ from itertools import compress
 from operator import ne
 from typing import Any
 
-from worker.snapshots.entries import (
+from worker.snapshots.format.entries import (
     Entry,
     ManifestLimits,
     Row,
@@ -38,7 +38,7 @@ from worker.snapshots.entries import (
     check_parents,
     normalise,
 )
-from worker.snapshots.manifest import Delta, Manifest, group_hash, parent_of, tree_hash
+from worker.snapshots.format.manifest import Delta, Manifest, group_hash, parent_of, tree_hash
 
 __all__ = ["DELTA_SHARE", "MIN_DELTA", "Change", "diff", "next_delta"]
 

@@ -1,8 +1,8 @@
-"""The snapshot half of a backend over a host directory, without a sandbox.
+"""A test double of ``SandboxFiles`` over a host directory, without a sandbox.
 
 A reference implementation of what the in-sandbox agent does for ``scan``,
 ``pack``, ``unpack``, ``read_range`` and ``write_range``
-(docs/agent-protocol.md), with the sandbox's ``/``
+(``worker.snapshots.sandbox.SandboxFiles``, docs/agent-protocol.md), with the sandbox's ``/``
 mapped to a host directory (``sbx`` is that directory's ``Path``). Tests and
 the benchmark use it to run the store end to end without containers.
 
@@ -30,8 +30,9 @@ from pathlib import Path
 
 from sandgrid.errors import ErrorCode, InvalidInput
 from worker.agent_api import FileRange
-from worker.snapshots.archive import Member, TarError, gunzip_bounded, iter_tar, tar_member
-from worker.snapshots.entries import Row
+from worker.snapshots.format.archive import Member, TarError, gunzip_bounded, iter_tar, tar_member
+from worker.snapshots.format.entries import Row
+from worker.snapshots.sandbox import SandboxFiles
 
 __all__ = ["HostDirBackend"]
 
@@ -88,7 +89,7 @@ class _Dirs:
         os.close(self.top)
 
 
-class HostDirBackend:
+class HostDirBackend(SandboxFiles[Path]):
     """``scan``/``pack``/``unpack``/``read_range``/``write_range`` on host
     directories (see the module doc)."""
 
