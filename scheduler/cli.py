@@ -13,7 +13,6 @@ from rich.table import Table
 
 from sandgrid.cli.helpers import err_console, readable_errors
 from sandgrid.errors import SandgridError
-from sandgrid.wire.settings import get_settings
 
 __all__ = ["serve", "tenants", "tenants_add", "tenants_ls"]
 
@@ -26,6 +25,8 @@ __all__ = ["serve", "tenants", "tenants_add", "tenants_ls"]
 def serve(host: str | None, port: int | None, access_log: bool, log_level: str) -> None:
     """Serve the HTTP API (OpenAPI at /docs)."""
     import uvicorn
+
+    from sandgrid.wire.settings import get_settings
 
     settings = get_settings()
     uvicorn.run(
@@ -54,6 +55,7 @@ def tenants_add(name: str, max_sessions: int | None, max_turns: int | None) -> N
     from pydantic import ValidationError
 
     from sandgrid.errors import InvalidInput
+    from sandgrid.wire.settings import get_settings
     from scheduler.tenants import TenantLimits, TenantStore
 
     settings = get_settings()
@@ -79,6 +81,7 @@ def tenants_ls() -> None:
     """List tenants (never tokens)."""
     import redis
 
+    from sandgrid.wire.settings import get_settings
     from scheduler.tenants import TenantStore
 
     settings = get_settings()

@@ -44,7 +44,16 @@ from celery.exceptions import Reject
 from sandgrid.wire.capacity import batch_limit
 from sandgrid.wire.jobs import TurnJob, TurnOutcome
 
-__all__ = ["BatchGate", "SessionCloser", "TurnRunner", "configure", "gate", "run_turn"]
+__all__ = [
+    "DEFAULT_CONCURRENCY",
+    "REJECT_PAUSE_S",
+    "BatchGate",
+    "SessionCloser",
+    "TurnRunner",
+    "configure",
+    "gate",
+    "run_turn",
+]
 
 log = logging.getLogger(__name__)
 

@@ -46,12 +46,14 @@ from sandgrid.wire.jobs import (
 )
 from sandgrid.wire.ledger import SessionLedger
 from worker.backends.base import Sandbox, SandboxBackend
-from worker.persistence import MUTATING_OPS, Persistence, not_saved
+from worker.persistence import Persistence, not_saved
 from worker.pool import BackendFor, SandboxPool
 from worker.residency import Residency
 from worker.session_table import LocalSession, SessionTable
 
-__all__ = ["MUTATING_OPS", "Executor"]
+__all__ = [
+    "Executor",
+]
 
 log = logging.getLogger(__name__)
 

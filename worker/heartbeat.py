@@ -14,7 +14,10 @@ from sandgrid.wire.ledger import SessionLedger
 from worker.residency import Residency
 from worker.session_table import SessionTable
 
-__all__ = ["Heartbeat"]
+__all__ = [
+    "NODE_TTL_BEATS",
+    "Heartbeat",
+]
 
 log = logging.getLogger(__name__)
 

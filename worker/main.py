@@ -16,7 +16,11 @@ from celery import signals
 
 from sandgrid.wire.celery_app import app, worker_queues
 
-__all__ = ["run_worker"]
+__all__ = [
+    "MALLOC_ARENAS",
+    "limit_malloc_arenas",
+    "run_worker",
+]
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,14 @@ from sandgrid.errors import CapacityError, SandgridError
 from sandgrid.models import Quotas
 from worker.backends.base import Sandbox, SandboxBackend
 
-__all__ = ["BackendFor", "PoolStats", "SandboxPool", "WarmPool"]
+__all__ = [
+    "HEALTH_PING_S",
+    "REFILL_RETRY_S",
+    "BackendFor",
+    "PoolStats",
+    "SandboxPool",
+    "WarmPool",
+]
 
 log = logging.getLogger(__name__)
 

@@ -47,6 +47,7 @@ from worker.agent import AGENT_MOUNT, AGENT_PATH
 
 __all__ = [
     "AGENT_CAPS",
+    "AGENT_COMMAND",
     "LABEL_INCARNATION",
     "LABEL_MANAGED",
     "LABEL_SESSION",

@@ -23,7 +23,11 @@ from worker.pool import SandboxPool
 from worker.residency import Residency
 from worker.session_table import SessionTable
 
-__all__ = ["Reaper"]
+__all__ = [
+    "ORPHAN_GRACE_S",
+    "REAP_INTERVAL_S",
+    "Reaper",
+]
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,6 @@ __all__ = [
     "CHUNK_BYTES",
     "LARGE_FILE_BYTES",
     "PACK_BATCH_BYTES",
-    "STREAM_RESTORE_BYTES",
     "restore_sandbox",
     "snapshot_sandbox",
 ]

@@ -10,12 +10,7 @@ import pytest
 import scheduler
 from tests.support.exports import check_exports, module_params
 
-# Modules being rewritten on another branch; drop each entry once that branch is merged.
-PENDING = {
-    "scheduler.registry.sessions": "TURN_RECORD_TTL_S: helper 'ledger' rewrites scheduler.registry",
-}
 
-
-@pytest.mark.parametrize("name", module_params(scheduler, PENDING))
+@pytest.mark.parametrize("name", module_params(scheduler))
 def test_all_is_exactly_the_public_names(name: str) -> None:
     check_exports(name)

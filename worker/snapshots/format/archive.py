@@ -24,6 +24,7 @@ from sandgrid.errors import ErrorCode, SnapshotError
 from worker.snapshots.format.entries import Entry
 
 __all__ = [
+    "BLOCK",
     "MAX_TAR_BYTES",
     "SANDBOX_UID",
     "Content",

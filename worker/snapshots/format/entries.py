@@ -33,6 +33,8 @@ __all__ = [
     "MAX_PATH_BYTES",
     "Entry",
     "ManifestLimits",
+    "Row",
+    "TypeLookup",
     "bad_entry",
     "check_entry",
     "check_limits",

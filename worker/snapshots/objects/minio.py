@@ -35,7 +35,11 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from worker.snapshots.objects.base import ObjectStore, StoreConflict
 
-__all__ = ["MinioObjects"]
+__all__ = [
+    "CONNECT_TIMEOUT_S",
+    "READ_TIMEOUT_S",
+    "MinioObjects",
+]
 
 CONNECT_TIMEOUT_S = 2.0
 READ_TIMEOUT_S = 120.0
