@@ -42,6 +42,7 @@ from sandgrid.wire.settings import (
     DEFAULT_SNAPSHOT_KEEP,
     DEFAULT_SNAPSHOT_THREADS,
 )
+from worker.agent.limits import ROOTS
 from worker.snapshots import keys, lifecycle, pointer, saving, transfer
 from worker.snapshots.archive import MAX_TAR_BYTES, RestorePlan
 from worker.snapshots.blobs import PACK_BYTES, SMALL_FILE_BYTES, KnownBlobs, decode, encode
@@ -61,8 +62,8 @@ __all__ = [
     "StoreConflict",
 ]
 
-DEFAULT_ROOTS = ("/workspace", "/home/sandbox")
-"""What a snapshot holds (the same as ``worker.agent_api.SNAPSHOT_ROOTS``)."""
+DEFAULT_ROOTS = ROOTS
+"""What a snapshot holds: the agent's roots (``worker.agent.limits.ROOTS``)."""
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -15,6 +15,7 @@ import pytest
 
 from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
 from tests.support.sandbox_trees import new_sandbox
+from worker.agent import limits
 from worker.snapshots import HostDirBackend, LocalStore, Manifest, restore_sandbox
 from worker.snapshots import snapshot_sandbox as _snapshot_sandbox
 from worker.snapshots.blobs import decode, encode
@@ -23,7 +24,7 @@ from worker.snapshots.entries import Entry, ManifestLimits, entries_from_scan, s
 from worker.snapshots.manifest import content_hash
 
 TENANT = "acme"
-ROOTS = ("/workspace", "/home/sandbox")
+ROOTS = limits.ROOTS
 LIMITS = ManifestLimits()
 SHA = "ab" * 32
 
