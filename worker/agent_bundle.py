@@ -24,6 +24,7 @@ missing or different, and uses it as it is when it cannot.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -37,7 +38,7 @@ from sandgrid.wire.settings import get_settings
 
 __all__ = ["AGENT_MOUNT", "PACKAGE", "SOURCE_DIR", "agent_path", "build_zipapp", "zipapp_bytes"]
 
-log = logging.getLogger(__name__)
+_log = logging.getLogger(__name__)
 
 AGENT_MOUNT = "/opt/sandgrid/agent.py"
 """Where the image's CMD expects the agent (a zipapp, despite the suffix)."""
@@ -92,7 +93,7 @@ def _agent_path(configured: Path | None) -> Path:
     try:
         _write_if_different(configured, zipapp_bytes())
     except OSError as exc:
-        log.warning("agent zipapp %s not updated (%s): mounting it as it is", configured, exc)
+        _log.warning("agent zipapp %s not updated (%s): mounting it as it is", configured, exc)
     return configured
 
 
@@ -113,7 +114,13 @@ def _write_if_different(target: Path, data: bytes) -> None:
     except FileNotFoundError:
         pass
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    tmp.chmod(0o644)
-    os.replace(tmp, target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)  # atomic: a sandbox never mounts half a file
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -50,6 +50,7 @@ def open_own(path: str) -> IO[bytes]:
 
 
 def sha256_of(path: str) -> str:
+    """The hex SHA-256 of a user's file, read in 1 MiB blocks (see ``open_own``)."""
     h = hashlib.sha256()
     with open_own(path) as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -23,7 +23,7 @@ from .reaper import REAPER
 
 __all__ = ["Output", "exec_args", "oom_count", "op_exec", "pump", "workspace_nearly_full"]
 
-SCRATCH = bytearray(READ_CHUNK)
+_SCRATCH = bytearray(READ_CHUNK)
 
 
 def oom_count() -> int | None:
@@ -85,6 +85,7 @@ class Output:
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
 
     def feed(self, chunk: bytes | memoryview) -> None:
+        """Keep what fits under the cap (streamed as text when asked); the rest truncates."""
         room = self.cap - len(self.data)
         kept = chunk[: max(room, 0)]
         if len(kept) < len(chunk):
@@ -97,6 +98,7 @@ class Output:
                     send({"id": self.rid, "event": "chunk", "stream": self.name, "data": text})
 
     def text(self) -> str:
+        """What was kept, as text (invalid UTF-8 replaced)."""
         return self.data.decode("utf-8", errors="replace")
 
 
@@ -148,11 +150,11 @@ def _pump_one(
             pipe.close()
         return pending
     try:
-        n = os.readv(pipe.fileno(), [SCRATCH])  # one buffer for all reads: no garbage per read
+        n = os.readv(pipe.fileno(), [_SCRATCH])  # one buffer for all reads: no garbage per read
     except BlockingIOError:
         return pending
     if n:
-        key.data.feed(memoryview(SCRATCH)[:n])
+        key.data.feed(memoryview(_SCRATCH)[:n])
     else:
         sel.unregister(pipe)
     return pending

@@ -50,7 +50,7 @@ def resolve(rel: Any, *, follow: bool = True) -> str:
     return real
 
 
-def rel_entry(path: str, st: os.stat_result) -> Json:
+def _rel_entry(path: str, st: os.stat_result) -> Json:
     kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
     kind = "symlink" if stat.S_ISLNK(st.st_mode) else kind
     rel = os.path.relpath(path, WORKSPACE)
@@ -76,6 +76,7 @@ def walk(top: str) -> Iterator[tuple[str, os.stat_result]]:
 
 
 def do_write(files: list[Json]) -> Json:
+    """Write each ``{path, data_b64, mode}``, parents made, never through a final symlink."""
     for spec in files:
         path = resolve(spec.get("path"))
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -92,6 +93,7 @@ def do_write(files: list[Json]) -> Json:
 
 
 def do_read(rel: str, max_bytes: int) -> Json:
+    """A regular file's bytes, refused when larger than ``max_bytes``."""
     path = resolve(rel)
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     with os.fdopen(fd, "rb") as f:
@@ -111,10 +113,11 @@ def do_read(rel: str, max_bytes: int) -> Json:
 
 
 def do_list(rel: str, recursive: bool) -> Json:
+    """The entries of a directory (or the one entry of a file), up to ``MAX_LIST_ENTRIES``."""
     path = resolve(rel)
     st = os.stat(path)
     if not stat.S_ISDIR(st.st_mode):
-        return {"entries": [rel_entry(path, st)]}
+        return {"entries": [_rel_entry(path, st)]}
     entries: list[Json] = []
     items = (
         walk(path)
@@ -125,7 +128,7 @@ def do_list(rel: str, recursive: bool) -> Json:
         )
     )
     for p, est in items:
-        entries.append(rel_entry(p, est))
+        entries.append(_rel_entry(p, est))
         if len(entries) > MAX_LIST_ENTRIES:
             raise AgentError(
                 "payload_too_large", f"more than {MAX_LIST_ENTRIES} entries under {rel!r}", path=rel
@@ -134,6 +137,7 @@ def do_list(rel: str, recursive: bool) -> Json:
 
 
 def do_delete(rel: str, recursive: bool) -> Json:
+    """Remove a file, link or directory (the workspace root itself never); how many went."""
     path = resolve(rel, follow=False)
     if path == WORKSPACE:
         raise AgentError("invalid_input", "the workspace root itself cannot be deleted", path=rel)
@@ -150,6 +154,7 @@ def do_delete(rel: str, recursive: bool) -> Json:
 
 
 def do_tar_get(rel: str) -> Json:
+    """An uncompressed tar of a file or a tree, within the frame's raw payload cap."""
     path = resolve(rel)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -163,6 +168,7 @@ def do_tar_get(rel: str) -> Json:
 
 
 def do_tar_put(rel: str, data: bytes) -> Json:
+    """Extract a tar into a workspace directory, checked member by member (``safetar``)."""
     dest = resolve(rel)
     os.makedirs(dest, exist_ok=True)
     return {"files": extract(data, dest, (WORKSPACE,))}

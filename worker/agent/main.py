@@ -57,6 +57,7 @@ OPS: dict[str, Callable[[Json], Json]] = {
 
 
 def handle(req: Json) -> Json:
+    """The reply to one request: its op's result, or an error body (never an exception)."""
     rid = req.get("id")
     op = req.get("op")
     try:
@@ -93,6 +94,7 @@ def limit_pids() -> None:
 
 
 def main() -> int:
+    """Serve requests until EOF on fd 0 (the worker detached): the agent's exit status."""
     limit_pids()
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))

@@ -74,7 +74,7 @@ def kill_new(pgid: int, before: set[tuple[int, int]]) -> None:
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
     if not before and tasks_besides_agent() is not None:
-        Cleanup.pending = not kill_all_until(end)
+        Cleanup.pending = not _kill_all_until(end)
         return
     while True:
         procs = {k: z for k, z in user_procs().items() if k not in before}
@@ -88,12 +88,12 @@ def kill_new(pgid: int, before: set[tuple[int, int]]) -> None:
         time.sleep(0.002)
 
 
-def kill_all_until(end: float) -> bool:
+def _kill_all_until(end: float) -> bool:
     """Kill every user process until there is none (True) or ``end`` passes (False)."""
     while tasks_besides_agent() != 0:
         if time.monotonic() > end:
             return False
-        kill_all_as_user(end)
+        _kill_all_as_user(end)
         time.sleep(0.002)
     return True
 
@@ -101,7 +101,7 @@ def kill_all_until(end: float) -> bool:
 def finish_cleanup() -> None:
     """Before an exec: make sure the last timed-out exec left nothing running."""
     if Cleanup.pending:
-        if not kill_all_until(time.monotonic() + CLEANUP_WAIT_S):
+        if not _kill_all_until(time.monotonic() + CLEANUP_WAIT_S):
             raise AgentError("sandbox_error", "processes of a timed-out exec are still dying")
         Cleanup.pending = False
 
@@ -112,7 +112,7 @@ def _become_user() -> None:
     os.setuid(UID)
 
 
-def kill_all_as_user(end: float) -> None:
+def _kill_all_as_user(end: float) -> None:
     """``kill(-1, SIGKILL)`` from a child running as the user (spares only itself)."""
     with REAPER.cond:
         try:

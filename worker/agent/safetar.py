@@ -139,6 +139,7 @@ def extract_members(
 
 
 def write_member(tar: tarfile.TarFile, m: tarfile.TarInfo, target: str) -> None:
+    """Write one regular member afresh (``O_NOFOLLOW``), with its mode and mtime."""
     src = tar.extractfile(m)
     assert src is not None
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -149,6 +150,7 @@ def write_member(tar: tarfile.TarFile, m: tarfile.TarInfo, target: str) -> None:
 
 
 def clear_dir(root: str) -> None:
+    """Empty a root before a full restore, closed directories included."""
     for entry in os.scandir(root):
         if entry.is_dir(follow_symlinks=False):
             for dirpath, _, _ in os.walk(entry.path):

@@ -39,6 +39,7 @@ def own_file(path: Any) -> str:
 
 
 def do_pack(files: list[str]) -> Json:
+    """A gzip tar (level 1: speed over size) of regular files under the roots."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
         for path in files:
@@ -53,6 +54,7 @@ def do_pack(files: list[str]) -> Json:
 
 
 def do_unpack(data: bytes, roots: tuple[str, ...], clear: bool) -> Json:
+    """Extract a snapshot tar at ``/`` into the roots (emptied first when ``clear``)."""
     return {"files": extract(data, "/", roots, clear)}
 
 
