@@ -21,6 +21,7 @@ from sandgrid.models import (
     Quotas,
     workspace_path,
 )
+from worker.agent.limits import ROOTS
 
 __all__ = [
     "ARG_CHUNK",
@@ -37,7 +38,8 @@ __all__ = [
     "write_fields",
 ]
 
-SNAPSHOT_ROOTS = ("/workspace", "/home/sandbox")
+SNAPSHOT_ROOTS = ROOTS
+"""What a snapshot holds: the agent's own roots (``worker.agent.limits.ROOTS``)."""
 ARG_CHUNK = 100_000
 """Linux caps one argv string at 128 KiB (MAX_ARG_STRLEN): longer sources are split."""
 

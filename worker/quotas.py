@@ -19,7 +19,7 @@ What every sandbox gets, and why:
 - ``pids_limit``, ``mem_limit`` with ``memswap_limit`` equal (no swap),
   ``nano_cpus`` (a CFS quota: ``cpus=0.5`` is half a core), ulimits ``nofile``,
   ``fsize`` and ``core=0``.
-- The agent file bind-mounted read-only; stdin kept open for the channel and
+- The agent zipapp bind-mounted read-only; stdin kept open for the channel and
   closed when the worker detaches (``stdin_once``), so a sandbox whose worker
   died exits by itself, and ``auto_remove`` then deletes it.
 - No log driver: the channel carries file contents and outputs, which must not
@@ -43,7 +43,8 @@ from typing import Any
 from docker.types import LogConfig, Mount, Ulimit
 
 from sandgrid.models import Quotas
-from worker.agent import AGENT_MOUNT, AGENT_PATH
+from worker.agent_bundle import AGENT_MOUNT
+from worker.agent_bundle import agent_path as bundled_agent
 
 __all__ = [
     "AGENT_CAPS",
@@ -115,7 +116,7 @@ def container_kwargs(
     network: str | None = None,
     host_pids: int | None = None,
     host_memory_mb: int | None = None,
-    agent_path: Path = AGENT_PATH,
+    agent_path: Path | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for the low-level ``APIClient.create_container`` of one sandbox.
 
@@ -137,9 +138,11 @@ def container_kwargs(
             ``quotas.memory_mb`` (gVisor: the sentry's own memory counts there;
             without headroom the host OOM killer picks the sentry, which takes
             the whole sandbox down instead of the user's biggest process).
-        agent_path: the agent file on the worker's disk.
+        agent_path: the agent zipapp as the engine's host sees it (default:
+            ``worker.agent_bundle.agent_path()``).
     """
-    host_config = _host_config(quotas, runtime, network, host_pids, host_memory_mb, agent_path)
+    agent = agent_path or bundled_agent()
+    host_config = _host_config(quotas, runtime, network, host_pids, host_memory_mb, agent)
     return {
         "image": image,
         "name": name,

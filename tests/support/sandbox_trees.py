@@ -6,7 +6,9 @@ import os
 import stat
 from pathlib import Path
 
-ROOTS = ["/workspace", "/home/sandbox"]
+from worker.agent import limits
+
+ROOTS = list(limits.ROOTS)
 
 
 def new_sandbox(tmp_path: Path, name: str) -> Path:

@@ -1,37 +1,21 @@
-"""The worker's half of the incremental scan: the rows it keeps, and how a reply updates them.
+"""The worker's half of the incremental scan: how a reply updates the rows it keeps.
 
 The agent answers a ``scan`` with every row, or, when asked ``since`` the token
 of its last reply, with only the rows changed and the paths removed since
-(docs/agent-protocol.md). ``SandboxBackend.scan`` keeps a ``ScanState`` on the
-sandbox and ``apply_reply`` turns each reply into the next one.
+(docs/agent-protocol.md). ``SandboxBackend.scan`` keeps a ``ScanState`` (the
+agent's own class, ``worker.agent.scanstate``: one meaning of a delta on both
+ends) on the sandbox and ``apply_reply`` checks each reply and turns it into
+the next state.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from sandgrid.errors import SandboxError
+from worker.agent.scanstate import ScanRow, ScanState
 
 __all__ = ["ScanRow", "ScanState", "apply_reply"]
-
-ScanRow = tuple[str, str, int, int, str | None, str | None]
-"""One manifest entry of ``scan``: (path, type, mode, size, sha256, target)."""
-
-
-@dataclass(eq=False)
-class ScanState:
-    """The agent's last scan reply as this worker holds it: the base of a delta.
-
-    ``token`` names the reply; the next scan of the same ``roots`` sends it as
-    ``since`` and the agent answers only what changed since then.
-    """
-
-    token: str
-    roots: tuple[str, ...]
-    rows: dict[str, ScanRow]
-    ordered: list[ScanRow]
-    """``rows`` sorted by path, kept until a delta changes something."""
 
 
 def apply_reply(
@@ -57,11 +41,8 @@ def apply_reply(
         raise _bad_scan("removed must be a list of paths")
     if not changed and not removed:
         return ScanState(token, roots, prior.rows, prior.ordered)
-    rows = prior.rows
-    for path in removed:
-        rows.pop(path, None)
-    rows.update((r[0], r) for r in changed)
-    return ScanState(token, roots, rows, sorted(rows.values()))
+    prior.apply(changed, removed)
+    return ScanState(token, roots, prior.rows, sorted(prior.rows.values()))
 
 
 def _scan_rows(value: Any, what: str) -> list[ScanRow]:

@@ -30,6 +30,7 @@ from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from sandgrid.errors import InvalidInput, NotFound
+from worker.agent.limits import ROOTS
 from worker.snapshots import lifecycle, saving, transfer
 from worker.snapshots.catalog import Catalog
 from worker.snapshots.format import keys
@@ -39,8 +40,8 @@ from worker.snapshots.refs import GcReport, SnapshotDraft, SnapshotRef
 
 __all__ = ["DEFAULT_ROOTS", "SnapshotStore"]
 
-DEFAULT_ROOTS = ("/workspace", "/home/sandbox")
-"""What a snapshot holds (the same as ``worker.agent_api.SNAPSHOT_ROOTS``)."""
+DEFAULT_ROOTS = ROOTS
+"""What a snapshot holds: the agent's roots (``worker.agent.limits.ROOTS``)."""
 
 
 class SnapshotStore(Catalog):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sandgrid.models import Quotas
-from worker.agent import AGENT_MOUNT, AGENT_PATH
+from worker.agent_bundle import AGENT_MOUNT, agent_path
 from worker.quotas import AGENT_CAPS, container_kwargs, sandbox_labels
 
 
@@ -25,9 +25,9 @@ def test_hardened_by_default() -> None:
     assert kw["stdin_open"] is True and kw["detach"] is False and kw["tty"] is False
     assert kw["command"] == ["python3", "-I", AGENT_MOUNT]
     mount = hc["mounts"][0]
-    assert mount["Target"] == AGENT_MOUNT and mount["Source"] == str(AGENT_PATH)
+    assert mount["Target"] == AGENT_MOUNT and mount["Source"] == str(agent_path())
     assert mount["ReadOnly"] is True
-    assert AGENT_PATH.is_file()
+    assert agent_path().is_file()
 
 
 def test_limits_follow_quotas() -> None:

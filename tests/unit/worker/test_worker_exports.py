@@ -10,20 +10,8 @@ import pytest
 import worker
 from tests.support.exports import check_exports, module_params
 
-# Modules whose __all__ is fixed after the rewrite of worker/ under way on other branches;
-# drop each entry once its module passes.
-PENDING = dict.fromkeys(
-    [
-        "worker.agent.sandgrid_agent",
-        "worker.backends.base",
-        "worker.backends.docker",
-        "worker.channel",
-    ],
-    "worker/ is being rewritten on other branches; its __all__ is fixed after the merge",
-)
 
-
-@pytest.mark.parametrize("name", module_params(worker, PENDING))
+@pytest.mark.parametrize("name", module_params(worker))
 def test_all_is_exactly_the_public_names(name: str) -> None:
     check_exports(name)
 

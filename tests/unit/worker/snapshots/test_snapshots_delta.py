@@ -17,6 +17,7 @@ from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
 from tests.support.hostdir import HostDirBackend
 from tests.support.sandbox_trees import new_sandbox
 from tests.support.snapshot_stores import local_store
+from worker.agent import limits
 from worker.snapshots import Manifest, SnapshotStore, restore_sandbox
 from worker.snapshots import snapshot_sandbox as _snapshot_sandbox
 from worker.snapshots.format.blobs import decode, encode
@@ -25,7 +26,7 @@ from worker.snapshots.format.entries import Entry, ManifestLimits, entries_from_
 from worker.snapshots.format.manifest import content_hash
 
 TENANT = "acme"
-ROOTS = ("/workspace", "/home/sandbox")
+ROOTS = limits.ROOTS
 LIMITS = ManifestLimits()
 SHA = "ab" * 32
 

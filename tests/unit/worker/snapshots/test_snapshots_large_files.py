@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import io
 import os
 import stat
@@ -28,7 +27,7 @@ from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
 from tests.support.hostdir import HostDirBackend
 from tests.support.sandbox_trees import ROOTS, new_sandbox, tree, write
 from tests.support.snapshot_stores import local_store
-from worker.agent import AGENT_PATH
+from worker.agent import limits, transfer
 from worker.agent_api import FileRange
 from worker.snapshots import SnapshotStore, WorkspaceChanged, restore_sandbox, snapshot_sandbox
 from worker.snapshots import workspace as workspace_mod
@@ -297,18 +296,14 @@ def test_read_range_reads_regular_files_only(sbx: Path) -> None:
 
 @pytest.fixture(scope="module")
 def agent() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sandgrid_agent_ranges", AGENT_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return transfer
 
 
 def test_agent_writes_chunks_and_reads_them_back(
     agent: ModuleType, sbx: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     roots = (str(sbx / "workspace"),)
-    monkeypatch.setattr(agent, "ROOTS", roots)
+    monkeypatch.setattr(limits, "ROOTS", roots)
     target = str(sbx / "workspace/new/dir/big.bin")
     data = os.urandom(3000)
     for offset in range(0, 3000, 1000):
@@ -359,11 +354,11 @@ def test_agent_replaces_a_link_where_the_file_goes(agent: ModuleType, sbx: Path)
 def test_agent_reads_regular_files_under_the_roots_only(
     agent: ModuleType, sbx: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(agent, "ROOTS", (str(sbx / "workspace"),))
+    monkeypatch.setattr(limits, "ROOTS", (str(sbx / "workspace"),))
     os.mkfifo(sbx / "workspace/fifo")
     write(sbx, "workspace/f", b"x")
     for rel in ("workspace/out/secret", "workspace/to-secret", "outside/secret", "workspace/fifo"):
         with pytest.raises((agent.AgentError, OSError)):
             agent.do_read_range(str(sbx) + "/" + rel, 0, 10)
     with pytest.raises(agent.AgentError, match="over"):
-        agent.do_read_range(str(sbx / "workspace/f"), 0, agent.MAX_RAW_PAYLOAD + 1)
+        agent.do_read_range(str(sbx / "workspace/f"), 0, limits.MAX_RAW_PAYLOAD + 1)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
+from worker.agent import limits
 from worker.snapshots.format import keys
 from worker.snapshots.format.entries import (
     Entry,
@@ -20,7 +21,7 @@ from worker.snapshots.format.entries import (
 )
 from worker.snapshots.format.manifest import Location, Manifest, content_hash
 
-ROOTS = ("/workspace", "/home/sandbox")
+ROOTS = limits.ROOTS
 LIMITS = ManifestLimits()
 SHA = hashlib.sha256(b"x").hexdigest()
 

@@ -3,7 +3,6 @@ writes through one, whatever it points at; run against a temporary directory."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import os
 import tarfile
@@ -12,16 +11,12 @@ from types import ModuleType
 
 import pytest
 
-from worker.agent import AGENT_PATH
+from worker.agent import safetar
 
 
 @pytest.fixture(scope="module")
 def agent() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sandgrid_agent_links", AGENT_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return safetar
 
 
 @pytest.fixture

@@ -1,15 +1,14 @@
 """The agent's ``scan``: rows, deltas on a token, hashes and rows reused; and the
 worker's side of it (``SandboxBackend.scan``) with a scripted channel.
 
-The agent is imported from its file and run in this process on a temporary
-tree: its roots point there and ``as_user`` runs the walk in place, with the
-JSON round trip of the real pipe.
+The agent package runs in this process on a temporary tree: its roots
+(``limits.ROOTS``) point there, its scan state starts empty, and ``as_user``
+runs the walk in place, with the JSON round trip of the real pipe.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -22,23 +21,23 @@ import pytest
 
 from sandgrid.errors import SandboxError, SandboxLost
 from sandgrid.models import Quotas
-from worker.agent import AGENT_PATH
+from worker.agent import limits, main
+from worker.agent import scan as scan_module
+from worker.agent.scanstate import ScanState
 from worker.backends.base import Sandbox, SandboxBackend
 
 
 @pytest.fixture
 def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """A fresh agent module (fresh scan state) whose roots are under ``tmp_path``."""
-    spec = importlib.util.spec_from_file_location("sandgrid_agent_scan", AGENT_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    """The agent's scan module (fresh scan state) whose roots are under ``tmp_path``."""
     for name in ("workspace", "home"):
         (tmp_path / name).mkdir()
     roots = (str(tmp_path / "workspace"), str(tmp_path / "home"))
-    monkeypatch.setattr(module, "ROOTS", roots)
-    monkeypatch.setattr(module, "as_user", lambda fn, *a: json.loads(json.dumps(fn(*a))))
-    return module
+    monkeypatch.setattr(limits, "ROOTS", roots)
+    monkeypatch.setattr(scan_module, "SCANNED", ScanState())
+    monkeypatch.setattr(scan_module, "HASHES", {})
+    monkeypatch.setattr(scan_module, "as_user", lambda fn, *a: json.loads(json.dumps(fn(*a))))
+    return scan_module
 
 
 @pytest.fixture
@@ -65,7 +64,7 @@ def scan(agent: ModuleType, roots: list[str], since: Any = None) -> dict[str, An
     req: dict[str, Any] = {"id": 1, "op": "scan", "roots": roots}
     if since is not None:
         req["since"] = since
-    reply = json.loads(json.dumps(agent.handle(req)))
+    reply = json.loads(json.dumps(main.handle(req)))
     assert reply["ok"], reply
     return dict(reply["result"])
 
@@ -85,10 +84,10 @@ def apply(rows: dict[str, list[Any]], delta: dict[str, Any]) -> dict[str, list[A
 
 
 def test_full_scan_rows(agent: ModuleType, ws: Path) -> None:
-    reply = scan(agent, list(agent.ROOTS))
+    reply = scan(agent, list(limits.ROOTS))
     assert set(reply) == {"token", "entries"} and len(reply["token"]) == 16
     rows = by_path(reply["entries"])
-    w, h = agent.ROOTS
+    w, h = limits.ROOTS
     assert rows == {
         f"{w}/a.txt": [f"{w}/a.txt", "file", 0o644, 2, sha("a\n"), None],
         f"{w}/ro.txt": [f"{w}/ro.txt", "file", 0o400, 3, sha("ro\n"), None],
@@ -104,7 +103,7 @@ def test_full_scan_rows(agent: ModuleType, ws: Path) -> None:
 
 
 def test_delta_after_changes(agent: ModuleType, ws: Path) -> None:
-    roots = list(agent.ROOTS)
+    roots = list(limits.ROOTS)
     first = scan(agent, roots)
     (ws / "a.txt").write_text("changed\n")
     (ws / "new.txt").write_text("new\n")
@@ -130,7 +129,7 @@ def test_delta_after_changes(agent: ModuleType, ws: Path) -> None:
 
 
 def test_unknown_old_or_foreign_token_gives_a_full_scan(agent: ModuleType, ws: Path) -> None:
-    roots = list(agent.ROOTS)
+    roots = list(limits.ROOTS)
     first = scan(agent, roots)
     assert set(scan(agent, roots, since="0123456789abcdef")) == {"token", "entries"}
     assert set(scan(agent, roots, since=first["token"])) == {"token", "entries"}  # superseded
@@ -145,7 +144,7 @@ def test_unknown_old_or_foreign_token_gives_a_full_scan(agent: ModuleType, ws: P
 def test_unchanged_files_are_neither_read_nor_given_new_rows(
     agent: ModuleType, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    roots = list(agent.ROOTS)
+    roots = list(limits.ROOTS)
     read: list[str] = []
     real = agent.sha256_of
     monkeypatch.setattr(agent, "sha256_of", lambda p: read.append(p) or real(p))
@@ -168,17 +167,18 @@ def test_unchanged_files_are_neither_read_nor_given_new_rows(
 
 
 def test_a_full_scan_does_not_trust_the_remembered_rows(agent: ModuleType, ws: Path) -> None:
-    roots = list(agent.ROOTS)
+    roots = list(limits.ROOTS)
     first = scan(agent, roots)
     bogus = str(ws / "not-there")
     agent.SCANNED.rows[bogus] = [bogus, "file", 0o644, 1, "0" * 64, None]
-    agent.SCANNED.rows[str(ws / "a.txt")][2] = 0o777
+    row = agent.SCANNED.rows[str(ws / "a.txt")]
+    agent.SCANNED.rows[row[0]] = (*row[:2], 0o777, *row[3:])
     assert scan(agent, roots)["entries"] == first["entries"]
 
 
 def test_state_follows_every_scan(agent: ModuleType, ws: Path) -> None:
     """Hashes and rows of removed files are forgotten; a file that comes back is read."""
-    roots = list(agent.ROOTS)
+    roots = list(limits.ROOTS)
     token = scan(agent, roots)["token"]
     gone = str(ws / "a.txt")
     os.rename(gone, ws / "moved")
@@ -234,7 +234,7 @@ class StubBackend(SandboxBackend):
         raise NotImplementedError
 
 
-ROOTS = ["/workspace", "/home/sandbox"]
+ROOTS = list(limits.ROOTS)
 F = ["/workspace/f", "file", 0o644, 1, "a" * 64, None]
 G = ["/workspace/g", "file", 0o644, 2, "b" * 64, None]
 D = ["/workspace/d", "dir", 0o755, 0, None, None]
@@ -322,7 +322,7 @@ def test_failed_or_lost_requests_drop_the_rows() -> None:
 
 
 def test_a_rewrite_that_keeps_size_and_mtime_is_seen(agent: ModuleType, ws: Path) -> None:
-    roots = list(agent.ROOTS)
+    roots = list(limits.ROOTS)
     path = ws / "a.txt"
     token = scan(agent, roots)["token"]
     st = path.stat()

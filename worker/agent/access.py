@@ -1,0 +1,119 @@
+"""Reading what the user closed: a snapshot must see every file under the roots.
+
+The user may make a file unreadable to themselves or close a directory; the
+scanning child (running as the user) opens them for the moment and puts the
+modes back, the deepest first. Nothing is ever followed through a symlink.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+from collections.abc import Callable, Iterator
+from typing import IO, Any
+
+from . import limits
+
+__all__ = [
+    "lending",
+    "listing",
+    "no_follow",
+    "open_own",
+    "passable",
+    "reaching",
+    "settled_ctime",
+    "sha256_of",
+]
+
+
+def no_follow(path: str, flags: int) -> int:
+    """``open``'s opener: never through a symlink, and a fifo cannot block the open."""
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
+
+
+def open_own(path: str) -> IO[bytes]:
+    """Open a file of the user for reading, even one they made unreadable or put
+    in a directory they closed (both opened for the moment, then put back)."""
+    try:
+        return open(path, "rb", opener=no_follow)
+    except PermissionError:
+        with lending() as lent:
+            passable(path, lent)
+            mode = os.lstat(path).st_mode
+            os.chmod(path, stat.S_IMODE(mode) | 0o400)
+            try:
+                return open(path, "rb", opener=no_follow)
+            finally:
+                os.chmod(path, stat.S_IMODE(mode))
+
+
+def sha256_of(path: str) -> str:
+    """The hex SHA-256 of a user's file, read in 1 MiB blocks (see ``open_own``)."""
+    h = hashlib.sha256()
+    with open_own(path) as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def lending() -> Iterator[list[tuple[str, int]]]:
+    """Directories whose modes were widened for a walk, put back after it (the
+    deepest first, while those above them are still open)."""
+    lent: list[tuple[str, int]] = []
+    try:
+        yield lent
+    finally:
+        for path, mode in reversed(lent):
+            os.chmod(path, mode)
+
+
+def listing(path: str, lent: list[tuple[str, int]]) -> list[tuple[str, os.stat_result]]:
+    """Each entry of a directory with its lstat. A directory the user closed to
+    themselves (no r or no x for the owner) is opened to them for the rest of
+    the walk and noted in ``lent``: a snapshot must see inside it."""
+    try:
+        with os.scandir(path) as it:
+            return [(e.path, e.stat(follow_symlinks=False)) for e in it]
+    except PermissionError:
+        mode = stat.S_IMODE(os.lstat(path).st_mode)
+        if mode & 0o500 == 0o500:
+            raise
+        os.chmod(path, mode | 0o500)
+        lent.append((path, mode))
+        with os.scandir(path) as it:
+            return [(e.path, e.stat(follow_symlinks=False)) for e in it]
+
+
+def passable(path: str, lent: list[tuple[str, int]]) -> None:
+    """Give the owner x on the directories under the roots on the way to
+    ``path`` that lack it (noted in ``lent``), from the top down."""
+    parts = path.split("/")
+    for i in range(3, len(parts)):
+        d = "/".join(parts[:i])
+        if not limits.inside(d, limits.ROOTS):
+            continue
+        st = os.lstat(d)
+        if stat.S_ISDIR(st.st_mode) and not st.st_mode & 0o100:
+            os.chmod(d, stat.S_IMODE(st.st_mode) | 0o100)
+            lent.append((d, stat.S_IMODE(st.st_mode)))
+
+
+def reaching(path: str, fn: Callable[[], Any]) -> Any:
+    """``fn()``, and again through closed directories if it was refused on the way."""
+    try:
+        return fn()
+    except PermissionError:
+        with lending() as lent:
+            passable(path, lent)
+            return fn()
+
+
+def settled_ctime(path: str, size: int, mtime: int, ino: int, ctime: int) -> int:
+    """The ctime after ``open_own`` lent a file read permission and took it back:
+    kept only if nothing else changed, so the next scan does not read it again."""
+    st = os.lstat(path)
+    same = (st.st_size, st.st_mtime_ns, st.st_ino) == (size, mtime, ino)
+    return st.st_ctime_ns if same else ctime

@@ -1,0 +1,82 @@
+"""Frames on the exec channel: a 4-byte big-endian length, then that much compact UTF-8 JSON.
+
+Both ends use this module: the agent reads requests on fd 0 and writes replies
+on fd 1 with ``recv``/``send``; the worker (``worker.protocol``) frames its
+requests with ``LENGTH`` and ``compact_json``, so the bytes on the wire are
+produced by one function whichever end writes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+
+from .errors import AgentError, Json
+
+__all__ = ["LENGTH", "MAX_FRAME", "compact_json", "read_exact", "recv", "send", "write_all"]
+
+MAX_FRAME = 64 << 20
+LENGTH = struct.Struct(">I")
+_OUT_LOCK = threading.Lock()
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte (``os.write`` may write fewer)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def compact_json(obj: Json) -> bytes:
+    """Compact UTF-8 JSON, non-ASCII text unescaped.
+
+    ``ensure_ascii=False`` is 4x slower on long strings (0.13 s against 0.03 s
+    for the base64 of 8 MiB), though its output is the same when nothing needs
+    a ``\\u`` escape; so the ASCII form is tried first and kept unless it has one.
+    """
+    fast = json.dumps(obj, separators=(",", ":"))
+    if "\\u" not in fast:
+        return fast.encode()
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def send(obj: Json) -> None:
+    """Write one reply or event frame on fd 1; an oversized reply becomes an error."""
+    data = compact_json(obj)
+    if len(data) > MAX_FRAME:
+        err = AgentError("payload_too_large", f"reply of {len(data)} bytes exceeds the frame cap")
+        data = json.dumps({"id": obj.get("id"), "ok": False, "error": err.body()}).encode()
+    with _OUT_LOCK:
+        write_all(1, LENGTH.pack(len(data)) + data)
+
+
+def read_exact(fd: int, n: int) -> bytes | None:
+    """``n`` bytes from ``fd``, ``None`` at EOF."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, min(n - len(buf), 1 << 20))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def recv() -> Json | None:
+    """The next request, ``None`` at EOF; an oversized frame is read and refused."""
+    head = read_exact(0, LENGTH.size)
+    if head is None:
+        return None
+    (size,) = LENGTH.unpack(head)
+    if size > MAX_FRAME:
+        while size:
+            size -= len(read_exact(0, min(size, 1 << 20)) or b"x" * size)
+        return {"op": "_too_large"}
+    body = read_exact(0, size)
+    if body is None:
+        return None
+    obj = json.loads(body)
+    if not isinstance(obj, dict):
+        return {"op": "_bad"}
+    return obj

@@ -1,0 +1,110 @@
+"""The dispatch loop: read a request, run its op, write the reply; until EOF on fd 0.
+
+``OPS`` maps each op of docs/agent-protocol.md to its handler; file
+operations go through ``as_user`` so they run as the sandbox user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable
+
+from .errors import AgentError, Json, b64_field, log, need
+from .exec import op_exec
+from .files import do_delete, do_list, do_read, do_tar_get, do_tar_put, do_write
+from .framing import MAX_FRAME, recv, send
+from .limits import MAX_RAW_PAYLOAD, PIDS_MAX_FILE, VERSION, check_roots
+from .processes import as_user
+from .reaper import REAPER
+from .scan import op_scan
+from .transfer import do_pack, do_read_range, do_unpack, do_write_range
+
+__all__ = ["OPS", "handle", "limit_pids", "main"]
+
+
+OPS: dict[str, Callable[[Json], Json]] = {
+    "ping": lambda r: {"pid": os.getpid(), "version": VERSION},
+    "exec": op_exec,
+    "write": lambda r: as_user(do_write, need(r, "files", list)),
+    "read": lambda r: as_user(
+        do_read, need(r, "path", str), int(r.get("max_bytes") or MAX_RAW_PAYLOAD)
+    ),
+    "list": lambda r: as_user(do_list, need(r, "path", str), bool(r.get("recursive"))),
+    "delete": lambda r: as_user(do_delete, need(r, "path", str), bool(r.get("recursive"))),
+    "tar_put": lambda r: as_user(do_tar_put, need(r, "path", str), b64_field(r)),
+    "tar_get": lambda r: as_user(do_tar_get, need(r, "path", str)),
+    "scan": op_scan,
+    "pack": lambda r: as_user(do_pack, need(r, "files", list)),
+    "unpack": lambda r: as_user(
+        do_unpack, b64_field(r), check_roots(r.get("roots")), bool(r.get("clear"))
+    ),
+    "read_range": lambda r: as_user(
+        do_read_range, r.get("path"), need(r, "offset", int), need(r, "length", int)
+    ),
+    "write_range": lambda r: as_user(
+        do_write_range,
+        r.get("path"),
+        need(r, "offset", int),
+        b64_field(r),
+        check_roots(r.get("roots")),
+        need(r, "mode", int),
+        bool(r.get("final")),
+        need(r, "mtime", (int, float)) if r.get("mtime") is not None else None,
+    ),
+}
+
+
+def handle(req: Json) -> Json:
+    """The reply to one request: its op's result, or an error body (never an exception)."""
+    rid = req.get("id")
+    op = req.get("op")
+    try:
+        if op == "_too_large":
+            raise AgentError("payload_too_large", f"request frame exceeds {MAX_FRAME} bytes")
+        if op == "_bad":
+            raise AgentError("invalid_input", "a request must be one JSON object")
+        fn = OPS.get(op) if isinstance(op, str) else None
+        if fn is None:
+            raise AgentError("invalid_input", f"unknown op {op!r}", field="op")
+        return {"id": rid, "ok": True, "result": fn(req)}
+    except AgentError as exc:
+        return {"id": rid, "ok": False, "error": exc.body()}
+    except Exception as exc:
+        log(f"op {op!r} failed: {type(exc).__name__}: {exc}")
+        return {
+            "id": rid,
+            "ok": False,
+            "error": AgentError("sandbox_error", f"{type(exc).__name__}: {exc}").body(),
+        }
+
+
+def limit_pids() -> None:
+    """Apply ``SANDGRID_PIDS_MAX`` inside the sandbox where the cgroup is ours to set.
+
+    Under gVisor the host pids limit counts the sentry's own threads, so the
+    worker sets it with headroom and the agent sets the real limit in gVisor's
+    cgroupfs; under runc the cgroupfs is read-only and the host limit applies.
+    """
+    want = os.environ.get("SANDGRID_PIDS_MAX", "")
+    if want.isdigit():
+        with contextlib.suppress(OSError), open(PIDS_MAX_FILE, "w") as f:
+            f.write(want)
+
+
+def main() -> int:
+    """Serve requests until EOF on fd 0 (the worker detached): the agent's exit status."""
+    limit_pids()
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+    os.chdir("/")
+    REAPER.start()
+    while True:
+        try:
+            req = recv()
+        except (ValueError, UnicodeDecodeError):
+            req = {"op": "_bad"}
+        if req is None:
+            return 0
+        send(handle(req))

@@ -1,0 +1,215 @@
+"""The sandbox user's processes: start them, run a function as the user, kill them all.
+
+The agent is root with SETUID, SETGID and KILL only; everything the user gets
+to run (a command, a file operation) runs as uid/gid 1000 in a child, and a
+deadline kill takes every process the command started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .errors import AgentError, Json
+from .framing import write_all
+from .limits import CLEANUP_WAIT_S, GID, KILL_BUDGET_S, PIDS_CURRENT_FILE, PIPE_SIZE, UID
+from .reaper import REAPER
+
+__all__ = [
+    "Cleanup",
+    "as_user",
+    "finish_cleanup",
+    "kill_new",
+    "spawn",
+    "tasks_besides_agent",
+    "user_procs",
+]
+
+
+def user_procs() -> dict[tuple[int, int], bool]:
+    """Processes of uid 1000 as ``{(pid, starttime): is_zombie}``.
+
+    Read from ``/proc/<pid>/status`` rather than the directory owner, which a
+    process can turn to root with ``prctl(PR_SET_DUMPABLE, 0)``.
+    """
+    found: dict[tuple[int, int], bool] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or name == "1":
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            with open(f"/proc/{name}/status", "rb") as f:
+                uids = next(ln for ln in f if ln.startswith(b"Uid:")).split()[1:3]
+        except (OSError, StopIteration, IndexError):
+            continue
+        if str(UID).encode() in uids:
+            found[(int(name), int(fields[19]))] = fields[0] in (b"Z", b"X")
+    return found
+
+
+class Cleanup:
+    """Set when a deadline kill ran out of budget: the next exec finishes it first."""
+
+    pending = False
+
+
+def kill_new(pgid: int, before: set[tuple[int, int]]) -> None:
+    """SIGKILL the group, then every new user process, until none is left.
+
+    With no older user process to spare (the usual case), ``kill(-1)`` as the
+    user kills them all at once and the pids cgroup says when they are gone: no
+    ``/proc`` walk, which stalls under gVisor while a fork bomb dies. If the
+    budget runs out first, the reply goes anyway and the next exec waits for
+    the cleanup to finish (``finish_cleanup``).
+    """
+    end = time.monotonic() + KILL_BUDGET_S
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, signal.SIGKILL)
+    if not before and tasks_besides_agent() is not None:
+        Cleanup.pending = not _kill_all_until(end)
+        return
+    while True:
+        procs = {k: z for k, z in user_procs().items() if k not in before}
+        alive = [pid for (pid, _), zombie in procs.items() if not zombie]
+        for pid in alive:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        REAPER.kick()
+        if not procs or time.monotonic() > end or (not alive and time.monotonic() > end - 0.6):
+            return
+        time.sleep(0.002)
+
+
+def _kill_all_until(end: float) -> bool:
+    """Kill every user process until there is none (True) or ``end`` passes (False)."""
+    while tasks_besides_agent() != 0:
+        if time.monotonic() > end:
+            return False
+        _kill_all_as_user(end)
+        time.sleep(0.002)
+    return True
+
+
+def finish_cleanup() -> None:
+    """Before an exec: make sure the last timed-out exec left nothing running."""
+    if Cleanup.pending:
+        if not _kill_all_until(time.monotonic() + CLEANUP_WAIT_S):
+            raise AgentError("sandbox_error", "processes of a timed-out exec are still dying")
+        Cleanup.pending = False
+
+
+def _become_user() -> None:
+    os.setgroups([])
+    os.setgid(GID)
+    os.setuid(UID)
+
+
+def _kill_all_as_user(end: float) -> None:
+    """``kill(-1, SIGKILL)`` from a child running as the user (spares only itself)."""
+    with REAPER.cond:
+        try:
+            pid = os.fork()
+        except OSError:
+            return
+        if pid == 0:  # pragma: no cover - child
+            with contextlib.suppress(BaseException):
+                _become_user()
+                os.kill(-1, signal.SIGKILL)
+            os._exit(0)
+        REAPER.wanted.add(pid)
+    REAPER.kick()
+    REAPER.wait(pid, max(end - time.monotonic(), 0.01))
+
+
+def tasks_besides_agent() -> int | None:
+    """Tasks in the sandbox's pids cgroup that are not the agent's threads."""
+    try:
+        with open(PIDS_CURRENT_FILE) as f:
+            total = int(f.read())
+        return total - len(os.listdir("/proc/self/task"))
+    except (OSError, ValueError):
+        return None
+
+
+def spawn(
+    argv: list[str], env: dict[str, str], cwd: str, with_stdin: bool
+) -> subprocess.Popen[bytes]:
+    """Start a command as the user in a new session (its own process group)."""
+    with REAPER.cond:  # the reaper must know the pid before it can reap it
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=env,
+            user=UID,
+            group=GID,
+            extra_groups=[],
+            start_new_session=True,
+            close_fds=True,
+        )
+        REAPER.wanted.add(proc.pid)
+    REAPER.kick()
+    for pipe in (proc.stdout, proc.stderr):  # fewer, larger reads (each costs more in gVisor)
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE)  # type: ignore[union-attr]
+    return proc
+
+
+def as_user(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(*args)`` in a forked child that has dropped to uid/gid 1000."""
+    rfd, wfd = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.close(rfd)
+        os.close(wfd)
+        raise AgentError("sandbox_error", f"cannot fork: {exc.strerror}") from exc
+    if pid == 0:  # pragma: no cover - child
+        os.close(rfd)
+        _user_child(wfd, fn, args)
+    REAPER.kick()
+    os.close(wfd)
+    with os.fdopen(rfd, "rb") as f:
+        raw = f.read()
+    try:
+        reply = json.loads(raw)
+    except ValueError:
+        raise AgentError("sandbox_error", "file operation died without an answer") from None
+    if not reply["ok"]:
+        raise AgentError(**reply["error"])
+    return reply["result"]
+
+
+def _user_child(
+    wfd: int, fn: Callable[..., Any], args: tuple[Any, ...]
+) -> None:  # pragma: no cover
+    try:
+        _become_user()
+        os.umask(0o022)
+        reply: Json = {"ok": True, "result": fn(*args)}
+    except AgentError as exc:
+        reply = {"ok": False, "error": exc.body()}
+    except OSError as exc:
+        name = os.strerror(exc.errno or 0)
+        where = exc.filename or ""
+        error = AgentError("invalid_input", f"{where}: {name}", path=where, errno=exc.errno)
+        reply = {"ok": False, "error": error.body()}
+    except ValueError as exc:
+        reply = {"ok": False, "error": AgentError("invalid_input", str(exc)).body()}
+    except Exception as exc:
+        error = AgentError("sandbox_error", f"{type(exc).__name__}: {exc}")
+        reply = {"ok": False, "error": error.body()}
+    try:
+        write_all(wfd, json.dumps(reply).encode())
+    finally:
+        os._exit(0)

@@ -1,0 +1,122 @@
+"""``scan``: walk the roots as the user and answer every row, or the delta since a token.
+
+PID 1 keeps its last reply (``SCANNED``, a ``scanstate.ScanState``) and a hash
+cache (``HASHES``); both change only in PID 1, once a scan has succeeded: the
+scanning child sees them as they were at its fork, and only its differences
+cross the pipe back. A delta is answered only to the holder of the token for
+the same roots, so a worker that missed a reply (or another worker) gets every
+row instead of a diff it cannot apply. Every other scan walks from nothing
+(only the hash cache is kept), so a full reply never depends on the rows
+remembered.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from typing import cast
+
+from .access import lending, listing, settled_ctime, sha256_of
+from .errors import Json
+from .limits import check_roots
+from .processes import as_user
+from .scanstate import ScanRow, ScanState
+
+__all__ = ["HASHES", "SCANNED", "op_scan", "scan_diff", "update"]
+
+# path -> (size, mtime_ns, ctime_ns, ino, sha256); ctime moves on any write, chmod or
+# utime, so a file rewritten with its old size and mtime is read again
+HASHES: dict[str, tuple[int, int, int, int, str]] = {}
+SCANNED = ScanState()
+
+
+def scan_diff(roots: tuple[str, ...], prev: dict[str, ScanRow]) -> Json:
+    """Walk ``roots`` (as the user) and compare what is there with ``prev``
+    (PID 1's rows for a delta, empty for a full scan).
+
+    Returns ``{"changed": rows new or different, "keys": [mtime_ns, ctime_ns, ino] per
+    changed row (null unless a file), "removed": paths of ``prev`` gone}``, so
+    only differences cross the pipe to PID 1. A file whose (size, mtime_ns,
+    ctime_ns, ino) is in ``HASHES`` is not read again, and if its mode is as before its
+    row is not even rebuilt. Symlinks are recorded, never followed; devices,
+    fifos and sockets are skipped. Entries are those under each root, not the
+    root itself.
+    """
+    changed: list[ScanRow] = []
+    keys: list[list[int] | None] = []
+    seen: set[str] = set()
+    old_row, cached, see = prev.get, HASHES.get, seen.add
+    is_reg, is_dir, is_link = stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK
+    with lending() as lent:
+        for root in roots:
+            stack = [root]
+            while stack:
+                for path, st in listing(stack.pop(), lent):
+                    fmt = st.st_mode
+                    mode = stat.S_IMODE(fmt)
+                    old = old_row(path)
+                    if is_reg(fmt):
+                        see(path)
+                        size, mtime, ino = st.st_size, st.st_mtime_ns, st.st_ino
+                        ctime = st.st_ctime_ns
+                        hit = cached(path)
+                        if hit is not None and hit[:4] == (size, mtime, ctime, ino):
+                            if old is not None and old[1] == "file" and old[2] == mode:
+                                continue  # unchanged: PID 1 keeps the row it has
+                            digest = hit[4]
+                        else:
+                            digest = sha256_of(path)
+                            if not mode & 0o400:  # open_own's chmod moved ctime
+                                ctime = settled_ctime(path, size, mtime, ino, ctime)
+                        changed.append((path, "file", mode, size, digest, None))
+                        keys.append([mtime, ctime, ino])
+                        continue
+                    if is_dir(fmt):
+                        stack.append(path)
+                        row: ScanRow = (path, "dir", mode, 0, None, None)
+                    elif is_link(fmt):
+                        row = (path, "symlink", mode, 0, None, os.readlink(path))
+                    else:
+                        continue
+                    see(path)
+                    if row != old:
+                        changed.append(row)
+                        keys.append(None)
+    removed = [p for p in prev if p not in seen]
+    return {"changed": changed, "keys": keys, "removed": removed}
+
+
+def update(state: ScanState, roots: tuple[str, ...], diff: Json, *, delta: bool) -> Json:
+    """Take a ``scan_diff`` result as the new state (applied to the rows when
+    ``delta``, else in their place) and the hash cache; reply with the delta or
+    every row."""
+    if not delta:
+        state.rows = {}
+        HASHES.clear()
+    changed = [cast(ScanRow, tuple(row)) for row in diff["changed"]]
+    state.apply(changed, diff["removed"])
+    for path in diff["removed"]:
+        HASHES.pop(path, None)
+    for row, key in zip(changed, diff["keys"], strict=True):
+        if key is None:
+            HASHES.pop(row[0], None)
+        else:
+            HASHES[row[0]] = (row[3], key[0], key[1], key[2], cast(str, row[4]))
+    since, state.token, state.roots = state.token, secrets.token_hex(8), roots
+    if not delta:
+        return {"token": state.token, "entries": list(state.rows.values())}
+    return {
+        "token": state.token,
+        "since": since,
+        "changed": diff["changed"],
+        "removed": diff["removed"],
+    }
+
+
+def op_scan(req: Json) -> Json:
+    """The ``scan`` reply: a delta on ``since`` when PID 1 holds that token, else every row."""
+    roots = check_roots(req.get("roots"))
+    delta = SCANNED.answers(req.get("since"), roots)
+    diff = as_user(scan_diff, roots, SCANNED.rows if delta else {})
+    return update(SCANNED, roots, diff, delta=delta)

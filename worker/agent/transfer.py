@@ -1,0 +1,134 @@
+"""Snapshot transfer: ``pack`` files into a tar, ``unpack`` one, and read or write ranges.
+
+Large files travel in ranges (``read_range``, ``write_range``) so no frame
+exceeds the cap; every path must stay below the snapshot roots, and no write
+ever goes through a symlink.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import functools
+import io
+import os
+import stat
+import tarfile
+from typing import Any
+
+from . import limits
+from .access import open_own, reaching
+from .errors import AgentError, Json
+from .limits import check_size, inside
+from .safetar import blocker, extract
+
+__all__ = ["do_pack", "do_read_range", "do_unpack", "do_write_range", "own_file"]
+
+
+def own_file(path: Any) -> str:
+    """A path ``pack`` and ``read_range`` may read: absolute, normalised, under the roots."""
+    if (
+        not isinstance(path, str)
+        or not inside(os.path.realpath(path), limits.ROOTS)
+        or path != os.path.normpath(path)
+    ):
+        raise AgentError(
+            "invalid_input", f"file {path!r} is not inside {list(limits.ROOTS)}", path=path
+        )
+    return path
+
+
+def do_pack(files: list[str]) -> Json:
+    """A gzip tar (level 1: speed over size) of regular files under the roots."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
+        for path in files:
+            st = reaching(own_file(path), functools.partial(os.lstat, path))
+            if not stat.S_ISREG(st.st_mode):
+                raise AgentError("invalid_input", f"{path!r} is not a regular file", path=path)
+            with open_own(path) as f:
+                tar.addfile(tar.gettarinfo(arcname=path.lstrip("/"), fileobj=f), f)
+            check_size(buf.tell(), "the packed tar")
+    check_size(len(buf.getvalue()), "the packed tar")
+    return {"data_b64": base64.b64encode(buf.getvalue()).decode()}
+
+
+def do_unpack(data: bytes, roots: tuple[str, ...], clear: bool) -> Json:
+    """Extract a snapshot tar at ``/`` into the roots (emptied first when ``clear``)."""
+    return {"files": extract(data, "/", roots, clear)}
+
+
+def do_read_range(path: Any, offset: int, length: int) -> Json:
+    """Up to ``length`` bytes of a regular file from ``offset``, and the file's
+    size and mtime after the read (a change between two reads shows there)."""
+    if offset < 0 or length < 0:
+        raise AgentError("invalid_input", "offset and length must not be negative", field="offset")
+    check_size(length, "the range asked for")
+    with open_own(own_file(path)) as f:
+        fd = f.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise AgentError("invalid_input", f"{path!r} is not a regular file", path=path)
+        parts: list[bytes] = []
+        done = 0
+        while done < length and (block := os.pread(fd, length - done, offset + done)):
+            parts.append(block)
+            done += len(block)
+        st = os.fstat(fd)
+    data = b"".join(parts)
+    return {
+        "data_b64": base64.b64encode(data).decode(),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+    }
+
+
+def do_write_range(
+    path: Any,
+    offset: int,
+    data: bytes,
+    roots: tuple[str, ...],
+    mode: int,
+    final: bool,
+    mtime: float | None,
+) -> Json:
+    """Write one chunk of a file below the roots. Offset 0 creates it afresh (what
+    is in the way is removed, never written through); a later chunk must find
+    it exactly ``offset`` bytes long; the final one sets its mode and mtime."""
+    bad = AgentError("invalid_input", f"file {path!r} refused: ", path=path)
+    if not isinstance(path, str) or "\0" in path or path != os.path.normpath(path):
+        bad.message += "not a normalised path"
+        raise bad
+    if not inside(path, roots) or path in roots or offset < 0:
+        bad.message += f"not below {list(roots)}, or a negative offset"
+        raise bad
+    if (found := blocker(path, roots)) is not None:
+        bad.message += f"{found} on its way is not a directory"
+        raise bad
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+    if offset == 0:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                bad.message += "a directory is in the way"
+                raise bad
+            os.unlink(path)
+        flags |= os.O_CREAT | os.O_EXCL
+    fd = os.open(path, flags, 0o600)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != offset:
+            bad.message += f"it holds {st.st_size} bytes, not {offset}: a chunk out of order"
+            raise bad
+        view, at = memoryview(data), offset
+        while view:
+            done = os.pwrite(fd, view, at)
+            view, at = view[done:], at + done
+        if final:
+            os.fchmod(fd, mode & 0o777)
+            if mtime is not None:
+                os.utime(fd, (mtime, mtime))
+        return {"size": os.fstat(fd).st_size}
+    except OSError as exc:  # ENOSPC above all: name the file in the error
+        raise OSError(exc.errno, exc.strerror, exc.filename or path) from None
+    finally:
+        os.close(fd)
