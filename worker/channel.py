@@ -39,7 +39,12 @@ from worker.protocol import (
     error_from_reply,
 )
 
-__all__ = ["AgentChannel", "ChunkCallback", "attach_params"]
+__all__ = [
+    "RECV_SIZE",
+    "AgentChannel",
+    "ChunkCallback",
+    "attach_params",
+]
 
 log = logging.getLogger(__name__)
 

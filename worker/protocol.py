@@ -21,13 +21,11 @@ from worker.agent.framing import LENGTH as _LENGTH
 from worker.agent.framing import MAX_FRAME, compact_json
 
 __all__ = [
-    "MAX_FRAME",
     "STDERR",
     "STDOUT",
     "AttachDemux",
     "FrameDecoder",
     "FrameError",
-    "compact_json",
     "decode_frame",
     "encode_frame",
     "error_from_reply",

@@ -35,6 +35,7 @@ from sandgrid.models import (
     Quotas,
 )
 from sandgrid.wire.settings import get_settings
+from worker.agent.scanstate import ScanState
 from worker.agent_api import (
     check_path,
     exec_fields,
@@ -43,7 +44,6 @@ from worker.agent_api import (
     file_read,
     write_fields,
 )
-from worker.backends.scan import ScanState
 from worker.backends.snapshot_ops import SnapshotOps
 from worker.channel import AgentChannel, ChunkCallback
 from worker.quotas import container_kwargs, sandbox_labels
@@ -51,6 +51,8 @@ from worker.quotas import container_kwargs, sandbox_labels
 __all__ = [
     "DEADLINE_MARGIN_S",
     "FILE_OP_TIMEOUT_S",
+    "INCARNATION",
+    "PING_TIMEOUT_S",
     "START_TIMEOUT_S",
     "Sandbox",
     "SandboxBackend",

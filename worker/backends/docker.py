@@ -28,7 +28,10 @@ except ImportError as exc:  # pragma: no cover - the worker depends on docker
         "the Docker backends need the 'docker' package: pip install 'docker>=7.1'"
     ) from exc
 
-__all__ = ["DockerBackend"]
+__all__ = [
+    "REMOVE_WAIT_S",
+    "DockerBackend",
+]
 
 REMOVE_WAIT_S = 10.0
 

@@ -15,7 +15,7 @@ from typing import Any
 from sandgrid.errors import SandboxError
 from worker.agent.scanstate import ScanRow, ScanState
 
-__all__ = ["ScanRow", "ScanState", "apply_reply"]
+__all__ = ["apply_reply"]
 
 
 def apply_reply(

@@ -16,8 +16,9 @@ from abc import abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from sandgrid.errors import SandboxError
+from worker.agent.scanstate import ScanRow
 from worker.agent_api import FileRange, check_roots, file_range
-from worker.backends.scan import ScanRow, apply_reply
+from worker.backends.scan import apply_reply
 from worker.snapshots.sandbox import SandboxFiles
 
 if TYPE_CHECKING:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from worker.agent import framing
-from worker.protocol import compact_json
+from worker.agent.framing import compact_json
 
 
 @pytest.mark.parametrize("text", ["plain", "é 😀", "\x01 \\u0041", "A" * 100_000])

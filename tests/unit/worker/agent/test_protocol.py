@@ -8,14 +8,13 @@ import struct
 import pytest
 
 from sandgrid.errors import ErrorCode, InvalidInput, SandboxError
+from worker.agent.framing import MAX_FRAME, compact_json
 from worker.protocol import (
-    MAX_FRAME,
     STDERR,
     STDOUT,
     AttachDemux,
     FrameDecoder,
     FrameError,
-    compact_json,
     decode_frame,
     encode_frame,
     error_from_reply,
