@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from sandgrid.wire.objects import ObjectStore
 from tests.integration.test_snapshot_store_minio import SETTINGS, minio_ready, require_minio
 from tests.support.object_store_contract import ObjectStoreContract
-from worker.snapshots.objects import ObjectStore
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +22,7 @@ class TestMinioObjects(ObjectStoreContract):
     @pytest.fixture
     def objects(self) -> Iterator[ObjectStore]:
         require_minio()
-        from worker.snapshots.objects.minio import MinioObjects
+        from sandgrid.wire.objects.minio import MinioObjects
 
         s = SETTINGS
         bucket = f"sgtest-{uuid.uuid4().hex[:12]}"

@@ -27,12 +27,12 @@ from typing import Any
 import pytest
 
 from sandgrid.errors import ErrorCode, InfrastructureError, InvalidInput, NotFound, SnapshotError
+from sandgrid.wire.objects import keys as store_keys
 from sandgrid.wire.settings import Settings
 from tests.support.hostdir import HostDirBackend
 from tests.support.snapshot_stores import local_store, minio_store
 from worker.snapshots import SnapshotStore, restore_sandbox, snapshot_sandbox
 from worker.snapshots import workspace as workspace_mod
-from worker.snapshots.format import keys as store_keys
 from worker.snapshots.format.blobs import decode, encode
 
 pytestmark = pytest.mark.integration

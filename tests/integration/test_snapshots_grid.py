@@ -42,9 +42,9 @@ from sandgrid.errors import InfrastructureError, InvalidInput, NotFound, Snapsho
 from sandgrid.localgrid import LocalGrid
 from sandgrid.models import ExecResult
 from sandgrid.wire import names
+from sandgrid.wire.objects import keys as store_keys
 from tests.support.snapshot_stores import minio_store
 from worker.quotas import LABEL_SESSION, LABEL_WORKER
-from worker.snapshots.format import keys as store_keys
 from worker.snapshots.format.blobs import decode, encode
 from worker.snapshots.format.entries import Entry
 from worker.snapshots.format.manifest import content_hash

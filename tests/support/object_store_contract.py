@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from worker.snapshots.objects import ObjectStore, StoreConflict
+from sandgrid.wire.objects import ObjectStore, StoreConflict
 
 __all__ = ["ObjectStoreContract"]
 
@@ -21,7 +21,7 @@ TENANT, OTHER = "acme", "globex"
 
 
 class ObjectStoreContract:
-    """The promises of ``worker.snapshots.objects.base`` (see its module doc)."""
+    """The promises of ``sandgrid.wire.objects.base`` (see its module doc)."""
 
     @pytest.fixture
     def objects(self) -> ObjectStore:

@@ -27,7 +27,7 @@ def minio_store(
 ) -> SnapshotStore:
     """A ``SnapshotStore`` over ``MinioObjects`` (a pool sized for its threads, as
     ``open_store`` makes it)."""
-    from worker.snapshots.objects.minio import MinioObjects
+    from sandgrid.wire.objects.minio import MinioObjects
 
     threads = options.get("threads", DEFAULT_SNAPSHOT_THREADS)
     objects = MinioObjects(

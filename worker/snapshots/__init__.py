@@ -2,10 +2,11 @@
 
 The modules import one way (.importlinter-snapshots holds it), bottom to top:
 
-- ``format/``: pure data (keys, entries, manifests, deltas, tars, blob encoding);
-- ``objects/``: where the bytes live, ``ObjectStore`` with ``LocalObjects`` and
-  ``MinioObjects`` (``objects.minio``, imported lazily so that this package
-  does not need the SDK);
+- ``format/``: pure data (entries, manifests, deltas, tars, blob encoding);
+- ``sandgrid.wire.objects``: where the bytes live (shared with the control
+  plane, which keeps session records there), ``ObjectStore`` with
+  ``LocalObjects`` and ``MinioObjects`` (imported lazily), and ``keys``, the
+  layout of the store;
 - ``pointer``, ``known``, ``refs``, ``catalog``: a session's pointer, the
   memory of stored blobs, what the store hands back, manifests and pointers
   over an ``ObjectStore``;
@@ -18,11 +19,11 @@ The modules import one way (.importlinter-snapshots holds it), bottom to top:
 
 from __future__ import annotations
 
+from sandgrid.wire.objects import LocalObjects, ObjectStore, StoreConflict, open_objects
 from sandgrid.wire.settings import Settings, get_settings
 from worker.snapshots.format.archive import WorkspaceChanged
 from worker.snapshots.format.entries import Entry, ManifestLimits
 from worker.snapshots.format.manifest import Location, Manifest
-from worker.snapshots.objects import LocalObjects, ObjectStore, StoreConflict
 from worker.snapshots.refs import GcReport, SnapshotDraft, SnapshotRef
 from worker.snapshots.sandbox import SandboxFiles
 from worker.snapshots.store import DEFAULT_ROOTS, SnapshotStore
@@ -65,35 +66,4 @@ def open_store(settings: Settings | None = None) -> SnapshotStore:
         gc_grace_s=snap.gc_grace_s,
         limits=ManifestLimits(max_files=snap.max_files, max_bytes=snap.max_bytes),
         threads=snap.threads,
-    )
-
-
-def open_objects(settings: Settings) -> ObjectStore:
-    """The object store the settings name (MinIO's pool sized for the transfer threads).
-
-    Raises:
-        InvalidInput: another store name.
-        ImportError: ``minio`` chosen but the SDK is not installed.
-    """
-    from sandgrid.errors import InvalidInput
-
-    kind = settings.worker.snapshot_store
-    if kind == "local":
-        return LocalObjects(settings.worker.local_snapshot_dir)
-    if kind == "minio":
-        from worker.snapshots.objects.minio import MinioObjects
-
-        m = settings.minio
-        return MinioObjects(
-            m.endpoint,
-            m.access_key,
-            m.secret_key,
-            m.bucket,
-            secure=m.secure,
-            connections=settings.worker.snapshots.threads + 4,
-        )
-    raise InvalidInput(
-        f"SANDGRID_WORKER__SNAPSHOT_STORE is {kind!r}; it must be 'minio' or 'local'",
-        operation="snapshot",
-        context={"field": "worker.snapshot_store", "value": kind},
     )

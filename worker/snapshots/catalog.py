@@ -18,18 +18,18 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import TypeVar
 
 from sandgrid.errors import InfrastructureError, InvalidInput, NotFound
+from sandgrid.wire.objects import keys
+from sandgrid.wire.objects.base import ObjectStore
 from sandgrid.wire.settings import (
     DEFAULT_SNAPSHOT_GC_GRACE_S,
     DEFAULT_SNAPSHOT_KEEP,
     DEFAULT_SNAPSHOT_THREADS,
 )
 from worker.snapshots import pointer
-from worker.snapshots.format import keys
 from worker.snapshots.format.blobs import PACK_BYTES, SMALL_FILE_BYTES, decode, encode
 from worker.snapshots.format.entries import ManifestLimits
 from worker.snapshots.format.manifest import MAX_MANIFEST_BYTES, Manifest, corrupt
 from worker.snapshots.known import KnownBlobs
-from worker.snapshots.objects.base import ObjectStore
 
 __all__ = ["Catalog"]
 

@@ -29,8 +29,8 @@ import secrets
 import time
 
 from sandgrid.errors import ErrorCode, InvalidInput, NotFound, SnapshotError
+from sandgrid.wire.objects import keys
 from worker.snapshots.catalog import Catalog
-from worker.snapshots.format import keys
 from worker.snapshots.format.blobs import decode
 from worker.snapshots.format.manifest import MANIFEST_VERSION, MAX_MANIFEST_BYTES, Manifest
 from worker.snapshots.pointer import Pointer

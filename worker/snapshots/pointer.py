@@ -17,10 +17,10 @@ import json
 from typing import NamedTuple
 
 from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
-from worker.snapshots.format import keys
+from sandgrid.wire.objects import keys
+from sandgrid.wire.objects.base import ObjectStore, StoreConflict
 from worker.snapshots.format.blobs import decode, encode
 from worker.snapshots.format.manifest import Manifest, corrupt
-from worker.snapshots.objects.base import ObjectStore, StoreConflict
 
 __all__ = ["POINTER_VERSION", "Pointer", "advance", "read", "retain"]
 

@@ -15,9 +15,10 @@ from functools import partial
 from typing import Any
 
 from sandgrid.errors import InvalidInput, SnapshotError
+from sandgrid.wire.objects import keys
 from worker.snapshots import pointer, transfer
 from worker.snapshots.catalog import Catalog
-from worker.snapshots.format import delta, keys
+from worker.snapshots.format import delta
 from worker.snapshots.format.entries import Entry, Row, check_roots, entries_from_scan, scan_rows
 from worker.snapshots.format.manifest import Delta, Manifest, group_by_parent, group_hash, tree_hash
 from worker.snapshots.refs import SnapshotDraft, SnapshotRef, make_ref

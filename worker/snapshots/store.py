@@ -1,7 +1,7 @@
 """The snapshot store: the algorithm, once, over an object store.
 
 ``SnapshotStore`` owns everything that must be the same on every storage:
-tenant namespacing and id checks (``format.keys``), entry rules and limits
+tenant namespacing and id checks (``sandgrid.wire.objects.keys``), entry rules and limits
 (``format.entries``), manifests (``format.manifest``), content addressing,
 packing and dedupe (``format.blobs``, ``transfer``), incremental snapshots
 (``format.delta``, ``saving``), parallel transfers, verification on restore,
@@ -30,10 +30,10 @@ from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from sandgrid.errors import InvalidInput, NotFound
+from sandgrid.wire.objects import keys
 from worker.agent.limits import ROOTS
 from worker.snapshots import lifecycle, saving, transfer
 from worker.snapshots.catalog import Catalog
-from worker.snapshots.format import keys
 from worker.snapshots.format.archive import MAX_TAR_BYTES, RestorePlan
 from worker.snapshots.format.manifest import Manifest
 from worker.snapshots.refs import GcReport, SnapshotDraft, SnapshotRef

@@ -14,8 +14,8 @@ import time
 from collections.abc import Generator, Iterable, Mapping
 
 from sandgrid.errors import ErrorCode, SnapshotError
+from sandgrid.wire.objects import keys
 from worker.snapshots.catalog import Catalog
-from worker.snapshots.format import keys
 from worker.snapshots.format.archive import (
     RestorePlan,
     WorkspaceChanged,

@@ -44,8 +44,8 @@ from functools import cached_property
 from typing import Any, NamedTuple
 
 from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
+from sandgrid.wire.objects.keys import SHA256_RE, check_id, check_snapshot_name, snapshot_name
 from worker.snapshots.format.entries import Entry, ManifestLimits, check_roots, validate_entries
-from worker.snapshots.format.keys import SHA256_RE, check_id, check_snapshot_name, snapshot_name
 
 __all__ = [
     "MANIFEST_VERSION",

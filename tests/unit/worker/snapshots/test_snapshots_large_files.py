@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
+from sandgrid.wire.objects import keys as store_keys
 from tests.support.hostdir import HostDirBackend
 from tests.support.sandbox_trees import ROOTS, new_sandbox, tree, write
 from tests.support.snapshot_stores import local_store
@@ -31,7 +32,6 @@ from worker.agent import limits, transfer
 from worker.agent_api import FileRange
 from worker.snapshots import SnapshotStore, WorkspaceChanged, restore_sandbox, snapshot_sandbox
 from worker.snapshots import workspace as workspace_mod
-from worker.snapshots.format import keys as store_keys
 from worker.snapshots.format.archive import plan_restore
 from worker.snapshots.format.blobs import decode, encode
 from worker.snapshots.format.entries import Entry

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
+from sandgrid.wire.objects import keys
 from worker.agent import limits
-from worker.snapshots.format import keys
 from worker.snapshots.format.entries import (
     Entry,
     ManifestLimits,

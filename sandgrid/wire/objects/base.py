@@ -4,7 +4,7 @@
 (manifests, the pointer, retention, collection); it reaches storage only
 through an ``ObjectStore`` handed to it, so a new storage is one class here
 (``local``: a directory; ``minio``: any S3). Keys are ``/``-separated strings
-(``worker.snapshots.format.keys`` spells them); values are bytes.
+(``sandgrid.wire.objects.keys`` spells them); values are bytes.
 
 Every implementation keeps the same promises, held by one contract suite
 (tests/support/object_store_contract.py, run against each): a write is atomic

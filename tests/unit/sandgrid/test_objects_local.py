@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from sandgrid.errors import InvalidInput
+from sandgrid.wire.objects import LocalObjects, ObjectStore
 from tests.support.object_store_contract import ObjectStoreContract
-from worker.snapshots.objects import LocalObjects, ObjectStore
 
 
 class TestLocalObjects(ObjectStoreContract):

@@ -1,4 +1,4 @@
-"""Object keys of the snapshot store, written once, and the id rules that keep them safe.
+"""Object keys of the store, written once, and the id rules that keep them safe.
 
 Every key starts with the tenant, so that a tenant's data is one prefix and no
 key built for one tenant can name another tenant's object::
@@ -6,6 +6,7 @@ key built for one tenant can name another tenant's object::
     t/<tenant>/blobs/<sha256>                     a blob: one file, or a pack of small files
     t/<tenant>/s/<session>/latest                 the pointer: newest snapshot + retained history
     t/<tenant>/s/<session>/snap/<seq>-<id>.json   a manifest
+    t/<tenant>/s/<session>/record.json            the session's record (the control plane's)
 
 Ids are checked here before any key is built: no ``/``, no ``..``, no empty or
 odd characters, so a caller's string can never walk out of its prefix.
@@ -28,6 +29,8 @@ __all__ = [
     "manifests_prefix",
     "parse_session_key",
     "pointer_key",
+    "record_key",
+    "record_owner",
     "session_prefix",
     "sessions_prefix",
     "snapshot_name",
@@ -38,6 +41,7 @@ SNAPSHOT_NAME_RE = re.compile(r"^[0-9]{12}-[0-9a-f]{12}$")
 """``<seq, 12 digits>-<random id, 12 hex>``: sorts by sequence as a string."""
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _MANIFEST_SUFFIX = ".json"
+_RECORD = "record.json"
 
 
 def check_id(field: str, value: object) -> str:
@@ -99,6 +103,19 @@ def session_prefix(tenant: str, session_id: str) -> str:
 
 def pointer_key(tenant: str, session_id: str) -> str:
     return f"{session_prefix(tenant, session_id)}latest"
+
+
+def record_key(tenant: str, session_id: str) -> str:
+    return f"{session_prefix(tenant, session_id)}{_RECORD}"
+
+
+def record_owner(key: str) -> tuple[str, str] | None:
+    """The (tenant, session) of a record key (any tenant's); None for any other key."""
+    parts = key.split("/")
+    if len(parts) != 5 or parts[0] != "t" or parts[2] != "s" or parts[4] != _RECORD:
+        return None
+    ids = parts[1], parts[3]
+    return ids if all(_ID_RE.fullmatch(i) and ".." not in i for i in ids) else None
 
 
 def manifests_prefix(tenant: str, session_id: str) -> str:

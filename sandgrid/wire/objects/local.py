@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sandgrid.errors import ErrorCode, InfrastructureError, InvalidInput
-from worker.snapshots.objects.base import ObjectStore, StoreConflict
+from sandgrid.wire.objects.base import ObjectStore, StoreConflict
 
 __all__ = ["LocalObjects"]
 

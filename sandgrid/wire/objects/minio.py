@@ -33,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "(or set SANDGRID_WORKER__SNAPSHOT_STORE=local)"
     ) from exc
 
-from worker.snapshots.objects.base import ObjectStore, StoreConflict
+from sandgrid.wire.objects.base import ObjectStore, StoreConflict
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
