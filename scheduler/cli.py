@@ -3,6 +3,7 @@
 sandgrid serve                   # the HTTP API on 127.0.0.1:8700 (OpenAPI at /docs)
 sandgrid tenants add acme        # prints a new token, once
 sandgrid tenants ls
+sandgrid admin rebuild           # re-learn every session recorded in the object store
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from rich.table import Table
 from sandgrid.cli.helpers import err_console, readable_errors
 from sandgrid.errors import SandgridError
 
-__all__ = ["serve", "tenants", "tenants_add", "tenants_ls"]
+__all__ = ["admin", "admin_rebuild", "serve", "tenants", "tenants_add", "tenants_ls"]
 
 
 @click.command()
@@ -91,3 +92,42 @@ def tenants_ls() -> None:
     for t in store.tenants():
         table.add_row(t.name, str(t.limits.max_sessions), str(t.limits.max_concurrent_turns))
     Console().print(table)
+
+
+@click.group()
+def admin() -> None:
+    """Operate the grid's registry (Redis) and its records (the object store)."""
+
+
+@admin.command(name="rebuild")
+@readable_errors
+def admin_rebuild() -> None:
+    """Re-learn every session recorded in the object store (all tenants).
+
+    For a Redis that lost its data: each session whose record is in the store,
+    not closed, and unknown to Redis is put back with its latest snapshot.
+    Idempotent: sessions Redis knows are left as they are.
+    """
+    import redis
+
+    from sandgrid.wire.objects import open_objects
+    from sandgrid.wire.settings import get_settings
+    from scheduler.registry.records import SessionRecords
+    from scheduler.registry.sessions import SessionRegistry
+
+    settings = get_settings()
+    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    registry = SessionRegistry(
+        client,
+        lease_ttl_s=settings.lease_ttl_s,
+        closed_ttl_s=settings.closed_ttl_s,
+        records=SessionRecords(open_objects(settings)),
+    )
+    try:
+        report = registry.rebuild()
+    except redis.RedisError as exc:
+        raise SandgridError(f"Redis at {settings.redis_url} unreachable: {exc}") from exc
+    click.echo(
+        f"re-learned {report.relearned} sessions; skipped {report.known + report.closed} "
+        f"({report.known} known to Redis, {report.closed} closed or unreadable)"
+    )

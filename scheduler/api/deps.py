@@ -1,7 +1,8 @@
 """The API's services, built once per process, and the per-request dependencies.
 
-Everything a request needs (one Redis pool, one Celery app, the registry, the
-token store, admission, the turn runner) is built once in ``Services.build`` and
+Everything a request needs (one Redis pool, one Celery app, the registry with
+the object store of its records, the token store, admission, the turn runner)
+is built once in ``Services.build`` and
 hung on ``app.state``: no per-request construction on the hot path.
 """
 
@@ -15,6 +16,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from sandgrid.wire.objects import ObjectStore, open_objects
 from sandgrid.wire.settings import Settings
 from scheduler.admission import Admission
 from scheduler.batch.manager import BatchManager
@@ -27,6 +29,7 @@ from scheduler.capacity import (
     StaticCapacity,
 )
 from scheduler.dispatch import CeleryDispatcher, Dispatcher
+from scheduler.registry.records import SessionRecords
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant, TenantStore
 from scheduler.turns import TurnRunner
@@ -64,14 +67,19 @@ class Services:
         dispatcher: Dispatcher | None = None,
         client: redis_lib.Redis[str] | None = None,
         capacity: CapacitySource | None = None,
+        objects: ObjectStore | None = None,
     ) -> Services:
-        """Wire the services; ``dispatcher``, ``client`` and ``capacity`` (the workers'
-        batch limits) are injectable for tests."""
+        """Wire the services; ``dispatcher``, ``client``, ``capacity`` (the workers'
+        batch limits) and ``objects`` (the store of session records, by default the
+        snapshot store the settings name) are injectable for tests."""
         client = client or redis_lib.Redis.from_url(
             settings.redis_url, decode_responses=True, max_connections=settings.api_threads + 16
         )
         registry = SessionRegistry(
-            client, lease_ttl_s=settings.lease_ttl_s, closed_ttl_s=settings.closed_ttl_s
+            client,
+            lease_ttl_s=settings.lease_ttl_s,
+            closed_ttl_s=settings.closed_ttl_s,
+            records=SessionRecords(objects or open_objects(settings)),
         )
         admission = Admission(client, registry, queue_depth_limit=settings.queue_depth_limit)
         if dispatcher is None:

@@ -6,6 +6,8 @@ the turn flow (``scheduler.turns``) sends the job and blocks on its outcome.
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 from fastapi import APIRouter, Request, status
 
 from sandgrid.errors import Conflict, ErrorCode, InvalidInput, SandgridError
@@ -25,6 +27,8 @@ def create_session(spec: SessionCreate, svc: Svc, tenant: CurrentTenant) -> Sess
 
     With ``fork_from``, a worker first copies the source's latest snapshot into
     the new session (the blobs are shared), so the fork outlives its source.
+    The session's record is kept in the object store before anything else, so
+    that a registry that loses it can re-learn it; no record, no session.
     """
     svc.admission.check_session(tenant, spec)
     source = _fork_source(svc, tenant, spec) if spec.fork_from else None
@@ -35,6 +39,7 @@ def create_session(spec: SessionCreate, svc: Svc, tenant: CurrentTenant) -> Sess
         max_sessions=tenant.limits.max_sessions,
     )
     try:
+        svc.registry.save_record(info)
         if source is not None:
             svc.runner.run(tenant, info, ForkOp(source=source.id), timeout_s=None)
         if spec.files:
@@ -45,6 +50,8 @@ def create_session(spec: SessionCreate, svc: Svc, tenant: CurrentTenant) -> Sess
             svc.runner.close(tenant, info.id)
         except SandgridError:
             svc.registry.close(info.id)
+        with suppress(SandgridError):  # a record left open is re-learned empty, at worst
+            svc.registry.close_record(tenant.name, info.id)
         raise
     return svc.registry.get(tenant.name, info.id)
 
@@ -90,8 +97,14 @@ def get_session(session_id: str, svc: Svc, tenant: CurrentTenant) -> SessionInfo
 
 @router.delete("/{session_id}", response_model=SessionInfo)
 def close_session(session_id: str, svc: Svc, tenant: CurrentTenant) -> SessionInfo:
-    """Close a session (409 while a turn runs); its container is destroyed."""
-    return svc.runner.close(tenant, session_id)
+    """Close a session (409 while a turn runs); its container is destroyed.
+
+    Its stored record is marked closed after the registry entry: if the store
+    fails, the answer is 503 and a retry (the session is closed already) marks it.
+    """
+    info = svc.runner.close(tenant, session_id)
+    svc.registry.close_record(tenant.name, session_id)
+    return info
 
 
 @router.post("/{session_id}/exec", response_model=ExecResult)

@@ -9,12 +9,18 @@ it) so that it is atomic without WATCH loops. Keys come only from
 ``sandgrid.wire.names``.
 
 Who calls what:
-    * the API: ``create``, ``get``, ``list``, ``close``, ``begin_turn`` /
+    * the API: ``create``, ``get``, ``list``, ``close``, ``save_record``,
+      ``close_record``, ``begin_turn`` /
       ``end_turn``, ``acquire_turn_slot`` / ``release_turn_slot``,
       ``abandon_turn``, ``lease_owner``, ``node_alive``.
     * a worker (through ``SessionLedger``): ``get_any``, ``update``,
       ``acquire_lease``, ``renew_leases``, ``release_lease``, ``heartbeat``,
       ``claim_turn``, ``record_turn``, and the snapshot-collection notes.
+    * ``sandgrid admin rebuild``: ``rebuild``.
+
+With ``records`` (``scheduler.registry.records``), each session's record is
+also kept in the object store, and a session that Redis no longer knows (it
+lost its data) is re-learned from there on its next ``get``, or by ``rebuild``.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import builtins
 import json
 import secrets
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Self
 
@@ -34,8 +41,15 @@ from sandgrid.wire import names
 from sandgrid.wire.redis_ledger import DERIVED_FIELDS, RedisLedger, millis, register_scripts
 from sandgrid.wire.settings import Settings
 from scheduler.registry import LUA_DIR
+from scheduler.registry.records import SessionRecords
 
-__all__ = ["TURN_RECORD_TTL_S", "SessionRegistry", "new_session_id", "new_turn_id"]
+__all__ = [
+    "TURN_RECORD_TTL_S",
+    "RebuildReport",
+    "SessionRegistry",
+    "new_session_id",
+    "new_turn_id",
+]
 
 #: How long a turn record outlives its lock: long enough to refuse a late redelivery.
 TURN_RECORD_TTL_S = 3 * 3600.0
@@ -51,6 +65,18 @@ def new_turn_id() -> str:
     return "t-" + secrets.token_urlsafe(12)
 
 
+@dataclass(frozen=True)
+class RebuildReport:
+    """What ``SessionRegistry.rebuild`` did with the records it found."""
+
+    relearned: int = 0
+    """Sessions Redis did not know, now in the registry again."""
+    known: int = 0
+    """Sessions Redis still knew (left as they are)."""
+    closed: int = 0
+    """Records of closed sessions (never brought back), or unreadable ones."""
+
+
 class SessionRegistry(RedisLedger):
     """The ledger's worker operations plus the API's: records, turn locks, turn slots.
 
@@ -58,13 +84,21 @@ class SessionRegistry(RedisLedger):
         client: a Redis client created with ``decode_responses=True``.
         lease_ttl_s: how long a lease lives without renewal.
         closed_ttl_s: how long a closed session's record is kept (404 after).
+        records: the sessions' records in the object store (None: Redis alone,
+            nothing to re-learn from).
     """
 
     def __init__(
-        self, client: redis.Redis[str], *, lease_ttl_s: float = 15.0, closed_ttl_s: float = 86400.0
+        self,
+        client: redis.Redis[str],
+        *,
+        lease_ttl_s: float = 15.0,
+        closed_ttl_s: float = 86400.0,
+        records: SessionRecords | None = None,
     ) -> None:
         super().__init__(client, lease_ttl_s=lease_ttl_s)
         self.closed_ttl_s = closed_ttl_s
+        self.records = records
         self._scripts.update(register_scripts(client, LUA_DIR))
 
     @classmethod
@@ -113,12 +147,7 @@ class SessionRegistry(RedisLedger):
             last_used=now,
             labels=spec.labels,
         )
-        fields = info.model_dump(mode="json", exclude=set(DERIVED_FIELDS))
-        args: builtins.list[Any] = [max_sessions, info.id]
-        for key, value in fields.items():
-            args += [key, json.dumps(value)]
-        keys = [names.session_key(info.id), names.tenant_sessions_key(tenant)]
-        if not self._run("create_session", keys, args):
+        if self._insert(info, max_sessions) != 1:
             raise LimitExceeded(
                 f"tenant {tenant!r} has {max_sessions} live sessions, its ceiling; close one first",
                 operation="sessions.create",
@@ -127,14 +156,29 @@ class SessionRegistry(RedisLedger):
             )
         return info
 
+    def _insert(self, info: SessionInfo, max_sessions: int) -> int:
+        """Store a new record: 1 done, 0 the tenant is at ``max_sessions``, -1 the
+        session is there already (see ``lua/create_session.lua``)."""
+        fields = info.model_dump(mode="json", exclude=set(DERIVED_FIELDS))
+        args: builtins.list[Any] = [max_sessions, info.id]
+        for key, value in fields.items():
+            args += [key, json.dumps(value)]
+        keys = [names.session_key(info.id), names.tenant_sessions_key(info.tenant)]
+        return int(self._run("create_session", keys, args))
+
     def get(self, tenant: str, session_id: str) -> SessionInfo:
-        """The session ``session_id`` of ``tenant``.
+        """The session ``session_id`` of ``tenant``, re-learned from its record in
+        the store if Redis lost it.
 
         Raises:
-            NotFound: unknown id, or a session of another tenant (same answer, so
-                that ids cannot be probed across tenants).
+            NotFound: unknown id, a closed session whose record Redis no longer
+                holds, or a session of another tenant (same answer, so that ids
+                cannot be probed across tenants).
+            InfrastructureError: ``store_unavailable`` while re-learning.
         """
         info = self._load(session_id)
+        if info is None and self.records is not None:
+            info = self.relearn(tenant, session_id)
         if info is None or info.tenant != tenant:
             raise NotFound(
                 f"session {session_id!r} not found",
@@ -168,6 +212,59 @@ class SessionRegistry(RedisLedger):
         pipe.srem(names.tenant_sessions_key(json.loads(raw_tenant)), session_id)
         pipe.expire(key, int(self.closed_ttl_s))
         pipe.execute()
+
+    # ---- records in the store -------------------------------------------------------
+
+    def save_record(self, info: SessionInfo) -> None:
+        """Keep the record of a new session in the store (no-op without ``records``).
+
+        Raises:
+            InfrastructureError: ``store_unavailable``.
+        """
+        if self.records is not None:
+            self.records.save(info)
+
+    def close_record(self, tenant: str, session_id: str) -> None:
+        """Mark the stored record closed: a lost registry never brings it back.
+
+        Raises:
+            InfrastructureError: ``store_unavailable``.
+        """
+        if self.records is not None:
+            self.records.close(tenant, session_id)
+
+    def relearn(self, tenant: str, session_id: str) -> SessionInfo | None:
+        """Put the session back from its record in the store, unless Redis has it
+        (two API processes may re-learn it at once: the first one wins, the other
+        reads its entry). None: no record, or a closed one.
+
+        Raises:
+            InfrastructureError: ``store_unavailable``.
+        """
+        info = self.records.live(tenant, session_id) if self.records is not None else None
+        if info is None:
+            return None
+        self._insert(info, 0)
+        return self._load(session_id)
+
+    def rebuild(self) -> RebuildReport:
+        """Re-learn every session whose record is in the store (all tenants);
+        running it twice re-learns nothing the second time.
+
+        Raises:
+            InfrastructureError: ``store_unavailable``.
+        """
+        if self.records is None:
+            return RebuildReport()
+        relearned = known = closed = 0
+        for tenant, session_id in self.records.scan():
+            if self.redis.exists(names.session_key(session_id)):
+                known += 1
+            elif self.relearn(tenant, session_id) is not None:
+                relearned += 1
+            else:
+                closed += 1
+        return RebuildReport(relearned, known, closed)
 
     # ---- leases and heartbeats ---------------------------------------------------
 

@@ -8,6 +8,7 @@ claims the turn, takes the session's lease, records the turn, and answers with a
 from __future__ import annotations
 
 import base64
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from sandgrid.wire.jobs import (
     WriteOp,
 )
 from sandgrid.wire.ledger import SessionLedger
+from sandgrid.wire.objects import LocalObjects, ObjectStore
 from sandgrid.wire.settings import Settings
 from scheduler.api import create_app
 from scheduler.api.deps import Services
@@ -161,7 +163,12 @@ class Grid:
 
 
 def make_grid(client: redis.Redis[str], settings: Settings) -> Iterator[Grid]:
-    services = Services.build(settings, dispatcher=None, client=client)
+    with tempfile.TemporaryDirectory(prefix="sandgrid-records-") as records:
+        yield from _grid(client, settings, LocalObjects(records))
+
+
+def _grid(client: redis.Redis[str], settings: Settings, objects: ObjectStore) -> Iterator[Grid]:
+    services = Services.build(settings, dispatcher=None, client=client, objects=objects)
     worker = FakeWorker(services.registry)
     services.runner.dispatcher = worker
     store = TenantStore(client, cache_s=0)

@@ -1,0 +1,227 @@
+"""What survives a Redis restart, and a Redis that lost everything.
+
+A Redis server of this module's own (its own port, directory and AOF
+settings, as ``deploy/local/redis.sh`` starts the grid's), so that killing and
+flushing it never disturbs the Redis that other tests and the ``make up`` grid
+share. The grid (``sandgrid.localgrid``: the API and one real worker) uses it,
+the shared MinIO with a bucket of its own for snapshots and session records.
+
+Every process started here is stopped by its process group, every container
+of the grid's node is removed, and the bucket is dropped at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from sandgrid.batch.models import BatchCreate, BatchJob
+from sandgrid.client import Client
+from sandgrid.localgrid import SANDGRID, LocalGrid
+from scheduler.batch.store import BatchStore
+from scheduler.tenants import TenantStore
+from worker.quotas import LABEL_WORKER
+
+pytestmark = pytest.mark.integration
+
+API_PORT = int(os.environ.get("SANDGRID_TEST_DURABLE_API_PORT", "8714"))
+NODE = "durable-w1"
+TOKENS = {"acme": "tok-durable-acme-" + "a" * 24, "globex": "tok-durable-globex-" + "b" * 24}
+MINIO = {
+    "SANDGRID_MINIO__ENDPOINT": os.environ.get("SANDGRID_MINIO__ENDPOINT", "127.0.0.1:9000"),
+    "SANDGRID_MINIO__ACCESS_KEY": os.environ.get("SANDGRID_MINIO__ACCESS_KEY", "sandgrid"),
+    "SANDGRID_MINIO__SECRET_KEY": os.environ.get("SANDGRID_MINIO__SECRET_KEY", "sandgrid-secret"),
+}
+AOF_FSYNC_S = 1.5  # appendfsync everysec: what was written 1.5 s ago is on disk
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"integration services missing in CI: {reason}")
+    pytest.skip(reason)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(cond: Callable[[], Any], what: str, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := cond()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return value
+
+
+class PrivateRedis:
+    """A redis-server with AOF (appendonly, fsync every second) in its own directory."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port)]
+        argv += ["--dir", str(self.state), "--save", "", "--daemonize", "no"]
+        argv += ["--appendonly", "yes", "--appendfsync", "everysec"]
+        with (self.state / "redis.log").open("ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=log, start_new_session=True)
+        wait_for(self.ping, "the private Redis")
+
+    def ping(self) -> bool:
+        try:
+            return bool(self.client().ping())
+        except redis.RedisError:
+            return False
+
+    def client(self) -> redis.Redis[str]:
+        return redis.Redis.from_url(self.url, decode_responses=True, socket_timeout=5)
+
+    def kill(self) -> None:
+        """SIGKILL (what a crash looks like): only what the AOF holds comes back."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(20)
+            self.proc = None
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+
+@pytest.fixture(scope="module")
+def own_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateRedis]:
+    if subprocess.run(["which", "redis-server"], capture_output=True).returncode:
+        _unavailable("redis-server is not installed")
+    server = PrivateRedis(tmp_path_factory.mktemp("redis"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def test_tenants_and_batches_survive_a_restart(own_redis: PrivateRedis) -> None:
+    r = own_redis.client()
+    r.flushdb()
+    token = TenantStore(r, cache_s=0).add("acme")
+    job = BatchJob(id="j1", shell="echo hi")
+    batch = BatchStore(r).create("acme", BatchCreate(jobs=[job]))
+    time.sleep(AOF_FSYNC_S)
+    own_redis.restart()
+    r = own_redis.client()
+    assert TenantStore(r, cache_s=0).authenticate(f"Bearer {token}").name == "acme"
+    again = BatchStore(r).get("acme", batch.id)
+    assert again.id == batch.id and again.total == 1 and again.state == "running"
+
+
+def _remove_node_containers() -> None:
+    import docker
+
+    client = docker.from_env(timeout=60)
+    for c in client.containers.list(all=True, filters={"label": f"{LABEL_WORKER}={NODE}"}):
+        c.remove(force=True)
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def grid(own_redis: PrivateRedis, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
+    try:
+        import docker
+
+        docker.from_env(timeout=10).images.get("sandgrid/sandbox-python:latest")
+    except Exception as exc:
+        _unavailable(f"Docker or the sandbox image is not available: {exc}")
+    own_redis.client().flushdb()
+    bucket = f"sandgrid-test-durable-{uuid.uuid4().hex[:8]}"
+    env = {
+        "SANDGRID_LEASE_TTL_S": "4",
+        "SANDGRID_HEARTBEAT_S": "0.5",
+        "SANDGRID_WORKER__POOL_SIZE": "1",
+        "SANDGRID_WORKER__SNAPSHOT_STORE": "minio",
+        "SANDGRID_MINIO__BUCKET": bucket,
+        **MINIO,
+    }
+    local = LocalGrid(
+        tmp_path_factory.mktemp("grid"),
+        port=API_PORT,
+        redis_url=own_redis.url,
+        tenants=TOKENS,
+        env=env,
+    )
+    try:
+        local.start([NODE], concurrency=2)
+        yield local
+    finally:
+        local.stop()
+        _remove_node_containers()
+        from sandgrid.wire.objects.minio import MinioObjects
+
+        with contextlib.suppress(Exception):
+            MinioObjects(
+                MINIO["SANDGRID_MINIO__ENDPOINT"],
+                MINIO["SANDGRID_MINIO__ACCESS_KEY"],
+                MINIO["SANDGRID_MINIO__SECRET_KEY"],
+                bucket,
+            ).drop_bucket()
+
+
+def _client(grid: LocalGrid, tenant: str = "acme") -> Client:
+    return Client(grid.api_url, token=TOKENS[tenant], timeout=90)
+
+
+def test_a_session_survives_losing_redis(grid: LocalGrid, own_redis: PrivateRedis) -> None:
+    with _client(grid) as acme:
+        s = acme.create_session(type="python", labels={"case": "lost"})
+        assert s.exec(shell="echo kept > /workspace/f.txt").exit_code == 0
+        before = acme.get_session(s.id)
+        assert before.snapshot
+        own_redis.client().flushall()  # everything: sessions, leases, tenants' state
+        again = acme.get_session(s.id)
+        assert again.id == s.id and again.snapshot == before.snapshot
+        assert again.labels == {"case": "lost"} and again.state in ("idle", "live")
+        out = s.exec(shell="cat /workspace/f.txt")
+        assert out.exit_code == 0 and out.stdout == "kept\n"
+    with _client(grid, "globex") as globex:
+        with pytest.raises(Exception) as err:
+            globex.get_session(s.id)
+        assert getattr(err.value, "code", None) == "not_found"
+
+
+def test_admin_rebuild_relearns_a_list_of_sessions(
+    grid: LocalGrid, own_redis: PrivateRedis
+) -> None:
+    with _client(grid) as acme:
+        sessions = [acme.create_session(type="python") for _ in range(3)]
+        sessions[0].exec(shell="echo 1 > /workspace/one")
+        closed = acme.create_session(type="python")
+        closed.close()
+        own_redis.client().flushall()
+        ran = subprocess.run(
+            [*SANDGRID, "admin", "rebuild"], env=grid.env, capture_output=True, text=True
+        )
+        assert ran.returncode == 0, ran.stderr
+        assert "re-learned" in ran.stdout
+        listed = {i.id for i in acme.list_sessions()}
+        assert {s.id for s in sessions} <= listed and closed.id not in listed
+        again = subprocess.run(
+            [*SANDGRID, "admin", "rebuild"], env=grid.env, capture_output=True, text=True
+        )
+        assert "re-learned 0 sessions" in again.stdout, again.stdout
+        assert sessions[0].exec(shell="cat /workspace/one").stdout == "1\n"
