@@ -15,11 +15,10 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +27,12 @@ import redis
 
 from sandgrid.batch.models import BatchCreate, BatchJob
 from sandgrid.client import Client
+from sandgrid.errors import NotFound
 from sandgrid.localgrid import SANDGRID, LocalGrid
 from scheduler.batch.store import BatchStore
 from scheduler.tenants import TenantStore
+from tests.integration.conftest import _unavailable
+from tests.integration.test_snapshots_grid import _free_port, wait_for
 from worker.quotas import LABEL_WORKER
 
 pytestmark = pytest.mark.integration
@@ -44,26 +46,6 @@ MINIO = {
     "SANDGRID_MINIO__SECRET_KEY": os.environ.get("SANDGRID_MINIO__SECRET_KEY", "sandgrid-secret"),
 }
 AOF_FSYNC_S = 1.5  # appendfsync everysec: what was written 1.5 s ago is on disk
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"integration services missing in CI: {reason}")
-    pytest.skip(reason)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(cond: Callable[[], Any], what: str, timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := cond()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return value
 
 
 class PrivateRedis:
@@ -131,23 +113,12 @@ def test_tenants_and_batches_survive_a_restart(own_redis: PrivateRedis) -> None:
     assert again.id == batch.id and again.total == 1 and again.state == "running"
 
 
-def _remove_node_containers() -> None:
-    import docker
-
-    client = docker.from_env(timeout=60)
-    for c in client.containers.list(all=True, filters={"label": f"{LABEL_WORKER}={NODE}"}):
-        c.remove(force=True)
-    client.close()
-
-
 @pytest.fixture(scope="module")
-def grid(own_redis: PrivateRedis, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
-    try:
-        import docker
-
-        docker.from_env(timeout=10).images.get("sandgrid/sandbox-python:latest")
-    except Exception as exc:
-        _unavailable(f"Docker or the sandbox image is not available: {exc}")
+def grid(
+    own_redis: PrivateRedis, docker_client: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[LocalGrid]:
+    """The API and one worker on the private Redis (Docker and the image checked by
+    ``docker_client``)."""
     own_redis.client().flushdb()
     bucket = f"sandgrid-test-durable-{uuid.uuid4().hex[:8]}"
     env = {
@@ -170,7 +141,10 @@ def grid(own_redis: PrivateRedis, tmp_path_factory: pytest.TempPathFactory) -> I
         yield local
     finally:
         local.stop()
-        _remove_node_containers()
+        for c in docker_client.containers.list(
+            all=True, filters={"label": f"{LABEL_WORKER}={NODE}"}
+        ):
+            c.remove(force=True)
         from sandgrid.wire.objects.minio import MinioObjects
 
         with contextlib.suppress(Exception):
@@ -183,7 +157,7 @@ def grid(own_redis: PrivateRedis, tmp_path_factory: pytest.TempPathFactory) -> I
 
 
 def _client(grid: LocalGrid, tenant: str = "acme") -> Client:
-    return Client(grid.api_url, token=TOKENS[tenant], timeout=90)
+    return Client(grid.api_url, token=TOKENS[tenant], timeout=45)
 
 
 def test_a_session_survives_losing_redis(grid: LocalGrid, own_redis: PrivateRedis) -> None:
@@ -198,10 +172,8 @@ def test_a_session_survives_losing_redis(grid: LocalGrid, own_redis: PrivateRedi
         assert again.labels == {"case": "lost"} and again.state in ("idle", "live")
         out = s.exec(shell="cat /workspace/f.txt")
         assert out.exit_code == 0 and out.stdout == "kept\n"
-    with _client(grid, "globex") as globex:
-        with pytest.raises(Exception) as err:
-            globex.get_session(s.id)
-        assert getattr(err.value, "code", None) == "not_found"
+    with _client(grid, "globex") as globex, pytest.raises(NotFound):
+        globex.get_session(s.id)
 
 
 def test_admin_rebuild_relearns_a_list_of_sessions(
