@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sandgrid.wire.objects import LocalObjects
 from sandgrid.wire.settings import DEFAULT_SNAPSHOT_THREADS
-from worker.snapshots import LocalObjects, SnapshotStore
+from worker.snapshots import SnapshotStore
 
 __all__ = ["local_store", "minio_store"]
 

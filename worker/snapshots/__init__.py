@@ -19,7 +19,7 @@ The modules import one way (.importlinter-snapshots holds it), bottom to top:
 
 from __future__ import annotations
 
-from sandgrid.wire.objects import LocalObjects, ObjectStore, StoreConflict, open_objects
+from sandgrid.wire.objects import open_objects
 from sandgrid.wire.settings import Settings, get_settings
 from worker.snapshots.format.archive import WorkspaceChanged
 from worker.snapshots.format.entries import Entry, ManifestLimits
@@ -33,18 +33,14 @@ __all__ = [
     "DEFAULT_ROOTS",
     "Entry",
     "GcReport",
-    "LocalObjects",
     "Location",
     "Manifest",
     "ManifestLimits",
-    "ObjectStore",
     "SandboxFiles",
     "SnapshotDraft",
     "SnapshotRef",
     "SnapshotStore",
-    "StoreConflict",
     "WorkspaceChanged",
-    "open_objects",
     "open_store",
     "restore_sandbox",
     "snapshot_sandbox",

@@ -184,3 +184,13 @@ def test_admin_rebuild_command(
     assert {s.id for s in registry.list("acme")} == ids
     again = CliRunner().invoke(admin, ["rebuild"])
     assert "re-learned 0 sessions; skipped 3 (3 known to Redis" in again.output
+
+
+def test_admin_is_a_command_of_sandgrid() -> None:
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).parents[3] / "pyproject.toml").read_text())
+    commands = project["project"]["entry-points"]["sandgrid.commands"]
+    assert commands["admin"] == "scheduler.cli:admin"
+    assert "rebuild" in admin.commands
+    assert "minio" in " ".join(project["project"]["optional-dependencies"]["server"])

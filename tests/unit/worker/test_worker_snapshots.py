@@ -24,13 +24,13 @@ import redis
 from sandgrid.errors import ErrorCode, InfrastructureError
 from sandgrid.models import ExecRequest, ExecResult, FileRead, FileWrite, SessionCreate, SessionInfo
 from sandgrid.wire.jobs import CloseOp, ForkOp, ReadOp, TurnJob, TurnOp, TurnOutcome, WriteOp
-from sandgrid.wire.objects import keys
+from sandgrid.wire.objects import LocalObjects, keys
 from sandgrid.wire.settings import Settings, SnapshotSettings, WorkerSettings
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from tests.support.hostdir import HostDirBackend
 from worker.node import Node
 from worker.persistence import Persistence
-from worker.snapshots import LocalObjects, SnapshotStore
+from worker.snapshots import SnapshotStore
 from worker.snapshots import workspace as workspace_mod
 
 TENANT = "acme"

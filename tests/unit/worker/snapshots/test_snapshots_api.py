@@ -13,8 +13,9 @@ import pytest
 
 import worker.snapshots
 from sandgrid.errors import InvalidInput
+from sandgrid.wire.objects import LocalObjects
 from sandgrid.wire.settings import Settings, SnapshotSettings, WorkerSettings
-from worker.snapshots import DEFAULT_ROOTS, LocalObjects, SandboxFiles, open_store
+from worker.snapshots import DEFAULT_ROOTS, SandboxFiles, open_store
 
 MODULES = sorted(m.name for m in pkgutil.iter_modules(worker.snapshots.__path__))
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from sandgrid.errors import InvalidInput, NotFound, SnapshotError
-from sandgrid.wire.objects import StoreConflict
+from sandgrid.wire.objects import LocalObjects, StoreConflict
 from tests.support.hostdir import HostDirBackend
 from tests.support.sandbox_trees import new_sandbox
 from tests.support.snapshot_stores import local_store
-from worker.snapshots import LocalObjects, SnapshotRef, SnapshotStore, restore_sandbox
+from worker.snapshots import SnapshotRef, SnapshotStore, restore_sandbox
 from worker.snapshots import snapshot_sandbox as _snapshot_sandbox
 from worker.snapshots.transfer import plan, put_blob
 

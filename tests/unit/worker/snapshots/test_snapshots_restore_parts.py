@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 
 from sandgrid.errors import ErrorCode, InfrastructureError, SnapshotError
+from sandgrid.wire.objects import LocalObjects
 from sandgrid.wire.objects import keys as store_keys
 from tests.support.hostdir import HostDirBackend
 from tests.support.sandbox_trees import new_sandbox, tree, write
-from worker.snapshots import LocalObjects, SnapshotStore, restore_sandbox, snapshot_sandbox
+from worker.snapshots import SnapshotStore, restore_sandbox, snapshot_sandbox
 from worker.snapshots import workspace as workspace_mod
 from worker.snapshots.format.blobs import decode, encode
 from worker.snapshots.format.manifest import Manifest

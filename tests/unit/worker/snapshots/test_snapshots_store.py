@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from sandgrid.errors import ErrorCode, InvalidInput, NotFound, SnapshotError
+from sandgrid.wire.objects import LocalObjects
 from tests.support.hostdir import HostDirBackend
 from tests.support.snapshot_stores import local_store
 from worker.snapshots import (
-    LocalObjects,
     Manifest,
     ManifestLimits,
     SnapshotRef,
