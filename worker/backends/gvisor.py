@@ -1,11 +1,11 @@
 """Docker with gVisor ``runsc``: the same containers under a user-space kernel.
 
 Supports everything ``DockerBackend`` does, with the same quotas and hardening
-(``docs/decisions.md``, "Quotas hold the same on gVisor"). Configuration:
-``runsc`` must be registered with the Docker daemon as the runtime named
-``runsc`` with ``--network=none`` and ``--oci-seccomp`` (``deploy/local/docker.sh``
-does it): without ``--oci-seccomp`` runsc ignores Docker's seccomp profile,
-which is what refuses user namespaces to the sandbox user under runc.
+(``docs/decisions.md``, "How do quotas hold the same on gVisor?").
+Configuration: ``runsc`` must be registered with the Docker daemon as the
+runtime named ``runsc`` (``deploy/local/docker.sh`` does it, with
+``--network=none``). runsc ignores Docker's seccomp profile; user namespaces
+are refused by the agent's own filter (``worker/agent/seccomp.py``).
 
 What differs, and who holds each limit:
 
