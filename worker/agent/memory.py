@@ -26,7 +26,16 @@ from .limits import MEMORY_LIMIT_FILE, MEMORY_USAGE_FILE
 from .processes import user_procs
 from .reaper import REAPER
 
-__all__ = ["FASTEST_FILL", "MEMORY", "MemoryGuard", "biggest_user_process", "limit_memory"]
+__all__ = [
+    "FASTEST_FILL",
+    "MEMORY",
+    "POLL_MAX_S",
+    "POLL_MIN_S",
+    "VICTIM_WAIT_S",
+    "MemoryGuard",
+    "biggest_user_process",
+    "limit_memory",
+]
 
 FASTEST_FILL = 4 << 30
 """Bytes per second: four times the fastest fill measured under gVisor (~1 GB/s)."""

@@ -20,7 +20,7 @@ import errno
 import platform
 import struct
 
-__all__ = ["SYSCALLS", "deny_user_namespaces", "filter_program"]
+__all__ = ["CLONE_NEWUSER", "SYSCALLS", "deny_user_namespaces", "filter_program"]
 
 CLONE_NEWUSER = 0x10000000
 SYSCALLS = {
