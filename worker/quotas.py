@@ -17,6 +17,9 @@ What every sandbox gets, and why:
 - ``network_mode="none"`` (only a loopback interface) unless the quotas ask for
   the network *and* the sandbox type allows it.
 - ``pids_limit``, ``mem_limit`` with ``memswap_limit`` equal (no swap),
+  ``SANDGRID_PIDS_MAX`` and ``SANDGRID_MEMORY_MAX`` for the agent, which holds
+  those limits itself where the host's cgroup cannot (gVisor: see
+  ``worker.backends.gvisor`` and ``worker/agent/memory.py``),
   ``nano_cpus`` (a CFS quota: ``cpus=0.5`` is half a core), ulimits ``nofile``,
   ``fsize`` and ``core=0``.
 - The agent zipapp bind-mounted read-only; stdin kept open for the channel and
@@ -150,7 +153,10 @@ def container_kwargs(
         "user": "0:0",
         "working_dir": "/",
         "hostname": "sandbox",
-        "environment": {"SANDGRID_PIDS_MAX": str(quotas.pids)},
+        "environment": {
+            "SANDGRID_PIDS_MAX": str(quotas.pids),
+            "SANDGRID_MEMORY_MAX": str(quotas.memory_mb * _MIB),
+        },
         "labels": labels,
         "stdin_open": True,
         "detach": False,  # with stdin_open: AttachStdin and StdinOnce (no other way in the SDK)

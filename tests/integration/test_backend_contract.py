@@ -400,6 +400,18 @@ def test_hardening(backend: SandboxBackend, shared: Sandbox) -> None:
     )
 
 
+def test_no_user_namespaces(backend: SandboxBackend, shared: Sandbox) -> None:
+    r = run(backend, shared, shell="unshare -r true; echo rc=$?; unshare -U true; echo rc=$?")
+    assert r.stdout == "rc=1\nrc=1\n" and "Operation not permitted" in r.stderr
+    code = "import threading\nt = threading.Thread(target=print, args=('t',)); t.start(); t.join()"
+    assert run(backend, shared, python=code).stdout == "t\n"  # clone3 refused with ENOSYS
+
+
+def test_no_setuid_or_setgid_file(backend: SandboxBackend, shared: Sandbox) -> None:
+    r = run(backend, shared, shell="find / -xdev -perm /6000 -type f 2>/dev/null", timeout_s=20)
+    assert r.stdout == ""
+
+
 def test_lost_channel(backend: SandboxBackend, sandbox_factory: Any, docker_client: Any) -> None:
     sbx = sandbox_factory()
     docker_client.api.kill(sbx.id)

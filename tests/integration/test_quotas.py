@@ -49,6 +49,29 @@ def test_memory_hog_is_oom_killed(backend: SandboxBackend, limited: Sandbox) -> 
     assert not run(backend, limited, argv=["true"]).oom_killed  # the flag is per exec
 
 
+def test_memory_quota_is_what_the_program_sees(backend: SandboxBackend, limited: Sandbox) -> None:
+    want = LIMITED.memory_mb << 20
+    r = run(backend, limited, shell="cat /sys/fs/cgroup/memory.max 2>/dev/null ||"
+            " cat /sys/fs/cgroup/memory/memory.limit_in_bytes")  # fmt: skip
+    assert int(r.stdout) == want
+    if backend.runtime == "runsc":  # the sentry's own kernel: its total memory is the quota
+        meminfo = run(backend, limited, argv=["head", "-1", "/proc/meminfo"]).stdout
+        assert meminfo.split()[1:] == [str(want >> 10), "kB"]
+
+
+@pytest.mark.parametrize("mb", [LIMITED.memory_mb // 2, LIMITED.memory_mb + 100, 2048])
+def test_memory_quota_is_exact(backend: SandboxBackend, limited: Sandbox, mb: int) -> None:
+    """Within the quota an allocation succeeds; beyond it (even far beyond, where
+    gVisor's host limit would kill the whole sandbox) it is an OOM kill of the
+    program alone, and the sandbox serves the next exec."""
+    r = run(backend, limited, python=f"b = b'x' * ({mb} << 20); print('ok')", timeout_s=20)
+    if mb < LIMITED.memory_mb:
+        assert r.exit_code == 0 and r.stdout == "ok\n" and not r.oom_killed
+    else:
+        assert r.oom_killed and r.signal == 9 and not r.timed_out
+    assert run(backend, limited, argv=["echo", "alive"]).stdout == "alive\n"
+
+
 def test_huge_output_is_capped(backend: SandboxBackend, limited: Sandbox) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     r = run(backend, limited, shell="head -c 200000000 /dev/zero | tr '\\0' x", timeout_s=30)

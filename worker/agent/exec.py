@@ -18,6 +18,7 @@ from typing import IO, Any
 from .errors import AgentError, Json, need
 from .framing import send
 from .limits import BASE_ENV, ENOSPC_TEXT, EXIT_GRACE_S, OOM_FILES, READ_CHUNK, WORKSPACE, inside
+from .memory import MEMORY
 from .processes import finish_cleanup, kill_new, spawn, user_procs
 from .reaper import REAPER
 
@@ -27,7 +28,10 @@ _SCRATCH = bytearray(READ_CHUNK)
 
 
 def oom_count() -> int | None:
-    """OOM kills so far in the sandbox's memory cgroup (v1 or v2), None if unknown."""
+    """OOM kills so far: the agent's own under gVisor, else the memory cgroup's (v1
+    or v2); None if unknown."""
+    if MEMORY.active:
+        return MEMORY.kills
     for path in OOM_FILES:
         try:
             with open(path) as f:

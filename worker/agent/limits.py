@@ -21,6 +21,8 @@ __all__ = [
     "KILL_BUDGET_S",
     "MAX_LIST_ENTRIES",
     "MAX_RAW_PAYLOAD",
+    "MEMORY_LIMIT_FILE",
+    "MEMORY_USAGE_FILE",
     "OOM_FILES",
     "PIDS_CURRENT_FILE",
     "PIDS_MAX_FILE",
@@ -58,6 +60,8 @@ BASE_ENV = {
 }
 PIDS_MAX_FILE = "/sys/fs/cgroup/pids/pids.max"
 PIDS_CURRENT_FILE = "/sys/fs/cgroup/pids/pids.current"
+MEMORY_LIMIT_FILE = "/sys/fs/cgroup/memory/memory.limit_in_bytes"
+MEMORY_USAGE_FILE = "/sys/fs/cgroup/memory/memory.usage_in_bytes"
 OOM_FILES = ("/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events")
 ENOSPC_TEXT = b"No space left on device"
 

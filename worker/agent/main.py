@@ -16,9 +16,11 @@ from .exec import op_exec
 from .files import do_delete, do_list, do_read, do_tar_get, do_tar_put, do_write
 from .framing import MAX_FRAME, recv, send
 from .limits import MAX_RAW_PAYLOAD, PIDS_MAX_FILE, VERSION, check_roots
+from .memory import limit_memory
 from .processes import as_user
 from .reaper import REAPER
 from .scan import op_scan
+from .seccomp import deny_user_namespaces
 from .transfer import do_pack, do_read_range, do_unpack, do_write_range
 
 __all__ = ["OPS", "handle", "limit_pids", "main"]
@@ -95,7 +97,10 @@ def limit_pids() -> None:
 
 def main() -> int:
     """Serve requests until EOF on fd 0 (the worker detached): the agent's exit status."""
+    if not deny_user_namespaces():
+        log("cannot install the seccomp filter: user namespaces are not refused")
     limit_pids()
+    limit_memory()
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))
     os.chdir("/")

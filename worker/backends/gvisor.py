@@ -1,19 +1,35 @@
 """Docker with gVisor ``runsc``: the same containers under a user-space kernel.
 
-Supports everything ``DockerBackend`` does. Configuration: ``runsc`` must be
-registered with the Docker daemon as the runtime named ``runsc``
-(``deploy/`` does it, with ``--network=none``). Differences the agent handles:
-the memory cgroup files are not visible inside gVisor, so an OOM kill is
-inferred from a SIGKILL the agent did not send (``docs/agent-protocol.md``);
-and the pids limit is enforced inside the sandbox by the agent, the host limit
-being only a ceiling with headroom for the sentry (see ``host_pids_headroom``).
+Supports everything ``DockerBackend`` does, with the same quotas and hardening
+(``docs/decisions.md``, "How do quotas hold the same on gVisor?").
+Configuration: ``runsc`` must be registered with the Docker daemon as the
+runtime named ``runsc`` (``deploy/local/docker.sh`` does it, with
+``--network=none``). runsc ignores Docker's seccomp profile; user namespaces
+are refused by the agent's own filter (``worker/agent/seccomp.py``).
+
+What differs, and who holds each limit:
+
+- memory: the sentry reports as total memory the host cgroup's limit when the
+  sandbox starts, so the container is created at exactly ``memory_mb`` (the
+  program's ``/proc/meminfo`` and cgroup show the quota), then the host limit
+  is raised by ``sentry_memory_headroom_mb`` for the sentry's own memory. The
+  agent holds the quota inside (``worker/agent/memory.py``): past it, it kills
+  the user's biggest process and counts an OOM kill, as the kernel does under
+  runc; the host limit, never reached by the user's pages, only keeps the
+  sentry alive.
+- pids: enforced inside by the agent in gVisor's cgroupfs, the host limit being
+  only a ceiling with headroom for the sentry (``host_pids_headroom``).
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from worker.backends.docker import DockerBackend
 
 __all__ = ["GVisorBackend"]
+
+_MIB = 1 << 20
 
 
 class GVisorBackend(DockerBackend):
@@ -24,9 +40,27 @@ class GVisorBackend(DockerBackend):
     """The sentry and its systrap stubs live in the host pids cgroup: a fork bomb
     capped there would crash the sandbox instead of failing ``fork`` inside it.
     The agent enforces ``quotas.pids`` in gVisor's own cgroupfs instead."""
-    host_memory_headroom_mb = 512
-    """The sentry's own memory (page tables, systrap stubs) is charged to the
-    host memory cgroup; at the limit the host OOM killer picks the sentry, the
-    biggest process there, and the sandbox dies. The headroom keeps the user's
-    allocations the first to hit gVisor's limit, whose OOM kill takes only the
-    user's process."""
+    host_memory_headroom_mb = 0
+    """Created at the quota: runsc passes the host limit to the sentry as its
+    total memory (``--total-memory``), which is what the program sees."""
+    sentry_memory_headroom_mb: ClassVar[int] = 512
+    """Added to the host limit once the sandbox runs. The sentry's own memory
+    (page tables, systrap stubs) is charged to the host memory cgroup; at its
+    limit the host OOM killer picks the sentry and the whole sandbox dies. With
+    the headroom, the agent's guard kills the user's process first."""
+
+    def _start(self, container_id: str) -> None:
+        super()._start(container_id)
+        self._raise_host_memory(container_id)
+
+    def _raise_host_memory(self, container_id: str) -> None:
+        """Add the sentry's headroom to the host memory limit of a started sandbox.
+
+        Swap limit first: runsc writes the memory limit before the swap limit,
+        and the kernel refuses a memory limit above the current swap limit.
+        """
+        api = self.client.api
+        quota = int(api.inspect_container(container_id)["HostConfig"]["Memory"])
+        limit = quota + self.sentry_memory_headroom_mb * _MIB
+        api.update_container(container_id, mem_limit=quota, memswap_limit=limit)
+        api.update_container(container_id, mem_limit=limit, memswap_limit=limit)
