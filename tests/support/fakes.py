@@ -79,6 +79,9 @@ class FakeWorker:
     def forget(self, handle: Any) -> None:
         pass
 
+    def handle_of(self, job: TurnJob) -> TurnJob:
+        return job
+
     def run(self, job: TurnJob) -> TurnOutcome:
         self.registry.heartbeat(self.node, 30)
         assert self.registry.claim_turn(job.turn_id, self.node, job.attempt)

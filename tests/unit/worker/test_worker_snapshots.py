@@ -23,7 +23,16 @@ import redis
 
 from sandgrid.errors import ErrorCode, InfrastructureError
 from sandgrid.models import ExecRequest, ExecResult, FileRead, FileWrite, SessionCreate, SessionInfo
-from sandgrid.wire.jobs import CloseOp, ForkOp, ReadOp, TurnJob, TurnOp, TurnOutcome, WriteOp
+from sandgrid.wire.jobs import (
+    CloseOp,
+    ExecOp,
+    ForkOp,
+    ReadOp,
+    TurnJob,
+    TurnOp,
+    TurnOutcome,
+    WriteOp,
+)
 from sandgrid.wire.settings import Settings, SnapshotSettings, WorkerSettings
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from tests.support.hostdir import HostDirBackend
@@ -241,10 +250,10 @@ def test_a_turn_whose_snapshot_fails_says_so_and_the_session_stays_usable(node: 
     assert write(node, info, "a.txt", "saved").ok
     store.down = True
     out = write(node, info, "b.txt", "not yet saved")
-    assert not out.ok and out.error is not None
-    assert out.error["code"] == "store_unavailable" and out.error["type"] == "InfrastructureError"
-    assert "ran but its workspace was not saved" in out.error["message"]
-    assert out.error["retryable"] is False and out.error["context"]["turn_ran"] is True
+    assert out.ok and out.error is None and out.result is not None  # it ran: its result
+    assert out.result["written"] == 1 and out.result["saved"] is False
+    assert out.result["saved_error"]["code"] == "store_unavailable"
+    assert "unavailable" in out.result["saved_error"]["message"]
     fresh = reg(node).get(TENANT, info.id)
     assert fresh.turns == 2 and fresh.unsaved  # counted; a worker loss must not re-run
     assert read(node, info, "b.txt") == "not yet saved"  # usable, same sandbox
@@ -253,6 +262,25 @@ def test_a_turn_whose_snapshot_fails_says_so_and_the_session_stays_usable(node: 
     store.down = False
     out = write(node, info, "c.txt", "now")
     assert out.ok, out.error
+    assert not reg(node).get(TENANT, info.id).unsaved
+
+
+def test_an_exec_whose_snapshot_fails_answers_its_output_not_saved(node: Node) -> None:
+    store: Any = node.store.objects
+    info = new_session(reg(node))
+    store.down = True
+    out = turn(node, info, ExecOp(request=ExecRequest(shell="echo ran")))
+    assert out.ok, out.error
+    result = ExecResult.model_validate(out.result)
+    assert result.stdout == "echo ran" and result.exit_code == 0
+    assert result.saved is False and result.saved_error is not None
+    assert result.saved_error.code == "store_unavailable"
+    assert reg(node).get(TENANT, info.id).unsaved
+    store.down = False
+    again = ExecResult.model_validate(
+        turn(node, info, ExecOp(request=ExecRequest(shell="x"))).result
+    )
+    assert again.saved and again.saved_error is None
     assert not reg(node).get(TENANT, info.id).unsaved
 
 
