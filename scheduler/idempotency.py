@@ -17,7 +17,11 @@ record (``claim_turn`` refuses a second run of one turn) and the Celery task id
 - A pending reservation lives as long as its turn may (deadline + margin), so
   that the key of an API process that died is not held forever; its turn
   record stays, and a later retry waits for that turn's result, never runs it
-  again.
+  again. A reservation whose request died before it sent the turn (no turn
+  record ``TAKE_OVER_S`` after it was made) is taken over by one waiting retry,
+  which runs the turn. A request that died after the turn record was written
+  but before the message was sent leaves its retries waiting until the turn's
+  deadline (503 ``turn_timeout``): a window of microseconds.
 - An outcome is kept ``IDEMPOTENCY_TTL_S`` (a day) after the turn finished:
   within that window a retry gets it; after it, the key is forgotten.
 - A request refused before its turn could run (busy, limits, a retryable grid
@@ -47,8 +51,10 @@ __all__ = [
     "IDEMPOTENCY_HEADER",
     "IDEMPOTENCY_TTL_S",
     "NOT_RUN_CODES",
+    "TAKE_OVER_S",
     "IdempotencyStore",
     "Reservation",
+    "TakeOver",
     "check_key",
     "fingerprint",
     "turn_id_for",
@@ -58,6 +64,8 @@ __all__ = [
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: How long the outcome of a finished turn is kept under its key (s).
 IDEMPOTENCY_TTL_S = 86400.0
+#: After how long a reservation without a turn record may be taken over (s).
+TAKE_OVER_S = 5.0
 _KEY = re.compile(r"^[A-Za-z0-9._:-]{8,128}$")
 _LUA_DIR = Path(__file__).with_name("lua")
 
@@ -115,23 +123,38 @@ class Reservation:
     outcome: TurnOutcome | None = None
 
 
+class TakeOver(Exception):
+    """``attach`` found the reservation abandoned before its turn was sent, and
+    took it over: the caller runs the turn."""
+
+
 class IdempotencyStore:
     """The records of idempotency keys, in the registry's Redis.
 
     Args:
         client: a Redis client created with ``decode_responses=True``.
         ttl_s: how long a finished turn's outcome is kept.
+        take_over_s: after how long a reservation without a turn record may be
+            taken over by a retry.
     """
 
-    def __init__(self, client: redis.Redis[str], *, ttl_s: float = IDEMPOTENCY_TTL_S) -> None:
+    def __init__(
+        self,
+        client: redis.Redis[str],
+        *,
+        ttl_s: float = IDEMPOTENCY_TTL_S,
+        take_over_s: float = TAKE_OVER_S,
+    ) -> None:
         self.redis = client
         self.ttl_s = ttl_s
+        self.take_over_s = take_over_s
         self._scripts = register_scripts(client, _LUA_DIR)
 
     def reserve(self, turn_id: str, fp: str, pending_s: float) -> Reservation:
         """Reserve the key of ``turn_id`` for ``pending_s`` seconds, or say what it holds."""
         keys = [names.idempotency_key(turn_id), names.turn_key(turn_id)]
-        found = self._scripts["reserve_idempotency"](keys=keys, args=[fp, millis(pending_s)])
+        args = [fp, millis(pending_s), millis(time.time())]
+        found = self._scripts["reserve_idempotency"](keys=keys, args=args)
         if found[0] == "done":
             return Reservation("done", TurnOutcome.model_validate_json(found[1]))
         state: Literal["new", "pending", "mismatch"] = found[0]
@@ -184,16 +207,24 @@ class IdempotencyStore:
     ) -> TurnOutcome:
         """Wait for the outcome of a keyed turn that another request sent: the one
         stored under the key, or the turn's Celery result (its sender may be gone).
-        It never sends the turn: the request that reserved the key did.
+        It never sends the turn: the request that holds the reservation does.
 
         Raises:
+            TakeOver: the reservation was released (the turn did not run) or its
+                request died before sending the turn; this caller now holds it.
+            InvalidInput: the released key was taken by a different request.
             InfrastructureError: ``turn_timeout``, no outcome within ``ttl``.
         """
+        fp, pending_s = fingerprint(job.op), ttl + self.take_over_s
         deadline = time.monotonic() + ttl
         while (left := deadline - time.monotonic()) > 0:
-            stored = self.outcome(job.turn_id)
-            if stored is not None:
-                return stored
+            found = self.reserve(job.turn_id, fp, pending_s)
+            if found.outcome is not None:
+                return found.outcome
+            if found.state == "mismatch":
+                raise self.mismatch("")
+            if found.state == "new" or self._take_over(job.turn_id, ttl):
+                raise TakeOver(job.turn_id)
             attempt = int(registry.turn_state(job.turn_id).get("attempt") or 1)
             handle = dispatcher.handle_of(job.model_copy(update={"attempt": attempt}))
             outcome = dispatcher.wait(handle, min(poll_s, left))
@@ -208,6 +239,12 @@ class IdempotencyStore:
             context={"turn": job.turn_id, "session": job.session.id, "waited_s": ttl},
             retryable=False,
         )
+
+    def _take_over(self, turn_id: str, ttl: float) -> bool:
+        keys = [names.idempotency_key(turn_id), names.turn_key(turn_id)]
+        grace = self.take_over_s
+        args = [millis(time.time()), millis(grace), millis(ttl + grace)]
+        return bool(self._scripts["take_over_idempotency"](keys=keys, args=args))
 
     def release(self, turn_id: str) -> None:
         """Forget a key whose turn did not run, with its turn record: the same key

@@ -43,7 +43,7 @@ from sandgrid.wire import names
 from sandgrid.wire.jobs import CloseOp, ExecOp, TurnJob, TurnOp, TurnOutcome
 from scheduler.admission import Admission, check_exec
 from scheduler.dispatch import Dispatcher
-from scheduler.idempotency import IdempotencyStore, fingerprint, turn_id_for
+from scheduler.idempotency import IdempotencyStore, TakeOver, fingerprint, turn_id_for
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from scheduler.routing import route
 from scheduler.tenants import Tenant
@@ -143,16 +143,22 @@ class TurnRunner:
         if found.state == "mismatch":
             raise self.idempotency.mismatch(key)
         if found.state != "new":
-            outcome = found.outcome or self.idempotency.attach(
-                self.dispatcher,
-                self.registry,
-                TurnJob(turn_id=turn_id, session=session, op=op),
-                ttl,
-                self.lost_check_s,
-            )
+            job = TurnJob(turn_id=turn_id, session=session, op=op)
+            try:
+                outcome = found.outcome or self.idempotency.attach(
+                    self.dispatcher, self.registry, job, ttl, self.lost_check_s
+                )
+            except TakeOver:
+                return self._keyed_run(tenant, session, op, turn_id, t0)
             if not outcome.ok:
                 raise error_from_body(outcome.error or {})
             return TurnDone(outcome, _timings(t0, 0.0, outcome))
+        return self._keyed_run(tenant, session, op, turn_id, t0)
+
+    def _keyed_run(
+        self, tenant: Tenant, session: SessionInfo, op: ExecOp, turn_id: str, t0: float
+    ) -> TurnDone:
+        """Run the turn of a key this request holds; keep its outcome under the key."""
         try:
             done = self.run(
                 tenant, session, op, timeout_s=op.request.timeout_s, t0=t0, turn_id=turn_id

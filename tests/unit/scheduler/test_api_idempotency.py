@@ -6,8 +6,9 @@ import threading
 import time
 from typing import Any
 
+from sandgrid.models import ExecRequest
 from sandgrid.wire.jobs import ExecOp
-from scheduler.idempotency import turn_id_for
+from scheduler.idempotency import fingerprint, turn_id_for
 from tests.support.fakes import Grid
 
 KEY = "retry-key-0001"
@@ -125,3 +126,23 @@ def test_the_sdk_sends_one_key_per_call(grid: Grid) -> None:
     ids = _execs(grid)
     assert len(ids) == 3 and all(i.startswith("t-k") for i in ids)
     assert ids[2] == turn_id_for("acme", sid, KEY)
+
+
+def test_a_key_whose_request_died_before_sending_is_taken_over_once(grid: Grid) -> None:
+    sid = _session(grid)
+    store = grid.services.runner.idempotency
+    store.take_over_s = 0.2
+    op = ExecOp(request=ExecRequest(shell="late"))
+    turn_id = turn_id_for("acme", sid, KEY)
+    assert store.reserve(turn_id, fingerprint(op), 60).state == "new"  # then it "died"
+    answers: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: answers.append(_exec(grid, sid, {"shell": "late"})))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+    assert _execs(grid) == [turn_id]  # one of the two ran it, the other got its result
