@@ -84,7 +84,7 @@ def test_a_key_reused_with_another_body_is_422_naming_the_header(grid: Grid) -> 
 
 def test_a_malformed_key_is_422_naming_the_header(grid: Grid) -> None:
     sid = _session(grid)
-    for bad in ("short", "x" * 129, "spaces are not allowed", "é-not-ascii-key"):
+    for bad in ("short", "x" * 129, "spaces are not allowed", "key/with/slashes"):
         r = _exec(grid, sid, {"shell": "echo"}, key=bad)
         assert r.status_code == 422, (bad, r.text)
         err = r.json()["error"]

@@ -288,9 +288,11 @@ def test_everything_changed_while_down_is_in_the_next_snapshot(tmp_path: Path, n
     store: Any = node.store.objects
     info = new_session(reg(node))
     store.down = True
-    assert not write(node, info, "a.txt", "1").ok
+    down = write(node, info, "a.txt", "1")
+    assert down.ok and down.result is not None and down.result["saved"] is False
     store.down = False
-    assert write(node, info, "b.txt", "2").ok
+    up = write(node, info, "b.txt", "2")
+    assert up.ok and up.result is not None and "saved_error" not in up.result
     other = make_node(tmp_path / "other", reg(node), store=node.store)  # one store, as MinIO
     assert node.sessions.pop(info.id) is not None  # as if this worker died
     reg(node).release_lease(info.id, node.name)
