@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from sandgrid.models import ExecRequest
@@ -32,11 +33,15 @@ def _execs(grid: Grid) -> list[str]:
     return [job.turn_id for job, _ in grid.worker.sent if isinstance(job.op, ExecOp)]
 
 
-def _wait_for(cond: Any, timeout: float = 5.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "condition not met in time"
-        time.sleep(0.01)
+def _together(n: int, call: Callable[[], Any]) -> list[Any]:
+    """Run ``call`` in ``n`` threads at once; their answers."""
+    answers: list[Any] = []
+    threads = [threading.Thread(target=lambda: answers.append(call())) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    return answers
 
 
 def test_a_retry_after_the_first_finished_returns_its_result_without_running(grid: Grid) -> None:
@@ -54,19 +59,9 @@ def test_a_retry_after_the_first_finished_returns_its_result_without_running(gri
 
 def test_two_concurrent_execs_with_one_key_run_once(grid: Grid) -> None:
     sid = _session(grid)
-    grid.worker.hold = threading.Event()
-    answers: list[Any] = []
-    threads = [
-        threading.Thread(target=lambda: answers.append(_exec(grid, sid, {"shell": "append"})))
-        for _ in range(2)
-    ]
-    for t in threads:
-        t.start()
-    _wait_for(lambda: len(grid.worker.sent) == 1)
-    time.sleep(0.2)  # the second request is in, waiting: not 409, not a second send
-    grid.worker.hold.set()
-    for t in threads:
-        t.join(10)
+    hold = grid.worker.hold = threading.Event()
+    threading.Timer(0.5, hold.set).start()  # both requests are in: one sent, one waiting
+    answers = _together(2, lambda: _exec(grid, sid, {"shell": "append"}))
     assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
     assert answers[0].json()["stdout"] == answers[1].json()["stdout"] == "append\n"
     assert len(_execs(grid)) == 1
@@ -97,7 +92,8 @@ def test_a_refused_turn_releases_its_key(grid: Grid) -> None:
     grid.worker.hold = threading.Event()
     t = threading.Thread(target=lambda: _exec(grid, sid, {"shell": "busy"}, key=None))
     t.start()
-    _wait_for(lambda: len(grid.worker.sent) == 1)
+    while not grid.worker.sent:
+        time.sleep(0.01)
     refused = _exec(grid, sid, {"shell": "later"})
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "session_busy"
     grid.worker.hold.set()
@@ -135,14 +131,6 @@ def test_a_key_whose_request_died_before_sending_is_taken_over_once(grid: Grid) 
     op = ExecOp(request=ExecRequest(shell="late"))
     turn_id = turn_id_for("acme", sid, KEY)
     assert store.reserve(turn_id, fingerprint(op), 60).state == "new"  # then it "died"
-    answers: list[Any] = []
-    threads = [
-        threading.Thread(target=lambda: answers.append(_exec(grid, sid, {"shell": "late"})))
-        for _ in range(2)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
+    answers = _together(2, lambda: _exec(grid, sid, {"shell": "late"}))
     assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
     assert _execs(grid) == [turn_id]  # one of the two ran it, the other got its result
