@@ -16,10 +16,13 @@ returns it inside its result so that nothing is pickled.
     │   ├── SandboxLost              channel to the in-sandbox agent broke
     │   └── CapacityError            no container could be had
     ├── SnapshotError           500  snapshot save/restore failed or did not verify
-    └── InfrastructureError     503  worker lost, broker or store unreachable
+    └── InfrastructureError     503  worker lost, registry/broker or store unreachable (Retry-After)
 
 ``retryable`` says whether the *grid* may run the operation again without the
 caller's consent: never for a turn whose user code may have started.
+``retry_after`` (in ``context``) is the seconds a client should wait before it
+tries again; the API sends it as the ``Retry-After`` header (429, and 503 when
+the registry or the store is unavailable).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 __all__ = [
+    "RETRY_AFTER_S",
+    "UNAVAILABLE_CODES",
     "AuthError",
     "CapacityError",
     "Conflict",
@@ -41,7 +46,12 @@ __all__ = [
     "SandgridError",
     "SnapshotError",
     "error_from_body",
+    "unavailable",
 ]
+
+
+#: The Retry-After of an unavailable registry or store (s): Redis restarts in about this.
+RETRY_AFTER_S = 2.0
 
 
 class ErrorCode(StrEnum):
@@ -64,6 +74,8 @@ class ErrorCode(StrEnum):
     WORKER_LOST = "worker_lost"
     TURN_TIMEOUT = "turn_timeout"
     STORE_UNAVAILABLE = "store_unavailable"
+    REGISTRY_UNAVAILABLE = "registry_unavailable"
+    IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
     API_UNREACHABLE = "api_unreachable"
     INTERNAL = "internal"
 
@@ -170,6 +182,25 @@ class InfrastructureError(SandgridError):
     default_code = ErrorCode.WORKER_LOST
     http_status = 503
     default_retryable = True
+
+
+#: Codes of a service that is down for now: 503 with Retry-After, safe to retry
+#: whenever the operation is (the SDK's retry policy).
+UNAVAILABLE_CODES = frozenset({ErrorCode.REGISTRY_UNAVAILABLE, ErrorCode.STORE_UNAVAILABLE})
+
+
+def unavailable(
+    code: ErrorCode, message: str, *, operation: str = "", context: dict[str, Any] | None = None
+) -> InfrastructureError:
+    """A 503 for a service that is down (the registry, the store): it says which,
+    and when to try again (``retry_after``)."""
+    return InfrastructureError(
+        message,
+        code=code,
+        operation=operation,
+        context={"retry_after": RETRY_AFTER_S, **(context or {})},
+        retryable=True,
+    )
 
 
 _BY_NAME: dict[str, type[SandgridError]] = {

@@ -30,6 +30,7 @@ __all__ = [
     "FileWrite",
     "Quotas",
     "SandboxTypeName",
+    "SaveError",
     "SessionCreate",
     "SessionId",
     "SessionInfo",
@@ -149,8 +150,21 @@ class ExecRequest(WireModel):
         return v
 
 
+class SaveError(WireModel):
+    """Why the workspace after a turn that ran could not be saved (the store was down)."""
+
+    code: str
+    message: str
+
+
 class ExecResult(WireModel):
-    """What one exec did."""
+    """What one exec did.
+
+    ``saved`` is False when the command ran but the snapshot after it failed
+    (``saved_error`` says why): the output is real, the session is marked
+    ``unsaved`` until a later snapshot succeeds, and a worker loss before then
+    loses the workspace changes since the last snapshot.
+    """
 
     exit_code: int | None
     stdout: str = ""
@@ -164,6 +178,8 @@ class ExecResult(WireModel):
     workspace_full: bool = False
     node: str = ""
     attempt: int = 1
+    saved: bool = True
+    saved_error: SaveError | None = None
     timings: dict[str, float] = Field(default_factory=dict)
 
 

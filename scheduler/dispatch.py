@@ -10,6 +10,14 @@ drain interval): the outcome arrives as soon as the worker stores it, without
 polling. Celery keeps one result backend per thread, so each API thread sends
 and waits on its own consumer; ``send`` and ``wait`` of a turn must run on the
 same thread (the API's sync handlers do).
+
+Redis unreachable, as the broker on ``send`` or as the result backend on
+``wait``, is 503 ``registry_unavailable``; on ``send`` its context says
+``turn_sent: false`` (no worker can run that turn).
+
+``handle_of`` gives a handle on a turn that another request sent: a retried exec
+with the same idempotency key waits for the outcome of the first one's turn
+instead of sending it again (``scheduler.idempotency``).
 """
 
 from __future__ import annotations
@@ -17,22 +25,46 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Protocol
 
+import redis.exceptions
 from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
+from kombu.exceptions import OperationalError
 
-from sandgrid.errors import InfrastructureError, SandboxError, SandgridError
+from sandgrid.errors import ErrorCode, SandboxError, SandgridError, unavailable
 from sandgrid.wire import names
 from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from scheduler.task_repr import describe
 
 __all__ = [
     "DRAIN_INTERVAL_S",
+    "RESULT_RETRY_POLICY",
     "CeleryDispatcher",
     "Dispatcher",
     "outcome_from_result",
     "task_id_of",
 ]
+
+#: What the broker and result clients raise when Redis cannot be reached.
+_BROKER_DOWN: tuple[type[Exception], ...] = (
+    OperationalError,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+)
+_RESULTS_DOWN: tuple[type[Exception], ...] = (*_BROKER_DOWN, OSError)
+_SEND_ERRORS: tuple[type[Exception], ...] = (*_BROKER_DOWN, RuntimeError)
+_WAIT_ERRORS: tuple[type[Exception], ...] = (*_RESULTS_DOWN, RuntimeError)
+
+#: How the API's result consumer reconnects when Redis goes away: about 4.5 s of
+#: tries, enough to ride over a restart; past that a request answers 503
+#: ``registry_unavailable`` instead of blocking for Celery's default 20 s. (Workers
+#: keep the default: their results must outlast a longer outage.)
+RESULT_RETRY_POLICY = {
+    "max_retries": 6,
+    "interval_start": 0,
+    "interval_step": 0.5,
+    "interval_max": 1,
+}
 
 #: How often ``AsyncResult.get`` drains the result consumer (s).
 DRAIN_INTERVAL_S = 0.001
@@ -62,27 +94,45 @@ class Dispatcher(Protocol):
         """Stop waiting for ``handle`` and drop its stored result, if any."""
         ...
 
+    def handle_of(self, job: TurnJob) -> Any:
+        """A handle on ``job``, sent before (maybe by another process), for ``wait``."""
+        ...
+
 
 class CeleryDispatcher:
     """The production dispatcher over a Celery app (see ``sandgrid.wire.celery_app``)."""
 
     def __init__(self, app: Celery, *, drain_interval_s: float = DRAIN_INTERVAL_S) -> None:
         self.app = app
+        options = dict(app.conf.result_backend_transport_options or {})
+        options.setdefault("retry_policy", RESULT_RETRY_POLICY)
+        app.conf.result_backend_transport_options = options
         #: How often a waiting thread drains the result consumer. Batch runners wait
         #: with a coarser interval: dozens of threads polling at 1 kHz would take
         #: the CPU (and the GIL) from interactive turns.
         self.drain_interval_s = drain_interval_s
 
     def send(self, job: TurnJob, queue: str, *, expires: float) -> AsyncResult[Any]:
-        result: AsyncResult[Any] = self.app.send_task(
-            names.TASK_TURN,
-            args=[job.model_dump(mode="json")],
-            queue=queue,
-            task_id=task_id_of(job),
-            expires=expires,
-            argsrepr=describe(job),  # Flower and logs: a summary, never contents
-            kwargsrepr="{}",
-        )
+        try:
+            result: AsyncResult[Any] = self.app.send_task(
+                names.TASK_TURN,
+                args=[job.model_dump(mode="json")],
+                queue=queue,
+                task_id=task_id_of(job),
+                expires=expires,
+                argsrepr=describe(job),  # Flower and logs: a summary, never contents
+                kwargsrepr="{}",
+            )
+        except _SEND_ERRORS as exc:
+            if not _registry_down(exc):
+                raise
+            raise unavailable(
+                ErrorCode.REGISTRY_UNAVAILABLE,
+                f"the broker (Redis) is unavailable: {type(exc).__name__}: {exc}; the turn "
+                "was not sent and did not run",
+                operation="turn.send",
+                context={"turn": job.turn_id, "turn_sent": False},
+            ) from exc
         return result
 
     def wait(self, handle: AsyncResult[Any], timeout: float) -> TurnOutcome | None:
@@ -90,16 +140,36 @@ class CeleryDispatcher:
             value = handle.get(timeout=timeout, interval=self.drain_interval_s, propagate=False)
         except CeleryTimeout:
             return None
-        except (OSError, ConnectionError) as exc:
-            raise InfrastructureError(
-                f"result backend unreachable: {exc}", operation="turn.wait"
+        except _WAIT_ERRORS as exc:
+            if not _registry_down(exc):
+                raise
+            raise unavailable(
+                ErrorCode.REGISTRY_UNAVAILABLE,
+                f"the result backend (Redis) is unavailable while waiting for turn "
+                f"{handle.id}: {type(exc).__name__}: {exc}; retry with the same "
+                "Idempotency-Key for its outcome",
+                operation="turn.wait",
+                context={"task_id": str(handle.id)},
             ) from exc
         return outcome_from_result(handle, value)
+
+    def handle_of(self, job: TurnJob) -> AsyncResult[Any]:
+        result: AsyncResult[Any] = self.app.AsyncResult(task_id_of(job))
+        return result
 
     def forget(self, handle: AsyncResult[Any]) -> None:
         # Best effort: the result expires anyway (result_expires).
         with contextlib.suppress(Exception):
             handle.forget()
+
+
+def _registry_down(exc: BaseException) -> bool:
+    """Whether ``exc`` says Redis is unreachable: a client's connection error, or
+    Celery's result consumer giving up its reconnection (a ``RuntimeError`` caused
+    by one)."""
+    if isinstance(exc, RuntimeError):
+        return isinstance(exc.__cause__, _RESULTS_DOWN)
+    return True
 
 
 def outcome_from_result(handle: AsyncResult[Any], value: Any) -> TurnOutcome:

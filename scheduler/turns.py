@@ -15,6 +15,10 @@ lapses before an outcome arrives, ``on_worker_lost`` runs the turn again on
 another worker from the session's last snapshot when that is safe; otherwise the
 turn is abandoned (a late redelivery is refused by ``claim_turn``) and the caller
 gets 503 ``worker_lost``.
+
+An exec with an idempotency key runs as the turn whose id the key names
+(``scheduler.idempotency``): a retry finds the first one's outcome, or waits for
+it while it is in flight, and never sends the turn again.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from sandgrid.errors import (
     ErrorCode,
     InfrastructureError,
     SandboxError,
+    SandgridError,
     error_from_body,
 )
 from sandgrid.models import ExecRequest, ExecResult, SessionInfo
@@ -38,6 +43,7 @@ from sandgrid.wire import names
 from sandgrid.wire.jobs import CloseOp, ExecOp, TurnJob, TurnOp, TurnOutcome
 from scheduler.admission import Admission, check_exec
 from scheduler.dispatch import Dispatcher
+from scheduler.idempotency import IdempotencyStore, TakeOver, fingerprint, turn_id_for
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from scheduler.routing import route
 from scheduler.tenants import Tenant
@@ -84,23 +90,36 @@ class TurnRunner:
         self.dispatcher = dispatcher
         self.turn_margin_s = turn_margin_s
         self.lost_check_s = lost_check_s
+        self.idempotency = IdempotencyStore(registry.redis)
         #: Called at the start of every turn that is not a batch turn: batches in
         #: this process yield while interactive traffic flows (``scheduler.capacity``).
         self.on_interactive: Callable[[], None] | None = None
 
     def exec(
-        self, tenant: Tenant, session_id: str, request: ExecRequest, *, t0: float | None = None
+        self,
+        tenant: Tenant,
+        session_id: str,
+        request: ExecRequest,
+        *,
+        t0: float | None = None,
+        idempotency_key: str | None = None,
     ) -> ExecResult:
         """Run one command; a non-zero exit is a result, not an error.
 
+        With ``idempotency_key`` (checked by the caller), the command runs at most
+        once for all requests with that key (see ``scheduler.idempotency``).
+
         Raises:
+            InvalidInput: the key was used for another request (``idempotency_key_reused``).
             SandgridError: the subclass the turn's error body names.
         """
         check_exec(tenant, request)
         session = self.registry.get(tenant.name, session_id)
-        done = self.run(
-            tenant, session, ExecOp(request=request), timeout_s=request.timeout_s, t0=t0
-        )
+        op = ExecOp(request=request)
+        if idempotency_key is None:
+            done = self.run(tenant, session, op, timeout_s=request.timeout_s, t0=t0)
+        else:
+            done = self._keyed(tenant, session, op, idempotency_key, t0)
         try:
             result = ExecResult.model_validate(done.outcome.result or {})
         except ValidationError as exc:
@@ -112,6 +131,43 @@ class TurnRunner:
         timings = {**result.timings, **done.outcome.timings, **done.timings}
         timings["sandbox_ms"] = round(sandbox_ms, 3)
         return result.model_copy(update={"timings": timings, "node": done.outcome.node})
+
+    def _keyed(
+        self, tenant: Tenant, session: SessionInfo, op: ExecOp, key: str, t0: float | None
+    ) -> TurnDone:
+        """The turn of a keyed exec: run it once, or answer the first run's outcome."""
+        t0 = time.perf_counter() if t0 is None else t0
+        turn_id = turn_id_for(tenant.name, session.id, key)
+        ttl = (op.request.timeout_s or session.quotas.timeout_s) + self.turn_margin_s
+        found = self.idempotency.reserve(turn_id, fingerprint(op), ttl + self.turn_margin_s)
+        if found.state == "mismatch":
+            raise self.idempotency.mismatch(key)
+        if found.state != "new":
+            job = TurnJob(turn_id=turn_id, session=session, op=op)
+            try:
+                outcome = found.outcome or self.idempotency.attach(
+                    self.dispatcher, self.registry, job, ttl, self.lost_check_s
+                )
+            except TakeOver:
+                return self._keyed_run(tenant, session, op, turn_id, t0)
+            if not outcome.ok:
+                raise error_from_body(outcome.error or {})
+            return TurnDone(outcome, _timings(t0, 0.0, outcome))
+        return self._keyed_run(tenant, session, op, turn_id, t0)
+
+    def _keyed_run(
+        self, tenant: Tenant, session: SessionInfo, op: ExecOp, turn_id: str, t0: float
+    ) -> TurnDone:
+        """Run the turn of a key this request holds; keep its outcome under the key."""
+        try:
+            done = self.run(
+                tenant, session, op, timeout_s=op.request.timeout_s, t0=t0, turn_id=turn_id
+            )
+        except SandgridError as exc:
+            self.idempotency.failed(turn_id, exc)
+            raise
+        self.idempotency.settle(turn_id, done.outcome)
+        return done
 
     def op(
         self, tenant: Tenant, session_id: str, op: TurnOp, *, t0: float | None = None
@@ -130,12 +186,14 @@ class TurnRunner:
         t0: float | None = None,
         batch: bool = False,
         close_after: bool = False,
+        turn_id: str | None = None,
     ) -> TurnDone:
         """One turn of ``session``, end to end.
 
         ``batch`` routes a session that is not live to its type's batch queue;
         ``close_after`` asks the worker to destroy the sandbox after the turn
-        (a batch job's one-turn session; see ``TurnJob.close_after``).
+        (a batch job's one-turn session; see ``TurnJob.close_after``);
+        ``turn_id`` is the turn's id when the caller chose it (a keyed exec).
 
         Raises:
             Conflict: the session is closed, or busy with another turn.
@@ -157,7 +215,11 @@ class TurnRunner:
         queue = route(self.registry, session, batch=batch)
         self.admission.check_queue(queue)
         job = TurnJob(
-            turn_id=new_turn_id(), session=session, op=op, batch=batch, close_after=close_after
+            turn_id=turn_id or new_turn_id(),
+            session=session,
+            op=op,
+            batch=batch,
+            close_after=close_after,
         )
         self.admission.acquire_turn(tenant, job.turn_id, ttl)
         try:

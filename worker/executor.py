@@ -46,7 +46,7 @@ from sandgrid.wire.jobs import (
 )
 from sandgrid.wire.ledger import SessionLedger
 from worker.backends.base import Sandbox, SandboxBackend
-from worker.persistence import Persistence, not_saved
+from worker.persistence import Persistence, unsaved_result
 from worker.pool import BackendFor, SandboxPool
 from worker.residency import Residency
 from worker.session_table import LocalSession, SessionTable
@@ -129,9 +129,12 @@ class Executor:
     def _turn(self, job: TurnJob, turn: _Turn) -> tuple[LocalSession, dict[str, Any]]:
         """Run the op in the session's sandbox, snapshot as the policy says, record it.
 
+        An op that ran but whose snapshot failed is a result all the same,
+        marked ``saved: false`` (``unsaved_result``); the turn is counted and the
+        session recorded ``unsaved``.
+
         Raises:
-            SandgridError: the op failed, or it ran but the snapshot after it did
-                not (``not_saved``: the turn is still counted, ``unsaved``).
+            SandgridError: the op failed.
         """
         local = self._session_for(job, turn)
         with local.lock:
@@ -142,8 +145,8 @@ class Executor:
             try:
                 self.persistence.after_turn(local, job.op.kind)
             except SandgridError as exc:
-                self._record(job, local)
-                raise not_saved(exc, job, result) from exc
+                log.warning("turn %s ran but was not saved: %s", job.turn_id, exc)
+                result = unsaved_result(exc, result)
             finally:
                 turn.mark("snapshot_ms", t)
         self._record(job, local)

@@ -17,10 +17,13 @@ The registry's ``unsaved`` flag says when a session has changes that no
 snapshot holds; the scheduler then refuses to run a turn again after a worker
 loss, since the snapshot it would start from is not the one before that turn.
 
-A snapshot that fails after a mutating turn (the store is down) makes the turn
-an error that says the turn ran but its workspace was not saved: answering
-success would promise a durability that does not hold. The session stays on
-this node, dirty, and the next turn's snapshot saves everything.
+A snapshot that fails after a mutating turn (the store is down) does not turn
+the turn into an error: it ran, so the caller gets its result, marked
+``saved: false`` with the store's error (``unsaved_result``); an error would
+hide the output of a command that did run, and invite the caller to run it
+again. The session's record says ``unsaved`` (so a worker loss does not re-run
+a turn on a snapshot older than the workspace), it stays on this node, dirty,
+and the next snapshot that succeeds saves everything and clears the flag.
 
 Closing a session deletes its snapshots (``forget``): the manifests and
 pointer at once, the blobs when ``gc`` finds nothing refers to them any more (a
@@ -40,7 +43,7 @@ import time
 from typing import Any
 
 from sandgrid.errors import SandgridError, SnapshotError
-from sandgrid.wire.jobs import ExecOp, ForkOp, TurnJob
+from sandgrid.wire.jobs import ForkOp, TurnJob
 from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.settings import SnapshotSettings
 from worker.backends.base import Sandbox
@@ -48,7 +51,7 @@ from worker.pool import BackendFor
 from worker.session_table import LocalSession
 from worker.snapshots import GcReport, Manifest, SnapshotStore, restore_sandbox, snapshot_sandbox
 
-__all__ = ["MUTATING_OPS", "Persistence", "not_saved"]
+__all__ = ["MUTATING_OPS", "Persistence", "unsaved_result"]
 
 log = logging.getLogger(__name__)
 
@@ -249,21 +252,12 @@ class Persistence:
         return report
 
 
-def not_saved(exc: SandgridError, job: TurnJob, result: dict[str, Any]) -> SandgridError:
-    """The error of a turn that ran but whose workspace could not be saved.
+def unsaved_result(exc: SandgridError, result: dict[str, Any]) -> dict[str, Any]:
+    """The result of a turn that ran but whose workspace could not be saved.
 
-    Same class and code as the store's error (``store_unavailable`` is a 503),
-    never retryable (the user's code ran), with the exit code in the context so
-    the caller knows what happened.
+    The op's own result, marked ``saved: false`` with the store's error (code and
+    message): the caller sees the output of a command that did run, so it has no
+    reason to run it again.
     """
-    context: dict[str, Any] = {**exc.context, "turn": job.turn_id, "turn_ran": True}
-    if isinstance(job.op, ExecOp):
-        context["exit_code"] = result.get("exit_code")
-    return type(exc)(
-        f"turn {job.turn_id} ran but its workspace was not saved: {exc.message}. "
-        "The session stays usable; the next turn saves its workspace once the store is back",
-        code=exc.code,
-        operation=exc.operation or "snapshot",
-        context=context,
-        retryable=False,
-    )
+    error = {"code": str(exc.code), "message": exc.message}
+    return {**result, "saved": False, "saved_error": error}

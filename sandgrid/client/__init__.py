@@ -12,6 +12,14 @@ error bodies. Imports only httpx, pydantic and the contract modules.
 from __future__ import annotations
 
 from sandgrid.client._async import AsyncClient, AsyncSession, AsyncSessionOpener
+from sandgrid.client._base import RetryPolicy
 from sandgrid.client._sync import Client, Session
 
-__all__ = ["AsyncClient", "AsyncSession", "AsyncSessionOpener", "Client", "Session"]
+__all__ = [
+    "AsyncClient",
+    "AsyncSession",
+    "AsyncSessionOpener",
+    "Client",
+    "RetryPolicy",
+    "Session",
+]

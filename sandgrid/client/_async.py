@@ -13,10 +13,20 @@ from collections.abc import Coroutine, Generator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
+import anyio
 import httpx
 
 from sandgrid.batch.models import BatchInfo, BatchIsolation, BatchJob, BatchResult
-from sandgrid.client._base import DEFAULT_TIMEOUT_S, BaseClient, Call, FileContent, transport_error
+from sandgrid.client._base import (
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    BaseClient,
+    Call,
+    FileContent,
+    RetryPolicy,
+    transport_error,
+)
+from sandgrid.errors import SandgridError
 from sandgrid.models import ExecResult, FileEntry, Quotas, SessionInfo, SnapshotPolicy
 
 __all__ = ["AsyncClient", "AsyncSession", "AsyncSessionOpener"]
@@ -31,6 +41,7 @@ class AsyncClient(BaseClient):
         base_url: the API; ``SANDGRID_API_URL`` when omitted.
         token: the tenant's bearer token; ``SANDGRID_TOKEN`` when omitted.
         timeout: seconds for calls other than exec.
+        retries: retries of a call when safe, or a ``RetryPolicy`` (0: none).
         transport: an httpx transport (tests mount the app in-process).
     """
 
@@ -40,14 +51,28 @@ class AsyncClient(BaseClient):
         token: str | None = None,
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
+        retries: RetryPolicy | int = DEFAULT_RETRIES,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        super().__init__(base_url, token, timeout=timeout)
+        super().__init__(base_url, token, timeout=timeout, retries=retries)
         self._http = httpx.AsyncClient(
             base_url=self.base_url, headers=self._headers(), timeout=timeout, transport=transport
         )
 
     async def _send(self, call: Call[T]) -> T:
+        """Send ``call``, retrying as ``self.retry`` says (the decision is the base's)."""
+        tries, waited = 1, 0.0
+        while True:
+            try:
+                return await self._send_once(call)
+            except SandgridError as exc:
+                delay = self.retry.delay(call, exc, tries, waited)
+                if delay is None:
+                    raise
+            await anyio.sleep(delay)
+            tries, waited = tries + 1, waited + delay
+
+    async def _send_once(self, call: Call[T]) -> T:
         try:
             response = await self._http.request(
                 call.method,
@@ -127,9 +152,16 @@ class AsyncClient(BaseClient):
         cwd: str = ".",
         stdin: str | None = None,
         timeout_s: float | None = None,
+        idempotency_key: str | None = None,
     ) -> ExecResult:
-        """Run one command: exactly one of ``argv``, ``shell``, ``python``."""
-        call = self._exec_call(session_id, argv, shell, python, env, cwd, stdin, timeout_s)
+        """Run one command: exactly one of ``argv``, ``shell``, ``python``.
+
+        Retried when safe, under an ``idempotency_key`` (a new one per call when
+        omitted): it runs at most once, whatever the retries.
+        """
+        call = self._exec_call(
+            session_id, argv, shell, python, env, cwd, stdin, timeout_s, idempotency_key
+        )
         return await self._send(call)
 
     async def write_files(
@@ -225,6 +257,7 @@ class AsyncSession:
         cwd: str = ".",
         stdin: str | None = None,
         timeout_s: float | None = None,
+        idempotency_key: str | None = None,
     ) -> ExecResult:
         return await self.client.exec(
             self.id,
@@ -235,6 +268,7 @@ class AsyncSession:
             cwd=cwd,
             stdin=stdin,
             timeout_s=timeout_s,
+            idempotency_key=idempotency_key,
         )
 
     async def write_file(

@@ -5,11 +5,28 @@ return and hand the response back to the call's ``parse``; so the two cannot
 drift. Errors come back as the same ``SandgridError`` subclass the server raised
 (``sandgrid.errors.error_from_body``). Imports only httpx, pydantic and the
 contract modules: never ``docker``, ``minio``, ``celery`` or ``redis``.
+
+Retries are decided here too (``RetryPolicy.delay``); the shells only sleep.
+What is retried is what cannot run anything twice:
+
+- a request that never reached the API (connection refused or timed out);
+- 429 (backpressure, a tenant's turn ceiling): the API refused before doing
+  anything, and says when to come back (``Retry-After``);
+- 503 ``registry_unavailable`` / ``store_unavailable`` (or a connection that broke
+  after the request was sent) only for calls that are safe to repeat: GET and
+  DELETE, and exec, which carries an ``Idempotency-Key`` (one per call, the same
+  on each of its retries; pass your own to make an exec idempotent across
+  processes): a retried exec answers the first run's result, never runs twice.
+
+Other writes (session create, file writes, tar upload, batch create) carry no
+key and are not retried after the API may have acted on them: the caller sees
+the 503 and decides.
 """
 
 from __future__ import annotations
 
 import base64
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -19,9 +36,11 @@ from pydantic import BaseModel, ValidationError
 
 from sandgrid.batch.models import BatchCreate, BatchInfo, BatchIsolation, BatchJob, BatchResult
 from sandgrid.errors import (
+    UNAVAILABLE_CODES,
     ErrorCode,
     InfrastructureError,
     InvalidInput,
+    LimitExceeded,
     SandgridError,
     error_from_body,
 )
@@ -41,14 +60,17 @@ from sandgrid.models import (
 from sandgrid.settings import DEFAULT_API_URL, get_client_settings
 
 __all__ = [
+    "DEFAULT_RETRIES",
     "DEFAULT_TIMEOUT_S",
     "EXEC_DEFAULT_WAIT_S",
     "EXEC_MARGIN_S",
+    "IDEMPOTENCY_HEADER",
     "NEXT_OFFSET_HEADER",
     "BaseClient",
     "BatchPage",
     "Call",
     "FileContent",
+    "RetryPolicy",
     "raise_for_error",
     "transport_error",
 ]
@@ -66,6 +88,66 @@ DEFAULT_TIMEOUT_S = 60.0
 EXEC_MARGIN_S = 60.0
 #: The HTTP wait of an exec without its own deadline (the session's applies).
 EXEC_DEFAULT_WAIT_S = 3600.0 + EXEC_MARGIN_S
+#: Retries of a call, when safe (``RetryPolicy``).
+DEFAULT_RETRIES = 3
+#: The header of an exec's idempotency key.
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+_SAFE_METHODS = frozenset({"GET", "DELETE"})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How the SDK retries what is safe to retry (see the module doc).
+
+    Attributes:
+        attempts: tries in all, the first included (1: never retry).
+        backoff_s: the first wait; each next one doubles.
+        max_wait_s: the cap of one wait, a server's ``Retry-After`` included; a
+            429 that asks for longer is not retried.
+        total_s: the cap of all waits of one call together.
+    """
+
+    attempts: int = 1 + DEFAULT_RETRIES
+    backoff_s: float = 0.25
+    max_wait_s: float = 4.0
+    total_s: float = 20.0
+
+    @classmethod
+    def of(cls, retries: RetryPolicy | int) -> RetryPolicy:
+        """A policy from ``Client(retries=...)``: a policy, or how many retries."""
+        return retries if isinstance(retries, RetryPolicy) else cls(attempts=1 + max(0, retries))
+
+    def delay(
+        self, call: Call[Any], error: SandgridError, tries: int, waited: float
+    ) -> float | None:
+        """Seconds to wait before trying ``call`` again after ``error``, or None.
+
+        Args:
+            call: the call that failed.
+            error: how it failed (a transport error, or the server's error).
+            tries: how many tries were made.
+            waited: the seconds already waited between them.
+        """
+        hint = _retry_hint(call, error)
+        if hint is None or tries >= self.attempts:
+            return None
+        wait = max(hint, self.backoff_s * 2 ** (tries - 1))
+        if isinstance(error, LimitExceeded) and hint > self.max_wait_s:
+            return None
+        wait = min(wait, self.max_wait_s, self.total_s - waited)
+        return wait if wait > 0 else None
+
+
+def _retry_hint(call: Call[Any], error: SandgridError) -> float | None:
+    """The server's wait hint when ``error`` is safe to retry for ``call``, else None."""
+    hint = float(error.context.get("retry_after", 0.0) or 0.0)
+    if error.code == ErrorCode.API_UNREACHABLE:
+        return hint if call.idempotent or not error.context.get("request_sent", True) else None
+    if isinstance(error, LimitExceeded):
+        return hint
+    if error.code in UNAVAILABLE_CODES and call.idempotent:
+        return hint
+    return None
 
 
 @dataclass(frozen=True)
@@ -81,6 +163,12 @@ class Call(Generic[T]):
     headers: dict[str, str] | None = None
     timeout: float | None = None
     accept: tuple[int, ...] = ()
+    #: Safe to send again after the API may have acted on it (GET, DELETE, keyed exec).
+    idempotent: bool = False
+
+    def __post_init__(self) -> None:
+        if self.method in _SAFE_METHODS:
+            object.__setattr__(self, "idempotent", True)
 
     def read(self, response: httpx.Response) -> T:
         """Raise the server's error, or parse the answer."""
@@ -103,12 +191,14 @@ def raise_for_error(response: httpx.Response) -> None:
 
 
 def transport_error(exc: httpx.HTTPError, base_url: str) -> SandgridError:
-    """A transport failure as an ``InfrastructureError`` the caller can catch."""
+    """A transport failure as an ``InfrastructureError`` the caller can catch;
+    ``request_sent`` is False when the request cannot have reached the API."""
+    unsent = isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
     return InfrastructureError(
         f"sandgrid API at {base_url} unreachable: {type(exc).__name__}: {exc}",
         code=ErrorCode.API_UNREACHABLE,
         operation="http",
-        context={"api_url": base_url},
+        context={"api_url": base_url, "request_sent": not unsent},
     )
 
 
@@ -160,6 +250,8 @@ class BaseClient:
         base_url: the API, e.g. ``http://127.0.0.1:8700``; ``SANDGRID_API_URL``.
         token: the tenant's bearer token; ``SANDGRID_TOKEN``.
         timeout: seconds for calls other than exec (which waits for its deadline).
+        retries: how many times a call is retried when that is safe, or a
+            ``RetryPolicy``; 0 never retries.
     """
 
     def __init__(
@@ -168,6 +260,7 @@ class BaseClient:
         token: str | None = None,
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
+        retries: RetryPolicy | int = DEFAULT_RETRIES,
     ) -> None:
         if base_url is None or token is None:
             settings = get_client_settings()
@@ -176,6 +269,7 @@ class BaseClient:
         self.base_url = base_url.rstrip("/")
         self.token = token
         self.timeout = timeout
+        self.retry = RetryPolicy.of(retries)
 
     def _headers(self) -> dict[str, str]:
         headers = {"User-Agent": "sandgrid-sdk/0.1"}
@@ -229,6 +323,7 @@ class BaseClient:
         cwd: str,
         stdin: str | None,
         timeout_s: float | None,
+        idempotency_key: str | None,
     ) -> Call[ExecResult]:
         request = _model(
             ExecRequest,
@@ -243,7 +338,16 @@ class BaseClient:
         wait = timeout_s + EXEC_MARGIN_S if timeout_s else EXEC_DEFAULT_WAIT_S
         body = request.model_dump(mode="json", exclude_defaults=True)
         path = f"/v1/sessions/{session_id}/exec"
-        return Call("POST", path, _parse(ExecResult), json=body, timeout=wait)
+        key = idempotency_key or uuid.uuid4().hex  # one per call, the same on its retries
+        return Call(
+            "POST",
+            path,
+            _parse(ExecResult),
+            json=body,
+            headers={IDEMPOTENCY_HEADER: key},
+            timeout=wait,
+            idempotent=True,
+        )
 
     def _write_files_call(
         self, session_id: str, files: Mapping[str, FileContent], mode: int

@@ -7,6 +7,7 @@ with Client() as client, client.session(type="python") as s:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -14,7 +15,16 @@ from typing import Any, TypeVar
 import httpx
 
 from sandgrid.batch.models import BatchInfo, BatchIsolation, BatchJob, BatchResult
-from sandgrid.client._base import DEFAULT_TIMEOUT_S, BaseClient, Call, FileContent, transport_error
+from sandgrid.client._base import (
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_S,
+    BaseClient,
+    Call,
+    FileContent,
+    RetryPolicy,
+    transport_error,
+)
+from sandgrid.errors import SandgridError
 from sandgrid.models import ExecResult, FileEntry, Quotas, SessionInfo, SnapshotPolicy
 
 __all__ = ["Client", "Session"]
@@ -29,6 +39,7 @@ class Client(BaseClient):
         base_url: the API; ``SANDGRID_API_URL`` when omitted.
         token: the tenant's bearer token; ``SANDGRID_TOKEN`` when omitted.
         timeout: seconds for calls other than exec.
+        retries: retries of a call when safe, or a ``RetryPolicy`` (0: none).
         transport: an httpx transport (tests mount the app in-process).
     """
 
@@ -38,14 +49,28 @@ class Client(BaseClient):
         token: str | None = None,
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
+        retries: RetryPolicy | int = DEFAULT_RETRIES,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        super().__init__(base_url, token, timeout=timeout)
+        super().__init__(base_url, token, timeout=timeout, retries=retries)
         self._http = httpx.Client(
             base_url=self.base_url, headers=self._headers(), timeout=timeout, transport=transport
         )
 
     def _send(self, call: Call[T]) -> T:
+        """Send ``call``, retrying as ``self.retry`` says (the decision is the base's)."""
+        tries, waited = 1, 0.0
+        while True:
+            try:
+                return self._send_once(call)
+            except SandgridError as exc:
+                delay = self.retry.delay(call, exc, tries, waited)
+                if delay is None:
+                    raise
+            time.sleep(delay)
+            tries, waited = tries + 1, waited + delay
+
+    def _send_once(self, call: Call[T]) -> T:
         try:
             response = self._http.request(
                 call.method,
@@ -123,9 +148,16 @@ class Client(BaseClient):
         cwd: str = ".",
         stdin: str | None = None,
         timeout_s: float | None = None,
+        idempotency_key: str | None = None,
     ) -> ExecResult:
-        """Run one command: exactly one of ``argv``, ``shell``, ``python``."""
-        call = self._exec_call(session_id, argv, shell, python, env, cwd, stdin, timeout_s)
+        """Run one command: exactly one of ``argv``, ``shell``, ``python``.
+
+        Retried when safe, under an ``idempotency_key`` (a new one per call when
+        omitted): it runs at most once, whatever the retries.
+        """
+        call = self._exec_call(
+            session_id, argv, shell, python, env, cwd, stdin, timeout_s, idempotency_key
+        )
         return self._send(call)
 
     def write_files(
@@ -219,6 +251,7 @@ class Session:
         cwd: str = ".",
         stdin: str | None = None,
         timeout_s: float | None = None,
+        idempotency_key: str | None = None,
     ) -> ExecResult:
         return self.client.exec(
             self.id,
@@ -229,6 +262,7 @@ class Session:
             cwd=cwd,
             stdin=stdin,
             timeout_s=timeout_s,
+            idempotency_key=idempotency_key,
         )
 
     def write_file(self, path: str, content: FileContent, *, mode: int = 0o644) -> dict[str, Any]:

@@ -40,6 +40,7 @@ __all__ = [
     "batch_slots_key",
     "gc_key",
     "gc_tenants_key",
+    "idempotency_key",
     "lease_key",
     "node_from_key",
     "node_key",
@@ -100,6 +101,11 @@ def turnlock_key(session_id: str) -> str:
 
 def turn_key(turn_id: str) -> str:
     return f"{KEY_PREFIX}turn:{turn_id}"
+
+
+def idempotency_key(turn_id: str) -> str:
+    """The record of an exec's idempotency key: the turn id is derived from the key."""
+    return f"{KEY_PREFIX}idem:{turn_id}"
 
 
 def node_key(node: str) -> str:

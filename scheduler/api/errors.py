@@ -3,8 +3,11 @@
 Every error answer is ``SandgridError.to_body()`` with the error's status:
 validation failures are 422 ``invalid_input`` naming the field (``loc``) and the
 rule (``msg``); a path leaving the workspace is ``path_outside_workspace``; a body
-over the limit is 413 ``payload_too_large``; anything unexpected is a 500
-``internal`` without a traceback (that goes to the log). Never a 500 for bad input.
+over the limit is 413 ``payload_too_large``; Redis (the registry, the broker)
+unreachable is 503 ``registry_unavailable`` with ``Retry-After``, whatever call
+found it so: mapped here, once, from the client libraries' own exceptions;
+anything unexpected is a 500 ``internal`` without a traceback (that goes to the
+log). Never a 500 for bad input, nor for a service that is down.
 """
 
 from __future__ import annotations
@@ -15,15 +18,41 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import redis.exceptions
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sandgrid.errors import AuthError, ErrorCode, InvalidInput, LimitExceeded, SandgridError
+from sandgrid.errors import (
+    RETRY_AFTER_S,
+    UNAVAILABLE_CODES,
+    AuthError,
+    ErrorCode,
+    InvalidInput,
+    LimitExceeded,
+    SandgridError,
+    unavailable,
+)
 
-__all__ = ["EdgeMiddleware", "error_response", "install_error_handlers", "invalid_input_from"]
+__all__ = [
+    "REGISTRY_DOWN",
+    "EdgeMiddleware",
+    "error_response",
+    "install_error_handlers",
+    "invalid_input_from",
+    "registry_unavailable",
+]
+
+#: What the Redis and Celery clients raise when Redis cannot be reached (or is
+#: still loading its data after a restart).
+REGISTRY_DOWN: tuple[type[Exception], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    OperationalError,
+)
 
 log = logging.getLogger("sandgrid.api")
 
@@ -59,12 +88,25 @@ def invalid_input_from(errors: Sequence[Any], operation: str = "") -> InvalidInp
     )
 
 
+def registry_unavailable(exc: BaseException, operation: str) -> SandgridError:
+    """The 503 of an operation that found Redis unreachable."""
+    return unavailable(
+        ErrorCode.REGISTRY_UNAVAILABLE,
+        f"the session registry (Redis) is unavailable: {type(exc).__name__}: {exc}; "
+        "try again shortly (an exec retried with its Idempotency-Key never runs twice)",
+        operation=operation,
+    )
+
+
 def error_response(err: SandgridError) -> JSONResponse:
     """The HTTP answer of a ``SandgridError`` (status, body, helpful headers)."""
     headers: dict[str, str] = {}
     status = err.http_status
     if isinstance(err, LimitExceeded):
         headers["Retry-After"] = str(max(1, round(err.retry_after)))
+    elif err.code in UNAVAILABLE_CODES:
+        after = float(err.context.get("retry_after", RETRY_AFTER_S))
+        headers["Retry-After"] = str(max(1, round(after)))
     elif isinstance(err, AuthError):
         headers["WWW-Authenticate"] = "Bearer"
     if err.code == ErrorCode.PAYLOAD_TOO_LARGE:
@@ -89,6 +131,10 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError | ValidationError)
         return error_response(invalid_input_from(exc.errors(), _operation(request)))
 
+    async def on_registry_down(request: Request, exc: Exception) -> JSONResponse:
+        log.warning("registry unavailable on %s: %s", _operation(request), exc)
+        return error_response(registry_unavailable(exc, _operation(request)))
+
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s", _operation(request), exc_info=exc)
         err = SandgridError(f"internal error: {type(exc).__name__}", operation=_operation(request))
@@ -97,6 +143,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SandgridError, on_sandgrid)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(ValidationError, on_validation)
+    for exc_type in REGISTRY_DOWN:
+        app.add_exception_handler(exc_type, on_registry_down)
     app.add_exception_handler(Exception, on_unexpected)
 
 

@@ -7,13 +7,15 @@ the turn flow (``scheduler.turns``) sends the job and blocks on its outcome.
 from __future__ import annotations
 
 from contextlib import suppress
+from typing import Annotated
 
-from fastapi import APIRouter, Request, status
+from fastapi import APIRouter, Header, Request, status
 
 from sandgrid.errors import Conflict, ErrorCode, InvalidInput, SandgridError
 from sandgrid.models import ExecRequest, ExecResult, SessionCreate, SessionInfo, SessionList
 from sandgrid.wire.jobs import ForkOp, WriteOp
 from scheduler.api.deps import CurrentTenant, Services, Svc
+from scheduler.idempotency import IDEMPOTENCY_HEADER, IDEMPOTENCY_TTL_S, check_key
 from scheduler.tenants import Tenant
 
 __all__ = ["close_session", "create_session", "exec_turn", "get_session", "list_sessions", "router"]
@@ -107,9 +109,28 @@ def close_session(session_id: str, svc: Svc, tenant: CurrentTenant) -> SessionIn
     return info
 
 
+_KeyHeader = Annotated[
+    str | None,
+    Header(
+        alias=IDEMPOTENCY_HEADER,
+        description="the client's key for this exec (8-128 characters of A-Z a-z 0-9 . _ : -): "
+        "a request with the same key and body runs the command at most once and answers "
+        f"the first run's result (kept {IDEMPOTENCY_TTL_S / 3600:.0f} h after it finished); "
+        "the same key with another body is 422 idempotency_key_reused",
+    ),
+]
+
+
 @router.post("/{session_id}/exec", response_model=ExecResult)
 def exec_turn(
-    session_id: str, body: ExecRequest, request: Request, svc: Svc, tenant: CurrentTenant
+    session_id: str,
+    body: ExecRequest,
+    request: Request,
+    svc: Svc,
+    tenant: CurrentTenant,
+    idempotency_key: _KeyHeader = None,
 ) -> ExecResult:
-    """Run one command. A second concurrent turn on the session gets 409 session_busy."""
-    return svc.runner.exec(tenant, session_id, body, t0=request.state.t0)
+    """Run one command. A second concurrent turn on the session gets 409 session_busy,
+    unless it carries the same ``Idempotency-Key``: then it waits for the first's result."""
+    key = check_key(idempotency_key) if idempotency_key is not None else None
+    return svc.runner.exec(tenant, session_id, body, t0=request.state.t0, idempotency_key=key)

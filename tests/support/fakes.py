@@ -74,12 +74,20 @@ class FakeWorker:
         if self.hold is not None and not self.hold.wait(timeout):
             return None
         with self._lock:
+            sent = any((j.turn_id, j.attempt) == (job.turn_id, job.attempt) for j, _ in self.sent)
+        if not sent:  # like Celery: no result for a task nobody sent
+            threading.Event().wait(timeout)
+            return None
+        with self._lock:
             if job.turn_id not in self._done:
                 self._done[job.turn_id] = self.run(job)
             return self._done[job.turn_id]
 
     def forget(self, handle: Any) -> None:
         pass
+
+    def handle_of(self, job: TurnJob) -> TurnJob:
+        return job
 
     def run(self, job: TurnJob) -> TurnOutcome:
         self.registry.heartbeat(self.node, 30)

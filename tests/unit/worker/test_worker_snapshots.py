@@ -23,7 +23,16 @@ import redis
 
 from sandgrid.errors import ErrorCode, InfrastructureError
 from sandgrid.models import ExecRequest, ExecResult, FileRead, FileWrite, SessionCreate, SessionInfo
-from sandgrid.wire.jobs import CloseOp, ForkOp, ReadOp, TurnJob, TurnOp, TurnOutcome, WriteOp
+from sandgrid.wire.jobs import (
+    CloseOp,
+    ExecOp,
+    ForkOp,
+    ReadOp,
+    TurnJob,
+    TurnOp,
+    TurnOutcome,
+    WriteOp,
+)
 from sandgrid.wire.objects import LocalObjects, keys
 from sandgrid.wire.settings import Settings, SnapshotSettings, WorkerSettings
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
@@ -241,10 +250,10 @@ def test_a_turn_whose_snapshot_fails_says_so_and_the_session_stays_usable(node: 
     assert write(node, info, "a.txt", "saved").ok
     store.down = True
     out = write(node, info, "b.txt", "not yet saved")
-    assert not out.ok and out.error is not None
-    assert out.error["code"] == "store_unavailable" and out.error["type"] == "InfrastructureError"
-    assert "ran but its workspace was not saved" in out.error["message"]
-    assert out.error["retryable"] is False and out.error["context"]["turn_ran"] is True
+    assert out.ok and out.error is None and out.result is not None  # it ran: its result
+    assert out.result["written"] == 1 and out.result["saved"] is False
+    assert out.result["saved_error"]["code"] == "store_unavailable"
+    assert "unavailable" in out.result["saved_error"]["message"]
     fresh = reg(node).get(TENANT, info.id)
     assert fresh.turns == 2 and fresh.unsaved  # counted; a worker loss must not re-run
     assert read(node, info, "b.txt") == "not yet saved"  # usable, same sandbox
@@ -256,13 +265,34 @@ def test_a_turn_whose_snapshot_fails_says_so_and_the_session_stays_usable(node: 
     assert not reg(node).get(TENANT, info.id).unsaved
 
 
+def test_an_exec_whose_snapshot_fails_answers_its_output_not_saved(node: Node) -> None:
+    store: Any = node.store.objects
+    info = new_session(reg(node))
+    store.down = True
+    out = turn(node, info, ExecOp(request=ExecRequest(shell="echo ran")))
+    assert out.ok, out.error
+    result = ExecResult.model_validate(out.result)
+    assert result.stdout == "echo ran" and result.exit_code == 0
+    assert result.saved is False and result.saved_error is not None
+    assert result.saved_error.code == "store_unavailable"
+    assert reg(node).get(TENANT, info.id).unsaved
+    store.down = False
+    again = ExecResult.model_validate(
+        turn(node, info, ExecOp(request=ExecRequest(shell="x"))).result
+    )
+    assert again.saved and again.saved_error is None
+    assert not reg(node).get(TENANT, info.id).unsaved
+
+
 def test_everything_changed_while_down_is_in_the_next_snapshot(tmp_path: Path, node: Node) -> None:
     store: Any = node.store.objects
     info = new_session(reg(node))
     store.down = True
-    assert not write(node, info, "a.txt", "1").ok
+    down = write(node, info, "a.txt", "1")
+    assert down.ok and down.result is not None and down.result["saved"] is False
     store.down = False
-    assert write(node, info, "b.txt", "2").ok
+    up = write(node, info, "b.txt", "2")
+    assert up.ok and up.result is not None and "saved_error" not in up.result
     other = make_node(tmp_path / "other", reg(node), store=node.store)  # one store, as MinIO
     assert node.sessions.pop(info.id) is not None  # as if this worker died
     reg(node).release_lease(info.id, node.name)

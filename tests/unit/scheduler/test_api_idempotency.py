@@ -1,0 +1,136 @@
+"""Idempotent exec through the API: one run per key, the first result for every retry."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sandgrid.models import ExecRequest
+from sandgrid.wire.jobs import ExecOp
+from scheduler.idempotency import fingerprint, turn_id_for
+from tests.support.fakes import Grid
+
+KEY = "retry-key-0001"
+
+
+def _session(grid: Grid) -> str:
+    r = grid.http.post("/v1/sessions", json={}, headers=grid.headers())
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+def _exec(grid: Grid, sid: str, body: dict[str, Any], key: str | None = KEY) -> Any:
+    headers = grid.headers()
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return grid.http.post(f"/v1/sessions/{sid}/exec", json=body, headers=headers)
+
+
+def _execs(grid: Grid) -> list[str]:
+    """The turn ids of the exec turns the worker was sent."""
+    return [job.turn_id for job, _ in grid.worker.sent if isinstance(job.op, ExecOp)]
+
+
+def _together(n: int, call: Callable[[], Any]) -> list[Any]:
+    """Run ``call`` in ``n`` threads at once; their answers."""
+    answers: list[Any] = []
+    threads = [threading.Thread(target=lambda: answers.append(call())) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    return answers
+
+
+def test_a_retry_after_the_first_finished_returns_its_result_without_running(grid: Grid) -> None:
+    sid = _session(grid)
+    first = _exec(grid, sid, {"shell": "echo once >> log"})
+    assert first.status_code == 200, first.text
+    again = _exec(grid, sid, {"shell": "echo once >> log"})
+    assert again.status_code == 200, again.text
+    assert again.json()["stdout"] == first.json()["stdout"]
+    assert again.json()["exit_code"] == first.json()["exit_code"]
+    assert _execs(grid) == [turn_id_for("acme", sid, KEY)]  # one run, the key's turn
+    assert _exec(grid, sid, {"shell": "echo once >> log"}, key=None).status_code == 200
+    assert len(_execs(grid)) == 2  # no key: a new turn
+
+
+def test_two_concurrent_execs_with_one_key_run_once(grid: Grid) -> None:
+    sid = _session(grid)
+    hold = grid.worker.hold = threading.Event()
+    threading.Timer(0.5, hold.set).start()  # both requests are in: one sent, one waiting
+    answers = _together(2, lambda: _exec(grid, sid, {"shell": "append"}))
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+    assert answers[0].json()["stdout"] == answers[1].json()["stdout"] == "append\n"
+    assert len(_execs(grid)) == 1
+
+
+def test_a_key_reused_with_another_body_is_422_naming_the_header(grid: Grid) -> None:
+    sid = _session(grid)
+    assert _exec(grid, sid, {"shell": "echo a"}).status_code == 200
+    r = _exec(grid, sid, {"shell": "echo b"})
+    assert r.status_code == 422
+    err = r.json()["error"]
+    assert err["code"] == "idempotency_key_reused" and err["context"]["field"] == "Idempotency-Key"
+    assert len(_execs(grid)) == 1
+
+
+def test_a_malformed_key_is_422_naming_the_header(grid: Grid) -> None:
+    sid = _session(grid)
+    for bad in ("short", "x" * 129, "spaces are not allowed", "key/with/slashes"):
+        r = _exec(grid, sid, {"shell": "echo"}, key=bad)
+        assert r.status_code == 422, (bad, r.text)
+        err = r.json()["error"]
+        assert err["code"] == "invalid_input" and err["context"]["field"] == "Idempotency-Key"
+    assert _execs(grid) == []
+
+
+def test_a_refused_turn_releases_its_key(grid: Grid) -> None:
+    sid = _session(grid)
+    grid.worker.hold = threading.Event()
+    t = threading.Thread(target=lambda: _exec(grid, sid, {"shell": "busy"}, key=None))
+    t.start()
+    while not grid.worker.sent:
+        time.sleep(0.01)
+    refused = _exec(grid, sid, {"shell": "later"})
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "session_busy"
+    grid.worker.hold.set()
+    t.join(10)
+    ran = _exec(grid, sid, {"shell": "later"})  # the same key: it did not run, so it runs now
+    assert ran.status_code == 200 and ran.json()["stdout"] == "later\n"
+    assert len(_execs(grid)) == 2
+
+
+def test_an_error_outcome_is_kept_under_the_key(grid: Grid) -> None:
+    sid = _session(grid)
+    first = _exec(grid, sid, {"argv": ["crash"]})
+    assert first.status_code == 500 and first.json()["error"]["code"] == "sandbox_lost"
+    again = _exec(grid, sid, {"argv": ["crash"]})
+    assert again.status_code == 500 and again.json()["error"] == first.json()["error"]
+    assert len(_execs(grid)) == 1
+
+
+def test_the_sdk_sends_one_key_per_call(grid: Grid) -> None:
+    sid = _session(grid)
+    with grid.client() as c:
+        c.exec(sid, shell="one")
+        c.exec(sid, shell="one")  # a new call: a new key, a new run
+        c.exec(sid, shell="two", idempotency_key=KEY)
+        c.exec(sid, shell="two", idempotency_key=KEY)  # the caller's key: one run
+    ids = _execs(grid)
+    assert len(ids) == 3 and all(i.startswith("t-k") for i in ids)
+    assert ids[2] == turn_id_for("acme", sid, KEY)
+
+
+def test_a_key_whose_request_died_before_sending_is_taken_over_once(grid: Grid) -> None:
+    sid = _session(grid)
+    store = grid.services.runner.idempotency
+    store.take_over_s = 0.2
+    op = ExecOp(request=ExecRequest(shell="late"))
+    turn_id = turn_id_for("acme", sid, KEY)
+    assert store.reserve(turn_id, fingerprint(op), 60).state == "new"  # then it "died"
+    answers = _together(2, lambda: _exec(grid, sid, {"shell": "late"}))
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+    assert _execs(grid) == [turn_id]  # one of the two ran it, the other got its result
