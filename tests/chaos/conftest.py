@@ -257,16 +257,13 @@ def restart_dockerd(chaos_grid: ChaosGrid) -> Callable[[], Window]:
 
 
 @pytest.fixture
-def report(request: pytest.FixtureRequest) -> Callable[[Accounting], None]:
+def report(capsys: pytest.CaptureFixture[str]) -> Callable[[Accounting], None]:
     """Print a scenario's table to the terminal (even under -q) and keep it if asked."""
 
     def show(accounting: Accounting) -> None:
         table = accounting.table()
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line("")
-            for line in table.splitlines():
-                reporter.write_line(line)
+        with capsys.disabled():
+            print(f"\n\n{table}\n")
         keep = os.environ.get("SANDGRID_CHAOS_TABLES")
         if keep:
             with open(keep, "a") as f:

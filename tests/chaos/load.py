@@ -26,7 +26,7 @@ __all__ = ["LOG_FILE", "Load", "turn_command"]
 LOG_FILE = "turns.log"
 TURN_SLEEP_S = 0.2
 ERROR_PAUSE_S = 0.2
-TURN_TIMEOUT_S = 30
+TURN_TIMEOUT_S = 10
 
 
 def turn_command(number: int) -> str:
@@ -75,15 +75,17 @@ class Load:
         if code is not None:
             time.sleep(ERROR_PAUSE_S)
 
-    def wait_calls(self, count: int, timeout: float = 60) -> None:
-        """Until ``count`` more calls have been answered."""
+    def progress(self, count: int, timeout: float) -> bool:
+        """Whether ``count`` more calls were answered within ``timeout`` seconds."""
         target = self.done + count
         deadline = time.monotonic() + timeout
         while self.done < target:
-            assert time.monotonic() < deadline, f"the load made no progress ({self.done} calls)"
+            if time.monotonic() > deadline:
+                return False
             time.sleep(0.05)
+        return True
 
-    def wait_acknowledged_after(self, since: float, count: int, timeout: float = 60) -> None:
+    def wait_acknowledged_after(self, since: float, count: int, timeout: float = 30) -> None:
         """Until ``count`` turns started after ``since`` were acknowledged (or the timeout)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -96,7 +98,7 @@ class Load:
     def under(self, fault: Callable[[], tuple[float, float]], warmup: int = 6) -> None:
         """Run the load, inject ``fault`` after ``warmup`` calls, wait for recovery."""
         with self.running():
-            self.wait_calls(warmup)
+            assert self.progress(warmup, 30), f"no load before the fault ({self.done} calls)"
             window = fault()
             self.accounting.fault(*window)
             self.wait_acknowledged_after(window[1], 2 * len(self.sessions))
@@ -115,7 +117,7 @@ class Load:
         finally:
             self._stop.set()
             for t in self._threads:
-                t.join(TURN_TIMEOUT_S + 60)
+                t.join(TURN_TIMEOUT_S + 40)
         self.collect()
 
     def collect(self) -> None:

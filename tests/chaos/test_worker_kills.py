@@ -23,6 +23,8 @@ from tests.chaos.load import TURN_SLEEP_S, Load
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
 KILLS = 20
+KILL_BUDGET_S = 90.0
+"""The kills must be done within this (about 4 s each when turns are answered fast)."""
 ANSWER_WITHIN_S = NODE_TTL_S + 5 + TURN_SLEEP_S
 """Item 4: a turn whose worker died is answered within the heartbeat timeout + 5 s."""
 
@@ -36,6 +38,12 @@ def _owner(load: Load, accounting: Accounting) -> str:
     return acked[-1] if acked else random.choice(NODES)
 
 
+@pytest.mark.xfail(
+    strict=False,
+    reason="issue 11 item 4 (another branch): a turn held by a killed worker restarted under "
+    "the same name waits for its deadline (about 40 s, no outcome) instead of being run "
+    "again and answered within the heartbeat timeout + 5 s",
+)
 def test_twenty_kills_of_the_owning_worker(
     chaos_grid: ChaosGrid,
     kill_worker: Callable[[str], Window],
@@ -43,21 +51,24 @@ def test_twenty_kills_of_the_owning_worker(
 ) -> None:
     accounting = Accounting(f"kill -9 of the owning worker x{KILLS}")
     rng = random.Random(11)
+    kills = 0
     with chaos_grid.client() as client:
         load = Load(client, accounting)
         first = last = time.monotonic()
         with load.running():
-            load.wait_calls(2)
-            for _ in range(KILLS):
-                load.wait_calls(2)  # progress since the last kill: the grid serves
+            deadline = first + KILL_BUDGET_S
+            # each kill waits for progress since the last one: the grid serves again
+            while kills < KILLS and load.progress(2, deadline - time.monotonic()):
                 time.sleep(rng.uniform(0, TURN_SLEEP_S))  # mid-turn as often as between
-                owner = _owner(load, accounting)
-                _, last = kill_worker(owner)
-            load.wait_calls(3)
+                _, last = kill_worker(_owner(load, accounting))
+                kills += 1
+            load.progress(3, 20)
         accounting.fault(first, last)
     accounting.containers_left = chaos_grid.shutdown()
     slow = [c for c in accounting.calls if c.latency_s > ANSWER_WITHIN_S]
     accounting.notes.append(f"answered later than {ANSWER_WITHIN_S:.1f} s: {len(slow)}")
+    accounting.notes.append(f"kills: {kills} of {KILLS} within {KILL_BUDGET_S:.0f} s")
     report(accounting)
+    assert kills == KILLS, f"only {kills} kills in {KILL_BUDGET_S} s: turns answered too slowly"
     assert accounting.violations() == []
     assert not slow, [(c.number, c.code, round(c.latency_s, 1)) for c in slow]
