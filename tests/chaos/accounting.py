@@ -198,6 +198,7 @@ class Accounting:
             ("client-visible errors", f"{len(self.errors)} ({codes})"),
             ("errors silent on whether they ran", str(len(self.silent_errors()))),
             ("p50 / p99 / max turn latency", _latency(lat)),
+            ("slowest error", _latency_ms(max((c.latency_s for c in self.errors), default=None))),
             ("containers left behind", left),
             *(("note", n) for n in self.notes),
         ]
@@ -205,6 +206,10 @@ class Accounting:
         lines = [f"**{self.scenario}**", "", f"| {'':<{width}} | |", f"|{'-' * (width + 2)}|---|"]
         lines += [f"| {k:<{width}} | {v} |" for k, v in rows]
         return "\n".join(lines)
+
+
+def _latency_ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:.0f} ms"
 
 
 def _latency(values: list[float]) -> str:

@@ -46,8 +46,9 @@ def _scenario(
 
 @pytest.mark.xfail(
     strict=False,
-    reason="issue 11 item 2 (another branch): while Redis is down turns answer turn_timeout, "
-    "which does not say whether the turn ran, instead of 503 registry_unavailable",
+    reason="issue 11 items 1-2 (other branches): while Redis is down turns answer 500 internal "
+    "or turn_timeout, which do not say whether the turn ran, instead of 503 "
+    "registry_unavailable; after the restart a session can stay busy (session_busy)",
 )
 def test_redis_restart_during_load(
     chaos_grid: ChaosGrid,
