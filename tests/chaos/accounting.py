@@ -197,6 +197,7 @@ class Accounting:
             ("run twice", str(len(self.run_twice()))),
             ("client-visible errors", f"{len(self.errors)} ({codes})"),
             ("errors silent on whether they ran", str(len(self.silent_errors()))),
+            ("errors contradicting the file", str(len(self.wrong_errors()))),
             ("p50 / p99 / max turn latency", _latency(lat)),
             ("slowest error", _latency_ms(max((c.latency_s for c in self.errors), default=None))),
             ("containers left behind", left),
