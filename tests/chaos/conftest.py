@@ -35,18 +35,9 @@ import redis
 from sandgrid.client import Client
 from sandgrid.localgrid import LocalGrid
 from tests.chaos.accounting import Accounting
-from tests.chaos.services import (
-    ACCESS,
-    MINIO_BIN_DIR,
-    SECRET,
-    PrivateDockerd,
-    PrivateMinio,
-    PrivateRedis,
-    free_port,
-)
+from tests.chaos.services import PrivateDockerd, PrivateRedis, free_port
+from tests.integration.test_snapshots_grid import ACCESS, MINIO_BIN_DIR, SECRET, PrivateMinio
 from worker.quotas import LABEL_WORKER
-
-__all__ = ["NODES", "NODE_TTL_S", "ChaosGrid", "Window"]
 
 NODES = ("chaos-w1", "chaos-w2")
 TOKEN = "tok-chaos-" + "c" * 24

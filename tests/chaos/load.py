@@ -21,7 +21,14 @@ from sandgrid.client import Client, Session
 from sandgrid.errors import SandgridError
 from tests.chaos.accounting import Accounting, Call, ran_of
 
-__all__ = ["LOG_FILE", "Load", "turn_command"]
+__all__ = [
+    "ERROR_PAUSE_S",
+    "LOG_FILE",
+    "TURN_SLEEP_S",
+    "TURN_TIMEOUT_S",
+    "Load",
+    "turn_command",
+]
 
 LOG_FILE = "turns.log"
 TURN_SLEEP_S = 0.2

@@ -7,7 +7,7 @@ It starts its own, which it may stop, kill and restart at will:
 - ``PrivateRedis``: ``redis-server`` on a free port with its own directory and
   AOF persistence (``appendonly yes``, ``appendfsync everysec``), as production
   runs it (issue 11, item 1).
-- ``PrivateMinio`` (from the snapshot grid tests): ``deploy/local/minio.sh``
+- ``PrivateMinio`` (of the snapshot grid tests, ``tests/integration``): ``deploy/local/minio.sh``
   with its own port and ``SANDGRID_STATE_DIR``.
 - ``PrivateDockerd``: a second ``dockerd`` (``deploy/local/docker2.sh``) with its
   own data root, exec root, pid file and Unix socket, no bridge, no iptables,
@@ -25,44 +25,24 @@ import os
 import signal
 import socket
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from tests.integration.test_snapshots_grid import ACCESS, MINIO_BIN_DIR, SECRET, PrivateMinio
+from tests.integration.test_snapshots_grid import wait_for
 
-__all__ = [
-    "ACCESS",
-    "MINIO_BIN_DIR",
-    "SECRET",
-    "PrivateDockerd",
-    "PrivateMinio",
-    "PrivateRedis",
-    "free_port",
-    "wait_for",
-]
+__all__ = ["PrivateDockerd", "PrivateRedis", "free_port"]
 
-REPO = Path(__file__).resolve().parents[2]
-DOCKER2_SH = REPO / "deploy" / "local" / "docker2.sh"
-DOCKER_CLI = "/usr/bin/docker"
+_REPO = Path(__file__).resolve().parents[2]
+_DOCKER2_SH = _REPO / "deploy" / "local" / "docker2.sh"
+_DOCKER_CLI = "/usr/bin/docker"
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def wait_for(cond: Callable[[], Any], what: str, timeout: float = 30) -> Any:
-    """Poll ``cond`` every 0.1 s until it is true; its value, or AssertionError."""
-    deadline = time.monotonic() + timeout
-    while not (value := cond()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return value
 
 
 class PrivateRedis:
@@ -141,7 +121,11 @@ class PrivateDockerd:
 
     def _script(self, *args: str, timeout: float = 120) -> None:
         subprocess.run(
-            [str(DOCKER2_SH), *args], env=self.env, check=True, timeout=timeout, capture_output=True
+            [str(_DOCKER2_SH), *args],
+            env=self.env,
+            check=True,
+            timeout=timeout,
+            capture_output=True,
         )
 
     def start(self) -> None:
@@ -166,9 +150,9 @@ class PrivateDockerd:
         for image in self.images:
             if self._image_id(image, None) == self._image_id(image, self.host):
                 continue
-            save = subprocess.Popen([DOCKER_CLI, "save", image], stdout=subprocess.PIPE)
+            save = subprocess.Popen([_DOCKER_CLI, "save", image], stdout=subprocess.PIPE)
             subprocess.run(
-                [DOCKER_CLI, "load", "-q"],
+                [_DOCKER_CLI, "load", "-q"],
                 stdin=save.stdout,
                 env={**os.environ, "DOCKER_HOST": self.host},
                 check=True,
@@ -184,7 +168,7 @@ class PrivateDockerd:
         if host:
             env["DOCKER_HOST"] = host
         out = subprocess.run(
-            [DOCKER_CLI, "image", "inspect", "-f", "{{.Id}}", image],
+            [_DOCKER_CLI, "image", "inspect", "-f", "{{.Id}}", image],
             env=env,
             capture_output=True,
             text=True,
