@@ -10,6 +10,7 @@ never the node itself.
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 from collections.abc import Mapping
 
@@ -58,6 +59,8 @@ class Node:
         pool: SandboxPool | None = None,
     ) -> None:
         self.name = name
+        #: This process: a node restarted under the same name is a new incarnation.
+        self.incarnation = secrets.token_hex(8)
         self.settings = settings or get_settings()
         self.types = [get_type(t).name for t in types]
         self.ledger = ledger or RedisLedger.from_settings(self.settings)
@@ -80,9 +83,16 @@ class Node:
             self.persistence,
             self.residency,
             self.backend_for,
+            self.incarnation,
         )
         self.heartbeat = Heartbeat(
-            name, self.ledger, self.sessions, self.residency, self.settings.heartbeat_s
+            name,
+            self.ledger,
+            self.sessions,
+            self.residency,
+            self.settings.heartbeat_s,
+            incarnation=self.incarnation,
+            types=self.types,
         )
         self.reaper = Reaper(
             name,

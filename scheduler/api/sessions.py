@@ -27,6 +27,7 @@ def create_session(spec: SessionCreate, svc: Svc, tenant: CurrentTenant) -> Sess
     the new session (the blobs are shared), so the fork outlives its source.
     """
     svc.admission.check_session(tenant, spec)
+    svc.admission.check_capacity(spec.type, "sessions.create")
     source = _fork_source(svc, tenant, spec) if spec.fork_from else None
     info = svc.registry.create(
         tenant.name,
