@@ -10,7 +10,6 @@ never the node itself.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 from collections.abc import Mapping
 
@@ -19,7 +18,7 @@ from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.redis_ledger import RedisLedger
 from sandgrid.wire.settings import Settings, get_settings
 from worker.backends import backend_for
-from worker.backends.base import SandboxBackend
+from worker.backends.base import INCARNATION, SandboxBackend
 from worker.executor import Executor
 from worker.heartbeat import Heartbeat
 from worker.persistence import Persistence
@@ -59,8 +58,9 @@ class Node:
         pool: SandboxPool | None = None,
     ) -> None:
         self.name = name
-        #: This process: a node restarted under the same name is a new incarnation.
-        self.incarnation = secrets.token_hex(8)
+        #: This process (also on its containers' labels): a node restarted under
+        #: the same name is a new incarnation.
+        self.incarnation = INCARNATION
         self.settings = settings or get_settings()
         self.types = [get_type(t).name for t in types]
         self.ledger = ledger or RedisLedger.from_settings(self.settings)
