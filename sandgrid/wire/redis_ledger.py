@@ -95,11 +95,11 @@ class RedisLedger(SessionLedger):
     # ---- turns -------------------------------------------------------------------
 
     def receive_turn(self, turn_id: str, node: str, attempt: int, incarnation: str) -> bool:
-        args = [node, attempt, incarnation]
-        return bool(self._run("receive_turn", [names.turn_key(turn_id)], args))
+        args = [node, attempt, time.time(), incarnation, "hold"]
+        return bool(self._run("claim_turn", [names.turn_key(turn_id)], args))
 
     def claim_turn(self, turn_id: str, node: str, attempt: int = 1, incarnation: str = "") -> bool:
-        args = [node, attempt, time.time(), incarnation]
+        args = [node, attempt, time.time(), incarnation, "run"]
         return bool(self._run("claim_turn", [names.turn_key(turn_id)], args))
 
     def requeue_turn(self, turn_id: str, attempt: int, holder: str) -> Requeue:
