@@ -56,16 +56,12 @@ class NodeDirectory:
 
     def serving(self, sandbox_type: str) -> list[str]:
         """The live nodes that serve ``sandbox_type``, sorted by name."""
-        return sorted(
-            name
-            for name, rec in self.records().items()
-            if rec.types is None or sandbox_type in rec.types
-        )
+        return sorted(_serving(self.records(), sandbox_type))
 
     def incarnations(self, sandbox_type: str) -> frozenset[str]:
         """The live processes serving ``sandbox_type``, as ``node/incarnation``."""
         found = self.records()
-        return frozenset(f"{n}/{found[n].inc}" for n in self.serving(sandbox_type))
+        return frozenset(f"{n}/{found[n].inc}" for n in _serving(found, sandbox_type))
 
     def incarnation(self, node: str) -> str | None:
         """The live process of ``node`` (``''`` when its record names none), or None."""
@@ -89,3 +85,7 @@ class NodeDirectory:
                 operation=operation,
                 context={"type": sandbox_type, "retry_after": NO_CAPACITY_RETRY_AFTER_S},
             )
+
+
+def _serving(records: dict[str, NodeRecord], sandbox_type: str) -> list[str]:
+    return [n for n, rec in records.items() if rec.types is None or sandbox_type in rec.types]

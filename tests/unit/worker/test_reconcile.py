@@ -128,10 +128,11 @@ def test_a_daemon_that_does_not_answer_drops_nothing() -> None:
     backend = VanishingBackend()
     reaper, sessions, pool, _ = _node(backend)
     _lease(sessions, pool, "s1")
+    warm = pool.warm_count("python")
     backend.down = True
     with pytest.raises(SandgridError):  # the reaper's loop logs it and tries again
         reaper.reconcile()
-    assert sessions.ids() == ["s1"] and pool.warm_count("python") == 2
+    assert sessions.ids() == ["s1"] and pool.warm_count("python") == warm
 
 
 def test_a_container_made_during_the_pass_is_not_judged() -> None:
