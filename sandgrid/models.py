@@ -29,6 +29,7 @@ __all__ = [
     "FileRead",
     "FileWrite",
     "Quotas",
+    "SandboxTypeInfo",
     "SandboxTypeName",
     "SaveError",
     "SessionCreate",
@@ -37,6 +38,7 @@ __all__ = [
     "SessionList",
     "SessionState",
     "SnapshotPolicy",
+    "TypeList",
     "WireModel",
     "WorkspacePath",
     "workspace_path",
@@ -252,3 +254,23 @@ class SessionList(WireModel):
     """Body of ``GET /v1/sessions``: the tenant's sessions that are not closed."""
 
     sessions: list[SessionInfo]
+
+
+class SandboxTypeInfo(WireModel):
+    """One sandbox type of the catalog, and the live worker nodes that serve it.
+
+    A type with no node is refused (503 ``no_capacity``) until a worker serving
+    it beats again.
+    """
+
+    v: Literal[1] = 1
+    name: str
+    runtime: str = Field(description="the OCI runtime: runc, or gVisor's runsc")
+    image: str
+    nodes: list[str] = Field(default_factory=list, description="live nodes serving it")
+
+
+class TypeList(WireModel):
+    """Body of ``GET /v1/types``: every type of the catalog."""
+
+    types: list[SandboxTypeInfo]

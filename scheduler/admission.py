@@ -6,6 +6,8 @@ Two kinds of refusal, chosen so that a client knows whether waiting helps:
   workspace, output, network, sandbox type), or for a type the catalog does not
   know (``sandgrid.wire.catalog``), is ``InvalidInput`` (422) naming the field and the
   rule: retrying the same request never helps;
+* a type that no live worker serves is ``CapacityError`` (503 ``no_capacity``),
+  answered at once from the nodes' heartbeats (``scheduler.nodes``);
 * a tenant at its *count* ceilings (live sessions, turns in flight) or a queue
   deeper than ``settings.queue_depth_limit`` is ``LimitExceeded`` (429) with a
   ``Retry-After``: the same request may pass later.
@@ -22,6 +24,7 @@ import redis
 from sandgrid.errors import ErrorCode, InvalidInput, LimitExceeded
 from sandgrid.models import ExecRequest, Quotas, SessionCreate
 from sandgrid.wire.catalog import get_type
+from scheduler.nodes import NodeDirectory
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant
 
@@ -86,14 +89,29 @@ class Admission:
         client: the Redis client (broker and registry share the server).
         registry: the session registry, which keeps the tenants' turn slots.
         queue_depth_limit: refuse new turns when a queue holds more messages.
+        nodes: the live nodes; a ``NodeDirectory`` over ``registry`` when omitted.
     """
 
     def __init__(
-        self, client: redis.Redis[str], registry: SessionRegistry, *, queue_depth_limit: int
+        self,
+        client: redis.Redis[str],
+        registry: SessionRegistry,
+        *,
+        queue_depth_limit: int,
+        nodes: NodeDirectory | None = None,
     ) -> None:
         self.redis = client
         self.registry = registry
         self.queue_depth_limit = queue_depth_limit
+        self.nodes = nodes or NodeDirectory(registry)
+
+    def check_capacity(self, sandbox_type: str, operation: str = "admission") -> None:
+        """Refuse work of a type that no live node serves (see ``NodeDirectory.require``).
+
+        Raises:
+            CapacityError: 503 ``no_capacity``.
+        """
+        self.nodes.require(sandbox_type, operation)
 
     def check_session(self, tenant: Tenant, spec: SessionCreate) -> None:
         """Quota ceilings and allowed types of a new session (the count is atomic later).

@@ -8,13 +8,16 @@ One session runs one turn at a time: a second concurrent turn is refused with
 never waits an unbounded time for a slot it cannot see, and the order of turns
 is always the order the client chose.
 
-While waiting, the runner watches the node that has (or will have) the turn: the
-node that claimed it, else the node whose direct queue it was sent to, else the
-node that took the session's lease after routing. When that node's heartbeat
-lapses before an outcome arrives, ``on_worker_lost`` runs the turn again on
-another worker from the session's last snapshot when that is safe; otherwise the
-turn is abandoned (a late redelivery is refused by ``claim_turn``) and the caller
-gets 503 ``worker_lost``.
+A type that no live worker serves is refused at once (503 ``no_capacity``).
+While waiting, the runner watches the process that holds the turn (it reserved
+or claimed the message), else the node whose direct queue has it, else the
+processes serving its type (``scheduler.watch``). When that process is gone
+(its heartbeat lapsed, or its node restarted as a new incarnation) before an
+outcome arrives, ``on_worker_lost`` sends the turn again, to the session's
+owner if it lives, else to its type's shared queue, where a worker restores
+the session's last snapshot: at most ``MAX_RUNS`` runs of a turn, never two on
+one workspace. When that is not safe, the turn is abandoned (a late
+redelivery is refused by ``claim_turn``) and the caller gets 503 ``worker_lost``.
 
 An exec with an idempotency key runs as the turn whose id the key names
 (``scheduler.idempotency``): a retry finds the first one's outcome, or waits for
@@ -47,11 +50,15 @@ from scheduler.idempotency import IdempotencyStore, TakeOver, fingerprint, turn_
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from scheduler.routing import route
 from scheduler.tenants import Tenant
+from scheduler.watch import Lost, TurnWatch
 
-__all__ = ["CLOSE_EXPIRES_S", "MAX_ATTEMPTS", "TurnDone", "TurnRunner"]
+__all__ = ["CLOSE_EXPIRES_S", "MAX_ATTEMPTS", "MAX_RUNS", "TurnDone", "TurnRunner"]
 
 #: Runs of one turn at most: the first, and one more after its worker died.
-MAX_ATTEMPTS = 2
+MAX_RUNS = 2
+#: Sends of one turn at most: a message held by a process that died before it
+#: ran the turn is sent again without counting as a run.
+MAX_ATTEMPTS = 4
 
 #: How long a close message may wait in the owner's queue before it is dropped.
 CLOSE_EXPIRES_S = 120.0
@@ -212,6 +219,7 @@ class TurnRunner:
                 context={"session": session.id},
             )
         ttl = (timeout_s or session.quotas.timeout_s) + self.turn_margin_s
+        self.admission.check_capacity(session.type, op.kind)
         queue = route(self.registry, session, batch=batch)
         self.admission.check_queue(queue)
         job = TurnJob(
@@ -281,9 +289,9 @@ class TurnRunner:
         return outcome, wait_ms
 
     def _wait(self, job: TurnJob, handle: Any, queue: str, ttl: float) -> TurnOutcome:
-        """Wait for the outcome, checking every ``lost_check_s`` that the worker lives."""
+        """Wait for the outcome, checking every ``lost_check_s`` that its holder lives."""
         deadline = time.monotonic() + ttl
-        direct = names.node_of_queue(queue)
+        watch = TurnWatch(self.registry, self.admission.nodes, job, queue)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -291,48 +299,64 @@ class TurnRunner:
             outcome = self.dispatcher.wait(handle, min(self.lost_check_s, left))
             if outcome is not None:
                 return outcome
-            node = self._watched_node(job, direct)
-            if node and not self.registry.node_alive(node):
+            lost = self._watched_node(watch)
+            if lost is not None:
                 last = self.dispatcher.wait(handle, self.lost_check_s / 10)
-                return last if last is not None else self.on_worker_lost(job, handle, node)
+                if last is not None:
+                    return last
+                retried = self.on_worker_lost(job, handle, lost.node, holder=lost.holder)
+                if retried is not None:
+                    return retried
 
-    def _watched_node(self, job: TurnJob, direct: str | None) -> str | None:
-        claimed = self.registry.turn_state(job.turn_id).get("node")
-        if claimed or direct:
-            return claimed or direct
-        owner = self.registry.lease_owner(job.session.id)
-        return owner if owner and owner != job.session.owner else None
+    def _watched_node(self, watch: TurnWatch) -> Lost | None:
+        """The process the turn depended on, when it is gone (see ``scheduler.watch``)."""
+        return watch.check()
 
-    def on_worker_lost(self, job: TurnJob, handle: Any, node: str) -> TurnOutcome:
-        """The watched worker's heartbeat lapsed before the outcome came.
+    def on_worker_lost(
+        self, job: TurnJob, handle: Any, node: str, *, holder: str = ""
+    ) -> TurnOutcome | None:
+        """The process holding the turn (or the queue it was on) is gone.
 
-        Exactly one run per turn: the turn is sent again (``attempt + 1``) to the
-        shared queue of its type, where another worker restores the session's
-        last snapshot, the one taken before this turn, and runs it. The older
-        attempt can no longer be claimed (``retry_turn``). When the session's
-        record shows that the turn did complete (its worker died after saving the
-        snapshot but before reporting), or that the workspace had changes no
-        snapshot holds (``unsaved``: policy ``on_idle``/``never``, or a failed
-        snapshot), it is not run again: the caller gets a clear 503 instead.
+        Exactly one run per turn on a workspace: the turn is sent again
+        (``attempt + 1``) to the session's owner if it lives (a node restarted
+        under the same name holds its leases), else to the shared queue of its
+        type, where another worker restores the session's last snapshot, the
+        one taken before this turn, and runs it. The older attempt can no longer
+        be claimed (``requeue_turn``). When the session's record shows that the
+        turn did complete (its worker died after saving the snapshot but before
+        reporting), that the workspace had changes no snapshot holds
+        (``unsaved``), or that the turn ran ``MAX_RUNS`` times already, it is
+        not run again: the caller gets a clear 503 instead.
+
+        Args:
+            job: the attempt that was lost.
+            handle: its dispatcher handle.
+            node: the node that is gone (named in the error).
+            holder: the incarnation the turn record named ('' for none).
+
+        Returns:
+            The outcome of the new attempt; None when a live process took the
+            turn meanwhile (keep waiting for ``handle``).
 
         Raises:
             InfrastructureError: ``worker_lost``, when the turn cannot be re-run.
         """
-        self.dispatcher.forget(handle)
         fresh = self.registry.get_any(job.session.id)
+        runs = int(self.registry.turn_state(job.turn_id).get("runs") or 0)
         completed = fresh is not None and fresh.last_turn == job.turn_id
         unsaved = fresh is not None and fresh.unsaved
-        if (
-            completed
-            or unsaved
-            or fresh is None
-            or job.attempt >= MAX_ATTEMPTS
-            or not self.registry.retry_turn(job.turn_id, job.attempt + 1)
-        ):
+        verdict = "final"
+        may_run = not (completed or unsaved or fresh is None) and runs < MAX_RUNS
+        if may_run and job.attempt < MAX_ATTEMPTS:
+            verdict = self.registry.requeue_turn(job.turn_id, job.attempt, holder)
+        if verdict == "held":
+            return None
+        self.dispatcher.forget(handle)
+        if verdict != "requeued" or fresh is None:
             self.registry.abandon_turn(job.turn_id)
             raise _lost(job, node, completed, unsaved)
         retry = job.model_copy(update={"attempt": job.attempt + 1, "session": fresh})
-        queue = names.batch_queue(fresh.type) if job.batch else names.type_queue(fresh.type)
+        queue = route(self.registry, fresh, batch=job.batch)
         ttl = (_timeout_of(job) or fresh.quotas.timeout_s) + self.turn_margin_s
         return self._wait(retry, self.dispatcher.send(retry, queue, expires=ttl), queue, ttl)
 

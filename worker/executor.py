@@ -83,6 +83,7 @@ class Executor:
         persistence: the snapshot policy (restore, save around a turn, fork, forget).
         residency: how a session leaves the node (a lost sandbox, a close).
         backend_for: the backend of a sandbox type (it runs the op).
+        incarnation: this process's id, named in its claims (see ``NodeRecord``).
     """
 
     node: str
@@ -92,6 +93,7 @@ class Executor:
     persistence: Persistence
     residency: Residency
     backend_for: BackendFor
+    incarnation: str = ""
 
     # ---- the turn --------------------------------------------------------------
 
@@ -99,7 +101,7 @@ class Executor:
         """Run one turn and report it; never raises for a turn's own failure."""
         turn = _Turn(time.perf_counter(), {})
         name = self.node
-        if not self.ledger.claim_turn(job.turn_id, name, job.attempt):
+        if not self.ledger.claim_turn(job.turn_id, name, job.attempt, self.incarnation):
             log.info("turn %s: already claimed, abandoned or done; skipped", job.turn_id)
             err = InfrastructureError(
                 "turn was abandoned or already ran", code=ErrorCode.WORKER_LOST

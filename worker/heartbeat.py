@@ -3,12 +3,18 @@
 A lease outlives a heartbeat by ``lease_ttl_s``; when the node dies, its leases
 expire and the next turn of each session goes to the shared queue, where any
 worker takes it and restores the latest snapshot.
+
+The beat carries the process's incarnation (a random id per process) and the
+types the node serves: the API watches a turn's holder by incarnation, so a
+node restarted under the same name is seen as a new process at its first beat,
+and it refuses at once the types that no live node serves.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 
 from sandgrid.wire.ledger import SessionLedger
 from worker.residency import Residency
@@ -34,6 +40,8 @@ class Heartbeat:
         sessions: the sessions whose leases it renews.
         residency: drops a session whose lease another node took.
         interval_s: seconds between beats (``SANDGRID_HEARTBEAT_S``).
+        incarnation: this process's random id.
+        types: the sandbox types the node serves.
     """
 
     def __init__(
@@ -43,8 +51,13 @@ class Heartbeat:
         sessions: SessionTable,
         residency: Residency,
         interval_s: float,
+        *,
+        incarnation: str = "",
+        types: Sequence[str] = (),
     ) -> None:
         self.node = node
+        self.incarnation = incarnation
+        self.types = tuple(types)
         self.ledger = ledger
         self.sessions = sessions
         self.residency = residency
@@ -54,7 +67,8 @@ class Heartbeat:
 
     def beat(self) -> None:
         """One beat: node key, then every local session's lease."""
-        self.ledger.heartbeat(self.node, NODE_TTL_BEATS * self.interval_s)
+        ttl = NODE_TTL_BEATS * self.interval_s
+        self.ledger.heartbeat(self.node, ttl, incarnation=self.incarnation, types=self.types)
         ids = self.sessions.ids()
         if ids:
             for sid in self.ledger.renew_leases(self.node, ids):

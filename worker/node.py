@@ -18,7 +18,7 @@ from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.redis_ledger import RedisLedger
 from sandgrid.wire.settings import Settings, get_settings
 from worker.backends import backend_for
-from worker.backends.base import SandboxBackend
+from worker.backends.base import INCARNATION, SandboxBackend
 from worker.executor import Executor
 from worker.heartbeat import Heartbeat
 from worker.persistence import Persistence
@@ -58,6 +58,9 @@ class Node:
         pool: SandboxPool | None = None,
     ) -> None:
         self.name = name
+        #: This process (also on its containers' labels): a node restarted under
+        #: the same name is a new incarnation.
+        self.incarnation = INCARNATION
         self.settings = settings or get_settings()
         self.types = [get_type(t).name for t in types]
         self.ledger = ledger or RedisLedger.from_settings(self.settings)
@@ -80,9 +83,16 @@ class Node:
             self.persistence,
             self.residency,
             self.backend_for,
+            self.incarnation,
         )
         self.heartbeat = Heartbeat(
-            name, self.ledger, self.sessions, self.residency, self.settings.heartbeat_s
+            name,
+            self.ledger,
+            self.sessions,
+            self.residency,
+            self.settings.heartbeat_s,
+            incarnation=self.incarnation,
+            types=self.types,
         )
         self.reaper = Reaper(
             name,

@@ -65,6 +65,8 @@ class SandboxPool(Protocol):
 
     def container_ids(self) -> set[str]: ...
 
+    def prune(self, gone: set[str]) -> int: ...
+
 
 @dataclass
 class PoolStats:
@@ -210,6 +212,29 @@ class WarmPool:
         """Ids of every container the pool holds (warm) or handed out (leased): for the reaper."""
         with self._lock:
             return {s.id for q in self._warm.values() for s in q} | set(self._leased)
+
+    def prune(self, gone: set[str]) -> int:
+        """Destroy the warm sandboxes whose container no longer runs; how many.
+
+        After the Docker daemon restarted, every container of the pool exited:
+        they are removed here and the refill thread makes new ones.
+
+        Args:
+            gone: ids of containers the runtime no longer reports running.
+        """
+        with self._lock:
+            dead = [s for q in self._warm.values() for s in q if s.id in gone]
+            for q in self._warm.values():
+                for sbx in [s for s in q if s.id in gone]:
+                    q.remove(sbx)
+        for sbx in dead:
+            log.warning("warm sandbox %s is gone (the runtime restarted?)", sbx.name)
+            self._count(sbx.sandbox_type, "unhealthy")
+            sbx.state = "error"
+            self._destroy(sbx)
+        if dead:
+            self._wake.set()
+        return len(dead)
 
     def warm_count(self, sandbox_type: str) -> int:
         with self._lock:

@@ -8,6 +8,11 @@ Every container the grid makes carries ``sandgrid.managed=1`` and the label of
 its worker node. A container of this node that neither the warm pool nor the
 session table holds belongs to no live session: it is removed. At start every
 container of this node is an orphan (the process that made it is gone).
+
+When the Docker daemon restarts, every container stops: ``reconcile`` finds the
+local sessions and warm sandboxes whose container no longer runs, drops them
+(a session then goes on from its last snapshot at its next turn, on any node)
+and lets the pool refill; the orphan pass then removes the exited containers.
 """
 
 from __future__ import annotations
@@ -90,6 +95,37 @@ class Reaper:
                 local.lock.release()
         return count
 
+    def reconcile(self) -> int:
+        """Drop what lives here but whose container no longer runs; how many dropped.
+
+        A session in the middle of a turn is left to that turn (its channel breaks
+        and the executor drops it). When the runtime does not answer (the daemon
+        is down), nothing is dropped: the next pass tries again.
+        """
+        # What existed before the listing: a container made after it is not judged.
+        sessions, warm = list(self.sessions), self.pool.container_ids()
+        running: set[str] = set()
+        for backend in self.backends:
+            running |= {c["id"] for c in backend.list_managed(self.node) if c.get("running")}
+        dropped = self.pool.prune(warm - running)
+        for local in sessions:
+            if local.sandbox.id in running or not local.lock.acquire(blocking=False):
+                continue
+            try:
+                if self.sessions.get(local.session_id) is local:
+                    log.warning(
+                        "session %s: its container %s is gone; the next turn restores its "
+                        "last snapshot",
+                        local.session_id,
+                        local.sandbox.name,
+                    )
+                    local.sandbox.state = "lost"
+                    self.residency.discard(local)
+                    dropped += 1
+            finally:
+                local.lock.release()
+        return dropped
+
     def collect_orphans(self, *, startup: bool = False) -> int:
         """Remove this node's containers that no live session or pool holds."""
         held = self.sessions.container_ids() | self.pool.container_ids()
@@ -115,7 +151,8 @@ class Reaper:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            for step in (self.reap_idle, self.collect_orphans, self.persistence.collect_due):
+            steps = (self.reconcile, self.reap_idle, self.collect_orphans)
+            for step in (*steps, self.persistence.collect_due):
                 try:
                     step()
                 except Exception:

@@ -1,8 +1,18 @@
-"""The Celery tasks of a worker node: thin shells, model in -> executor -> model out."""
+"""The Celery tasks of a worker node: thin shells, model in -> executor -> model out.
+
+When the node reserves a turn's message (it may wait for a free thread: the
+prefetch), ``note_received`` writes the node and its incarnation on the turn's
+record, so that the API watches this process from then on: a message held by a
+process that dies is sent again at once instead of waiting in Redis's unacked
+set for the visibility timeout.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
+
+from celery import signals
 
 from sandgrid.wire import names
 from sandgrid.wire.celery_app import app
@@ -10,7 +20,9 @@ from sandgrid.wire.jobs import TurnJob
 from worker.batch_gate import run_turn
 from worker.node import get_node
 
-__all__ = ["turn"]
+__all__ = ["note_received", "turn"]
+
+log = logging.getLogger(__name__)
 
 
 @app.task(name=names.TASK_TURN, acks_late=True, ignore_result=False)
@@ -22,3 +34,21 @@ def turn(job: dict[str, Any]) -> dict[str, Any]:
     node = get_node()
     outcome = run_turn(node.executor, node.residency, TurnJob.model_validate(job))
     return outcome.model_dump(mode="json")
+
+
+@signals.task_received.connect(weak=False)
+def note_received(sender: object = None, request: Any = None, **_: Any) -> None:
+    """Celery reserved a message: note this process as the turn's holder.
+
+    Best effort: a failure only means the API learns of the holder at its claim.
+    """
+    if request is None or request.task_name != names.TASK_TURN or not request.args:
+        return
+    try:
+        job = request.args[0]
+        node = get_node()
+        node.ledger.receive_turn(
+            job["turn_id"], node.name, int(job.get("attempt", 1)), node.incarnation
+        )
+    except Exception:
+        log.exception("could not note the reception of task %s", getattr(request, "id", "?"))

@@ -7,8 +7,18 @@ export SANDGRID_TENANTS_FILE="${SANDGRID_TENANTS_FILE:-$SG_STATE/tenants.json}"
 API_PORT="${SANDGRID_API_PORT:-8700}"
 FLOWER_PORT="${SANDGRID_FLOWER_PORT:-5555}"
 WORKERS="${SANDGRID_WORKERS:-w1 w2}"
-# Sandbox types the workers serve: the benchmarks' types run batches (docs/batch.md).
-WORKER_TYPES="${SANDGRID_WORKER_TYPES:-python,bfcl,appworld}"
+# Sandbox types the workers serve: every type the README names, python-gvisor
+# (runsc, registered by docker.sh) included when runsc-check.sh proves it runs
+# here; the benchmarks' types run batches (docs/batch.md).
+if [ -z "${SANDGRID_WORKER_TYPES:-}" ]; then
+  if "$(dirname "$0")/runsc-check.sh"; then
+    SANDGRID_WORKER_TYPES="python,python-gvisor,bfcl,appworld"
+  else
+    log "grid: runsc does not run here: the workers do not serve python-gvisor"
+    SANDGRID_WORKER_TYPES="python,bfcl,appworld"
+  fi
+fi
+WORKER_TYPES="$SANDGRID_WORKER_TYPES"
 flower_pw="$SG_STATE/flower-password"
 [ -s "$flower_pw" ] || (umask 077; "$SG_PY" -c 'import secrets; print(secrets.token_urlsafe(18))' >"$flower_pw")
 

@@ -27,7 +27,14 @@ from sandgrid.client._base import (
     transport_error,
 )
 from sandgrid.errors import SandgridError
-from sandgrid.models import ExecResult, FileEntry, Quotas, SessionInfo, SnapshotPolicy
+from sandgrid.models import (
+    ExecResult,
+    FileEntry,
+    Quotas,
+    SandboxTypeInfo,
+    SessionInfo,
+    SnapshotPolicy,
+)
 
 __all__ = ["AsyncClient", "AsyncSession", "AsyncSessionOpener"]
 
@@ -137,6 +144,10 @@ class AsyncClient(BaseClient):
 
     async def list_sessions(self) -> list[SessionInfo]:
         return await self._send(self._list_sessions_call())
+
+    async def types(self) -> list[SandboxTypeInfo]:
+        """The catalog's sandbox types, each with the live nodes that serve it."""
+        return await self._send(self._types_call())
 
     async def close_session(self, session_id: str) -> SessionInfo:
         return await self._send(self._close_session_call(session_id))

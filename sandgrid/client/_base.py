@@ -52,10 +52,12 @@ from sandgrid.models import (
     FileRead,
     FileWrite,
     Quotas,
+    SandboxTypeInfo,
     SessionCreate,
     SessionInfo,
     SessionList,
     SnapshotPolicy,
+    TypeList,
 )
 from sandgrid.settings import DEFAULT_API_URL, get_client_settings
 
@@ -309,6 +311,9 @@ class BaseClient:
         return Call(
             "GET", "/v1/sessions", lambda r: SessionList.model_validate_json(r.content).sessions
         )
+
+    def _types_call(self) -> Call[list[SandboxTypeInfo]]:
+        return Call("GET", "/v1/types", lambda r: TypeList.model_validate_json(r.content).types)
 
     def _close_session_call(self, session_id: str) -> Call[SessionInfo]:
         return Call("DELETE", f"/v1/sessions/{session_id}", _parse(SessionInfo))

@@ -25,7 +25,14 @@ from sandgrid.client._base import (
     transport_error,
 )
 from sandgrid.errors import SandgridError
-from sandgrid.models import ExecResult, FileEntry, Quotas, SessionInfo, SnapshotPolicy
+from sandgrid.models import (
+    ExecResult,
+    FileEntry,
+    Quotas,
+    SandboxTypeInfo,
+    SessionInfo,
+    SnapshotPolicy,
+)
 
 __all__ = ["Client", "Session"]
 
@@ -133,6 +140,10 @@ class Client(BaseClient):
 
     def list_sessions(self) -> list[SessionInfo]:
         return self._send(self._list_sessions_call())
+
+    def types(self) -> list[SandboxTypeInfo]:
+        """The catalog's sandbox types, each with the live nodes that serve it."""
+        return self._send(self._types_call())
 
     def close_session(self, session_id: str) -> SessionInfo:
         return self._send(self._close_session_call(session_id))

@@ -8,7 +8,8 @@ depends on it (never on ``scheduler``), ``RedisLedger``
 ``SessionRegistry`` builds its control-plane operations on that implementation.
 
 Operations, by who they protect:
-    * turns: ``claim_turn`` (a turn runs at most once), ``record_turn``.
+    * turns: ``receive_turn`` (who holds a message, so the API knows whom to
+      watch), ``claim_turn`` (a turn runs at most once), ``record_turn``.
     * leases: ``acquire_lease``, ``renew_leases``, ``release_lease``,
       ``lease_owner`` (one node holds a session at a time), ``heartbeat`` (a
       dead node's leases can be taken).
@@ -19,12 +20,31 @@ Operations, by who they protect:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from sandgrid.models import SessionInfo
 
-__all__ = ["SessionLedger"]
+__all__ = ["NodeRecord", "SessionLedger"]
+
+
+class NodeRecord(BaseModel):
+    """What a node's heartbeat says: when, which process, which types.
+
+    The incarnation is a random id per worker process: a node restarted under
+    the same name is a new incarnation, so whoever watches a turn held by the
+    old one sees it dead even though the name's heartbeat never lapsed.
+    ``types`` is None for a record that does not say (it may serve any type).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    v: Literal[1] = 1
+    ts: float
+    inc: str = ""
+    types: tuple[str, ...] | None = None
 
 
 class SessionLedger(ABC):
@@ -33,13 +53,28 @@ class SessionLedger(ABC):
     # ---- turns -------------------------------------------------------------------
 
     @abstractmethod
-    def claim_turn(self, turn_id: str, node: str, attempt: int = 1) -> bool:
+    def receive_turn(self, turn_id: str, node: str, attempt: int, incarnation: str) -> bool:
+        """When a message is reserved (prefetched): note which process holds it.
+
+        A message a worker reserved but has not claimed yet is in no queue the
+        API can see; when that process dies, the API must know to send the turn
+        again (Redis would hand the message out only after the visibility
+        timeout, an hour later).
+
+        Returns:
+            True when noted; False when the turn is no longer queued under this
+            attempt (the message is stale: its claim will be refused too).
+        """
+
+    @abstractmethod
+    def claim_turn(self, turn_id: str, node: str, attempt: int = 1, incarnation: str = "") -> bool:
         """Before running a turn: move its record from queued to running, atomically.
 
         Args:
             turn_id: the turn.
             node: the node that is about to run it.
             attempt: the attempt this message carries; an older one is refused.
+            incarnation: the claiming process (see ``NodeRecord``).
 
         Returns:
             True when the turn may run (also when no record exists: nothing to
@@ -112,13 +147,23 @@ class SessionLedger(ABC):
         """
 
     @abstractmethod
-    def heartbeat(self, node: str, ttl: float) -> None:
+    def heartbeat(
+        self, node: str, ttl: float, *, incarnation: str = "", types: Sequence[str] | None = None
+    ) -> None:
         """Say that ``node`` is alive for the next ``ttl`` seconds.
 
         Args:
             node: the node.
             ttl: seconds until it counts as dead; beat every ``ttl / 3``.
+            incarnation: the process beating (a restart under the same name
+                is a new one).
+            types: the sandbox types it serves (the API refuses types no live
+                node serves).
         """
+
+    @abstractmethod
+    def node_record(self, node: str) -> NodeRecord | None:
+        """The heartbeat record of ``node``; None when it has lapsed."""
 
     # ---- records -------------------------------------------------------------------
 

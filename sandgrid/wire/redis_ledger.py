@@ -18,23 +18,34 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import redis
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 from redis.commands.core import Script
 
 from sandgrid.errors import NotFound
 from sandgrid.models import SessionInfo
 from sandgrid.wire import names
-from sandgrid.wire.ledger import SessionLedger
+from sandgrid.wire.ledger import NodeRecord, SessionLedger
 from sandgrid.wire.settings import Settings
 
-__all__ = ["DERIVED_FIELDS", "LUA_DIR", "RedisLedger", "millis", "register_scripts"]
+__all__ = [
+    "DERIVED_FIELDS",
+    "LUA_DIR",
+    "RedisLedger",
+    "Requeue",
+    "millis",
+    "register_scripts",
+]
+
+#: What ``requeue_turn`` did: sent again, refused for good, or the holder changed.
+Requeue = Literal["requeued", "final", "held"]
+_REQUEUE: dict[int, Requeue] = {0: "final", 1: "requeued", 2: "held"}
 
 #: The Lua scripts of the ledger's own operations.
 LUA_DIR = Path(__file__).with_name("lua")
@@ -83,9 +94,30 @@ class RedisLedger(SessionLedger):
 
     # ---- turns -------------------------------------------------------------------
 
-    def claim_turn(self, turn_id: str, node: str, attempt: int = 1) -> bool:
-        args = [node, attempt, time.time()]
+    def receive_turn(self, turn_id: str, node: str, attempt: int, incarnation: str) -> bool:
+        args = [node, attempt, time.time(), incarnation, "hold"]
         return bool(self._run("claim_turn", [names.turn_key(turn_id)], args))
+
+    def claim_turn(self, turn_id: str, node: str, attempt: int = 1, incarnation: str = "") -> bool:
+        args = [node, attempt, time.time(), incarnation, "run"]
+        return bool(self._run("claim_turn", [names.turn_key(turn_id)], args))
+
+    def requeue_turn(self, turn_id: str, attempt: int, holder: str) -> Requeue:
+        """API side: replace attempt ``attempt`` of a turn whose holder died by the next.
+
+        Args:
+            turn_id: the turn.
+            attempt: the attempt the caller saw (the one to replace).
+            holder: the incarnation the caller saw holding it ('' for none); when
+                another one holds it now, nothing changes (``held``).
+
+        Returns:
+            ``requeued``: send attempt ``attempt + 1`` now (the old message will be
+            refused by ``claim_turn``); ``final``: the turn is done, abandoned or
+            already replaced; ``held``: a live process took it meanwhile.
+        """
+        code = self._run("requeue_turn", [names.turn_key(turn_id)], [attempt, holder])
+        return _REQUEUE[int(code)]
 
     def record_turn(
         self,
@@ -128,8 +160,26 @@ class RedisLedger(SessionLedger):
         owner: str | None = self.redis.get(names.lease_key(session_id))
         return owner
 
-    def heartbeat(self, node: str, ttl: float) -> None:
-        self.redis.set(names.node_key(node), json.dumps({"ts": time.time()}), px=millis(ttl))
+    def heartbeat(
+        self, node: str, ttl: float, *, incarnation: str = "", types: Sequence[str] | None = None
+    ) -> None:
+        record = NodeRecord(ts=time.time(), inc=incarnation, types=tuple(types or ()) or None)
+        self.redis.set(names.node_key(node), record.model_dump_json(), px=millis(ttl))
+
+    def node_record(self, node: str) -> NodeRecord | None:
+        return _node_record(self.redis.get(names.node_key(node)))
+
+    def node_records(self) -> dict[str, NodeRecord]:
+        """Every live node's heartbeat record, by name (one SCAN and one MGET)."""
+        keys = sorted(self.redis.scan_iter(match=names.node_key_pattern(), count=500))
+        if not keys:
+            return {}
+        found = {}
+        for key, raw in zip(keys, self.redis.mget(keys), strict=True):
+            record = _node_record(raw)
+            if record is not None:
+                found[names.node_from_key(key)] = record
+        return found
 
     # ---- records -------------------------------------------------------------------
 
@@ -178,6 +228,16 @@ class RedisLedger(SessionLedger):
 
     def claim_gc(self, tenant: str, interval_s: float) -> bool:
         return bool(self.redis.set(names.gc_key(tenant), "1", nx=True, px=millis(interval_s)))
+
+
+def _node_record(raw: str | None) -> NodeRecord | None:
+    """A heartbeat value; an unreadable one still says the node lives (any type)."""
+    if raw is None:
+        return None
+    try:
+        return NodeRecord.model_validate_json(raw)
+    except ValidationError:
+        return NodeRecord(ts=0.0)
 
 
 def _derive_state(data: dict[str, Any], owner: str | None, busy: bool) -> str:

@@ -33,6 +33,7 @@ def create_session(spec: SessionCreate, svc: Svc, tenant: CurrentTenant) -> Sess
     that a registry that loses it can re-learn it; no record, no session.
     """
     svc.admission.check_session(tenant, spec)
+    svc.admission.check_capacity(spec.type, "sessions.create")
     source = _fork_source(svc, tenant, spec) if spec.fork_from else None
     info = svc.registry.create(
         tenant.name,

@@ -22,8 +22,10 @@ import redis
 from fastapi.testclient import TestClient
 
 from sandgrid.wire import names
+from sandgrid.wire.redis_ledger import RedisLedger
 from sandgrid.wire.settings import Settings
 from scheduler.api import create_app
+from scheduler.nodes import NODES_CACHE_S
 from scheduler.tenants import TenantStore
 
 pytestmark = pytest.mark.integration
@@ -132,8 +134,15 @@ def test_worker_killed_mid_turn_runs_again_on_another_node(
     assert r.json()["node"] == "fake-b" and r.json()["stdout"] == "sbx.python"
 
 
-def test_no_worker_is_turn_timeout(api: Any, test_settings: Settings) -> None:
+def test_no_worker_taking_it_is_turn_timeout(
+    api: Any, test_settings: Settings, redis_client: redis.Redis[str]
+) -> None:
     http, headers = api
+    refused = http.post("/v1/sessions", json={}, headers=headers)  # nobody serves python
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "no_capacity"
+    # A node that beats for the type but consumes nothing: the turn waits, then times out.
+    RedisLedger(redis_client).heartbeat("mute", 30, incarnation="m", types=["python"])
+    time.sleep(NODES_CACHE_S)  # the API's view of the nodes is that old at most
     sid = _session(http, headers)
     http.app.state.services.runner.turn_margin_s = 0.3  # type: ignore[attr-defined]
     r = http.post(

@@ -33,11 +33,13 @@ from sandgrid.wire.jobs import (
     TurnOutcome,
     WriteOp,
 )
-from sandgrid.wire.ledger import SessionLedger
+from sandgrid.wire.ledger import NodeRecord, SessionLedger
 from sandgrid.wire.objects import LocalObjects, ObjectStore
+from sandgrid.wire.redis_ledger import RedisLedger
 from sandgrid.wire.settings import Settings
 from scheduler.api import create_app
 from scheduler.api.deps import Services
+from scheduler.nodes import NodeDirectory
 from scheduler.tenants import TenantLimits, TenantStore
 
 
@@ -144,6 +146,30 @@ class FakeWorker:
         return {"closed": True}
 
 
+#: The node that ``FakeNodes`` adds: it serves every type and never holds a turn.
+CAPACITY_NODE = "fake-capacity"
+
+
+class FakeNodes:
+    """The live nodes of Redis plus one that always serves every type.
+
+    The fake worker runs turns only when the API waits for them, so it cannot
+    beat on its own; this node keeps the API from refusing every type with
+    ``no_capacity``, without showing in ``/v1/health`` (which reads Redis).
+    Set ``capacity`` to False to see the grid as Redis alone shows it.
+    """
+
+    def __init__(self, ledger: RedisLedger) -> None:
+        self.ledger = ledger
+        self.capacity = True
+
+    def node_records(self) -> dict[str, NodeRecord]:
+        found = self.ledger.node_records()
+        if self.capacity:
+            found[CAPACITY_NODE] = NodeRecord(ts=0.0, inc="always")
+        return found
+
+
 @dataclass
 class Grid:
     """An in-process API with a fake worker and two tenants."""
@@ -179,6 +205,7 @@ def _grid(client: redis.Redis[str], settings: Settings, objects: ObjectStore) ->
     services = Services.build(settings, dispatcher=None, client=client, objects=objects)
     worker = FakeWorker(services.registry)
     services.runner.dispatcher = worker
+    services.admission.nodes = NodeDirectory(FakeNodes(services.registry), cache_s=0)
     store = TenantStore(client, cache_s=0)
     token_a = store.add("acme")
     token_b = store.add("globex")

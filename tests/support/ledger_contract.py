@@ -73,6 +73,30 @@ class LedgerContract:
         assert not ledger.claim_turn("t-2", "w1", attempt=1)
         assert ledger.claim_turn("t-2", "w1", attempt=2)
 
+    def test_a_held_turn_names_its_process_and_a_claim_counts_a_run(
+        self, ledger: SessionLedger, redis_client: redis.Redis[str]
+    ) -> None:
+        assert not ledger.receive_turn("t-none", "w1", 1, "a")  # no record: nothing noted
+        seed_turn(redis_client, "t-3")
+        assert ledger.receive_turn("t-3", "w1", 1, "a")
+        assert not ledger.receive_turn("t-3", "w1", 2, "a")  # another attempt's message
+        record = redis_client.hgetall(names.turn_key("t-3"))
+        assert (record["state"], record["node"], record["inc"]) == ("queued", "w1", "a")
+        assert ledger.claim_turn("t-3", "w1", 1, "b")
+        record = redis_client.hgetall(names.turn_key("t-3"))
+        assert (record["state"], record["inc"], record["runs"]) == ("running", "b", "1")
+        assert not ledger.receive_turn("t-3", "w2", 1, "c")  # running: a redelivery
+
+    def test_the_heartbeat_names_incarnation_and_types(self, ledger: SessionLedger) -> None:
+        assert ledger.node_record("w1") is None
+        ledger.heartbeat("w1", 10, incarnation="a", types=["python", "python-gvisor"])
+        record = ledger.node_record("w1")
+        assert record is not None and record.inc == "a"
+        assert record.types == ("python", "python-gvisor")
+        ledger.heartbeat("w1", 10)  # a record that does not say: any type
+        record = ledger.node_record("w1")
+        assert record is not None and record.types is None and record.inc == ""
+
     def test_record_turn_counts_and_keeps_the_snapshot(
         self, ledger: SessionLedger, redis_client: redis.Redis[str]
     ) -> None:
