@@ -131,7 +131,7 @@ class CeleryDispatcher:
                 f"the broker (Redis) is unavailable: {type(exc).__name__}: {exc}; the turn "
                 "was not sent and did not run",
                 operation="turn.send",
-                context={"turn": job.turn_id, "turn_sent": False},
+                context={"turn": job.turn_id, "turn_sent": False, "ran": False},
             ) from exc
         return result
 

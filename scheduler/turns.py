@@ -364,12 +364,23 @@ class TurnRunner:
         """Hook: no outcome within the deadline plus margin. Default: abandon, 503."""
         self.registry.abandon_turn(job.turn_id)
         self.dispatcher.forget(handle)
+        context: dict[str, Any] = {"turn": job.turn_id, "session": job.session.id, "waited_s": ttl}
+        # Abandoned before any worker claimed it: no worker ever will, so it did not run.
+        # Claimed: it started, and whether it finished is not known here.
+        started = int(self.registry.turn_state(job.turn_id).get("runs") or 0) > 0
+        if not started:
+            context["ran"] = False
         raise InfrastructureError(
-            f"no outcome for turn {job.turn_id} within {ttl:.1f}s (no worker took it, "
-            "or it overran its deadline)",
+            f"no outcome for turn {job.turn_id} within {ttl:.1f}s ("
+            + (
+                "it started and overran its deadline"
+                if started
+                else "no worker took it; it did not run"
+            )
+            + ")",
             code=ErrorCode.TURN_TIMEOUT,
             operation=job.op.kind,
-            context={"turn": job.turn_id, "session": job.session.id, "waited_s": ttl},
+            context=context,
             retryable=False,
         )
 
@@ -392,7 +403,7 @@ def _lost(job: TurnJob, node: str, completed: bool, unsaved: bool = False) -> In
         f"worker {node!r} stopped heartbeating during turn {job.turn_id}: {why}",
         code=ErrorCode.WORKER_LOST,
         operation=job.op.kind,
-        context={"node": node, "turn": job.turn_id, "session": job.session.id},
+        context={"node": node, "turn": job.turn_id, "session": job.session.id, "ran": completed},
         retryable=False,
     )
 

@@ -64,6 +64,8 @@ class _Turn:
 
     started: float
     marks: dict[str, float]
+    applied: bool = False
+    """The op ran to its end in the sandbox (an error after it: the turn ran)."""
 
     def mark(self, name: str, since: float) -> float:
         now = time.perf_counter()
@@ -143,6 +145,7 @@ class Executor:
             t = time.perf_counter()
             self.persistence.before_turn(local, job.op.kind)
             result = self._apply(local, job)
+            turn.applied = True
             t = turn.mark("sandbox_ms", t)
             try:
                 self.persistence.after_turn(local, job.op.kind)
@@ -168,6 +171,9 @@ class Executor:
 
     def _failed(self, job: TurnJob, exc: SandgridError, turn: _Turn) -> TurnOutcome:
         turn.mark("worker_ms", turn.started)
+        # Whether the turn ran, as its workspace will show: an op that failed or broke
+        # its sandbox did not (the session goes on from the snapshot before it).
+        exc.context.setdefault("ran", turn.applied)
         body = exc.to_body()["error"]
         return TurnOutcome(
             turn_id=job.turn_id, node=self.node, ok=False, error=body, timings=turn.marks

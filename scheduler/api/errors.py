@@ -104,7 +104,7 @@ def error_response(err: SandgridError) -> JSONResponse:
     status = err.http_status
     if isinstance(err, LimitExceeded):
         headers["Retry-After"] = str(max(1, round(err.retry_after)))
-    elif err.code in UNAVAILABLE_CODES:
+    elif err.code in UNAVAILABLE_CODES or err.code == ErrorCode.NO_CAPACITY:
         after = float(err.context.get("retry_after", RETRY_AFTER_S))
         headers["Retry-After"] = str(max(1, round(after)))
     elif isinstance(err, AuthError):

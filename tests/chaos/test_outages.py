@@ -44,12 +44,6 @@ def _scenario(
     return accounting
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 11 items 1-2 (other branches): while Redis is down turns answer 500 internal "
-    "or turn_timeout, which do not say whether the turn ran, instead of 503 "
-    "registry_unavailable; after the restart a session can stay busy (session_busy)",
-)
 def test_redis_restart_during_load(
     chaos_grid: ChaosGrid,
     restart_redis: Callable[[], Window],
@@ -60,11 +54,6 @@ def test_redis_restart_during_load(
     assert "internal" not in accounting.error_codes()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 11 item 3 (another branch): a turn that ran while MinIO was down answers "
-    "503 store_unavailable instead of 200 with its output and saved: false",
-)
 def test_minio_stop_and_start_during_load(
     chaos_grid: ChaosGrid,
     restart_minio: Callable[[], Window],
@@ -75,11 +64,6 @@ def test_minio_stop_and_start_during_load(
     assert "internal" not in accounting.error_codes()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 11 items 2 and 6 (other branches): a turn in flight when dockerd went "
-    "away answers sandbox_lost, which does not say whether the turn ran",
-)
 def test_dockerd_restart_during_load(
     chaos_grid: ChaosGrid,
     restart_dockerd: Callable[[], Window],

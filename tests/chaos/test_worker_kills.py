@@ -38,12 +38,6 @@ def _owner(load: Load, accounting: Accounting) -> str:
     return acked[-1] if acked else random.choice(NODES)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 11 item 4 (another branch): a turn held by a killed worker restarted under "
-    "the same name waits for its deadline (about 40 s, no outcome) instead of being run "
-    "again and answered within the heartbeat timeout + 5 s",
-)
 def test_twenty_kills_of_the_owning_worker(
     chaos_grid: ChaosGrid,
     kill_worker: Callable[[str], Window],

@@ -162,6 +162,7 @@ def test_a_turn_of_a_type_nobody_serves_any_more_is_refused(grid: Grid) -> None:
     grid.services.admission.nodes = NodeDirectory(source, cache_s=0)
     r = _exec(grid, sid)
     assert r.status_code == 503 and r.json()["error"]["code"] == "no_capacity"
+    assert int(r.headers["Retry-After"]) >= 1  # when to look again
     assert grid.worker.sent == []
 
 
