@@ -18,11 +18,17 @@ from sandgrid.wire.celery_app import app, worker_queues
 
 __all__ = [
     "MALLOC_ARENAS",
+    "RESULT_STORE_RETRIES",
     "limit_malloc_arenas",
     "run_worker",
 ]
 
 log = logging.getLogger(__name__)
+
+#: Tries to store a turn's outcome while Redis is unreachable (backing off to 1 s
+#: between tries): an outcome lost to a short outage would leave its caller waiting
+#: for the turn's deadline, and the turn ran.
+RESULT_STORE_RETRIES = 120
 
 
 def run_worker(types: list[str], concurrency: int, node: str) -> None:
@@ -35,6 +41,11 @@ def run_worker(types: list[str], concurrency: int, node: str) -> None:
     """
     os.environ["SANDGRID_WORKER__NODE"] = node
     limit_malloc_arenas()
+    app.conf.update(
+        result_backend_always_retry=True,
+        result_backend_max_retries=RESULT_STORE_RETRIES,
+        result_backend_max_sleep_between_retries_ms=1000,
+    )
     import worker.tasks  # noqa: F401  (registers the task)
     from worker.node import start_node, stop_node
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from sandgrid.wire.catalog import CATALOG, get_type
 from sandgrid.wire.ledger import SessionLedger
-from sandgrid.wire.redis_ledger import RedisLedger
+from sandgrid.wire.redis_ledger import WORKER_OUTAGE_WAIT_S, RedisLedger
 from sandgrid.wire.settings import Settings, get_settings
 from worker.backends import backend_for
 from worker.backends.base import INCARNATION, SandboxBackend
@@ -63,7 +63,9 @@ class Node:
         self.incarnation = INCARNATION
         self.settings = settings or get_settings()
         self.types = [get_type(t).name for t in types]
-        self.ledger = ledger or RedisLedger.from_settings(self.settings)
+        self.ledger = ledger or RedisLedger.from_settings(
+            self.settings, outage_wait_s=WORKER_OUTAGE_WAIT_S
+        )
         self.store = store or open_store(self.settings)
         if backends is None:
             runtimes = {CATALOG[t].runtime for t in self.types}

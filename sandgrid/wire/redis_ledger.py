@@ -26,7 +26,9 @@ from typing import Any, Literal, Self
 
 import redis
 from pydantic import TypeAdapter, ValidationError
+from redis.backoff import ExponentialBackoff
 from redis.commands.core import Script
+from redis.retry import Retry
 
 from sandgrid.errors import NotFound
 from sandgrid.models import SessionInfo
@@ -37,6 +39,8 @@ from sandgrid.wire.settings import Settings
 __all__ = [
     "DERIVED_FIELDS",
     "LUA_DIR",
+    "OUTAGE_BACKOFF_CAP_S",
+    "WORKER_OUTAGE_WAIT_S",
     "RedisLedger",
     "Requeue",
     "millis",
@@ -51,6 +55,10 @@ _REQUEUE: dict[int, Requeue] = {0: "final", 1: "requeued", 2: "held"}
 LUA_DIR = Path(__file__).with_name("lua")
 #: Record fields read from the lease, never stored.
 DERIVED_FIELDS = frozenset({"owner", "lease_expires"})
+#: The longest pause between two tries of a command while Redis is unreachable (s).
+OUTAGE_BACKOFF_CAP_S = 1.0
+#: How long a worker's commands ride out a Redis outage (a restart takes seconds).
+WORKER_OUTAGE_WAIT_S = 30.0
 _IMMUTABLE = frozenset({"id", "tenant", "created_at", "v"})
 
 
@@ -84,9 +92,26 @@ class RedisLedger(SessionLedger):
         self._scripts = register_scripts(client, LUA_DIR)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Self:
-        """A ledger on a new connection pool for ``settings.redis_url``."""
-        client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    def from_settings(cls, settings: Settings, *, outage_wait_s: float = 0.0) -> Self:
+        """A ledger on a new connection pool for ``settings.redis_url``.
+
+        Args:
+            settings: the process settings.
+            outage_wait_s: how long a command keeps retrying while Redis is
+                unreachable (backing off to 1 s). A worker waits (a turn that ran
+                and was saved must still be recorded); the API does not (it
+                answers 503 at once and the client retries).
+        """
+        retry = None
+        if outage_wait_s > 0:
+            tries = max(1, int(outage_wait_s / OUTAGE_BACKOFF_CAP_S))
+            retry = Retry(ExponentialBackoff(cap=OUTAGE_BACKOFF_CAP_S, base=0.05), tries)
+        client = redis.Redis.from_url(
+            settings.redis_url,
+            decode_responses=True,
+            retry=retry,
+            retry_on_error=[redis.ConnectionError, redis.TimeoutError] if retry else None,
+        )
         return cls(client, lease_ttl_s=settings.lease_ttl_s)
 
     def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:

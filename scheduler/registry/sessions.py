@@ -102,9 +102,9 @@ class SessionRegistry(RedisLedger):
         self._scripts.update(register_scripts(client, LUA_DIR))
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Self:
+    def from_settings(cls, settings: Settings, *, outage_wait_s: float = 0.0) -> Self:
         """A registry on a new connection pool for ``settings.redis_url``."""
-        registry = super().from_settings(settings)
+        registry = super().from_settings(settings, outage_wait_s=outage_wait_s)
         registry.closed_ttl_s = settings.closed_ttl_s
         return registry
 

@@ -6,7 +6,9 @@ each turn (``Call``); at the end the files are read back and each number
 counted. The exactly-once proof is then plain arithmetic:
 
 - an acknowledged turn (200) is in its file exactly once: absent is *lost*,
-  more than once is *run twice*;
+  more than once is *run twice*; one answered ``saved: false`` (it ran, but its
+  workspace could not be saved, e.g. its sandbox died before the snapshot) may
+  be absent, never twice;
 - a turn answered with an error is in its file at most once, and the error
   says whether it ran (``context["ran"]``, or a code that by contract is
   answered before the turn is dispatched); what it says must match the file.
@@ -74,6 +76,8 @@ class Call:
     """For an error: what it said of the turn (see ``ran_of``)."""
     node: str = ""
     """For an acknowledged turn: the node that ran it."""
+    saved: bool = True
+    """For an acknowledged turn: whether its workspace was saved (``ExecResult.saved``)."""
 
     @property
     def acknowledged(self) -> bool:
@@ -132,7 +136,7 @@ class Accounting:
 
     def lost(self) -> list[Call]:
         counts = self._counts()
-        return [c for c in self.acknowledged if counts[c.session][c.number] == 0]
+        return [c for c in self.acknowledged if c.saved and counts[c.session][c.number] == 0]
 
     def run_twice(self) -> list[Call]:
         counts = self._counts()
@@ -193,6 +197,7 @@ class Accounting:
             ("turns", str(len(self.calls))),
             ("acknowledged", str(len(self.acknowledged))),
             ("acknowledged after the fault", str(self.acknowledged_after_fault())),
+            ("acknowledged, not saved", str(sum(1 for c in self.acknowledged if not c.saved))),
             ("lost (acknowledged, absent)", str(len(self.lost()))),
             ("run twice", str(len(self.run_twice()))),
             ("client-visible errors", f"{len(self.errors)} ({codes})"),

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
@@ -139,6 +140,16 @@ class ChaosGrid:
         self.local.start_worker(node, concurrency=2)
         self.local.wait(lambda: self.readies(node) > before, f"{node} ready")
 
+    def serving(self) -> set[str]:
+        """The nodes the API counts as serving ``python`` (what session creation checks)."""
+        got = httpx.get(
+            f"{self.local.api_url}/v1/types",
+            headers={"Authorization": f"Bearer {TOKEN}"},
+            timeout=2,
+        )
+        types = {t["name"]: t for t in got.json().get("types", [])} if got.is_success else {}
+        return set(types.get("python", {}).get("nodes", []))
+
     def containers(self) -> int:
         client = self.dockerd.client()
         try:
@@ -193,6 +204,7 @@ def chaos_grid(
     grid = ChaosGrid(local, chaos_redis, chaos_minio, chaos_dockerd)
     try:
         local.start(list(NODES), concurrency=2)
+        local.wait(lambda: grid.serving() >= set(NODES), "the workers in /v1/types")
         yield grid
     finally:
         local.stop()

@@ -70,12 +70,14 @@ class Load:
         code: str | None = None
         ran: bool | None = None
         node = ""
+        saved = True
         try:
-            node = session.exec(shell=turn_command(number), timeout_s=TURN_TIMEOUT_S).node
+            result = session.exec(shell=turn_command(number), timeout_s=TURN_TIMEOUT_S)
+            node, saved = result.node, result.saved
         except (SandgridError, httpx.HTTPError) as exc:
             code = _code(exc)
             ran = ran_of(exc)
-        call = Call(session.id, number, start, time.monotonic() - start, code, ran, node)
+        call = Call(session.id, number, start, time.monotonic() - start, code, ran, node, saved)
         with self._lock:
             self.accounting.record(call)
             self.done += 1
