@@ -10,6 +10,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import sys
+import threading
+import time
 from typing import Any
 
 from celery import signals
@@ -18,13 +21,17 @@ from sandgrid.wire.celery_app import app, worker_queues
 
 __all__ = [
     "MALLOC_ARENAS",
+    "RESTART_PAUSE_S",
     "RESULT_STORE_RETRIES",
     "limit_malloc_arenas",
+    "restart_self",
     "run_worker",
 ]
 
 log = logging.getLogger(__name__)
 
+#: Pause before a worker that stopped on its own starts again (s).
+RESTART_PAUSE_S = 1.0
 #: Tries to store a turn's outcome while Redis is unreachable (backing off to 1 s
 #: between tries): an outcome lost to a short outage would leave its caller waiting
 #: for the turn's deadline, and the turn ran.
@@ -49,8 +56,11 @@ def run_worker(types: list[str], concurrency: int, node: str) -> None:
     import worker.tasks  # noqa: F401  (registers the task)
     from worker.node import start_node, stop_node
 
+    asked_to_stop = threading.Event()
+
     @signals.worker_shutting_down.connect(weak=False)
     def _drain(**_: Any) -> None:
+        asked_to_stop.set()
         log.info("node %s: draining", node)
 
     @signals.worker_shutdown.connect(weak=False)
@@ -59,6 +69,30 @@ def run_worker(types: list[str], concurrency: int, node: str) -> None:
 
     start_node(node, types)  # before consuming: a task may arrive at once
     queues = ",".join(worker_queues(types, node))
+    try:
+        _consume(queues, node, concurrency)
+    finally:
+        if not asked_to_stop.is_set():
+            restart_self(node)
+
+
+def restart_self(node: str) -> None:
+    """Start this worker again, as a new process (a new incarnation of ``node``).
+
+    Celery's consumer can die of an "unrecoverable error" when the broker
+    connection drops at the wrong moment (kombu's Redis transport loses its
+    connection object while closing a channel). Nobody asked this node to stop,
+    so it must not stay down: the node has drained (``worker_shutdown``), and
+    the same command runs again in this process's place, after a pause that
+    keeps a lasting outage from spinning.
+    """
+    log.error("node %s: the Celery worker stopped on its own; starting it again", node)
+    time.sleep(RESTART_PAUSE_S)
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+
+
+def _consume(queues: str, node: str, concurrency: int) -> None:
+    """Run Celery's worker loop on ``queues`` until it stops."""
     app.worker_main(
         [
             "worker",
