@@ -79,12 +79,20 @@ class NodeDirectory:
         Raises:
             CapacityError: 503 ``no_capacity``, retryable, ``retry_after`` in its context.
         """
-        if not self.serving(sandbox_type):
+        if not self.serving(sandbox_type) and not self._serving_now(sandbox_type):
             raise CapacityError(
                 f"no live worker serves type {sandbox_type!r}",
                 operation=operation,
                 context={"type": sandbox_type, "retry_after": NO_CAPACITY_RETRY_AFTER_S},
             )
+
+    def _serving_now(self, sandbox_type: str) -> bool:
+        """Read the records again before a refusal: a node that started beating
+        within the cache's life must not be refused (a refusal is rare, a read cheap)."""
+        with self._lock:
+            self._records = self.source.node_records()
+            self._read_at = time.monotonic()
+            return bool(_serving(self._records, sandbox_type))
 
 
 def _serving(records: dict[str, NodeRecord], sandbox_type: str) -> list[str]:

@@ -102,16 +102,13 @@ class RedisLedger(SessionLedger):
                 and was saved must still be recorded); the API does not (it
                 answers 503 at once and the client retries).
         """
-        retry = None
+        options: dict[str, Any] = {}
         if outage_wait_s > 0:
             tries = max(1, int(outage_wait_s / OUTAGE_BACKOFF_CAP_S))
-            retry = Retry(ExponentialBackoff(cap=OUTAGE_BACKOFF_CAP_S, base=0.05), tries)
-        client = redis.Redis.from_url(
-            settings.redis_url,
-            decode_responses=True,
-            retry=retry,
-            retry_on_error=[redis.ConnectionError, redis.TimeoutError] if retry else None,
-        )
+            backoff = ExponentialBackoff(cap=OUTAGE_BACKOFF_CAP_S, base=0.05)
+            options["retry"] = Retry(backoff, tries)
+            options["retry_on_error"] = [redis.ConnectionError, redis.TimeoutError]
+        client = redis.Redis.from_url(settings.redis_url, decode_responses=True, **options)
         return cls(client, lease_ttl_s=settings.lease_ttl_s)
 
     def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
