@@ -295,14 +295,6 @@ class SessionRegistry(RedisLedger):
         keys = [names.turnlock_key(session_id), names.turn_key(turn_id)]
         return bool(self._run("end_turn", keys, [turn_id]))
 
-    def retry_turn(self, turn_id: str, attempt: int) -> bool:
-        """API side: queue attempt ``attempt`` of a turn whose worker died.
-
-        Only the attempt before it may be replaced; a redelivered message of an
-        older attempt is then refused by ``claim_turn``.
-        """
-        return bool(self._run("retry_turn", [names.turn_key(turn_id)], [attempt]))
-
     def abandon_turn(self, turn_id: str) -> bool:
         """API side: nobody waits for this turn any more; a late claim is refused."""
         return bool(self._run("set_turn_state", [names.turn_key(turn_id)], ["abandoned"]))

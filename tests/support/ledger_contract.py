@@ -45,7 +45,7 @@ def seed_session(client: redis.Redis[str], session_id: str, tenant: str = "acme"
 def seed_turn(
     client: redis.Redis[str], turn_id: str, state: str = "queued", attempt: int = 1
 ) -> None:
-    """A turn record as ``SessionRegistry.begin_turn`` / ``retry_turn`` leave it."""
+    """A turn record as ``SessionRegistry.begin_turn`` / ``requeue_turn`` leave it."""
     record = {"state": state, "attempt": attempt, "session": "s-x", "node": ""}
     client.hset(names.turn_key(turn_id), mapping=record)
 
