@@ -169,6 +169,7 @@ def test_a_session_survives_losing_redis(grid: LocalGrid, own_redis: PrivateRedi
         before = acme.get_session(s.id)
         assert before.snapshot
         own_redis.client().flushall()  # everything: sessions, leases, tenants' state
+        _wait_for_worker(grid)
         again = acme.get_session(s.id)
         assert again.id == s.id and again.snapshot == before.snapshot
         assert again.labels == {"case": "lost"} and again.state in ("idle", "live")
@@ -176,6 +177,12 @@ def test_a_session_survives_losing_redis(grid: LocalGrid, own_redis: PrivateRedi
         assert out.exit_code == 0 and out.stdout == "kept\n"
     with _client(grid, "globex") as globex, pytest.raises(NotFound):
         globex.get_session(s.id)
+
+
+def _wait_for_worker(grid: LocalGrid) -> None:
+    """A Redis that lost everything lost the nodes' heartbeats too: until the worker
+    beats again (one heartbeat), its type is refused with 503 no_capacity."""
+    grid.wait(lambda: NODE in grid.workers_seen(), "the worker's next heartbeat")
 
 
 def _rebuild(grid: LocalGrid) -> subprocess.CompletedProcess[str]:
@@ -190,12 +197,14 @@ def _rebuild(grid: LocalGrid) -> subprocess.CompletedProcess[str]:
 def test_admin_rebuild_relearns_a_list_of_sessions(
     grid: LocalGrid, own_redis: PrivateRedis
 ) -> None:
+    _wait_for_worker(grid)  # the previous test flushed Redis, heartbeats included
     with _client(grid) as acme:
         sessions = [acme.session(type="python") for _ in range(3)]
         sessions[0].exec(shell="echo 1 > /workspace/one")
         closed = acme.session(type="python")
         closed.close()
         own_redis.client().flushall()
+        _wait_for_worker(grid)
         ran = _rebuild(grid)
         assert ran.returncode == 0, ran.stderr
         assert "re-learned" in ran.stdout
