@@ -17,9 +17,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 __all__ = [
     "DEFAULT_OUTPUT_CAP",
+    "IDEMPOTENCY_HEADER",
     "MAX_ENV_ENTRIES",
     "MAX_FILE_BYTES",
     "MAX_SOURCE_BYTES",
+    "NEXT_OFFSET_HEADER",
     "WIRE_VERSION",
     "WORKSPACE",
     "ExecRequest",
@@ -46,6 +48,10 @@ __all__ = [
 
 WIRE_VERSION = 1
 WORKSPACE = "/workspace"
+#: The request header of an exec's idempotency key (the API and the SDK agree on it).
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+#: Header of ``GET /v1/batches/{id}/results``: the offset after the lines returned.
+NEXT_OFFSET_HEADER = "X-Sandgrid-Next-Offset"
 DEFAULT_OUTPUT_CAP = 1 << 20  # 1 MiB per stream
 MAX_FILE_BYTES = 16 << 20  # one file through the JSON API
 MAX_SOURCE_BYTES = 1 << 20  # command / python source / stdin

@@ -40,6 +40,7 @@ from typing import Literal
 import redis
 
 from sandgrid.errors import ErrorCode, InfrastructureError, InvalidInput, SandgridError
+from sandgrid.models import IDEMPOTENCY_HEADER
 from sandgrid.wire import names
 from sandgrid.wire.jobs import TurnJob, TurnOp, TurnOutcome
 from sandgrid.wire.redis_ledger import millis
@@ -48,7 +49,6 @@ from scheduler.registry import lua_source
 from scheduler.registry.sessions import SessionRegistry
 
 __all__ = [
-    "IDEMPOTENCY_HEADER",
     "IDEMPOTENCY_TTL_S",
     "NOT_RUN_CODES",
     "TAKE_OVER_S",
@@ -60,8 +60,6 @@ __all__ = [
     "turn_id_for",
 ]
 
-#: The request header that carries the key.
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 #: How long the outcome of a finished turn is kept under its key (s).
 IDEMPOTENCY_TTL_S = 86400.0
 #: After how long a reservation without a turn record may be taken over (s).

@@ -45,6 +45,8 @@ from sandgrid.errors import (
     error_from_body,
 )
 from sandgrid.models import (
+    IDEMPOTENCY_HEADER,
+    NEXT_OFFSET_HEADER,
     ExecRequest,
     ExecResult,
     FileEntry,
@@ -66,8 +68,6 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "EXEC_DEFAULT_WAIT_S",
     "EXEC_MARGIN_S",
-    "IDEMPOTENCY_HEADER",
-    "NEXT_OFFSET_HEADER",
     "BaseClient",
     "BatchPage",
     "Call",
@@ -82,8 +82,6 @@ M = TypeVar("M", bound=BaseModel)
 FileContent = str | bytes
 #: Result lines of a batch and the offset to read on from.
 BatchPage = tuple[list[BatchResult], int]
-#: Header of ``GET /v1/batches/{id}/results``: the offset after the lines returned.
-NEXT_OFFSET_HEADER = "X-Sandgrid-Next-Offset"
 
 DEFAULT_TIMEOUT_S = 60.0
 #: Added to an exec's own deadline for the HTTP wait (queue, restore, snapshot).
@@ -92,8 +90,6 @@ EXEC_MARGIN_S = 60.0
 EXEC_DEFAULT_WAIT_S = 3600.0 + EXEC_MARGIN_S
 #: Retries of a call, when safe (``RetryPolicy``).
 DEFAULT_RETRIES = 3
-#: The header of an exec's idempotency key.
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 _SAFE_METHODS = frozenset({"GET", "DELETE"})
 
 

@@ -13,13 +13,13 @@ from fastapi import APIRouter, Query, Response, status
 
 from sandgrid.batch.models import BatchCreate, BatchInfo
 from sandgrid.errors import SandgridError
+from sandgrid.models import NEXT_OFFSET_HEADER
 from scheduler.api.deps import CurrentTenant, Svc
 from scheduler.batch.manager import BatchManager
 
 __all__ = [
     "JSONL",
     "MAX_RESULTS_PER_CALL",
-    "NEXT_OFFSET_HEADER",
     "batch_results",
     "cancel_batch",
     "create_batch",
@@ -32,7 +32,6 @@ __all__ = [
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
 JSONL = "application/x-ndjson"
-NEXT_OFFSET_HEADER = "X-Sandgrid-Next-Offset"
 MAX_RESULTS_PER_CALL = 10_000
 
 

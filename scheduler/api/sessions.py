@@ -12,10 +12,17 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Request, status
 
 from sandgrid.errors import Conflict, ErrorCode, InvalidInput, SandgridError
-from sandgrid.models import ExecRequest, ExecResult, SessionCreate, SessionInfo, SessionList
+from sandgrid.models import (
+    IDEMPOTENCY_HEADER,
+    ExecRequest,
+    ExecResult,
+    SessionCreate,
+    SessionInfo,
+    SessionList,
+)
 from sandgrid.wire.jobs import ForkOp, WriteOp
 from scheduler.api.deps import CurrentTenant, Services, Svc
-from scheduler.idempotency import IDEMPOTENCY_HEADER, IDEMPOTENCY_TTL_S, check_key
+from scheduler.idempotency import IDEMPOTENCY_TTL_S, check_key
 from scheduler.tenants import Tenant
 
 __all__ = ["close_session", "create_session", "exec_turn", "get_session", "list_sessions", "router"]
