@@ -16,8 +16,10 @@ its channel broke. Nothing but ``warm`` and ``leased`` sandboxes accept work.
 from __future__ import annotations
 
 import base64
+import logging
 import re
 import socket
+import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -59,6 +61,8 @@ __all__ = [
     "SandboxState",
 ]
 
+log = logging.getLogger(__name__)
+
 SandboxState = Literal["warm", "leased", "released", "destroyed", "error", "lost"]
 
 DEADLINE_MARGIN_S = 0.9
@@ -66,9 +70,10 @@ DEADLINE_MARGIN_S = 0.9
 
 The agent kills what the command started and answers within this margin. When
 it does not (a sandbox starved by its own fork bomb under gVisor, say), the
-worker holds the deadline itself: it destroys the container, which ends every
-process in it, and answers ``timed_out``; the session continues from its last
-snapshot in a fresh container."""
+worker holds the deadline itself: it kills the container's top process from
+the host (``hostkill``), which ends every process in it, and answers
+``timed_out``; the session continues from its last snapshot in a fresh
+container."""
 FILE_OP_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 30.0
 PING_TIMEOUT_S = 5.0
@@ -323,8 +328,21 @@ class SandboxBackend(SnapshotOps, ABC):
         return exec_result(reply, node=self.node, timings=timings)
 
     def _deadline_kill(self, sbx: Sandbox, t0: float) -> ExecResult:
-        """The agent missed the deadline: destroy the sandbox to hold it."""
-        self.destroy(sbx)
+        """The agent missed the deadline: kill the sandbox at once, then destroy it.
+
+        Once its processes are dead the deadline is held, so the container is
+        removed in the background (the reaper collects it if the worker dies
+        first); if the backend cannot kill at once, removal is the kill."""
+        if self._kill(sbx.id):
+            sbx.scan_state = None
+            if sbx.channel is not None:
+                sbx.channel.close()
+            sbx.state = "destroyed"
+            threading.Thread(
+                target=self._remove_quietly, args=(sbx.id,), name="sandgrid-remove", daemon=True
+            ).start()
+        else:
+            self.destroy(sbx)
         ms = (time.perf_counter() - t0) * 1000
         return ExecResult(
             exit_code=None,
@@ -418,6 +436,19 @@ class SandboxBackend(SnapshotOps, ABC):
     @abstractmethod
     def _remove(self, container_id: str) -> None:
         """Kill and remove the container; a missing container is not an error."""
+
+    def _kill(self, container_id: str) -> bool:
+        """Stop every process of the container at once; return whether it did.
+
+        The default does nothing and leaves the kill to ``_remove``; a backend
+        with a faster way than its runtime's own kill overrides it."""
+        return False
+
+    def _remove_quietly(self, container_id: str) -> None:
+        try:
+            self._remove(container_id)
+        except Exception:
+            log.exception("removing the killed container %s failed", container_id[:12])
 
     @abstractmethod
     def _inspect(self, container_id: str) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from sandgrid.errors import SandboxError
 from worker.backends.base import SandboxBackend
+from worker.backends.hostkill import kill_top_process
 
 try:
     import docker
@@ -77,6 +78,13 @@ class DockerBackend(SandboxBackend):
             if exc.status_code != 409:
                 raise
         self._wait_gone(container_id)
+
+    def _kill(self, container_id: str) -> bool:
+        try:
+            pid = self.client.api.inspect_container(container_id)["State"]["Pid"]
+        except NotFound:
+            return True
+        return kill_top_process(pid, container_id)  # else rm -f kills, through the runtime
 
     def _wait_gone(self, container_id: str) -> None:
         deadline = time.monotonic() + REMOVE_WAIT_S
