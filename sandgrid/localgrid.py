@@ -60,11 +60,14 @@ class LocalGrid:
         }
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
 
-    def spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def spawn(
+        self, name: str, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start ``sandgrid ARGS`` as ``name``; ``env`` adds to the grid's settings."""
         with (self.workdir / f"{name}.log").open("ab") as log:
             proc = subprocess.Popen(
                 [*SANDGRID, *args],
-                env=self.env,
+                env={**self.env, **(env or {})},
                 stdout=log,
                 stderr=log,
                 stdin=subprocess.DEVNULL,
@@ -80,9 +83,20 @@ class LocalGrid:
             self.start_worker(node, types=types, concurrency=concurrency)
         self.wait(lambda: self.workers_seen() >= set(nodes), "the workers in /v1/health")
 
-    def start_worker(self, node: str, *, types: str = "python", concurrency: int = 4) -> None:
+    def start_worker(
+        self,
+        node: str,
+        *,
+        types: str = "python",
+        concurrency: int = 4,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """Start a worker node; ``env`` is its own (``DOCKER_HOST`` of its engine, say)."""
         self.spawn(
-            node, "worker", "--types", types, "--concurrency", str(concurrency), "--node", node
+            node,
+            "worker",
+            *("--types", types, "--concurrency", str(concurrency), "--node", node),
+            env=env,
         )
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
