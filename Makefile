@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 LOCAL := deploy/local
 
-.PHONY: up down down-all services install lint typecheck test test-unit bench ci
+.PHONY: up down down-all services install lint typecheck test test-unit bench ci compose-check
 
 up:            ## services + grid + the main job (one command from a bare machine)
 	$(LOCAL)/up.sh
@@ -17,6 +17,9 @@ down-all:      ## also stop Redis, MinIO and dockerd
 
 services:      ## Docker (+runsc), Redis, MinIO, images, .venv: what the tests need
 	$(LOCAL)/services.sh
+
+compose-check: ## docker-compose.yml up, main job + batch against it, down, nothing left
+	$(LOCAL)/compose.sh check
 
 install:
 	$(LOCAL)/python.sh
@@ -42,4 +45,4 @@ bench:         ## benchmarks; each prints its figures and ratios
 	$(PY) bench/bench_batch.py
 	$(PY) bench/bench_bfcl.py
 
-ci: services lint typecheck test
+ci: services lint typecheck compose-check test
