@@ -3,13 +3,17 @@
     python3 bench/bench_grid.py [--turns 300] [--sessions 16] [--seconds 10]
 
 Starts its own grid (API on 127.0.0.1:8731, two worker nodes, Redis db 13),
-then measures on this machine:
+then measures on this machine, in one run:
 
 1. a warm session's turn of ``true`` through SDK -> HTTP -> Celery -> worker ->
-   sandbox, with the breakdown the API reports (api, queue, worker, sandbox);
+   sandbox, with the breakdown the API reports (api, queue, worker, sandbox),
+   against the backend channel alone (``SandboxBackend.exec`` of ``true`` on a
+   warm sandbox): target p50 <= 2.5x the channel's;
 2. the Docker SDK's ``exec_run("true")`` on a warm container of the same image
-   (the baseline: what a ``docker exec`` grid pays per call);
-3. throughput: turns per second of many sessions over the two workers.
+   (what a ``docker exec`` grid pays per call);
+3. throughput: turns per second of many sessions over the two workers, against
+   the rate at which the same Celery app and broker round-trip a trivial task
+   (``sandgrid.ping``) from as many threads: target >= 50% of it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,11 @@ from _grid import bench_grid
 from _stats import pct
 
 from sandgrid.client import Client
+from sandgrid.models import ExecRequest
+from sandgrid.wire import names
+from sandgrid.wire.celery_app import make_celery
+from sandgrid.wire.settings import Settings
+from worker.backends import backend_for
 
 PORT = 8731
 REDIS_URL = "redis://127.0.0.1:6379/13"
@@ -76,6 +85,44 @@ def exec_run_baseline(n: int) -> list[float]:
         c.remove(force=True)
 
 
+def channel_baseline(n: int) -> list[float]:
+    """``true`` through the backend's channel on a warm sandbox: no API, no queue."""
+    backend = backend_for("runc", node="bench-channel")
+    sbx = backend.create("python")
+    try:
+        for _ in range(20):
+            backend.exec(sbx, ExecRequest(argv=["true"]))
+        out = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            backend.exec(sbx, ExecRequest(argv=["true"]))
+            out.append((time.perf_counter() - t0) * 1000)
+        return out
+    finally:
+        backend.destroy(sbx)
+
+
+def celery_rate(nodes: list[str], threads: int, seconds: float) -> float:
+    """Round trips per second of a trivial task on the grid's app and broker."""
+    app = make_celery(Settings(redis_url=REDIS_URL))
+    done = [0] * threads
+    stop_at = time.perf_counter() + seconds
+
+    def run(i: int) -> None:
+        queue = names.node_queue(nodes[i % len(nodes)])
+        while time.perf_counter() < stop_at:
+            assert app.send_task(names.TASK_PING, args=[i], queue=queue).get(timeout=30) == i
+            done[i] += 1
+
+    t0 = time.perf_counter()
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    return sum(done) / (time.perf_counter() - t0)
+
+
 def throughput(api: str, sessions: int, seconds: float) -> tuple[int, float]:
     done = [0] * sessions
     errors: list[BaseException] = []
@@ -121,7 +168,9 @@ def main() -> None:
         with Client(grid.api_url, TOKEN) as client:
             total, parts = warm_turns(client, args.turns)
         base = exec_run_baseline(max(200, args.turns))
+        channel = channel_baseline(max(200, args.turns))
         count, rate = throughput(grid.api_url, args.sessions, args.seconds)
+        ping_rate = celery_rate(nodes, args.sessions, args.seconds)
     p50, p99 = statistics.median(total), pct(total, 99)
     b50, b99 = statistics.median(base), pct(base, 99)
     print(
@@ -137,10 +186,21 @@ def main() -> None:
         f"ratio exec_run / grid turn: p50 {b50 / p50:.2f}x  p99 {b99 / p99:.2f}x"
         "  (target: p50 <= 20 ms, ~3x)"
     )
+    c50 = statistics.median(channel)
+    print(
+        f"backend channel alone, `true` on a warm sandbox ({len(channel)} runs): "
+        f"p50 {c50:.2f} ms  p99 {pct(channel, 99):.2f} ms"
+    )
+    print(f"ratio grid turn / channel: p50 {p50 / c50:.2f}x  (target <= 2.5x)")
     print(
         f"throughput: {count} turns in {args.seconds:.0f} s over {args.sessions} sessions "
-        f"and 2 workers: {rate:.1f} turns/s (target >= 100)"
+        f"and 2 workers: {rate:.1f} turns/s"
     )
+    print(
+        f"celery round trip of a trivial task, {args.sessions} threads, same app and broker: "
+        f"{ping_rate:.1f} tasks/s"
+    )
+    print(f"ratio turns / trivial tasks: {rate / ping_rate:.0%}  (target >= 50%)")
 
 
 if __name__ == "__main__":

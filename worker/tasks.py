@@ -20,7 +20,7 @@ from sandgrid.wire.jobs import TurnJob
 from worker.batch_gate import run_turn
 from worker.node import get_node
 
-__all__ = ["note_received", "turn"]
+__all__ = ["note_received", "ping", "turn"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,12 @@ def turn(job: dict[str, Any]) -> dict[str, Any]:
     node = get_node()
     outcome = run_turn(node.executor, node.residency, TurnJob.model_validate(job))
     return outcome.model_dump(mode="json")
+
+
+@app.task(name=names.TASK_PING, ignore_result=False)
+def ping(value: int) -> int:
+    """Answer ``value``: what a turn costs in Celery and the broker alone (bench/bench_grid.py)."""
+    return value
 
 
 @signals.task_received.connect(weak=False)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 __all__ = [
     "KEY_PREFIX",
+    "TASK_PING",
     "TASK_TURN",
     "batch_done_key",
     "batch_jobs_key",
@@ -60,6 +61,8 @@ __all__ = [
 KEY_PREFIX = "sg:"
 
 TASK_TURN = "sandgrid.turn"
+TASK_PING = "sandgrid.ping"
+"""A trivial task every worker serves: the broker's own round trip, for benchmarks."""
 
 
 def type_queue(sandbox_type: str) -> str:
