@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import redis
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -170,6 +171,28 @@ class FakeNodes:
         return found
 
 
+class TestClientTransport(httpx.BaseTransport):
+    """The SDK's httpx transport onto Starlette's ``TestClient``.
+
+    Starlette's test client is built on ``httpx2`` when that is installed (the
+    mcp and openai packages bring it), so its own transport is not one the
+    SDK's ``httpx`` client can use; this one relays each request, whole.
+    """
+
+    def __init__(self, http: TestClient) -> None:
+        self.http = http
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        reply = self.http.request(
+            request.method,
+            str(request.url),
+            headers=[(k, v) for k, v in request.headers.multi_items() if k != "host"],
+            content=request.read(),
+        )
+        headers = [(k, v) for k, v in reply.headers.multi_items() if k != "content-encoding"]
+        return httpx.Response(reply.status_code, headers=headers, content=reply.content)
+
+
 @dataclass
 class Grid:
     """An in-process API with a fake worker and two tenants."""
@@ -186,7 +209,7 @@ class Grid:
         return Client(
             "http://testserver",
             self.token_a if token is None else token,
-            transport=self.http._transport,
+            transport=TestClientTransport(self.http),
         )
 
     def headers(self, token: str | None = None) -> dict[str, str]:
