@@ -28,7 +28,7 @@ def protect_metrics() -> None:
     if not getattr(get, "_sandgrid_auth", False):
         wrapped: Any = tornado.web.authenticated(get)
         wrapped._sandgrid_auth = True
-        monitor.Metrics.get = wrapped  # type: ignore[method-assign]
+        monitor.Metrics.get = wrapped
 
 
 def main(argv: list[str] | None = None) -> None:
