@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import redis
 
-from sandgrid.errors import ErrorCode, InvalidInput, LimitExceeded
+from sandgrid.errors import ErrorCode, InvalidInput, LimitExceeded, SandgridError
 from sandgrid.models import ExecRequest, Quotas, SessionCreate
 from sandgrid.wire.catalog import get_type
+from scheduler import metrics
 from scheduler.nodes import NodeDirectory
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant
@@ -43,6 +44,7 @@ TURNS_RETRY_AFTER_S = 1.0
 
 
 def _over(field: str, value: float, ceiling: float, tenant: Tenant) -> InvalidInput:
+    metrics.reject("quota")
     return InvalidInput(
         f"{field} = {value} exceeds tenant {tenant.name!r}'s ceiling of {ceiling}",
         operation="admission",
@@ -69,6 +71,7 @@ def check_quotas(tenant: Tenant, quotas: Quotas, field: str = "quotas") -> None:
         if value > ceiling:
             raise _over(f"{field}.{name}", value, ceiling, tenant)
     if quotas.network and not lim.allow_network:
+        metrics.reject("quota")
         raise InvalidInput(
             f"{field}.network: tenant {tenant.name!r} may not enable network access",
             operation="admission",
@@ -111,7 +114,12 @@ class Admission:
         Raises:
             CapacityError: 503 ``no_capacity``.
         """
-        self.nodes.require(sandbox_type, operation)
+        try:
+            self.nodes.require(sandbox_type, operation)
+        except SandgridError as exc:
+            if exc.code == ErrorCode.NO_CAPACITY:
+                metrics.reject("no_capacity")
+            raise
 
     def check_session(self, tenant: Tenant, spec: SessionCreate) -> None:
         """Quota ceilings and allowed types of a new session (the count is atomic later).
@@ -123,6 +131,7 @@ class Admission:
         kind = get_type(spec.type)  # InvalidInput naming the known types
         allowed = tenant.limits.types
         if allowed is not None and spec.type not in allowed:
+            metrics.reject("quota")
             raise InvalidInput(
                 f"type: tenant {tenant.name!r} may not use sandbox type {spec.type!r}",
                 operation="admission",
@@ -130,6 +139,7 @@ class Admission:
             )
         check_quotas(tenant, spec.quotas)
         if spec.quotas.network and not kind.network_allowed:
+            metrics.reject("quota")
             raise InvalidInput(
                 f"quotas.network: sandbox type {spec.type!r} does not allow network access",
                 operation="admission",
@@ -144,6 +154,7 @@ class Admission:
         """
         depth = int(self.redis.llen(queue))
         if depth > self.queue_depth_limit:
+            metrics.reject("backpressure")
             raise LimitExceeded(
                 f"queue {queue} holds {depth} turns (limit {self.queue_depth_limit}); retry later",
                 code=ErrorCode.BACKPRESSURE,
@@ -160,6 +171,7 @@ class Admission:
         """
         limit = tenant.limits.max_concurrent_turns
         if not self.registry.acquire_turn_slot(tenant.name, turn_id, limit, ttl):
+            metrics.reject("tenant_limit")
             raise LimitExceeded(
                 f"tenant {tenant.name!r} has {limit} turns in flight, its ceiling",
                 operation="admission",

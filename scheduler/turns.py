@@ -44,7 +44,9 @@ from sandgrid.errors import (
 from sandgrid.models import ExecRequest, ExecResult, SessionInfo
 from sandgrid.wire import names
 from sandgrid.wire.jobs import CloseOp, ExecOp, TurnJob, TurnOp, TurnOutcome
+from scheduler import metrics
 from scheduler.admission import Admission, check_exec
+from scheduler.audit import AuditLog
 from scheduler.dispatch import Dispatcher
 from scheduler.idempotency import IdempotencyStore, TakeOver, fingerprint, turn_id_for
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
@@ -101,6 +103,8 @@ class TurnRunner:
         #: Called at the start of every turn that is not a batch turn: batches in
         #: this process yield while interactive traffic flows (``scheduler.capacity``).
         self.on_interactive: Callable[[], None] | None = None
+        #: Where finished turns and closes are recorded (``scheduler.audit``); None: nowhere.
+        self.audit: AuditLog | None = None
 
     def exec(
         self,
@@ -232,13 +236,35 @@ class TurnRunner:
         self.admission.acquire_turn(tenant, job.turn_id, ttl)
         try:
             outcome, wait_ms = self._locked(job, queue, ttl)
+        except SandgridError as exc:
+            self._finished(job, None, exc, _timings(t0, 0.0, None))
+            raise
         finally:
             self.admission.release_turn(tenant, job.turn_id)
+        timings = _timings(t0, wait_ms, outcome)
+        self._finished(job, outcome, None, timings)
         if not outcome.ok:
             raise error_from_body(outcome.error or {})
         # The worker counts the turn and stores its snapshot (record_turn) before
         # it reports, so the next turn can run anywhere.
-        return TurnDone(outcome, _timings(t0, wait_ms, outcome))
+        return TurnDone(outcome, timings)
+
+    def _finished(
+        self,
+        job: TurnJob,
+        outcome: TurnOutcome | None,
+        error: SandgridError | None,
+        timings: dict[str, float],
+    ) -> None:
+        """A turn's end, once per turn: its metrics, and its audit record."""
+        if error is not None:
+            result = error.code.value
+        else:
+            assert outcome is not None
+            result = "ok" if outcome.ok else str((outcome.error or {}).get("code"))
+        metrics.observe_turn(job.session.type, job.op.kind, result, timings)
+        if self.audit is not None:
+            self.audit.turn(job, outcome, error, timings["total_ms"])
 
     def close(self, tenant: Tenant, session_id: str) -> SessionInfo:
         """Close a session: mark it closed and tell its owner to destroy the container.
@@ -254,6 +280,8 @@ class TurnRunner:
             raise _busy(session.id, "sessions.close")
         try:
             self.registry.close(session.id)
+            if self.audit is not None:
+                self.audit.event(tenant.name, session.id, "session_close")
             queue = self._close_queue(session)
             if queue is not None:
                 job = TurnJob(turn_id=new_turn_id(), session=session, op=CloseOp())
@@ -418,10 +446,10 @@ def _busy(session_id: str, operation: str) -> Conflict:
     )
 
 
-def _timings(t0: float, wait_ms: float, outcome: TurnOutcome) -> dict[str, float]:
+def _timings(t0: float, wait_ms: float, outcome: TurnOutcome | None) -> dict[str, float]:
     """api_ms (scheduler), queue_ms (broker + result transport), worker_ms, total_ms."""
     total_ms = (time.perf_counter() - t0) * 1000
-    worker_ms = outcome.timings.get("worker_ms", 0.0)
+    worker_ms = outcome.timings.get("worker_ms", 0.0) if outcome is not None else 0.0
     return {
         "api_ms": round(total_ms - wait_ms, 3),
         "queue_ms": round(max(0.0, wait_ms - worker_ms), 3),

@@ -42,6 +42,7 @@ class Heartbeat:
         interval_s: seconds between beats (``SANDGRID_HEARTBEAT_S``).
         incarnation: this process's random id.
         types: the sandbox types the node serves.
+        metrics_port: the port of the node's ``/metrics``. metrics_host: its host.
     """
 
     def __init__(
@@ -54,10 +55,15 @@ class Heartbeat:
         *,
         incarnation: str = "",
         types: Sequence[str] = (),
+        metrics_port: int | None = None,
+        metrics_host: str = "",
     ) -> None:
         self.node = node
         self.incarnation = incarnation
         self.types = tuple(types)
+        #: Where the node's ``/metrics`` is (set when the node starts serving it).
+        self.metrics_port = metrics_port
+        self.metrics_host = metrics_host
         self.ledger = ledger
         self.sessions = sessions
         self.residency = residency
@@ -68,7 +74,14 @@ class Heartbeat:
     def beat(self) -> None:
         """One beat: node key, then every local session's lease."""
         ttl = NODE_TTL_BEATS * self.interval_s
-        self.ledger.heartbeat(self.node, ttl, incarnation=self.incarnation, types=self.types)
+        self.ledger.heartbeat(
+            self.node,
+            ttl,
+            incarnation=self.incarnation,
+            types=self.types,
+            metrics_port=self.metrics_port,
+            metrics_host=self.metrics_host,
+        )
         ids = self.sessions.ids()
         if ids:
             for sid in self.ledger.renew_leases(self.node, ids):

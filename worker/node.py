@@ -17,6 +17,7 @@ from sandgrid.wire.catalog import CATALOG, get_type
 from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.redis_ledger import WORKER_OUTAGE_WAIT_S, RedisLedger
 from sandgrid.wire.settings import Settings, get_settings
+from worker import metrics
 from worker.backends import backend_for
 from worker.backends.base import INCARNATION, SandboxBackend
 from worker.executor import Executor
@@ -116,10 +117,21 @@ class Node:
     def start(self) -> None:
         """Collect what a previous process of this node left, then warm up."""
         self.reaper.collect_orphans(startup=True)
+        self.serve_metrics()
         self.heartbeat.start()
         self.pool.start()
         self.reaper.start()
         log.info("node %s: serving %s", self.name, ", ".join(self.types))
+
+    def serve_metrics(self) -> None:
+        """Start the node's ``/metrics`` and name its port in the heartbeat."""
+        w = self.settings.worker
+        self.heartbeat.metrics_port = metrics.serve(w.metrics_port, w.metrics_addr)
+        self.heartbeat.metrics_host = metrics.advertised_host(w.metrics_addr)
+        stats = getattr(self.pool, "stats", dict)
+        metrics.watch_pool(
+            metrics.PoolCollector(self.name, stats, lambda: len(self.pool.container_ids()))
+        )
 
     def stop(self) -> None:
         """Drain: snapshot what needs it, release leases, destroy every container."""

@@ -46,6 +46,7 @@ from sandgrid.errors import SandgridError, SnapshotError
 from sandgrid.wire.jobs import ForkOp, TurnJob
 from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.settings import SnapshotSettings
+from worker import metrics
 from worker.backends.base import Sandbox
 from worker.pool import BackendFor
 from worker.session_table import LocalSession
@@ -89,16 +90,22 @@ class Persistence:
     def restore(self, sbx: Sandbox, tenant: str, session_id: str, ref: str) -> Manifest:
         """Restore snapshot ``ref`` into ``sbx``; the manifest restored."""
         backend = self.backend_for(sbx.sandbox_type)
-        return restore_sandbox(backend, sbx, self.store, tenant, session_id, ref)
+        with metrics.SNAPSHOT_SECONDS.labels(direction="restore").time():
+            manifest = restore_sandbox(backend, sbx, self.store, tenant, session_id, ref)
+        metrics.SNAPSHOT_BYTES.labels(direction="restore").inc(sum(manifest.blobs.values()))
+        return manifest
 
     def _snapshot(self, local: LocalSession) -> tuple[str, Manifest | None] | None:
         """Snapshot the session; ``(ref, manifest)``, or None when nothing changed."""
         backend = self.backend_for(local.sandbox_type)
-        ref = snapshot_sandbox(
-            backend, local.sandbox, self.store, local.tenant, local.session_id, local.manifest
-        )
+        with metrics.SNAPSHOT_SECONDS.labels(direction="save").time():
+            ref = snapshot_sandbox(
+                backend, local.sandbox, self.store, local.tenant, local.session_id, local.manifest
+            )
         if ref is None:
             return None
+        if ref.manifest is not None:
+            metrics.SNAPSHOT_BYTES.labels(direction="save").inc(sum(ref.manifest.blobs.values()))
         return ref.name, ref.manifest
 
     # ---- saving ---------------------------------------------------------------------

@@ -79,6 +79,7 @@ class PoolStats:
     unhealthy: int = 0
     created: int = 0
     create_failures: int = 0
+    creating: int = 0
 
 
 class WarmPool:
@@ -247,6 +248,7 @@ class WarmPool:
             for t, st in self._stats.items():
                 st.warm = len(self._warm.get(t, ()))
                 st.leased = sum(1 for s in self._leased.values() if s.sandbox_type == t)
+                st.creating = self._creating.get(t, 0)
                 out[t] = dict(vars(st))
             return out
 

@@ -17,6 +17,7 @@ from celery import signals
 from sandgrid.wire import names
 from sandgrid.wire.celery_app import app
 from sandgrid.wire.jobs import TurnJob
+from worker import metrics
 from worker.batch_gate import run_turn
 from worker.node import get_node
 
@@ -32,7 +33,9 @@ def turn(job: dict[str, Any]) -> dict[str, Any]:
     Batch turns pass the node's batch gate first (at most half its threads).
     """
     node = get_node()
-    outcome = run_turn(node.executor, node.residency, TurnJob.model_validate(job))
+    turn_job = TurnJob.model_validate(job)
+    outcome = run_turn(node.executor, node.residency, turn_job)
+    metrics.observe_outcome(turn_job, outcome)
     return outcome.model_dump(mode="json")
 
 

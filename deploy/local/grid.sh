@@ -26,7 +26,8 @@ start_bg scheduler sandgrid serve --host 127.0.0.1 --port "$API_PORT"
 for w in $WORKERS; do
   start_bg "worker-$w" sandgrid worker --types "$WORKER_TYPES" --concurrency 4 --node "$w"
 done
-start_bg flower celery -A sandgrid.wire.celery_app:app flower --address=127.0.0.1 --port="$FLOWER_PORT" \
+# scheduler.flower: Flower with /metrics behind the same basic auth (Flower 2.2 leaves it open)
+start_bg flower "$SG_PY" -m scheduler.flower -A sandgrid.wire.celery_app:app flower --address=127.0.0.1 --port="$FLOWER_PORT" \
   --basic-auth="admin:$(cat "$flower_pw")" --persistent=False
 wait_for "scheduler" 60 curl -sf "http://127.0.0.1:$API_PORT/v1/health"
 wait_for "flower" 60 curl -sf -u "admin:$(cat "$flower_pw")" "http://127.0.0.1:$FLOWER_PORT/healthcheck"

@@ -19,6 +19,7 @@ from importlib.metadata import entry_points
 
 import click
 
+from sandgrid.cli.audit import audit
 from sandgrid.cli.batch import batch
 from sandgrid.cli.bench import bench
 from sandgrid.cli.sessions import exec_, sessions
@@ -66,3 +67,4 @@ main.add_command(exec_)
 main.add_command(sessions)
 main.add_command(batch)
 main.add_command(bench)
+main.add_command(audit)

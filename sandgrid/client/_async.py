@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 
+from sandgrid.audit import AuditPage
 from sandgrid.batch.models import BatchInfo, BatchIsolation, BatchJob, BatchResult
 from sandgrid.client._base import (
     DEFAULT_RETRIES,
@@ -151,6 +152,12 @@ class AsyncClient(BaseClient):
 
     async def close_session(self, session_id: str) -> SessionInfo:
         return await self._send(self._close_session_call(session_id))
+
+    async def audit(
+        self, *, session: str | None = None, since: float | None = None, limit: int | None = None
+    ) -> AuditPage:
+        """The tenant's audit trail from ``since`` (epoch s), oldest first (docs/operations.md)."""
+        return await self._send(self._audit_call(session, since, limit))
 
     async def exec(
         self,

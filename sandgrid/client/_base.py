@@ -34,6 +34,7 @@ from typing import Any, Generic, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
+from sandgrid.audit import AuditPage
 from sandgrid.batch.models import BatchCreate, BatchInfo, BatchIsolation, BatchJob, BatchResult
 from sandgrid.errors import (
     UNAVAILABLE_CODES,
@@ -434,3 +435,10 @@ class BaseClient:
 
     def _resume_batch_call(self, batch_id: str) -> Call[BatchInfo]:
         return Call("POST", f"/v1/batches/{batch_id}/resume", _parse(BatchInfo))
+
+    def _audit_call(
+        self, session: str | None, since: float | None, limit: int | None
+    ) -> Call[AuditPage]:
+        params = {"session": session, "since": since, "limit": limit}
+        kept = {k: v for k, v in params.items() if v is not None}
+        return Call("GET", "/v1/audit", _parse(AuditPage), params=kept)

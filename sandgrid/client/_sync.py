@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from sandgrid.audit import AuditPage
 from sandgrid.batch.models import BatchInfo, BatchIsolation, BatchJob, BatchResult
 from sandgrid.client._base import (
     DEFAULT_RETRIES,
@@ -147,6 +148,12 @@ class Client(BaseClient):
 
     def close_session(self, session_id: str) -> SessionInfo:
         return self._send(self._close_session_call(session_id))
+
+    def audit(
+        self, *, session: str | None = None, since: float | None = None, limit: int | None = None
+    ) -> AuditPage:
+        """The tenant's audit trail from ``since`` (epoch s), oldest first (docs/operations.md)."""
+        return self._send(self._audit_call(session, since, limit))
 
     def exec(
         self,

@@ -45,6 +45,9 @@ class NodeRecord(BaseModel):
     ts: float
     inc: str = ""
     types: tuple[str, ...] | None = None
+    #: The port of the node's Prometheus ``/metrics`` (None: the node does not say).
+    metrics_port: int | None = None
+    metrics_host: str = ""
 
 
 class SessionLedger(ABC):
@@ -148,7 +151,14 @@ class SessionLedger(ABC):
 
     @abstractmethod
     def heartbeat(
-        self, node: str, ttl: float, *, incarnation: str = "", types: Sequence[str] | None = None
+        self,
+        node: str,
+        ttl: float,
+        *,
+        incarnation: str = "",
+        types: Sequence[str] | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "",
     ) -> None:
         """Say that ``node`` is alive for the next ``ttl`` seconds.
 
@@ -159,6 +169,8 @@ class SessionLedger(ABC):
                 is a new one).
             types: the sandbox types it serves (the API refuses types no live
                 node serves).
+            metrics_port: the port of its ``/metrics`` (the API lists the URLs).
+            metrics_host: the host name or address that port is reached at.
         """
 
     @abstractmethod

@@ -24,6 +24,8 @@ Redis keys (all under ``sg:``):
                                    (rate limit of snapshot garbage collection, grid-wide)
     ``sg:batchslots:<type>``       sorted set: batch turns in flight on a type (id -> deadline),
                                    so batches never take every worker thread of the grid
+    ``sg:audit:<tenant>``          stream: the tenant's recent audit records (``scheduler.audit``)
+    ``sg:audit:export``            string, with a TTL: an API process is exporting the audit
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ __all__ = [
     "KEY_PREFIX",
     "TASK_PING",
     "TASK_TURN",
+    "audit_export_lock_key",
+    "audit_key",
+    "audit_key_pattern",
+    "audit_tenant_from_key",
     "batch_done_key",
     "batch_jobs_key",
     "batch_key",
@@ -164,3 +170,19 @@ def gc_tenants_key() -> str:
 
 def gc_key(tenant: str) -> str:
     return f"{KEY_PREFIX}gc:{tenant}"
+
+
+def audit_key(tenant: str) -> str:
+    return f"{KEY_PREFIX}audit:{tenant}"
+
+
+def audit_key_pattern() -> str:
+    return f"{KEY_PREFIX}audit:*"
+
+
+def audit_tenant_from_key(key: str) -> str:
+    return key.removeprefix(f"{KEY_PREFIX}audit:")
+
+
+def audit_export_lock_key() -> str:
+    return f"{KEY_PREFIX}audit-export"

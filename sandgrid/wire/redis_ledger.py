@@ -183,9 +183,22 @@ class RedisLedger(SessionLedger):
         return owner
 
     def heartbeat(
-        self, node: str, ttl: float, *, incarnation: str = "", types: Sequence[str] | None = None
+        self,
+        node: str,
+        ttl: float,
+        *,
+        incarnation: str = "",
+        types: Sequence[str] | None = None,
+        metrics_port: int | None = None,
+        metrics_host: str = "",
     ) -> None:
-        record = NodeRecord(ts=time.time(), inc=incarnation, types=tuple(types or ()) or None)
+        record = NodeRecord(
+            ts=time.time(),
+            inc=incarnation,
+            types=tuple(types or ()) or None,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+        )
         self.redis.set(names.node_key(node), record.model_dump_json(), px=millis(ttl))
 
     def node_record(self, node: str) -> NodeRecord | None:

@@ -15,6 +15,9 @@ __all__ = [
     "DEFAULT_API_HOST",
     "DEFAULT_API_PORT",
     "DEFAULT_API_THREADS",
+    "DEFAULT_AUDIT_COMMAND_CHARS",
+    "DEFAULT_AUDIT_EXPORT_INTERVAL_S",
+    "DEFAULT_AUDIT_STREAM_KEEP_S",
     "DEFAULT_AUTH_CACHE_S",
     "DEFAULT_BATCH_TTL_S",
     "DEFAULT_CLOSED_TTL_S",
@@ -35,6 +38,8 @@ __all__ = [
     "DEFAULT_SNAPSHOT_THREADS",
     "DEFAULT_TURN_MARGIN_S",
     "DEFAULT_VISIBILITY_TIMEOUT_S",
+    "DEFAULT_WORKER_METRICS_PORT",
+    "AuditSettings",
     "MinioSettings",
     "Settings",
     "SnapshotSettings",
@@ -65,6 +70,10 @@ DEFAULT_AUTH_CACHE_S = 5.0
 DEFAULT_LOST_CHECK_S = 0.25
 DEFAULT_CLOSED_TTL_S = 86400.0
 DEFAULT_BATCH_TTL_S = 7 * 86400.0
+DEFAULT_WORKER_METRICS_PORT = 9810
+DEFAULT_AUDIT_COMMAND_CHARS = 80
+DEFAULT_AUDIT_EXPORT_INTERVAL_S = 60.0
+DEFAULT_AUDIT_STREAM_KEEP_S = 3600.0
 
 
 class MinioSettings(BaseModel):
@@ -134,6 +143,40 @@ class WorkerSettings(BaseModel):
         None, description="SANDGRID_WORKER__AGENT_PATH: the agent file as the engine's host sees it"
     )
     snapshots: SnapshotSettings = Field(default_factory=SnapshotSettings)
+    metrics_port: int = Field(
+        DEFAULT_WORKER_METRICS_PORT,
+        ge=0,
+        le=65535,
+        description="SANDGRID_WORKER__METRICS_PORT: the node's Prometheus /metrics; 0 = any "
+        "free port (the heartbeat carries the port the node got)",
+    )
+    metrics_addr: str = Field(
+        "0.0.0.0",
+        description="SANDGRID_WORKER__METRICS_ADDR: the address /metrics listens on (the API "
+        "names it in the node's URL; a wildcard is named by the host name)",
+    )
+
+
+class AuditSettings(BaseModel):
+    """The audit trail (``scheduler.audit``): what a record keeps, when it is exported."""
+
+    command_chars: int = Field(
+        DEFAULT_AUDIT_COMMAND_CHARS,
+        ge=0,
+        le=1024,
+        description="SANDGRID_AUDIT__COMMAND_CHARS: first characters of a command kept beside "
+        "its digest (0: the digest alone)",
+    )
+    export_interval_s: float = Field(
+        DEFAULT_AUDIT_EXPORT_INTERVAL_S,
+        gt=0,
+        description="SANDGRID_AUDIT__EXPORT_INTERVAL_S: how often the API exports to the store",
+    )
+    stream_keep_s: float = Field(
+        DEFAULT_AUDIT_STREAM_KEEP_S,
+        ge=0,
+        description="SANDGRID_AUDIT__STREAM_KEEP_S: records younger than this stay in Redis only",
+    )
 
 
 class Settings(BaseSettings):
@@ -181,6 +224,7 @@ class Settings(BaseSettings):
     image_prefix: str = Field("sandgrid/sandbox-", description="SANDGRID_IMAGE_PREFIX")
     minio: MinioSettings = Field(default_factory=MinioSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
 
 
 @lru_cache(maxsize=1)

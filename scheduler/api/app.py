@@ -9,7 +9,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from sandgrid.wire.settings import Settings, get_settings
-from scheduler.api import batches, files, health, sessions, types
+from scheduler.api import audit, batches, files, health, ops, sessions, types
 from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
 from scheduler.dispatch import Dispatcher
@@ -39,7 +39,11 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # Sync handlers wait on turns in threads: allow as many as configured.
         anyio.to_thread.current_default_thread_limiter().total_tokens = s.api_threads
+        if svc.audit_exporter is not None:
+            svc.audit_exporter.start()
         yield
+        if svc.audit_exporter is not None:
+            svc.audit_exporter.stop()
         if svc.batches is not None:
             svc.batches.shutdown()
         svc.redis.close()
@@ -58,4 +62,6 @@ def create_app(
     app.include_router(health.router)
     app.include_router(batches.router)
     app.include_router(types.router)
+    app.include_router(ops.router)
+    app.include_router(audit.router)
     return app

@@ -19,6 +19,8 @@ from starlette.concurrency import run_in_threadpool
 from sandgrid.wire.objects import ObjectStore, open_objects
 from sandgrid.wire.settings import Settings
 from scheduler.admission import Admission
+from scheduler.audit import AuditLog
+from scheduler.audit_export import AuditExporter
 from scheduler.batch.manager import BatchManager
 from scheduler.batch.store import BatchStore
 from scheduler.capacity import (
@@ -58,6 +60,8 @@ class Services:
     admission: Admission
     runner: TurnRunner
     batches: BatchManager | None = None
+    audit: AuditLog | None = None
+    audit_exporter: AuditExporter | None = None
 
     @classmethod
     def build(
@@ -79,7 +83,7 @@ class Services:
             client,
             lease_ttl_s=settings.lease_ttl_s,
             closed_ttl_s=settings.closed_ttl_s,
-            records=SessionRecords(objects or open_objects(settings)),
+            records=SessionRecords(objects := objects or open_objects(settings)),
         )
         admission = Admission(client, registry, queue_depth_limit=settings.queue_depth_limit)
         if dispatcher is None:
@@ -95,11 +99,19 @@ class Services:
             turn_margin_s=settings.turn_margin_s,
             lost_check_s=settings.lost_check_s,
         )
+        audit = AuditLog(client, objects, settings.audit.command_chars)
+        runner.audit = audit
         tenants = TenantStore(
             client, tenants_file=settings.tenants_file, cache_s=settings.auth_cache_s
         )
         batches = _batch_manager(settings, client, registry, admission, runner, capacity)
-        return cls(settings, client, registry, tenants, admission, runner, batches)
+        exporter = AuditExporter(
+            client,
+            objects,
+            interval_s=settings.audit.export_interval_s,
+            keep_s=settings.audit.stream_keep_s,
+        )
+        return cls(settings, client, registry, tenants, admission, runner, batches, audit, exporter)
 
 
 def _batch_manager(
@@ -123,6 +135,7 @@ def _batch_manager(
             turn_margin_s=settings.turn_margin_s,
             lost_check_s=settings.lost_check_s,
         )
+        turns.audit = runner.audit
     if capacity is None:
         capacity = CeleryCapacity(celery, registry) if celery else StaticCapacity({"any": 4})
     store = BatchStore(client, ttl_s=settings.batch_ttl_s)

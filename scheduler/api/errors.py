@@ -36,6 +36,7 @@ from sandgrid.errors import (
     SandgridError,
     unavailable,
 )
+from scheduler import metrics
 
 __all__ = [
     "REGISTRY_DOWN",
@@ -100,6 +101,7 @@ def registry_unavailable(exc: BaseException, operation: str) -> SandgridError:
 
 def error_response(err: SandgridError) -> JSONResponse:
     """The HTTP answer of a ``SandgridError`` (status, body, helpful headers)."""
+    metrics.store_error(err)
     headers: dict[str, str] = {}
     status = err.http_status
     if isinstance(err, LimitExceeded):

@@ -63,6 +63,8 @@ def create_session(spec: SessionCreate, svc: Svc, tenant: CurrentTenant) -> Sess
         with suppress(SandgridError):  # a record left open is re-learned empty, at worst
             svc.registry.close_record(tenant.name, info.id)
         raise
+    if svc.audit is not None:
+        svc.audit.event(tenant.name, info.id, "session_create", detail={"type": spec.type})
     return svc.registry.get(tenant.name, info.id)
 
 

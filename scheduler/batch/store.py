@@ -29,6 +29,7 @@ import redis
 from sandgrid.batch.models import BatchCreate, BatchInfo, BatchJob, BatchResult
 from sandgrid.errors import NotFound
 from sandgrid.wire import names
+from scheduler import metrics
 from scheduler.registry import lua_source
 
 __all__ = ["DEFAULT_BATCH_TTL_S", "BatchStore", "new_batch_id"]
@@ -159,7 +160,10 @@ class BatchStore:
             names.batch_results_key(batch_id),
         ]
         args = [result.id, result.model_dump_json(), _COUNTER[result.status], json.dumps(_iso())]
-        return bool(self._record(keys=keys, args=args))
+        stored = bool(self._record(keys=keys, args=args))
+        if stored:
+            metrics.BATCH_JOBS.labels(status=result.status).inc()
+        return stored
 
     def results(self, batch_id: str, offset: int = 0, limit: int = 10_000) -> builtins.list[str]:
         """Result lines (``BatchResult`` JSON) from ``offset``, in completion order."""

@@ -40,6 +40,7 @@ from sandgrid.models import SessionCreate, SessionInfo
 from sandgrid.wire import names
 from sandgrid.wire.redis_ledger import DERIVED_FIELDS, RedisLedger, millis, register_scripts
 from sandgrid.wire.settings import Settings
+from scheduler import metrics
 from scheduler.registry import LUA_DIR
 from scheduler.registry.records import SessionRecords
 
@@ -148,6 +149,7 @@ class SessionRegistry(RedisLedger):
             labels=spec.labels,
         )
         if self._insert(info, max_sessions) != 1:
+            metrics.reject("max_sessions")
             raise LimitExceeded(
                 f"tenant {tenant!r} has {max_sessions} live sessions, its ceiling; close one first",
                 operation="sessions.create",

@@ -87,7 +87,7 @@ def _popen_flower(grid: LocalGrid, log: Any) -> subprocess.Popen[bytes]:
         [
             sys.executable,
             "-m",
-            "celery",
+            "scheduler.flower",
             "-A",
             "sandgrid.wire.celery_app:app",
             "flower",

@@ -7,6 +7,7 @@ key built for one tenant can name another tenant's object::
     t/<tenant>/s/<session>/latest                 the pointer: newest snapshot + retained history
     t/<tenant>/s/<session>/snap/<seq>-<id>.json   a manifest
     t/<tenant>/s/<session>/record.json            the session's record (the control plane's)
+    t/<tenant>/audit/<yyyy-mm-dd>/<first-id>.jsonl  a segment of the audit trail (append-only)
 
 Ids are checked here before any key is built: no ``/``, no ``..``, no empty or
 odd characters, so a caller's string can never walk out of its prefix.
@@ -21,6 +22,9 @@ from sandgrid.errors import InvalidInput
 __all__ = [
     "SHA256_RE",
     "SNAPSHOT_NAME_RE",
+    "audit_day_of",
+    "audit_prefix",
+    "audit_segment_key",
     "blob_key",
     "blobs_prefix",
     "check_id",
@@ -143,3 +147,34 @@ def parse_session_key(tenant: str, key: str) -> tuple[str, str | None] | None:
         if _ID_RE.fullmatch(parts[0]) and SNAPSHOT_NAME_RE.fullmatch(name):
             return parts[0], name
     return None
+
+
+_AUDIT_DAY_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+_AUDIT_SEGMENT_RE = re.compile(r"^[0-9]+-[0-9]+$")
+
+
+def audit_prefix(tenant: str) -> str:
+    return f"{_tenant(tenant)}audit/"
+
+
+def audit_segment_key(tenant: str, day: str, first_id: str) -> str:
+    """One immutable segment of a tenant's audit trail for one UTC day.
+
+    Named by the stream id of its first record, so exporting the same records
+    again (a crash between the export and the trim) writes the same key.
+    """
+    if not _AUDIT_DAY_RE.match(day) or not _AUDIT_SEGMENT_RE.match(first_id):
+        raise InvalidInput(
+            f"audit segment {day}/{first_id}: a day is YYYY-MM-DD, an id is <ms>-<seq>",
+            context={"field": "segment", "rule": "YYYY-MM-DD and <ms>-<seq>"},
+        )
+    return f"{audit_prefix(tenant)}{day}/{first_id}.jsonl"
+
+
+def audit_day_of(tenant: str, key: str) -> str | None:
+    """The day of a segment key of ``tenant``; None for any other key."""
+    rest = key.removeprefix(audit_prefix(tenant))
+    day, _, name = rest.partition("/")
+    if rest == key or not _AUDIT_DAY_RE.match(day) or not name.endswith(".jsonl"):
+        return None
+    return day

@@ -1,0 +1,56 @@
+"""The node's metrics: its server, the pool's gauges, a turn's counters."""
+
+from __future__ import annotations
+
+import httpx
+from prometheus_client import CollectorRegistry, generate_latest
+
+from sandgrid.models import SessionInfo
+from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
+from worker import metrics
+
+
+def test_pool_gauges_are_read_at_scrape_time() -> None:
+    stats = {"python": {"warm": 2, "leased": 1, "creating": 0}}
+    registry = CollectorRegistry()
+    registry.register(metrics.PoolCollector("n1", lambda: stats, lambda: 3))
+    stats["python"]["warm"] = 1
+    text = generate_latest(registry).decode()
+    assert 'sandgrid_pool_sandboxes{node="n1",state="warm",type="python"} 1.0' in text
+    assert 'sandgrid_node_containers{node="n1"} 3.0' in text
+
+
+def test_a_turn_is_counted_with_its_stages() -> None:
+    info = SessionInfo.model_validate(
+        {
+            "id": "s-1",
+            "tenant": "t",
+            "type": "python",
+            "state": "live",
+            "quotas": {},
+            "created_at": "2026-01-01T00:00:00Z",
+            "last_used": "2026-01-01T00:00:00Z",
+        }
+    )
+    job = TurnJob(turn_id="t-1", session=info, op=ExecOp(request={"shell": "true"}))
+    before = metrics.TURNS.labels(
+        type="python", op="exec", outcome="store_unavailable"
+    )._value.get()
+    out = TurnOutcome(
+        turn_id="t-1",
+        node="n1",
+        ok=False,
+        error={"code": "store_unavailable"},
+        timings={"worker_ms": 5.0},
+    )
+    metrics.observe_outcome(job, out)
+    after = metrics.TURNS.labels(type="python", op="exec", outcome="store_unavailable")._value.get()
+    assert after == before + 1
+    assert metrics.STORE_ERRORS.labels(store="objects", operation="exec")._value.get() >= 1
+
+
+def test_serve_falls_back_to_a_free_port_when_taken() -> None:
+    port = metrics.serve(0, "127.0.0.1")
+    again = metrics.serve(port, "127.0.0.1")  # taken: another free port, not a crash
+    assert again != port
+    assert httpx.get(f"http://127.0.0.1:{again}/metrics", timeout=5).status_code == 200
