@@ -22,6 +22,7 @@ kernel; this module imports no jupyter_client at import time.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -143,10 +144,8 @@ class KernelHost:
         if self.kc is not None:
             self.kc.stop_channels()
         if self.km is not None:
-            try:
+            with contextlib.suppress(Exception):  # already gone: nothing to stop
                 self.km.shutdown_kernel(now=True)
-            except Exception:  # already gone: nothing to stop
-                pass
         self.km = self.kc = None
 
     def run(self, req: dict[str, Any]) -> dict[str, Any]:
