@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["MARKER", "Collector", "KernelHost", "main", "strip_ansi"]
+__all__ = ["MARKER", "START_TIMEOUT_S", "Collector", "KernelHost", "main", "strip_ansi"]
 
 MARKER = "/home/sandbox/.sandgrid/kernel"
 """Written when a kernel first starts in a session; it travels in the session's snapshots."""
