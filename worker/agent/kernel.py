@@ -24,7 +24,8 @@ import time
 from typing import IO, Any
 
 from .errors import AgentError, Json, need
-from .limits import BASE_ENV, GID, UID, WORKSPACE
+from .limits import BASE_ENV, WORKSPACE
+from .processes import spawn
 from .reaper import REAPER
 
 __all__ = [
@@ -79,22 +80,9 @@ class Host:
         argv, path = host_argv()
         base = {k: v for k, v in os.environ.items() if not k.startswith("SANDGRID_")}
         full = {**base, **BASE_ENV, **KERNEL_ENV, **env, "PYTHONPATH": path}
-        with REAPER.cond:
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                cwd=WORKSPACE,
-                env=full,
-                user=UID,
-                group=GID,
-                extra_groups=[],
-                start_new_session=True,
-                close_fds=True,
-            )
-            REAPER.wanted.add(proc.pid)
-        REAPER.kick()
+        proc = spawn(argv, full, WORKSPACE, True)
+        if proc.stderr is not None:  # the host sends its stderr to /dev/null itself
+            proc.stderr.close()
         cls.proc = proc
         return proc
 

@@ -204,6 +204,9 @@ def _kernel_gone(out: Collector, why: str) -> None:
 def main() -> int:
     """Serve JSON-line requests on stdin until EOF (the agent closed the pipe)."""
     os.environ.pop("PYTHONPATH", None)  # the kernel must not import the agent
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)  # nobody reads the host's (and its kernel's) stderr
+    os.close(devnull)
     host = KernelHost()
     try:
         for line in sys.stdin:
