@@ -30,6 +30,8 @@ from sandgrid.errors import (
     SnapshotError,
 )
 from sandgrid.models import (
+    CodeRequest,
+    CodeResult,
     ExecRequest,
     ExecResult,
     FileEntry,
@@ -50,6 +52,8 @@ __all__ = [
     "AuthError",
     "CapacityError",
     "Client",
+    "CodeRequest",
+    "CodeResult",
     "Conflict",
     "ErrorCode",
     "ExecRequest",

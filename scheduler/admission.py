@@ -35,6 +35,7 @@ __all__ = [
     "Admission",
     "check_exec",
     "check_quotas",
+    "check_timeout",
 ]
 
 #: Retry-After (s) when a queue is too deep: about the time a busy worker needs.
@@ -77,6 +78,12 @@ def check_quotas(tenant: Tenant, quotas: Quotas, field: str = "quotas") -> None:
             operation="admission",
             context={"field": f"{field}.network", "rule": "network not allowed for tenant"},
         )
+
+
+def check_timeout(tenant: Tenant, timeout_s: float | None) -> None:
+    """Refuse a turn's own deadline above the tenant's ceiling (``run_code``, say)."""
+    if timeout_s is not None and timeout_s > tenant.limits.max_timeout_s:
+        raise _over("timeout_s", timeout_s, tenant.limits.max_timeout_s, tenant)
 
 
 def check_exec(tenant: Tenant, request: ExecRequest) -> None:

@@ -37,6 +37,7 @@ from sandgrid.wire.jobs import (
     ForkOp,
     ListOp,
     ReadOp,
+    RunCodeOp,
     TarDownloadOp,
     TarUploadOp,
     TurnJob,
@@ -46,6 +47,7 @@ from sandgrid.wire.jobs import (
 )
 from sandgrid.wire.ledger import SessionLedger
 from worker.backends.base import Sandbox, SandboxBackend
+from worker.code import run_code
 from worker.persistence import Persistence, unsaved_result
 from worker.pool import BackendFor, SandboxPool
 from worker.residency import Residency
@@ -273,6 +275,8 @@ class Executor:
             return {"files": backend.put_tar(sbx, op.path, base64.b64decode(op.data_b64))}
         if isinstance(op, TarDownloadOp):
             return {"data_b64": base64.b64encode(backend.get_tar(sbx, op.path)).decode()}
+        if isinstance(op, RunCodeOp):
+            return dict(run_code(backend, sbx, op.request, info.env).model_dump(mode="json"))
         raise SandgridError(f"unknown op {op!r}")
 
     def _record(self, job: TurnJob, local: LocalSession) -> None:

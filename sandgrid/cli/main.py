@@ -22,6 +22,7 @@ import click
 from sandgrid.cli.audit import audit
 from sandgrid.cli.batch import batch
 from sandgrid.cli.bench import bench
+from sandgrid.cli.code import code
 from sandgrid.cli.sessions import exec_, sessions
 
 __all__ = ["PLUGIN_GROUP", "main"]
@@ -68,3 +69,4 @@ main.add_command(sessions)
 main.add_command(batch)
 main.add_command(bench)
 main.add_command(audit)
+main.add_command(code)

@@ -29,6 +29,7 @@ from sandgrid.client._base import (
 )
 from sandgrid.errors import SandgridError
 from sandgrid.models import (
+    CodeResult,
     ExecResult,
     FileEntry,
     Quotas,
@@ -182,6 +183,21 @@ class AsyncClient(BaseClient):
         )
         return await self._send(call)
 
+    async def run_code(
+        self,
+        session_id: str,
+        code: str,
+        *,
+        language: str = "python",
+        timeout_s: float | None = None,
+    ) -> CodeResult:
+        """Run code in the session's Jupyter kernel; variables and imports stay between calls.
+
+        An error in the code is in ``result.error``; ``kernel_restarted`` says that the
+        state of earlier calls is gone. Not retried once sent: code has effects.
+        """
+        return await self._send(self._run_code_call(session_id, code, language, timeout_s))
+
     async def write_files(
         self, session_id: str, files: Mapping[str, FileContent], *, mode: int = 0o644
     ) -> dict[str, Any]:
@@ -288,6 +304,11 @@ class AsyncSession:
             timeout_s=timeout_s,
             idempotency_key=idempotency_key,
         )
+
+    async def run_code(
+        self, code: str, *, language: str = "python", timeout_s: float | None = None
+    ) -> CodeResult:
+        return await self.client.run_code(self.id, code, language=language, timeout_s=timeout_s)
 
     async def write_file(
         self, path: str, content: FileContent, *, mode: int = 0o644

@@ -48,6 +48,8 @@ from sandgrid.errors import (
 from sandgrid.models import (
     IDEMPOTENCY_HEADER,
     NEXT_OFFSET_HEADER,
+    CodeRequest,
+    CodeResult,
     ExecRequest,
     ExecResult,
     FileEntry,
@@ -349,6 +351,17 @@ class BaseClient:
             headers={IDEMPOTENCY_HEADER: key},
             timeout=wait,
             idempotent=True,
+        )
+
+    def _run_code_call(
+        self, session_id: str, code: str, language: str, timeout_s: float | None
+    ) -> Call[CodeResult]:
+        """Code for the session's kernel: never retried once sent (it has effects)."""
+        request = _model(CodeRequest, code=code, language=language, timeout_s=timeout_s)
+        wait = timeout_s + EXEC_MARGIN_S if timeout_s else EXEC_DEFAULT_WAIT_S
+        body = request.model_dump(mode="json", exclude_defaults=True)
+        return Call(
+            "POST", f"/v1/sessions/{session_id}/code", _parse(CodeResult), json=body, timeout=wait
         )
 
     def _write_files_call(

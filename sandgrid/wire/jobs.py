@@ -13,6 +13,7 @@ from pydantic import Field
 
 from sandgrid.models import (
     MAX_FILE_BYTES,
+    CodeRequest,
     ExecRequest,
     FileWrite,
     SessionId,
@@ -28,6 +29,7 @@ __all__ = [
     "ForkOp",
     "ListOp",
     "ReadOp",
+    "RunCodeOp",
     "TarDownloadOp",
     "TarUploadOp",
     "TurnJob",
@@ -98,8 +100,24 @@ class ForkOp(WireModel):
     source: SessionId
 
 
+class RunCodeOp(WireModel):
+    """Run code in the session's Jupyter kernel (started in the sandbox on first use)."""
+
+    kind: Literal["run_code"] = "run_code"
+    request: CodeRequest
+
+
 TurnOp = Annotated[
-    ExecOp | WriteOp | ReadOp | ListOp | DeleteOp | TarUploadOp | TarDownloadOp | CloseOp | ForkOp,
+    ExecOp
+    | WriteOp
+    | ReadOp
+    | ListOp
+    | DeleteOp
+    | TarUploadOp
+    | TarDownloadOp
+    | CloseOp
+    | ForkOp
+    | RunCodeOp,
     Field(discriminator="kind"),
 ]
 

@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from sandgrid.wire.settings import Settings, get_settings
 from scheduler.api import audit, batches, files, health, ops, sessions, types
+from scheduler.api import code as code_api
 from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
 from scheduler.dispatch import Dispatcher
@@ -64,4 +65,5 @@ def create_app(
     app.include_router(types.router)
     app.include_router(ops.router)
     app.include_router(audit.router)
+    app.include_router(code_api.router)
     return app

@@ -15,6 +15,7 @@ from .errors import AgentError, Json, b64_field, log, need
 from .exec import op_exec
 from .files import do_delete, do_list, do_read, do_tar_get, do_tar_put, do_write
 from .framing import MAX_FRAME, recv, send
+from .kernel import op_run_code
 from .limits import MAX_RAW_PAYLOAD, PIDS_MAX_FILE, VERSION, check_roots
 from .memory import limit_memory
 from .processes import as_user
@@ -29,6 +30,7 @@ __all__ = ["OPS", "handle", "limit_pids", "main"]
 OPS: dict[str, Callable[[Json], Json]] = {
     "ping": lambda r: {"pid": os.getpid(), "version": VERSION},
     "exec": op_exec,
+    "run_code": op_run_code,
     "write": lambda r: as_user(do_write, need(r, "files", list)),
     "read": lambda r: as_user(
         do_read, need(r, "path", str), int(r.get("max_bytes") or MAX_RAW_PAYLOAD)

@@ -1,0 +1,51 @@
+"""Route of the stateful code interpreter: ``POST /v1/sessions/{id}/code``.
+
+A turn like any other (routing, the session's turn lock, snapshots after it);
+its op runs the code in the session's Jupyter kernel, which the sandbox starts
+on the first call and keeps between calls.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+
+from sandgrid.errors import SandboxError
+from sandgrid.models import CodeRequest, CodeResult
+from sandgrid.wire.jobs import RunCodeOp
+from scheduler.admission import check_timeout
+from scheduler.api.deps import CurrentTenant, Svc
+
+__all__ = ["KERNEL_START_S", "router", "run_code"]
+
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["code"])
+
+KERNEL_START_S = 30.0
+"""Added to the code's deadline for the turn's wait: the first call starts the kernel,
+and an interrupted kernel has a grace period before it is restarted."""
+
+
+@router.post("/code", response_model=CodeResult)
+def run_code(
+    session_id: str, body: CodeRequest, request: Request, svc: Svc, tenant: CurrentTenant
+) -> CodeResult:
+    """Run code in the session's kernel: variables, imports and definitions stay.
+
+    An error in the code is a result (``error``), not an HTTP error; ``timed_out``
+    and ``kernel_restarted`` say what the deadline did to the kernel.
+    """
+    check_timeout(tenant, body.timeout_s)
+    session = svc.registry.get(tenant.name, session_id)
+    wait_s = (body.timeout_s or session.quotas.timeout_s) + KERNEL_START_S
+    done = svc.runner.run(
+        tenant, session, RunCodeOp(request=body), timeout_s=wait_s, t0=request.state.t0
+    )
+    try:
+        result = CodeResult.model_validate(done.outcome.result or {})
+    except ValidationError as exc:
+        raise SandboxError(
+            f"the worker returned a malformed code result: {exc.errors()[0]['msg']}",
+            operation="run_code",
+        ) from exc
+    timings = {**result.timings, **done.outcome.timings, **done.timings}
+    return result.model_copy(update={"timings": timings, "node": done.outcome.node})
