@@ -9,7 +9,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from sandgrid.wire.settings import Settings, get_settings
-from scheduler.api import batches, files, health, sessions, types
+from scheduler.api import batches, files, health, mcp, sessions, types
 from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
 from scheduler.dispatch import Dispatcher
@@ -39,7 +39,8 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # Sync handlers wait on turns in threads: allow as many as configured.
         anyio.to_thread.current_default_thread_limiter().total_tokens = s.api_threads
-        yield
+        async with mcp_lifespan():  # the MCP transport's task group lives as long as the app
+            yield
         if svc.batches is not None:
             svc.batches.shutdown()
         svc.redis.close()
@@ -58,4 +59,5 @@ def create_app(
     app.include_router(health.router)
     app.include_router(batches.router)
     app.include_router(types.router)
+    mcp_lifespan = mcp.mount(app, svc)
     return app

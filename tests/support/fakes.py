@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import redis
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -170,6 +171,29 @@ class FakeNodes:
         return found
 
 
+class TestClientTransport(httpx.BaseTransport):
+    """An httpx transport that hands each request to a Starlette ``TestClient``.
+
+    The SDK speaks httpx; the test client speaks whichever of httpx and httpx2
+    is installed (Starlette prefers httpx2, which the ``mcp`` and ``openai``
+    packages bring), so its own transport cannot be handed to the SDK.
+    """
+
+    def __init__(self, http: TestClient) -> None:
+        self.http = http
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        r = self.http.request(
+            request.method,
+            str(request.url),
+            headers=dict(request.headers),
+            content=request.read(),
+        )
+        return httpx.Response(
+            r.status_code, headers=list(r.headers.multi_items()), content=r.content
+        )
+
+
 @dataclass
 class Grid:
     """An in-process API with a fake worker and two tenants."""
@@ -186,7 +210,7 @@ class Grid:
         return Client(
             "http://testserver",
             self.token_a if token is None else token,
-            transport=self.http._transport,
+            transport=TestClientTransport(self.http),
         )
 
     def headers(self, token: str | None = None) -> dict[str, str]:
