@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 #: Exit code reported for a command killed by a signal with no code of its own.
-KILLED_EXIT = -1
+_KILLED_EXIT = -1
 
 
 class SandgridSandboxSessionState(SandboxSessionState):
@@ -104,7 +104,7 @@ class SandgridSandboxSession(BaseSandboxSession):
             raise ExecTimeoutError(command=argv, timeout_s=timeout)
         code = result.exit_code
         if code is None:
-            code = 128 + result.signal if result.signal else KILLED_EXIT
+            code = 128 + result.signal if result.signal else _KILLED_EXIT
         return ExecResult(
             stdout=result.stdout.encode(), stderr=result.stderr.encode(), exit_code=code
         )
