@@ -9,7 +9,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from sandgrid.wire.settings import Settings, get_settings
-from scheduler.api import audit, batches, files, health, ops, sessions, types
+from scheduler.api import audit, batches, files, health, mcp, ops, sessions, types
 from scheduler.api import code as code_api
 from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
@@ -42,7 +42,8 @@ def create_app(
         anyio.to_thread.current_default_thread_limiter().total_tokens = s.api_threads
         if svc.audit_exporter is not None:
             svc.audit_exporter.start()
-        yield
+        async with mcp_lifespan():  # the MCP transport's task group lives as long as the app
+            yield
         if svc.audit_exporter is not None:
             svc.audit_exporter.stop()
         if svc.batches is not None:
@@ -66,4 +67,5 @@ def create_app(
     app.include_router(ops.router)
     app.include_router(audit.router)
     app.include_router(code_api.router)
+    mcp_lifespan = mcp.mount(app, svc)
     return app
