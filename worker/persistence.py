@@ -56,7 +56,7 @@ __all__ = ["MUTATING_OPS", "Persistence", "unsaved_result"]
 log = logging.getLogger(__name__)
 
 #: Ops that may change the workspace, hence need a snapshot afterwards.
-MUTATING_OPS = frozenset({"exec", "write", "delete", "tar_upload"})
+MUTATING_OPS = frozenset({"exec", "write", "delete", "tar_upload", "pty"})
 _NOTE_EVERY_S = 60.0
 
 

@@ -24,6 +24,8 @@ Redis keys (all under ``sg:``):
                                    (rate limit of snapshot garbage collection, grid-wide)
     ``sg:batchslots:<type>``       sorted set: batch turns in flight on a type (id -> deadline),
                                    so batches never take every worker thread of the grid
+    ``sg:pty:<turn>:out``          stream: a terminal's output, then its exit (bounded, expiring)
+    ``sg:pty:<turn>:in``           stream: a terminal's input, resizes and close (bounded, expiring)
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ __all__ = [
     "node_key_pattern",
     "node_of_queue",
     "node_queue",
+    "pty_in_key",
+    "pty_out_key",
     "session_key",
     "tenant_batches_key",
     "tenant_sessions_key",
@@ -161,3 +165,13 @@ def gc_tenants_key() -> str:
 
 def gc_key(tenant: str) -> str:
     return f"{KEY_PREFIX}gc:{tenant}"
+
+
+def pty_out_key(turn_id: str) -> str:
+    """Stream: the output of the terminal turn ``turn_id``; its last entry is the exit."""
+    return f"{KEY_PREFIX}pty:{turn_id}:out"
+
+
+def pty_in_key(turn_id: str) -> str:
+    """Stream: what the client sends to the terminal turn ``turn_id``."""
+    return f"{KEY_PREFIX}pty:{turn_id}:in"

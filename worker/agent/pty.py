@@ -86,7 +86,7 @@ def _spawn(slave: int, term: str) -> subprocess.Popen[bytes]:
             group=GID,
             extra_groups=[],
             start_new_session=True,
-            preexec_fn=_take_tty,  # noqa: PLW1509 - the ctty must be set in the child
+            preexec_fn=_take_tty,
             close_fds=True,
         )
         REAPER.wanted.add(proc.pid)
