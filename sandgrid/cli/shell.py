@@ -70,6 +70,14 @@ def _relay_input(term: Terminal, done: threading.Event) -> None:
         term.send(data.decode(errors="replace"))
 
 
+def _size() -> os.terminal_size:
+    """The local terminal's size: stdin's tty, else ``shutil``'s guess."""
+    try:
+        return os.get_terminal_size(sys.stdin.fileno())
+    except (OSError, ValueError):
+        return shutil.get_terminal_size()
+
+
 @click.command()
 @click.argument("session_id")
 @click.option("--idle", "idle_s", type=float, default=None, help="close after this many idle s")
@@ -77,7 +85,7 @@ def _relay_input(term: Terminal, done: threading.Event) -> None:
 @readable_errors
 def shell(session_id: str, idle_s: float | None, max_s: float | None) -> None:
     """Open an interactive shell on SESSION (exit the shell, or its ``exit``, to leave)."""
-    size = shutil.get_terminal_size()
+    size = _size()
     term_name = os.environ.get("TERM") or "xterm-256color"
     with Client() as client:
         term = client.pty(
@@ -92,11 +100,12 @@ def shell(session_id: str, idle_s: float | None, max_s: float | None) -> None:
 
         def on_winch(_sig: int, _frame: FrameType | None) -> None:
             if not done.is_set():
-                now = shutil.get_terminal_size()
+                now = _size()
                 with contextlib.suppress(Exception):
                     term.resize(now.lines, now.columns)
 
         previous = signal.signal(signal.SIGWINCH, on_winch)
+        on_winch(signal.SIGWINCH, None)  # a resize before the handler was set is not lost
         reader = threading.Thread(target=_relay_output, args=(term, done), daemon=True)
         try:
             with raw_tty(sys.stdin.fileno()):

@@ -165,8 +165,10 @@ def op_pty(req: Json) -> Json:
     finally:
         status = _finish(t, before)
         os.close(master)
+    code = None if status is None else os.waitstatus_to_exitcode(status)
     return {
-        "exit_code": None if status is None else os.waitstatus_to_exitcode(status),
+        "exit_code": code if code is not None and code >= 0 else None,
+        "signal": -code if code is not None and code < 0 else None,
         "reason": t.reason,
         "bytes_out": t.bytes_out,
         "duration_ms": round((time.monotonic() - start) * 1000, 3),
