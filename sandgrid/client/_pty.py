@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 from sandgrid.errors import SandgridError, error_from_body
 from sandgrid.terminal import resize_message, stdin_message
 
-__all__ = ["AsyncTerminal", "Terminal", "TerminalState", "pty_url"]
+__all__ = ["OPEN_TIMEOUT_S", "AsyncTerminal", "Terminal", "TerminalState", "pty_url"]
 
 OPEN_TIMEOUT_S = 30.0
 
