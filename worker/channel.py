@@ -72,6 +72,7 @@ class AgentChannel:
         self.name = name
         self._sock = sock
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._demux = AttachDemux()
         self._frames = FrameDecoder()
@@ -124,6 +125,27 @@ class AgentChannel:
         result = reply.get("result")
         return result if isinstance(result, dict) else {}
 
+    def notify(self, op: str, fields: dict[str, Any] | None = None) -> None:
+        """Send one request frame that expects no reply (a control message).
+
+        Allowed while another request is in flight (the op it controls, such as
+        a ``pty`` or an ``exec``): it takes only the write lock, which every
+        frame is written under, so frames never interleave.
+
+        Raises:
+            SandboxLost: the channel is broken, or broke while writing.
+        """
+        frame_id = next(self._ids)
+        data = encode_frame({"id": frame_id, "op": op, **(fields or {})})
+        if self.broken is not None:
+            raise self._lost(op, self.broken)
+        try:
+            with self._write_lock:
+                self._sock.sendall(data)
+        except OSError as exc:
+            self._break(f"{op}: {exc or type(exc).__name__}")
+            raise self._lost(op, self.broken or str(exc)) from exc
+
     def close(self) -> None:
         """Close the socket; the agent sees EOF on stdin and exits."""
         with self._lock:
@@ -135,7 +157,8 @@ class AgentChannel:
         self, data: bytes, frame_id: int, deadline: float, on_chunk: ChunkCallback | None
     ) -> dict[str, Any]:
         self._sock.settimeout(max(deadline - time.monotonic(), 0.001))
-        self._sock.sendall(data)
+        with self._write_lock:
+            self._sock.sendall(data)
         while True:
             while self._ready:
                 frame = self._ready.popleft()

@@ -36,6 +36,7 @@ from sandgrid.wire.jobs import (
     ExecOp,
     ForkOp,
     ListOp,
+    PtyOp,
     ReadOp,
     RunCodeOp,
     TarDownloadOp,
@@ -52,6 +53,7 @@ from worker.persistence import Persistence, unsaved_result
 from worker.pool import BackendFor, SandboxPool
 from worker.residency import Residency
 from worker.session_table import LocalSession, SessionTable
+from worker.terminal import TerminalBridge
 
 __all__ = [
     "Executor",
@@ -88,6 +90,7 @@ class Executor:
         residency: how a session leaves the node (a lost sandbox, a close).
         backend_for: the backend of a sandbox type (it runs the op).
         incarnation: this process's id, named in its claims (see ``NodeRecord``).
+        terminal: serves terminal turns (``PtyOp``); None refuses them.
     """
 
     node: str
@@ -98,6 +101,7 @@ class Executor:
     residency: Residency
     backend_for: BackendFor
     incarnation: str = ""
+    terminal: TerminalBridge | None = None
 
     # ---- the turn --------------------------------------------------------------
 
@@ -277,6 +281,8 @@ class Executor:
             return {"data_b64": base64.b64encode(backend.get_tar(sbx, op.path)).decode()}
         if isinstance(op, RunCodeOp):
             return dict(run_code(backend, sbx, op.request, info.env).model_dump(mode="json"))
+        if isinstance(op, PtyOp) and self.terminal is not None:
+            return self.terminal.run(backend, sbx, op)
         raise SandgridError(f"unknown op {op!r}")
 
     def _record(self, job: TurnJob, local: LocalSession) -> None:

@@ -28,6 +28,7 @@ from worker.reaper import Reaper
 from worker.residency import Residency
 from worker.session_table import SessionTable
 from worker.snapshots import SnapshotStore, open_store
+from worker.terminal import TerminalBridge
 
 __all__ = ["Node", "get_node", "start_node", "stop_node"]
 
@@ -87,6 +88,7 @@ class Node:
             self.residency,
             self.backend_for,
             self.incarnation,
+            terminal=TerminalBridge.from_settings(self.settings),
         )
         self.heartbeat = Heartbeat(
             name,

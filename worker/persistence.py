@@ -57,7 +57,7 @@ __all__ = ["MUTATING_OPS", "Persistence", "unsaved_result"]
 log = logging.getLogger(__name__)
 
 #: Ops that may change the workspace, hence need a snapshot afterwards.
-MUTATING_OPS = frozenset({"exec", "write", "delete", "tar_upload", "run_code"})
+MUTATING_OPS = frozenset({"exec", "write", "delete", "tar_upload", "run_code", "pty"})
 _NOTE_EVERY_S = 60.0
 
 

@@ -4,6 +4,7 @@ source "$(dirname "$0")/lib.sh"
 command -v python3 >/dev/null || apt_install python3
 python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "python3 >= 3.11 is needed"
 python3 -c 'import venv, ensurepip' 2>/dev/null || apt_install python3-venv
+command -v tmux >/dev/null || apt_install tmux  # tests/integration/test_shell_tmux.py
 [ -x "$SG_PY" ] || { log "python: creating $SG_VENV"; python3 -m venv "$SG_VENV"; }
 stamp="$SG_VENV/.sandgrid-installed"
 want="$(sha256sum "$SG_ROOT/pyproject.toml" | cut -c1-16)"

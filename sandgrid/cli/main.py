@@ -4,6 +4,7 @@
     sandgrid sessions ls | sandgrid sessions close ID
     sandgrid batch run jobs.jsonl --out results.jsonl
     sandgrid bench bfcl
+    sandgrid shell SESSION
 
 The grid's own processes add their commands through the ``sandgrid.commands``
 entry points of the installed distribution: ``serve`` and ``tenants`` (the
@@ -24,6 +25,7 @@ from sandgrid.cli.batch import batch
 from sandgrid.cli.bench import bench
 from sandgrid.cli.code import code
 from sandgrid.cli.sessions import exec_, sessions
+from sandgrid.cli.shell import shell
 
 __all__ = ["PLUGIN_GROUP", "main"]
 
@@ -70,3 +72,4 @@ main.add_command(batch)
 main.add_command(bench)
 main.add_command(audit)
 main.add_command(code)
+main.add_command(shell)

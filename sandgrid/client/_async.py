@@ -27,6 +27,7 @@ from sandgrid.client._base import (
     RetryPolicy,
     transport_error,
 )
+from sandgrid.client._pty import AsyncTerminal
 from sandgrid.errors import SandgridError
 from sandgrid.models import (
     CodeResult,
@@ -37,6 +38,7 @@ from sandgrid.models import (
     SessionInfo,
     SnapshotPolicy,
 )
+from sandgrid.terminal import PTY_DEFAULT_COLS, PTY_DEFAULT_ROWS
 
 __all__ = ["AsyncClient", "AsyncSession", "AsyncSessionOpener"]
 
@@ -254,6 +256,25 @@ class AsyncClient(BaseClient):
     async def resume_batch(self, batch_id: str) -> BatchInfo:
         return await self._send(self._resume_batch_call(batch_id))
 
+    async def pty(
+        self,
+        session_id: str,
+        *,
+        rows: int = PTY_DEFAULT_ROWS,
+        cols: int = PTY_DEFAULT_COLS,
+        term: str = "xterm-256color",
+        idle_s: float | None = None,
+        max_s: float | None = None,
+    ) -> AsyncTerminal:
+        """Open an interactive terminal (a login shell) on the session.
+
+        The shell runs as the sandbox user in /workspace; it ends when it exits,
+        when the terminal is closed, or after ``idle_s`` without input or output
+        or ``max_s`` in all (the grid's defaults when None).
+        """
+        url, headers = self._pty_target(session_id, rows, cols, term, idle_s, max_s)
+        return await AsyncTerminal.open(url, headers)
+
     async def health(self) -> dict[str, Any]:
         return await self._send(self._health_call())
 
@@ -335,6 +356,20 @@ class AsyncSession:
 
     async def download_tar(self, path: str = ".") -> bytes:
         return await self.client.download_tar(self.id, path)
+
+    async def pty(
+        self,
+        *,
+        rows: int = PTY_DEFAULT_ROWS,
+        cols: int = PTY_DEFAULT_COLS,
+        term: str = "xterm-256color",
+        idle_s: float | None = None,
+        max_s: float | None = None,
+    ) -> AsyncTerminal:
+        """Open an interactive terminal on this session (see ``AsyncClient.pty``)."""
+        return await self.client.pty(
+            self.id, rows=rows, cols=cols, term=term, idle_s=idle_s, max_s=max_s
+        )
 
     async def refresh(self) -> SessionInfo:
         self.info = await self.client.get_session(self.id)

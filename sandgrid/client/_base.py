@@ -36,6 +36,7 @@ from pydantic import BaseModel, ValidationError
 
 from sandgrid.audit import AuditPage
 from sandgrid.batch.models import BatchCreate, BatchInfo, BatchIsolation, BatchJob, BatchResult
+from sandgrid.client._pty import pty_url
 from sandgrid.errors import (
     UNAVAILABLE_CODES,
     ErrorCode,
@@ -277,6 +278,19 @@ class BaseClient:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         return headers
+
+    def _pty_target(
+        self,
+        session_id: str,
+        rows: int,
+        cols: int,
+        term: str,
+        idle_s: float | None,
+        max_s: float | None,
+    ) -> tuple[str, dict[str, str]]:
+        """The terminal's WebSocket URL and headers (the token goes as a header)."""
+        params = {"rows": rows, "cols": cols, "term": term, "idle_s": idle_s, "max_s": max_s}
+        return pty_url(self.base_url, session_id, params), self._headers()
 
     # ---- builders (one per public method) ------------------------------------------
 

@@ -25,6 +25,7 @@ from sandgrid.client._base import (
     RetryPolicy,
     transport_error,
 )
+from sandgrid.client._pty import Terminal
 from sandgrid.errors import SandgridError
 from sandgrid.models import (
     CodeResult,
@@ -35,6 +36,7 @@ from sandgrid.models import (
     SessionInfo,
     SnapshotPolicy,
 )
+from sandgrid.terminal import PTY_DEFAULT_COLS, PTY_DEFAULT_ROWS
 
 __all__ = ["Client", "Session"]
 
@@ -248,6 +250,25 @@ class Client(BaseClient):
     def resume_batch(self, batch_id: str) -> BatchInfo:
         return self._send(self._resume_batch_call(batch_id))
 
+    def pty(
+        self,
+        session_id: str,
+        *,
+        rows: int = PTY_DEFAULT_ROWS,
+        cols: int = PTY_DEFAULT_COLS,
+        term: str = "xterm-256color",
+        idle_s: float | None = None,
+        max_s: float | None = None,
+    ) -> Terminal:
+        """Open an interactive terminal (a login shell) on the session.
+
+        The shell runs as the sandbox user in /workspace; it ends when it exits,
+        when the terminal is closed, or after ``idle_s`` without input or output
+        or ``max_s`` in all (the grid's defaults when None).
+        """
+        url, headers = self._pty_target(session_id, rows, cols, term, idle_s, max_s)
+        return Terminal(url, headers)
+
     def health(self) -> dict[str, Any]:
         return self._send(self._health_call())
 
@@ -325,6 +346,18 @@ class Session:
 
     def download_tar(self, path: str = ".") -> bytes:
         return self.client.download_tar(self.id, path)
+
+    def pty(
+        self,
+        *,
+        rows: int = PTY_DEFAULT_ROWS,
+        cols: int = PTY_DEFAULT_COLS,
+        term: str = "xterm-256color",
+        idle_s: float | None = None,
+        max_s: float | None = None,
+    ) -> Terminal:
+        """Open an interactive terminal on this session (see ``Client.pty``)."""
+        return self.client.pty(self.id, rows=rows, cols=cols, term=term, idle_s=idle_s, max_s=max_s)
 
     def refresh(self) -> SessionInfo:
         self.info = self.client.get_session(self.id)

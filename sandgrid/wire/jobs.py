@@ -21,6 +21,15 @@ from sandgrid.models import (
     WireModel,
     WorkspacePath,
 )
+from sandgrid.terminal import (
+    PTY_DEFAULT_COLS,
+    PTY_DEFAULT_IDLE_S,
+    PTY_DEFAULT_MAX_S,
+    PTY_DEFAULT_ROWS,
+    PTY_MAX_DIM,
+    PTY_MAX_IDLE_S,
+    PTY_MAX_S,
+)
 
 __all__ = [
     "CloseOp",
@@ -28,6 +37,7 @@ __all__ = [
     "ExecOp",
     "ForkOp",
     "ListOp",
+    "PtyOp",
     "ReadOp",
     "RunCodeOp",
     "TarDownloadOp",
@@ -107,6 +117,23 @@ class RunCodeOp(WireModel):
     request: CodeRequest
 
 
+class PtyOp(WireModel):
+    """An interactive terminal: a login shell on a pty, a long turn of the session.
+
+    Output and input travel on the Redis Streams of ``names.pty_out_key`` and
+    ``names.pty_in_key`` of ``pty_id`` (the turn's id), not in the job or outcome;
+    the turn ends when the shell exits, on close, or at its idle or absolute limit.
+    """
+
+    kind: Literal["pty"] = "pty"
+    pty_id: str = Field(pattern=r"^[A-Za-z0-9_-]{8,64}$")
+    rows: int = Field(PTY_DEFAULT_ROWS, ge=1, le=PTY_MAX_DIM)
+    cols: int = Field(PTY_DEFAULT_COLS, ge=1, le=PTY_MAX_DIM)
+    term: str = Field("xterm-256color", pattern=r"^[A-Za-z0-9._+-]{1,64}$")
+    idle_s: float = Field(PTY_DEFAULT_IDLE_S, gt=0, le=PTY_MAX_IDLE_S)
+    max_s: float = Field(PTY_DEFAULT_MAX_S, gt=0, le=PTY_MAX_S)
+
+
 TurnOp = Annotated[
     ExecOp
     | WriteOp
@@ -117,7 +144,8 @@ TurnOp = Annotated[
     | TarDownloadOp
     | CloseOp
     | ForkOp
-    | RunCodeOp,
+    | RunCodeOp
+    | PtyOp,
     Field(discriminator="kind"),
 ]
 

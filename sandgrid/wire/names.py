@@ -26,6 +26,8 @@ Redis keys (all under ``sg:``):
                                    so batches never take every worker thread of the grid
     ``sg:audit:<tenant>``          stream: the tenant's recent audit records (``scheduler.audit``)
     ``sg:audit:export``            string, with a TTL: an API process is exporting the audit
+    ``sg:pty:<turn>:out``          stream: a terminal's output, then its exit (bounded, expiring)
+    ``sg:pty:<turn>:in``           stream: a terminal's input, resizes and close (bounded, expiring)
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ __all__ = [
     "node_key_pattern",
     "node_of_queue",
     "node_queue",
+    "pty_in_key",
+    "pty_out_key",
     "session_key",
     "tenant_batches_key",
     "tenant_sessions_key",
@@ -186,3 +190,13 @@ def audit_tenant_from_key(key: str) -> str:
 
 def audit_export_lock_key() -> str:
     return f"{KEY_PREFIX}audit-export"
+
+
+def pty_out_key(turn_id: str) -> str:
+    """Stream: the output of the terminal turn ``turn_id``; its last entry is the exit."""
+    return f"{KEY_PREFIX}pty:{turn_id}:out"
+
+
+def pty_in_key(turn_id: str) -> str:
+    """Stream: what the client sends to the terminal turn ``turn_id``."""
+    return f"{KEY_PREFIX}pty:{turn_id}:in"

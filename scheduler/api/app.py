@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from sandgrid.wire.settings import Settings, get_settings
 from scheduler.api import audit, batches, files, health, mcp, ops, sessions, types
 from scheduler.api import code as code_api
+from scheduler.api import pty as pty_api
 from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
 from scheduler.dispatch import Dispatcher
@@ -68,4 +69,5 @@ def create_app(
     app.include_router(audit.router)
     app.include_router(code_api.router)
     mcp_lifespan = mcp.mount(app, svc)
+    app.include_router(pty_api.router)
     return app

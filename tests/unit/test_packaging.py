@@ -16,7 +16,7 @@ from typing import Any
 import sandgrid
 
 ROOT = Path(__file__).resolve().parents[2]
-SDK_DEPENDENCIES = {"httpx", "pydantic", "pydantic-settings", "click", "rich"}
+SDK_DEPENDENCIES = {"httpx", "pydantic", "pydantic-settings", "click", "rich", "websockets"}
 SERVER_LIBRARIES = {"celery", "kombu", "redis", "docker", "minio", "fastapi", "uvicorn", "flower"}
 SDK_CONTRACT = "The SDK needs only its client dependencies"
 

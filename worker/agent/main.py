@@ -19,6 +19,7 @@ from .kernel import op_run_code
 from .limits import MAX_RAW_PAYLOAD, PIDS_MAX_FILE, VERSION, check_roots
 from .memory import limit_memory
 from .processes import as_user
+from .pty import PTY_NOTIFY_OPS, op_pty
 from .reaper import REAPER
 from .scan import op_scan
 from .seccomp import deny_user_namespaces
@@ -31,6 +32,7 @@ OPS: dict[str, Callable[[Json], Json]] = {
     "ping": lambda r: {"pid": os.getpid(), "version": VERSION},
     "exec": op_exec,
     "run_code": op_run_code,
+    "pty": op_pty,
     "write": lambda r: as_user(do_write, need(r, "files", list)),
     "read": lambda r: as_user(
         do_read, need(r, "path", str), int(r.get("max_bytes") or MAX_RAW_PAYLOAD)
@@ -114,4 +116,6 @@ def main() -> int:
             req = {"op": "_bad"}
         if req is None:
             return 0
+        if req.get("op") in PTY_NOTIFY_OPS:
+            continue  # a notification that came after its terminal ended: no reply
         send(handle(req))

@@ -1,0 +1,214 @@
+"""The SDK's terminal: ``Session.pty()`` and ``AsyncSession.pty()`` over a WebSocket.
+
+A pure part (``TerminalState``: what a server frame means) shared by two thin
+shells over the ``websockets`` package: ``Terminal`` on its sync client,
+``AsyncTerminal`` on its asyncio client. ``recv`` returns output text, or
+``None`` once the terminal has ended (then ``exit_code`` and ``reason`` say
+how); an error the server reports (bad token, unknown or busy session, a bad
+message) is raised as the same ``SandgridError`` subclass the API raises.
+
+``websockets`` is imported when a terminal opens, so ``import sandgrid`` does
+not need it.
+"""
+
+from __future__ import annotations
+
+import json
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlencode
+
+from sandgrid.errors import SandgridError, error_from_body
+from sandgrid.terminal import resize_message, stdin_message
+
+__all__ = ["OPEN_TIMEOUT_S", "AsyncTerminal", "Terminal", "TerminalState", "pty_url"]
+
+OPEN_TIMEOUT_S = 30.0
+
+
+def pty_url(base_url: str, session_id: str, params: dict[str, Any]) -> str:
+    """The ``ws://`` (or ``wss://``) URL of a session's terminal."""
+    scheme, _, rest = base_url.partition("://")
+    ws = {"http": "ws", "https": "wss"}.get(scheme, scheme)
+    query = urlencode({k: v for k, v in params.items() if v is not None})
+    return f"{ws}://{rest}/v1/sessions/{session_id}/pty" + (f"?{query}" if query else "")
+
+
+def _websockets_missing() -> SandgridError:
+    return SandgridError(
+        "the terminal needs the 'websockets' package: pip install 'websockets>=13'",
+        operation="pty",
+    )
+
+
+class TerminalState:
+    """What the server's frames mean; the end of the terminal once it came."""
+
+    def __init__(self) -> None:
+        self.exit_code: int | None = None
+        self.reason: str | None = None
+        self.message = ""
+
+    @property
+    def ended(self) -> bool:
+        return self.reason is not None
+
+    def feed(self, raw: str | bytes) -> str | None:
+        """Output text of one frame ("" for none); None at the exit frame.
+
+        Raises:
+            SandgridError: the server reported an error (its own subclass).
+        """
+        msg = json.loads(raw)
+        kind = msg.get("type")
+        if kind == "stdout":
+            return str(msg.get("data", ""))
+        if kind == "exit":
+            self.exit_code, self.reason = msg.get("code"), str(msg.get("reason", "exited"))
+            self.message = str(msg.get("message", ""))
+            return None
+        if kind == "error":
+            raise error_from_body(msg)
+        return ""
+
+    def hung_up(self) -> None:
+        """The socket closed without an exit frame."""
+        if self.reason is None:
+            self.reason = "disconnected"
+
+
+class _Common:
+    state: TerminalState
+
+    @property
+    def exit_code(self) -> int | None:
+        """The shell's exit status once it exited (None before, or when it was killed)."""
+        return self.state.exit_code
+
+    @property
+    def reason(self) -> str | None:
+        """Why the terminal ended: exited, closed, idle, max_time, error, disconnected."""
+        return self.state.reason
+
+
+class Terminal(_Common):
+    """A terminal on a session (sync). Use as a context manager, or ``close()`` it."""
+
+    def __init__(self, url: str, headers: dict[str, str]) -> None:
+        try:
+            from websockets.sync.client import connect
+        except ImportError:  # pragma: no cover - an install without it
+            raise _websockets_missing() from None
+        self.state = TerminalState()
+        self._ws = connect(url, additional_headers=headers, open_timeout=OPEN_TIMEOUT_S)
+
+    def send(self, data: str) -> None:
+        """Type ``data`` (``"\\r"`` is Enter)."""
+        self._ws.send(stdin_message(data))
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Set the terminal's size (the shell gets SIGWINCH)."""
+        self._ws.send(resize_message(rows, cols))
+
+    def recv(self, timeout: float | None = None) -> str | None:
+        """The next output text; None once the terminal has ended.
+
+        Raises:
+            TimeoutError: nothing came within ``timeout`` seconds.
+            SandgridError: the server reported an error.
+        """
+        from websockets.exceptions import ConnectionClosed
+
+        while not self.state.ended:
+            try:
+                raw = self._ws.recv(timeout=timeout)
+            except ConnectionClosed:
+                self.state.hung_up()
+                break
+            text = self.state.feed(raw)
+            if text:
+                return text
+        return None
+
+    def read_until(self, needle: str, timeout: float) -> str:
+        """Output until ``needle`` appears in it (or the terminal ends); all of it.
+
+        Raises:
+            TimeoutError: ``needle`` did not appear within ``timeout`` seconds.
+        """
+        import time
+
+        seen, end = "", time.monotonic() + timeout
+        while needle not in seen:
+            text = self.recv(timeout=max(end - time.monotonic(), 0.001))
+            if text is None:
+                break
+            seen += text
+        return seen
+
+    def close(self) -> None:
+        """Hang up: the shell and everything it started are killed."""
+        self._ws.close()
+
+    def __enter__(self) -> Terminal:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class AsyncTerminal(_Common):
+    """A terminal on a session (asyncio): ``await AsyncSession.pty()``."""
+
+    def __init__(self, ws: Any) -> None:
+        self.state = TerminalState()
+        self._ws = ws
+
+    @classmethod
+    async def open(cls, url: str, headers: dict[str, str]) -> AsyncTerminal:
+        """Connect (the server sends the turn when the socket opens)."""
+        try:
+            from websockets.asyncio.client import connect
+        except ImportError:  # pragma: no cover
+            raise _websockets_missing() from None
+        ws = await connect(url, additional_headers=headers, open_timeout=OPEN_TIMEOUT_S)
+        return cls(ws)
+
+    async def send(self, data: str) -> None:
+        """Type ``data``."""
+        await self._ws.send(stdin_message(data))
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Set the terminal's size."""
+        await self._ws.send(resize_message(rows, cols))
+
+    async def recv(self, timeout: float | None = None) -> str | None:
+        """The next output text; None once the terminal has ended."""
+        import asyncio
+
+        from websockets.exceptions import ConnectionClosed
+
+        while not self.state.ended:
+            try:
+                raw = await asyncio.wait_for(self._ws.recv(), timeout)
+            except ConnectionClosed:
+                self.state.hung_up()
+                break
+            text = self.state.feed(raw)
+            if text:
+                return text
+        return None
+
+    async def close(self) -> None:
+        """Hang up."""
+        await self._ws.close()
+
+    async def __aenter__(self) -> AsyncTerminal:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
