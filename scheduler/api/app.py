@@ -12,6 +12,7 @@ from sandgrid.wire.settings import Settings, get_settings
 from scheduler.api import batches, files, health, sessions, types
 from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
+from scheduler.api.responses import document_errors
 from scheduler.dispatch import Dispatcher
 
 __all__ = ["API_VERSION", "create_app"]
@@ -58,4 +59,5 @@ def create_app(
     app.include_router(health.router)
     app.include_router(batches.router)
     app.include_router(types.router)
+    document_errors(app)
     return app
