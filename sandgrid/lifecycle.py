@@ -15,12 +15,10 @@ from typing import Annotated
 
 from pydantic import Field
 
-from sandgrid.models import WireModel
+from sandgrid.models import CHECKPOINT_NAME_PATTERN, WireModel
 
 __all__ = [
-    "CHECKPOINT_NAME_PATTERN",
     "MAX_CHECKPOINTS",
-    "MAX_TTL_S",
     "CheckpointCreate",
     "CheckpointInfo",
     "CheckpointList",
@@ -31,12 +29,8 @@ __all__ = [
     "check_checkpoint_name",
 ]
 
-CHECKPOINT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$"
-"""1-48 letters, digits, ``_`` or ``-``, starting with a letter or digit."""
 MAX_CHECKPOINTS = 16
 """Named checkpoints a session may keep at once (a quota: delete one to add one)."""
-MAX_TTL_S = 30 * 86400
-"""The longest idle timeout or lifetime a session may ask for: 30 days."""
 
 _NAME_RE = re.compile(CHECKPOINT_NAME_PATTERN)
 

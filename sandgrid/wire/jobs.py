@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from sandgrid.lifecycle import CheckpointName
 from sandgrid.models import (
     MAX_FILE_BYTES,
     ExecRequest,
@@ -22,12 +23,18 @@ from sandgrid.models import (
 )
 
 __all__ = [
+    "LIFECYCLE_OPS",
+    "CheckpointOp",
     "CloseOp",
     "DeleteOp",
+    "DropCheckpointOp",
     "ExecOp",
     "ForkOp",
+    "ListCheckpointsOp",
     "ListOp",
+    "PauseOp",
     "ReadOp",
+    "RestoreOp",
     "TarDownloadOp",
     "TarUploadOp",
     "TurnJob",
@@ -96,10 +103,61 @@ class ForkOp(WireModel):
 
     kind: Literal["fork"] = "fork"
     source: SessionId
+    checkpoint: CheckpointName | None = None
+    """Fork that named checkpoint of ``source`` instead of its latest snapshot."""
+
+
+# ---- the session's lifecycle (see sandgrid.lifecycle): on the owner, else any worker
+
+
+class CheckpointOp(WireModel):
+    """Save the workspace if it changed, then keep the latest snapshot as ``name``."""
+
+    kind: Literal["checkpoint"] = "checkpoint"
+    name: CheckpointName
+
+
+class ListCheckpointsOp(WireModel):
+    kind: Literal["list_checkpoints"] = "list_checkpoints"
+
+
+class DropCheckpointOp(WireModel):
+    kind: Literal["drop_checkpoint"] = "drop_checkpoint"
+    name: CheckpointName
+
+
+class RestoreOp(WireModel):
+    """Make checkpoint ``checkpoint`` the latest snapshot; drop the resident sandbox
+    (its unsaved changes are what an undo discards), so the next turn restores it."""
+
+    kind: Literal["restore"] = "restore"
+    checkpoint: CheckpointName
+
+
+class PauseOp(WireModel):
+    """Save the workspace (whatever the policy) and give the sandbox up."""
+
+    kind: Literal["pause"] = "pause"
+
+
+LIFECYCLE_OPS = (CheckpointOp, ListCheckpointsOp, DropCheckpointOp, RestoreOp, PauseOp)
 
 
 TurnOp = Annotated[
-    ExecOp | WriteOp | ReadOp | ListOp | DeleteOp | TarUploadOp | TarDownloadOp | CloseOp | ForkOp,
+    ExecOp
+    | WriteOp
+    | ReadOp
+    | ListOp
+    | DeleteOp
+    | TarUploadOp
+    | TarDownloadOp
+    | CloseOp
+    | ForkOp
+    | CheckpointOp
+    | ListCheckpointsOp
+    | DropCheckpointOp
+    | RestoreOp
+    | PauseOp,
     Field(discriminator="kind"),
 ]
 

@@ -52,6 +52,7 @@ __all__ = [
     "tenant_sessions_key",
     "tenant_turns_key",
     "tokens_key",
+    "ttl_sessions_key",
     "turn_key",
     "turnlock_key",
     "type_queue",
@@ -161,3 +162,8 @@ def gc_tenants_key() -> str:
 
 def gc_key(tenant: str) -> str:
     return f"{KEY_PREFIX}gc:{tenant}"
+
+
+def ttl_sessions_key() -> str:
+    """Set: the sessions with a TTL (idle timeout or lifetime) that the sweeper watches."""
+    return f"{KEY_PREFIX}sessions:ttl"

@@ -9,11 +9,12 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from sandgrid.wire.settings import Settings, get_settings
-from scheduler.api import batches, files, health, sessions, types
+from scheduler.api import batches, files, health, lifecycle, sessions, types
 from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
 from scheduler.api.responses import document_errors
 from scheduler.dispatch import Dispatcher
+from scheduler.expiry import Expiry
 
 __all__ = ["API_VERSION", "create_app"]
 
@@ -35,12 +36,15 @@ def create_app(
     """
     s = settings or get_settings()
     svc = services or Services.build(s, dispatcher=dispatcher)
+    expiry = Expiry(svc.redis, svc.registry, svc.runner, interval_s=s.session_sweep_s)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         # Sync handlers wait on turns in threads: allow as many as configured.
         anyio.to_thread.current_default_thread_limiter().total_tokens = s.api_threads
+        expiry.start()
         yield
+        expiry.stop()
         if svc.batches is not None:
             svc.batches.shutdown()
         svc.redis.close()
@@ -52,6 +56,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.services = svc
+    app.state.expiry = expiry
     app.add_middleware(EdgeMiddleware, max_body_bytes=s.max_body_bytes)
     install_error_handlers(app)
     app.include_router(sessions.router)
@@ -59,5 +64,6 @@ def create_app(
     app.include_router(health.router)
     app.include_router(batches.router)
     app.include_router(types.router)
+    app.include_router(lifecycle.router)
     document_errors(app)
     return app

@@ -26,7 +26,7 @@ from worker.snapshots import lifecycle, pointer
 from worker.snapshots.catalog import Catalog
 from worker.snapshots.refs import SnapshotRef, make_ref
 
-__all__ = ["checkpoint_id", "checkpoints", "create", "delete", "drop_all", "restore"]
+__all__ = ["checkpoint_id", "checkpoints", "create", "delete", "drop_all", "owner_of", "restore"]
 
 _SEP = ".ck."
 
@@ -41,6 +41,11 @@ def checkpoint_id(session_id: str, name: str) -> str:
             context={"field": "name", "rule": "1-48 of A-Z a-z 0-9 _ -, starting alphanumeric"},
         )
     return f"{session_id}{_SEP}{name}"
+
+
+def owner_of(stored_id: str) -> str:
+    """The session a stored id belongs to: itself, or the session of a checkpoint."""
+    return stored_id.split(_SEP, 1)[0]
 
 
 def checkpoints(catalog: Catalog, tenant: str, session_id: str) -> dict[str, str]:
