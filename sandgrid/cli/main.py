@@ -21,6 +21,7 @@ import click
 
 from sandgrid.cli.batch import batch
 from sandgrid.cli.bench import bench
+from sandgrid.cli.lifecycle import add_lifecycle_commands
 from sandgrid.cli.sessions import exec_, sessions
 
 __all__ = ["PLUGIN_GROUP", "main"]
@@ -64,5 +65,6 @@ def main() -> None:
 
 main.add_command(exec_)
 main.add_command(sessions)
+add_lifecycle_commands(sessions)
 main.add_command(batch)
 main.add_command(bench)
