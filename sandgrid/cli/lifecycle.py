@@ -15,7 +15,14 @@ from rich.table import Table
 from sandgrid.cli.helpers import readable_errors
 from sandgrid.models import SessionState
 
-__all__ = ["add_lifecycle_commands"]
+__all__ = [
+    "add_lifecycle_commands",
+    "checkpoint",
+    "checkpoints",
+    "find",
+    "pause",
+    "restore",
+]
 
 _STATES = ["new", "live", "idle", "busy", "lost"]
 

@@ -26,7 +26,7 @@ from sandgrid.client._base import (
     RetryPolicy,
     transport_error,
 )
-from sandgrid.client._lifecycle import AsyncLifecycleMethods, AsyncSessionLifecycle
+from sandgrid.client._lifecycle_async import AsyncLifecycleMethods, AsyncSessionLifecycle
 from sandgrid.errors import SandgridError
 from sandgrid.models import (
     ExecResult,

@@ -1,8 +1,9 @@
 """The SDK's session lifecycle: checkpoints, restore, pause, filtered listing, any create.
 
-Pure call builders (``LifecycleCalls``) and thin sync and async shells of them
-for the clients and the session handles, kept apart from ``_base``/``_sync``/
-``_async`` so that those stay small; ``test_client_parity`` holds them equal.
+Pure call builders (``LifecycleCalls``) and their thin sync shells for the
+client and the session handle (the async ones: ``_lifecycle_async``), kept
+apart from ``_base``/``_sync``/``_async`` so that those stay small;
+``test_client_parity`` holds them equal.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ from sandgrid.lifecycle import (
 from sandgrid.models import SessionCreate, SessionInfo, SessionList, SessionState
 
 __all__ = [
-    "AsyncLifecycleMethods",
-    "AsyncSessionLifecycle",
     "LifecycleCalls",
     "LifecycleMethods",
     "SessionLifecycle",
@@ -117,51 +116,9 @@ class LifecycleMethods(LifecycleCalls):
         return self._send(self._pause_call(session_id))
 
 
-class AsyncLifecycleMethods(LifecycleCalls):
-    """``AsyncClient``'s lifecycle methods."""
-
-    async def _send(self, call: Call[T]) -> T:
-        raise NotImplementedError
-
-    async def create_session_from(self, spec: SessionCreate) -> SessionInfo:
-        """Create a session from a whole ``SessionCreate`` (TTLs, a checkpoint to fork...)."""
-        return await self._send(self._create_from_call(spec))
-
-    async def find_sessions(
-        self, *, labels: Mapping[str, str] | None = None, state: SessionState | None = None
-    ) -> list[SessionInfo]:
-        """The open sessions with all of ``labels`` and in ``state``."""
-        return await self._send(self._find_sessions_call(labels, state))
-
-    async def checkpoint(self, session_id: str, name: str) -> CheckpointInfo:
-        """Save the workspace now and keep it as checkpoint ``name``."""
-        return await self._send(self._checkpoint_call(session_id, name))
-
-    async def checkpoints(self, session_id: str) -> list[CheckpointInfo]:
-        return await self._send(self._checkpoints_call(session_id))
-
-    async def delete_checkpoint(self, session_id: str, name: str) -> None:
-        await self._send(self._delete_checkpoint_call(session_id, name))
-
-    async def restore(self, session_id: str, checkpoint: str) -> RestoreResult:
-        """Roll the workspace back to ``checkpoint`` (changes since are gone)."""
-        return await self._send(self._restore_call(session_id, checkpoint))
-
-    async def pause(self, session_id: str) -> PauseResult:
-        """Save the workspace and free the sandbox; the next turn resumes it."""
-        return await self._send(self._pause_call(session_id))
-
-
 class _Handle(Protocol):
     @property
     def client(self) -> LifecycleMethods: ...
-    @property
-    def info(self) -> SessionInfo: ...
-
-
-class _AsyncHandle(Protocol):
-    @property
-    def client(self) -> AsyncLifecycleMethods: ...
     @property
     def info(self) -> SessionInfo: ...
 
@@ -183,22 +140,3 @@ class SessionLifecycle:
 
     def pause(self: _Handle) -> PauseResult:
         return self.client.pause(self.info.id)
-
-
-class AsyncSessionLifecycle:
-    """``AsyncSession``'s lifecycle methods (on its client)."""
-
-    async def checkpoint(self: _AsyncHandle, name: str) -> CheckpointInfo:
-        return await self.client.checkpoint(self.info.id, name)
-
-    async def checkpoints(self: _AsyncHandle) -> list[CheckpointInfo]:
-        return await self.client.checkpoints(self.info.id)
-
-    async def delete_checkpoint(self: _AsyncHandle, name: str) -> None:
-        await self.client.delete_checkpoint(self.info.id, name)
-
-    async def restore(self: _AsyncHandle, checkpoint: str) -> RestoreResult:
-        return await self.client.restore(self.info.id, checkpoint)
-
-    async def pause(self: _AsyncHandle) -> PauseResult:
-        return await self.client.pause(self.info.id)

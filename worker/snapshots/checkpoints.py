@@ -15,10 +15,6 @@ pointer write as every snapshot.
 
 from __future__ import annotations
 
-import dataclasses
-import secrets
-import time
-
 from sandgrid.errors import Conflict, ErrorCode, InvalidInput, LimitExceeded, NotFound
 from sandgrid.lifecycle import MAX_CHECKPOINTS, check_checkpoint_name
 from sandgrid.wire.objects import keys
@@ -132,16 +128,7 @@ def restore(catalog: Catalog, tenant: str, session_id: str, name: str) -> Snapsh
     source = catalog.read_manifest(tenant, hidden, history[-1][0], via_pointer=True)
     before = pointer.read(catalog.objects, tenant, session_id)
     seq = max((int(n[:12]) for n, _ in before.history), default=0) + 1
-    copy = dataclasses.replace(
-        source,
-        session_id=session_id,
-        seq=seq,
-        snapshot_id=secrets.token_hex(6),
-        created=time.time(),
-        parent=f"{hidden}/{source.name}",
-        base=None,
-        delta=None,
-    )
+    copy = lifecycle.copy_manifest(source, session_id, seq, parent=f"{hidden}/{source.name}")
     catalog.write_manifest(copy)
     catalog.advance_pointer(copy, before)
     return make_ref(copy)
