@@ -14,7 +14,14 @@ from pydantic import Field
 
 from sandgrid.models import WireModel
 
-__all__ = ["AUDIT_ACTIONS", "MAX_AUDIT_LIMIT", "AuditAction", "AuditPage", "AuditRecord"]
+__all__ = [
+    "AUDIT_ACTIONS",
+    "MAX_AUDIT_LIMIT",
+    "MAX_AUDIT_SINCE",
+    "AuditAction",
+    "AuditPage",
+    "AuditRecord",
+]
 
 #: What is audited: sessions created and closed, the ops that change a workspace
 #: or run code, and the egress proxy's decisions on connections.
@@ -28,6 +35,8 @@ AUDIT_ACTIONS: tuple[str, ...] = (
     "network",
 )
 #: Records one ``GET /v1/audit`` answers at most.
+MAX_AUDIT_SINCE = 4_102_444_800.0
+"""The latest ``since`` a query may name (2100-01-01): a stream id must fit in 64 bits."""
 MAX_AUDIT_LIMIT = 10_000
 
 

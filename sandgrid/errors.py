@@ -78,6 +78,8 @@ class ErrorCode(StrEnum):
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
     API_UNREACHABLE = "api_unreachable"
     INTERNAL = "internal"
+    CHECKPOINT_EXISTS = "checkpoint_exists"
+    NO_SNAPSHOT = "no_snapshot"
 
 
 class SandgridError(Exception):

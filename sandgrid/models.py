@@ -16,11 +16,13 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
+    "CHECKPOINT_NAME_PATTERN",
     "DEFAULT_OUTPUT_CAP",
     "IDEMPOTENCY_HEADER",
     "MAX_ENV_ENTRIES",
     "MAX_FILE_BYTES",
     "MAX_SOURCE_BYTES",
+    "MAX_TTL_S",
     "NEXT_OFFSET_HEADER",
     "WIRE_VERSION",
     "WORKSPACE",
@@ -63,7 +65,12 @@ MAX_ENV_ENTRIES = 128
 SandboxTypeName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")]
 SessionId = Annotated[str, Field(pattern=r"^s-[A-Za-z0-9_-]{16,64}$")]
 SnapshotPolicy = Literal["after_turn", "on_idle", "never"]
-SessionState = Literal["new", "live", "idle", "busy", "closed", "lost"]
+SessionState = Literal["new", "live", "idle", "busy", "closed", "lost", "expired"]
+"""``expired``: closed by its TTL (``idle_timeout_s``, ``max_lifetime_s``); shown by the API."""
+CHECKPOINT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$"
+"""A checkpoint's name: 1-48 letters, digits, ``_`` or ``-``, starting alphanumeric."""
+MAX_TTL_S = 30 * 86400
+"""The longest idle timeout or lifetime a session may ask for: 30 days."""
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -231,6 +238,29 @@ class SessionCreate(WireModel):
         description="start from the latest snapshot of this session of the same tenant",
     )
     labels: dict[str, str] = Field(default_factory=dict, max_length=32)
+    checkpoint: str | None = Field(
+        None,
+        pattern=CHECKPOINT_NAME_PATTERN,
+        description="with fork_from: start from this named checkpoint of it instead",
+    )
+    idle_timeout_s: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_TTL_S,
+        description="close the session (state expired) after this many seconds without a turn",
+    )
+    max_lifetime_s: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_TTL_S,
+        description="close the session (state expired) this many seconds after it was created",
+    )
+
+    @model_validator(mode="after")
+    def _checkpoint_needs_fork_from(self) -> SessionCreate:
+        if self.checkpoint is not None and self.fork_from is None:
+            raise ValueError("checkpoint: needs fork_from (the session the checkpoint is of)")
+        return self
 
 
 class SessionInfo(WireModel):
@@ -257,6 +287,9 @@ class SessionInfo(WireModel):
     created_at: datetime
     last_used: datetime
     labels: dict[str, str] = Field(default_factory=dict)
+    idle_timeout_s: int | None = None
+    expires_at: datetime | None = Field(None, description="the absolute deadline, if any")
+    expired_at: datetime | None = Field(None, description="when its TTL closed it")
 
 
 class SessionList(WireModel):

@@ -29,7 +29,7 @@ from typing import Any
 
 import redis as redis_lib
 
-from sandgrid.audit import MAX_AUDIT_LIMIT, AuditAction, AuditPage, AuditRecord
+from sandgrid.audit import MAX_AUDIT_LIMIT, MAX_AUDIT_SINCE, AuditAction, AuditPage, AuditRecord
 from sandgrid.errors import InvalidInput, SandgridError
 from sandgrid.models import ExecRequest
 from sandgrid.wire import names
@@ -179,11 +179,11 @@ class AuditLog:
                 operation="audit",
                 context={"field": "limit", "rule": f"1..{MAX_AUDIT_LIMIT}"},
             )
-        if since is not None and since < 0:
+        if since is not None and not 0 <= since <= MAX_AUDIT_SINCE:
             raise InvalidInput(
-                f"since = {since} must be an epoch time >= 0",
+                f"since = {since} must be an epoch time in 0..{MAX_AUDIT_SINCE:.0f}",
                 operation="audit",
-                context={"field": "since", "rule": ">= 0 (epoch seconds)"},
+                context={"field": "since", "rule": f"0..{MAX_AUDIT_SINCE:.0f} (epoch seconds)"},
             )
         found: dict[str, AuditRecord] = {}
         for rec in [*self._exported(tenant, since), *self._recent(tenant, since)]:

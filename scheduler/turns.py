@@ -48,6 +48,7 @@ from scheduler import metrics
 from scheduler.admission import Admission, check_exec
 from scheduler.audit import AuditLog
 from scheduler.dispatch import Dispatcher
+from scheduler.expiry import is_due
 from scheduler.idempotency import IdempotencyStore, TakeOver, fingerprint, turn_id_for
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from scheduler.routing import route
@@ -221,6 +222,13 @@ class TurnRunner:
                 code=ErrorCode.SESSION_CLOSED,
                 operation=op.kind,
                 context={"session": session.id},
+            )
+        if is_due(session):  # past its TTL: the sweeper closes it (scheduler.expiry)
+            raise Conflict(
+                f"session {session.id!r} has expired (its idle timeout or lifetime)",
+                code=ErrorCode.SESSION_CLOSED,
+                operation=op.kind,
+                context={"session": session.id, "expired": True},
             )
         ttl = (timeout_s or session.quotas.timeout_s) + self.turn_margin_s
         self.admission.check_capacity(session.type, op.kind)

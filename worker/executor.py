@@ -31,6 +31,7 @@ from sandgrid.errors import (
 )
 from sandgrid.models import SessionInfo
 from sandgrid.wire.jobs import (
+    LIFECYCLE_OPS,
     CloseOp,
     DeleteOp,
     ExecOp,
@@ -49,6 +50,7 @@ from sandgrid.wire.jobs import (
 from sandgrid.wire.ledger import SessionLedger
 from worker.backends.base import Sandbox, SandboxBackend
 from worker.code import run_code
+from worker.lifecycle import SessionLifecycle
 from worker.persistence import Persistence, unsaved_result
 from worker.pool import BackendFor, SandboxPool
 from worker.residency import Residency
@@ -118,6 +120,8 @@ class Executor:
         try:
             if isinstance(job.op, CloseOp | ForkOp):
                 snapshot, result = None, self._control(job)
+            elif isinstance(job.op, LIFECYCLE_OPS):
+                snapshot, result = None, self._lifecycle().apply(job)
             else:
                 local, result = self._turn(job, turn)
                 snapshot = local.snapshot
@@ -174,6 +178,10 @@ class Executor:
                 self.residency.discard(local)
         deleted = self.persistence.forget(info.tenant, info.id)
         return {"closed": True, "snapshots_deleted": deleted}
+
+    def _lifecycle(self) -> SessionLifecycle:
+        """Checkpoints, restore and pause (``worker.lifecycle``)."""
+        return SessionLifecycle(self.ledger, self.sessions, self.residency, self.persistence)
 
     def _failed(self, job: TurnJob, exc: SandgridError, turn: _Turn) -> TurnOutcome:
         turn.mark("worker_ms", turn.started)

@@ -51,6 +51,7 @@ from worker.backends.base import Sandbox
 from worker.pool import BackendFor
 from worker.session_table import LocalSession
 from worker.snapshots import GcReport, Manifest, SnapshotStore, restore_sandbox, snapshot_sandbox
+from worker.snapshots.checkpoints import checkpoint_id, drop_all, owner_of
 
 __all__ = ["MUTATING_OPS", "Persistence", "unsaved_result"]
 
@@ -178,7 +179,8 @@ class Persistence:
         """
         op, info = job.op, job.session
         assert isinstance(op, ForkOp)
-        ref = self.store.fork(info.tenant, op.source, info.id)
+        source = checkpoint_id(op.source, op.checkpoint) if op.checkpoint else op.source
+        ref = self.store.fork(info.tenant, source, info.id)
         self.ledger.update(info.id, snapshot=ref.name, last_turn=job.turn_id)
         self.touch(info.tenant)
         return {"snapshot": ref.name, "forked_from": op.source}
@@ -192,6 +194,7 @@ class Persistence:
         self.touch(tenant)
         try:
             deleted: int = self.store.delete_session(tenant, session_id)
+            deleted += drop_all(self.store, tenant, session_id)  # its checkpoints
         except SandgridError as exc:
             log.warning("session %s: snapshots not deleted at close: %s", session_id, exc)
             return 0
@@ -244,7 +247,7 @@ class Persistence:
         store, ledger = self.store, self.ledger
         closed = 0
         for session_id in store.sessions(tenant):
-            info = ledger.get_any(session_id)
+            info = ledger.get_any(owner_of(session_id))  # a checkpoint goes with its session
             if info is not None and info.state == "closed" and info.tenant == tenant:
                 store.delete_session(tenant, session_id)
                 closed += 1

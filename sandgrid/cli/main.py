@@ -24,6 +24,7 @@ from sandgrid.cli.audit import audit
 from sandgrid.cli.batch import batch
 from sandgrid.cli.bench import bench
 from sandgrid.cli.code import code
+from sandgrid.cli.lifecycle import add_lifecycle_commands
 from sandgrid.cli.sessions import exec_, sessions
 from sandgrid.cli.shell import shell
 
@@ -68,6 +69,7 @@ def main() -> None:
 
 main.add_command(exec_)
 main.add_command(sessions)
+add_lifecycle_commands(sessions)
 main.add_command(batch)
 main.add_command(bench)
 main.add_command(audit)

@@ -27,6 +27,7 @@ from sandgrid.client._base import (
     RetryPolicy,
     transport_error,
 )
+from sandgrid.client._lifecycle_async import AsyncLifecycleMethods, AsyncSessionLifecycle
 from sandgrid.client._pty import AsyncTerminal
 from sandgrid.errors import SandgridError
 from sandgrid.models import (
@@ -45,7 +46,7 @@ __all__ = ["AsyncClient", "AsyncSession", "AsyncSessionOpener"]
 T = TypeVar("T")
 
 
-class AsyncClient(BaseClient):
+class AsyncClient(AsyncLifecycleMethods, BaseClient):
     """An asyncio client of the sandgrid API over one pooled HTTP connection set.
 
     Args:
@@ -291,7 +292,7 @@ class AsyncClient(BaseClient):
         await self.close()
 
 
-class AsyncSession:
+class AsyncSession(AsyncSessionLifecycle):
     """A handle on one session; as a context manager it closes the session on exit."""
 
     def __init__(self, client: AsyncClient, info: SessionInfo) -> None:

@@ -25,6 +25,7 @@ from sandgrid.client._base import (
     RetryPolicy,
     transport_error,
 )
+from sandgrid.client._lifecycle import LifecycleMethods, SessionLifecycle
 from sandgrid.client._pty import Terminal
 from sandgrid.errors import SandgridError
 from sandgrid.models import (
@@ -43,7 +44,7 @@ __all__ = ["Client", "Session"]
 T = TypeVar("T")
 
 
-class Client(BaseClient):
+class Client(LifecycleMethods, BaseClient):
     """A blocking client of the sandgrid API over one pooled HTTP connection set.
 
     Args:
@@ -285,7 +286,7 @@ class Client(BaseClient):
         self.close()
 
 
-class Session:
+class Session(SessionLifecycle):
     """A handle on one session; as a context manager it closes the session on exit."""
 
     def __init__(self, client: Client, info: SessionInfo) -> None:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from sandgrid.lifecycle import CheckpointName
 from sandgrid.models import (
     MAX_FILE_BYTES,
     CodeRequest,
@@ -32,13 +33,19 @@ from sandgrid.terminal import (
 )
 
 __all__ = [
+    "LIFECYCLE_OPS",
+    "CheckpointOp",
     "CloseOp",
     "DeleteOp",
+    "DropCheckpointOp",
     "ExecOp",
     "ForkOp",
+    "ListCheckpointsOp",
     "ListOp",
+    "PauseOp",
     "PtyOp",
     "ReadOp",
+    "RestoreOp",
     "RunCodeOp",
     "TarDownloadOp",
     "TarUploadOp",
@@ -108,6 +115,44 @@ class ForkOp(WireModel):
 
     kind: Literal["fork"] = "fork"
     source: SessionId
+    checkpoint: CheckpointName | None = None
+    """Fork that named checkpoint of ``source`` instead of its latest snapshot."""
+
+
+# ---- the session's lifecycle (see sandgrid.lifecycle): on the owner, else any worker
+
+
+class CheckpointOp(WireModel):
+    """Save the workspace if it changed, then keep the latest snapshot as ``name``."""
+
+    kind: Literal["checkpoint"] = "checkpoint"
+    name: CheckpointName
+
+
+class ListCheckpointsOp(WireModel):
+    kind: Literal["list_checkpoints"] = "list_checkpoints"
+
+
+class DropCheckpointOp(WireModel):
+    kind: Literal["drop_checkpoint"] = "drop_checkpoint"
+    name: CheckpointName
+
+
+class RestoreOp(WireModel):
+    """Make checkpoint ``checkpoint`` the latest snapshot; drop the resident sandbox
+    (its unsaved changes are what an undo discards), so the next turn restores it."""
+
+    kind: Literal["restore"] = "restore"
+    checkpoint: CheckpointName
+
+
+class PauseOp(WireModel):
+    """Save the workspace (whatever the policy) and give the sandbox up."""
+
+    kind: Literal["pause"] = "pause"
+
+
+LIFECYCLE_OPS = (CheckpointOp, ListCheckpointsOp, DropCheckpointOp, RestoreOp, PauseOp)
 
 
 class RunCodeOp(WireModel):
@@ -145,7 +190,12 @@ TurnOp = Annotated[
     | CloseOp
     | ForkOp
     | RunCodeOp
-    | PtyOp,
+    | PtyOp
+    | CheckpointOp
+    | ListCheckpointsOp
+    | DropCheckpointOp
+    | RestoreOp
+    | PauseOp,
     Field(discriminator="kind"),
 ]
 

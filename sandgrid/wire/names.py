@@ -63,6 +63,7 @@ __all__ = [
     "tenant_sessions_key",
     "tenant_turns_key",
     "tokens_key",
+    "ttl_sessions_key",
     "turn_key",
     "turnlock_key",
     "type_queue",
@@ -200,3 +201,8 @@ def pty_out_key(turn_id: str) -> str:
 def pty_in_key(turn_id: str) -> str:
     """Stream: what the client sends to the terminal turn ``turn_id``."""
     return f"{KEY_PREFIX}pty:{turn_id}:in"
+
+
+def ttl_sessions_key() -> str:
+    """Set: the sessions with a TTL (idle timeout or lifetime) that the sweeper watches."""
+    return f"{KEY_PREFIX}sessions:ttl"

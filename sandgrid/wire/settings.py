@@ -221,6 +221,9 @@ class Settings(BaseSettings):
     batch_ttl_s: float = Field(
         DEFAULT_BATCH_TTL_S, gt=0, description="SANDGRID_BATCH_TTL_S: batch records kept"
     )
+    session_sweep_s: float = Field(
+        5.0, gt=0, description="SANDGRID_SESSION_SWEEP_S: how often the API closes expired sessions"
+    )
     image_prefix: str = Field("sandgrid/sandbox-", description="SANDGRID_IMAGE_PREFIX")
     minio: MinioSettings = Field(default_factory=MinioSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)

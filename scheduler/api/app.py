@@ -9,12 +9,14 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from sandgrid.wire.settings import Settings, get_settings
-from scheduler.api import audit, batches, files, health, mcp, ops, sessions, types
+from scheduler.api import audit, batches, files, health, lifecycle, mcp, ops, sessions, types
 from scheduler.api import code as code_api
 from scheduler.api import pty as pty_api
 from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
+from scheduler.api.responses import document_errors
 from scheduler.dispatch import Dispatcher
+from scheduler.expiry import Expiry
 
 __all__ = ["API_VERSION", "create_app"]
 
@@ -36,6 +38,7 @@ def create_app(
     """
     s = settings or get_settings()
     svc = services or Services.build(s, dispatcher=dispatcher)
+    expiry = Expiry(svc.redis, svc.registry, svc.runner, interval_s=s.session_sweep_s)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -43,8 +46,10 @@ def create_app(
         anyio.to_thread.current_default_thread_limiter().total_tokens = s.api_threads
         if svc.audit_exporter is not None:
             svc.audit_exporter.start()
+        expiry.start()
         async with mcp_lifespan():  # the MCP transport's task group lives as long as the app
             yield
+        expiry.stop()
         if svc.audit_exporter is not None:
             svc.audit_exporter.stop()
         if svc.batches is not None:
@@ -58,6 +63,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.services = svc
+    app.state.expiry = expiry
     app.add_middleware(EdgeMiddleware, max_body_bytes=s.max_body_bytes)
     install_error_handlers(app)
     app.include_router(sessions.router)
@@ -70,4 +76,6 @@ def create_app(
     app.include_router(code_api.router)
     mcp_lifespan = mcp.mount(app, svc)
     app.include_router(pty_api.router)
+    app.include_router(lifecycle.router)
+    document_errors(app)
     return app

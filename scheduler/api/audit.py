@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from sandgrid.audit import MAX_AUDIT_LIMIT, AuditPage
+from sandgrid.audit import MAX_AUDIT_LIMIT, MAX_AUDIT_SINCE, AuditPage
 from sandgrid.errors import SandgridError
 from scheduler.api.deps import CurrentTenant, Svc
 from scheduler.audit import DEFAULT_AUDIT_LIMIT
@@ -21,7 +21,9 @@ def list_audit(
     svc: Svc,
     tenant: CurrentTenant,
     session: Annotated[str | None, Query(max_length=128)] = None,
-    since: Annotated[float | None, Query(ge=0, description="epoch seconds")] = None,
+    since: Annotated[
+        float | None, Query(ge=0, le=MAX_AUDIT_SINCE, description="epoch seconds")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_AUDIT_LIMIT)] = DEFAULT_AUDIT_LIMIT,
 ) -> AuditPage:
     """The tenant's records, oldest first: those in the object store and the recent ones.

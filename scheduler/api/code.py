@@ -14,9 +14,10 @@ from sandgrid.errors import SandboxError
 from sandgrid.models import CodeRequest, CodeResult
 from sandgrid.wire.jobs import RunCodeOp
 from scheduler.admission import check_timeout
-from scheduler.api.deps import CurrentTenant, Svc
+from scheduler.api.deps import CurrentTenant, Services, Svc
+from scheduler.tenants import Tenant
 
-__all__ = ["KERNEL_START_S", "router", "run_code"]
+__all__ = ["KERNEL_START_S", "code_turn", "router", "run_code"]
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["code"])
 
@@ -34,12 +35,17 @@ def run_code(
     An error in the code is a result (``error``), not an HTTP error; ``timed_out``
     and ``kernel_restarted`` say what the deadline did to the kernel.
     """
+    return code_turn(svc, tenant, session_id, body, t0=request.state.t0)
+
+
+def code_turn(
+    svc: Services, tenant: Tenant, session_id: str, body: CodeRequest, *, t0: float | None = None
+) -> CodeResult:
+    """One ``run_code`` turn of the session (the route's and the MCP tool's)."""
     check_timeout(tenant, body.timeout_s)
     session = svc.registry.get(tenant.name, session_id)
     wait_s = (body.timeout_s or session.quotas.timeout_s) + KERNEL_START_S
-    done = svc.runner.run(
-        tenant, session, RunCodeOp(request=body), timeout_s=wait_s, t0=request.state.t0
-    )
+    done = svc.runner.run(tenant, session, RunCodeOp(request=body), timeout_s=wait_s, t0=t0)
     try:
         result = CodeResult.model_validate(done.outcome.result or {})
     except ValidationError as exc:

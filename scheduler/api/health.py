@@ -15,7 +15,10 @@ __all__ = ["health", "router"]
 router = APIRouter(tags=["health"])
 
 
-@router.get("/v1/health")
+@router.get(
+    "/v1/health",
+    responses={503: {"description": "Redis unreachable: the same body, status unavailable"}},
+)
 def health(svc: Svc) -> JSONResponse:
     """200 with the live workers when Redis answers; 503 when it does not.
 

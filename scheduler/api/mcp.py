@@ -40,9 +40,10 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sandgrid.errors import AuthError, SandgridError
-from sandgrid.models import ExecRequest, FileWrite, Quotas, SessionCreate
+from sandgrid.models import CodeRequest, ExecRequest, FileWrite, Quotas, SessionCreate
 from sandgrid.wire.jobs import ListOp, ReadOp, WriteOp
 from scheduler.api import sessions
+from scheduler.api.code import code_turn
 from scheduler.api.deps import Services
 from scheduler.tenants import Tenant, TenantStore
 
@@ -52,7 +53,6 @@ __all__ = [
     "TenantAuth",
     "build_server",
     "mount",
-    "run_code_supported",
 ]
 
 #: Where the MCP endpoint is served on the API.
@@ -132,30 +132,20 @@ async def _call(fn: Callable[[], T]) -> T:
         raise _tool_error(exc) from exc
 
 
-def run_code_supported(svc: Services) -> bool:
-    """Whether the turn runner can run code in a stateful interpreter (a later feature).
-
-    The ``run_code`` tool is registered only then, so it lights up when the
-    interpreter lands, and is never a stateless imitation before.
-    """
-    return callable(getattr(svc.runner, "run_code", None))
-
-
-def build_server(svc: Services) -> MCPServer:
+def build_server(svc: Services, app: FastAPI) -> MCPServer:
     """The MCP server with sandgrid's tools over ``svc``."""
     server: MCPServer = MCPServer(
         name="sandgrid",
         instructions="Sandboxed sessions: create one, run commands and read or write its "
         "workspace files, then close it. Paths are under /workspace.",
     )
-    _session_tools(server, svc)
+    _session_tools(server, svc, app)
     _file_tools(server, svc)
-    if run_code_supported(svc):
-        _run_code_tool(server, svc)
+    _run_code_tool(server, svc)
     return server
 
 
-def _session_tools(server: MCPServer, svc: Services) -> None:
+def _session_tools(server: MCPServer, svc: Services, app: FastAPI) -> None:
     @server.tool()
     async def create_session(
         ctx: Context,
@@ -178,7 +168,8 @@ def _session_tools(server: MCPServer, svc: Services) -> None:
                 env=env or {},
                 labels=labels or {},
             )
-            return sessions.create_session(spec, svc, tenant).model_dump(mode="json")
+            info = sessions.create_session(spec, svc, tenant, app.state.expiry)
+            return info.model_dump(mode="json")
 
         return await _call(create)
 
@@ -268,7 +259,6 @@ def _file_tools(server: MCPServer, svc: Services) -> None:
 
 
 def _run_code_tool(server: MCPServer, svc: Services) -> None:
-    # Hook: wired when the stateful interpreter lands (TurnRunner.run_code).
     @server.tool()
     async def run_code(
         ctx: Context,
@@ -278,9 +268,9 @@ def _run_code_tool(server: MCPServer, svc: Services) -> None:
     ) -> dict[str, Any]:
         """Run Python code in the session's stateful interpreter (variables persist)."""
         tenant = _tenant_of(ctx)
-        run_code = svc.runner.run_code  # type: ignore[attr-defined]
-        result = await _call(lambda: run_code(tenant, session_id, code, timeout_s=timeout_s))
-        return result.model_dump(mode="json") if hasattr(result, "model_dump") else dict(result)
+        body = CodeRequest(code=code, timeout_s=timeout_s)
+        result = await _call(lambda: code_turn(svc, tenant, session_id, body))
+        return result.model_dump(mode="json")
 
 
 def mount(app: FastAPI, svc: Services) -> Callable[[], Any]:
@@ -289,22 +279,38 @@ def mount(app: FastAPI, svc: Services) -> Callable[[], Any]:
     The transport's session manager runs a task group that must live as long as
     the app serves: ``async with mcp_lifespan(): ...`` inside the FastAPI lifespan.
     """
-    server = build_server(svc)
-    # Bearer tokens, not cookies, authenticate: DNS rebinding gains nothing, and the
-    # API is served under any host name, so the Host check is off.
-    server.streamable_http_app(
-        streamable_http_path=MCP_PATH,
-        stateless_http=True,
-        json_response=True,
-        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
-    )
-    manager = server.session_manager
-    endpoint = TenantAuth(StreamableHTTPASGIApp(manager), svc.tenants)
+    server = build_server(svc, app)
+    current: list[StreamableHTTPASGIApp] = []
+
+    async def transport(scope: Scope, receive: Receive, send: Send) -> None:
+        if not current:
+            await JSONResponse({"error": "the MCP transport is not running"}, 503)(
+                scope, receive, send
+            )
+            return
+        await current[-1](scope, receive, send)
+
+    endpoint = TenantAuth(transport, svc.tenants)
     app.router.routes.append(Route(MCP_PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]))
 
     @asynccontextmanager
     async def running() -> AsyncIterator[None]:
+        # A session manager runs once: each start of the app (tests start one app
+        # more than once) gets a fresh one. Bearer tokens, not cookies,
+        # authenticate: DNS rebinding gains nothing, and the API is served under
+        # any host name, so the Host check is off.
+        server.streamable_http_app(
+            streamable_http_path=MCP_PATH,
+            stateless_http=True,
+            json_response=True,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+        )
+        manager = server.session_manager
         async with manager.run():
-            yield
+            current.append(StreamableHTTPASGIApp(manager))
+            try:
+                yield
+            finally:
+                current.remove(current[-1])
 
     return running

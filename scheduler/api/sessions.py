@@ -9,7 +9,7 @@ from __future__ import annotations
 from contextlib import suppress
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Request, status
+from fastapi import APIRouter, Header, Query, Request, status
 
 from sandgrid.errors import Conflict, ErrorCode, InvalidInput, SandgridError
 from sandgrid.models import (
@@ -19,9 +19,12 @@ from sandgrid.models import (
     SessionCreate,
     SessionInfo,
     SessionList,
+    SessionState,
 )
 from sandgrid.wire.jobs import ForkOp, WriteOp
 from scheduler.api.deps import CurrentTenant, Services, Svc
+from scheduler.api.lifecycle import ExpiryDep, filter_sessions
+from scheduler.expiry import shown
 from scheduler.idempotency import IDEMPOTENCY_TTL_S, check_key
 from scheduler.tenants import Tenant
 
@@ -31,7 +34,9 @@ router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=SessionInfo)
-def create_session(spec: SessionCreate, svc: Svc, tenant: CurrentTenant) -> SessionInfo:
+def create_session(
+    spec: SessionCreate, svc: Svc, tenant: CurrentTenant, expiry: ExpiryDep
+) -> SessionInfo:
     """Create a session. No container starts until its first turn (or ``files``).
 
     With ``fork_from``, a worker first copies the source's latest snapshot into
@@ -51,7 +56,8 @@ def create_session(spec: SessionCreate, svc: Svc, tenant: CurrentTenant) -> Sess
     try:
         svc.registry.save_record(info)
         if source is not None:
-            svc.runner.run(tenant, info, ForkOp(source=source.id), timeout_s=None)
+            fork = ForkOp(source=source.id, checkpoint=spec.checkpoint)
+            svc.runner.run(tenant, info, fork, timeout_s=None)
         if spec.files:
             info = svc.registry.get(tenant.name, info.id)
             svc.runner.run(tenant, info, WriteOp(files=spec.files), timeout_s=None)
@@ -65,6 +71,7 @@ def create_session(spec: SessionCreate, svc: Svc, tenant: CurrentTenant) -> Sess
         raise
     if svc.audit is not None:
         svc.audit.event(tenant.name, info.id, "session_create", detail={"type": spec.type})
+    expiry.track(info)
     return svc.registry.get(tenant.name, info.id)
 
 
@@ -80,7 +87,7 @@ def _fork_source(svc: Services, tenant: Tenant, spec: SessionCreate) -> SessionI
             operation="sessions.create",
             context={"field": "fork_from", "session": source.id},
         )
-    if source.type != spec.type or not source.snapshot:
+    if source.type != spec.type or not (source.snapshot or spec.checkpoint):
         why = (
             f"is of type {source.type!r}, not {spec.type!r}"
             if source.type != spec.type
@@ -96,15 +103,23 @@ def _fork_source(svc: Services, tenant: Tenant, spec: SessionCreate) -> SessionI
 
 
 @router.get("", response_model=SessionList)
-def list_sessions(svc: Svc, tenant: CurrentTenant) -> SessionList:
-    """The caller's sessions that are not closed."""
-    return SessionList(sessions=svc.registry.list(tenant.name))
+def list_sessions(
+    svc: Svc,
+    tenant: CurrentTenant,
+    label: Annotated[
+        list[str], Query(description="key=value: only sessions with this label (repeatable)")
+    ] = [],  # noqa: B006 (FastAPI copies query defaults)
+    state: Annotated[SessionState | None, Query(description="only sessions in this state")] = None,
+) -> SessionList:
+    """The caller's sessions that are not closed, filtered by labels (all must match) and state."""
+    return SessionList(sessions=filter_sessions(svc.registry.list(tenant.name), label, state))
 
 
 @router.get("/{session_id}", response_model=SessionInfo)
-def get_session(session_id: str, svc: Svc, tenant: CurrentTenant) -> SessionInfo:
-    """One session; another tenant's id is 404, exactly like an unknown one."""
-    return svc.registry.get(tenant.name, session_id)
+def get_session(session_id: str, svc: Svc, tenant: CurrentTenant, expiry: ExpiryDep) -> SessionInfo:
+    """One session; another tenant's id is 404, exactly like an unknown one. One past
+    its TTL is closed now and shown ``expired``."""
+    return expiry.check(svc.registry.get(tenant.name, session_id))
 
 
 @router.delete("/{session_id}", response_model=SessionInfo)
@@ -116,7 +131,7 @@ def close_session(session_id: str, svc: Svc, tenant: CurrentTenant) -> SessionIn
     """
     info = svc.runner.close(tenant, session_id)
     svc.registry.close_record(tenant.name, session_id)
-    return info
+    return shown(info)
 
 
 _KeyHeader = Annotated[

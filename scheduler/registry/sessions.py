@@ -30,7 +30,7 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Self
 
 import redis
@@ -147,6 +147,10 @@ class SessionRegistry(RedisLedger):
             created_at=now,
             last_used=now,
             labels=spec.labels,
+            idle_timeout_s=spec.idle_timeout_s,
+            expires_at=now + timedelta(seconds=spec.max_lifetime_s)
+            if spec.max_lifetime_s
+            else None,
         )
         if self._insert(info, max_sessions) != 1:
             metrics.reject("max_sessions")

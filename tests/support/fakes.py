@@ -20,8 +20,9 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from sandgrid.client import Client
-from sandgrid.errors import SandboxLost
+from sandgrid.errors import SandboxLost, SandgridError
 from sandgrid.wire.jobs import (
+    LIFECYCLE_OPS,
     CloseOp,
     DeleteOp,
     ExecOp,
@@ -42,6 +43,7 @@ from scheduler.api import create_app
 from scheduler.api.deps import Services
 from scheduler.nodes import NodeDirectory
 from scheduler.tenants import TenantLimits, TenantStore
+from tests.support.fake_lifecycle import FakeCheckpoints
 
 
 class FakeWorker:
@@ -61,6 +63,7 @@ class FakeWorker:
         self.hold: threading.Event | None = None
         self.silent = False
         self.files: dict[tuple[str, str], str] = {}
+        self.checkpoints = FakeCheckpoints(self.files)
         self._done: dict[str, TurnOutcome] = {}
         self._lock = threading.Lock()
 
@@ -98,7 +101,7 @@ class FakeWorker:
         assert self.registry.acquire_lease(job.session.id, self.node)
         try:
             result = self._apply(job)
-        except SandboxLost as exc:
+        except SandgridError as exc:
             return TurnOutcome(
                 turn_id=job.turn_id, node=self.node, ok=False, error=exc.to_body()["error"]
             )
@@ -142,6 +145,8 @@ class FakeWorker:
                     self.files[(sid, path)] = content
             self.registry.update(sid, snapshot=f"fork-of-{op.source}", last_turn=job.turn_id)
             return {"snapshot": f"fork-of-{op.source}", "forked_from": op.source}
+        if isinstance(op, LIFECYCLE_OPS):
+            return self.checkpoints.apply(job)
         if isinstance(op, TarDownloadOp):
             return {"data_b64": self.files.get((sid, "tar"), base64.b64encode(b"").decode())}
         return {"closed": True}

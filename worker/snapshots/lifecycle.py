@@ -36,7 +36,7 @@ from worker.snapshots.format.manifest import MANIFEST_VERSION, MAX_MANIFEST_BYTE
 from worker.snapshots.pointer import Pointer
 from worker.snapshots.refs import GcReport, SnapshotRef, make_ref
 
-__all__ = ["collect", "fork"]
+__all__ = ["collect", "copy_manifest", "fork"]
 
 _ATTEMPTS = 3
 
@@ -65,21 +65,26 @@ def fork(catalog: Catalog, tenant: str, src: str, dst: str) -> SnapshotRef:
         )
     name = history[-1][0]
     source = catalog.read_manifest(tenant, src, name, via_pointer=True)
-    copy = dataclasses.replace(
-        source,
-        session_id=dst,
-        seq=1,
-        snapshot_id=secrets.token_hex(6),
-        created=time.time(),
-        parent=f"{src}/{name}",
-        base=None,
-        delta=None,
-    )
+    copy = copy_manifest(source, dst, 1, parent=f"{src}/{name}")
     catalog.write_manifest(copy)
     catalog.advance_pointer(copy, Pointer([], {}))
     if name not in {n for n, _ in catalog.read_pointer(tenant, src)}:
         _prove_blobs(catalog, copy)
     return make_ref(copy)
+
+
+def copy_manifest(source: Manifest, session_id: str, seq: int, *, parent: str) -> Manifest:
+    """``source`` as snapshot ``seq`` of ``session_id``: a full manifest, a new id, now."""
+    return dataclasses.replace(
+        source,
+        session_id=session_id,
+        seq=seq,
+        snapshot_id=secrets.token_hex(6),
+        created=time.time(),
+        parent=parent,
+        base=None,
+        delta=None,
+    )
 
 
 def _prove_blobs(catalog: Catalog, copy: Manifest) -> None:

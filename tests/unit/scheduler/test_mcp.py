@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.api.mcp import MCP_PATH, run_code_supported
+from scheduler.api.mcp import MCP_PATH
 from tests.support.fakes import Grid
 
 _ACCEPT = {"Accept": "application/json, text/event-stream"}
@@ -46,6 +46,7 @@ def test_tools_have_json_schemas(grid: Grid) -> None:
         "read_file",
         "write_file",
         "list_files",
+        "run_code",
     }
     schema = tools["write_file"]["inputSchema"]
     assert schema["type"] == "object" and schema["required"] == ["session_id", "path", "content"]
@@ -83,7 +84,7 @@ def test_errors_name_the_code_and_the_field(grid: Grid) -> None:
     assert theirs["isError"] and "not_found: session" in theirs["content"][0]["text"]
 
 
-def test_run_code_is_registered_only_when_the_runner_has_it(grid: Grid) -> None:
-    assert not run_code_supported(grid.services)
-    grid.services.runner.run_code = lambda *a, **k: {"ok": True}  # type: ignore[attr-defined]
-    assert run_code_supported(grid.services)
+def test_run_code_is_a_tool(grid: Grid) -> None:
+    listed = _rpc(grid, "tools/list", {}).json()["result"]["tools"]
+    tool = next(t for t in listed if t["name"] == "run_code")
+    assert tool["inputSchema"]["required"] == ["session_id", "code"]

@@ -1,0 +1,109 @@
+"""``sandgrid sessions`` lifecycle commands: checkpoint, checkpoints, restore, pause, find.
+
+sandgrid sessions checkpoint s-... before-refactor
+sandgrid sessions restore s-... before-refactor
+sandgrid sessions pause s-...
+sandgrid sessions find --label team=red --state idle
+"""
+
+from __future__ import annotations
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from sandgrid.cli.helpers import readable_errors
+from sandgrid.models import SessionState
+
+__all__ = [
+    "add_lifecycle_commands",
+    "checkpoint",
+    "checkpoints",
+    "find",
+    "pause",
+    "restore",
+]
+
+_STATES = ["new", "live", "idle", "busy", "lost"]
+
+
+@click.command(name="checkpoint")
+@click.argument("session_id")
+@click.argument("name")
+@readable_errors
+def checkpoint(session_id: str, name: str) -> None:
+    """Save the workspace of SESSION_ID now and keep it as checkpoint NAME."""
+    from sandgrid.client import Client
+
+    with Client() as client:
+        info = client.checkpoint(session_id, name)
+    Console().print(f"{session_id} checkpoint {info.name} ({info.snapshot})")
+
+
+@click.command(name="checkpoints")
+@click.argument("session_id")
+@click.option("--delete", "delete", default=None, help="delete this checkpoint instead")
+@readable_errors
+def checkpoints(session_id: str, delete: str | None) -> None:
+    """List the checkpoints of SESSION_ID (or delete one with --delete NAME)."""
+    from sandgrid.client import Client
+
+    with Client() as client:
+        if delete is not None:
+            client.delete_checkpoint(session_id, delete)
+            Console().print(f"{session_id} checkpoint {delete} deleted")
+            return
+        found = client.checkpoints(session_id)
+    table = Table("name", "snapshot")
+    for c in found:
+        table.add_row(c.name, c.snapshot)
+    Console().print(table)
+
+
+@click.command(name="restore")
+@click.argument("session_id")
+@click.argument("checkpoint_name")
+@readable_errors
+def restore(session_id: str, checkpoint_name: str) -> None:
+    """Roll the workspace of SESSION_ID back to CHECKPOINT_NAME."""
+    from sandgrid.client import Client
+
+    with Client() as client:
+        done = client.restore(session_id, checkpoint_name)
+    Console().print(f"{done.session} restored to {done.checkpoint} ({done.snapshot})")
+
+
+@click.command(name="pause")
+@click.argument("session_id")
+@readable_errors
+def pause(session_id: str) -> None:
+    """Save SESSION_ID's workspace and free its sandbox; its next turn resumes it."""
+    from sandgrid.client import Client
+
+    with Client() as client:
+        done = client.pause(session_id)
+    held = "sandbox released" if done.released else "no sandbox was held"
+    Console().print(f"{done.session} paused: {held}, snapshot {done.snapshot or '-'}")
+
+
+@click.command(name="find")
+@click.option("--label", "labels", multiple=True, help="key=value (repeatable; all must match)")
+@click.option("--state", type=click.Choice(_STATES), default=None, help="only this state")
+@readable_errors
+def find(labels: tuple[str, ...], state: SessionState | None) -> None:
+    """List your open sessions with the given labels and state."""
+    from sandgrid.client import Client
+
+    wanted = dict(item.partition("=")[::2] for item in labels)
+    with Client() as client:
+        found = client.find_sessions(labels=wanted, state=state)
+    table = Table("id", "type", "state", "labels")
+    for s in found:
+        table.add_row(s.id, s.type, s.state, ",".join(f"{k}={v}" for k, v in s.labels.items()))
+    Console().print(table)
+
+
+def add_lifecycle_commands(group: click.Group) -> None:
+    """Add the lifecycle commands to ``sandgrid sessions``."""
+    for command in (checkpoint, checkpoints, restore, pause, find):
+        group.add_command(command)

@@ -1,0 +1,89 @@
+"""The wire models of a session's lifecycle: checkpoints, restore, pause, TTL.
+
+A checkpoint is a snapshot of the session's workspace kept under a name until
+it is deleted (retention never collects it); restoring one makes it the
+session's latest snapshot, so the next turn sees that workspace (an agent's
+undo); a new session can start from one (``SessionCreate.fork_from`` with
+``checkpoint``). Pausing saves the workspace and gives the sandbox up; the next
+turn resumes it on any worker. See docs/lifecycle.md.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import Field
+
+from sandgrid.models import CHECKPOINT_NAME_PATTERN, WireModel
+
+__all__ = [
+    "MAX_CHECKPOINTS",
+    "CheckpointCreate",
+    "CheckpointInfo",
+    "CheckpointList",
+    "CheckpointName",
+    "PauseResult",
+    "RestoreRequest",
+    "RestoreResult",
+    "check_checkpoint_name",
+]
+
+MAX_CHECKPOINTS = 16
+"""Named checkpoints a session may keep at once (a quota: delete one to add one)."""
+
+_NAME_RE = re.compile(CHECKPOINT_NAME_PATTERN)
+
+CheckpointName = Annotated[
+    str,
+    Field(
+        pattern=CHECKPOINT_NAME_PATTERN,
+        description="1-48 letters, digits, '_' or '-', starting with a letter or digit",
+    ),
+]
+
+
+def check_checkpoint_name(name: str) -> bool:
+    """Whether ``name`` is a valid checkpoint name (for callers outside pydantic)."""
+    return bool(_NAME_RE.fullmatch(name))
+
+
+class CheckpointCreate(WireModel):
+    """Body of ``POST /v1/sessions/{id}/checkpoints``."""
+
+    name: CheckpointName
+
+
+class CheckpointInfo(WireModel):
+    """One named checkpoint of a session."""
+
+    name: str
+    snapshot: str = Field(description="the snapshot it keeps (its name in the store)")
+
+
+class CheckpointList(WireModel):
+    """Body of ``GET /v1/sessions/{id}/checkpoints``: sorted by name."""
+
+    checkpoints: list[CheckpointInfo]
+
+
+class RestoreRequest(WireModel):
+    """Body of ``POST /v1/sessions/{id}/restore``."""
+
+    checkpoint: CheckpointName
+
+
+class RestoreResult(WireModel):
+    """The session's workspace is now the checkpoint's; the next turn sees it."""
+
+    session: str
+    checkpoint: str
+    snapshot: str = Field(description="the session's new latest snapshot")
+
+
+class PauseResult(WireModel):
+    """The session holds no sandbox now; its next turn resumes it on any worker."""
+
+    session: str
+    snapshot: str | None = Field(description="its latest snapshot (None: nothing saved yet)")
+    released: bool = Field(description="a sandbox was given up (False: none was held)")

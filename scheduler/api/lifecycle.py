@@ -1,0 +1,140 @@
+"""Routes of a session's lifecycle: checkpoints, restore, pause; listing filters; TTLs.
+
+Each op is one turn of the session (``TurnRunner.run``, under its turn lock):
+on its owner while the lease lives, else on any worker of its type
+(``worker.lifecycle``). See docs/lifecycle.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request, status
+
+from sandgrid.errors import InvalidInput
+from sandgrid.lifecycle import (
+    CheckpointCreate,
+    CheckpointInfo,
+    CheckpointList,
+    CheckpointName,
+    PauseResult,
+    RestoreRequest,
+    RestoreResult,
+)
+from sandgrid.models import SessionInfo
+from sandgrid.wire.jobs import (
+    CheckpointOp,
+    DropCheckpointOp,
+    ListCheckpointsOp,
+    PauseOp,
+    RestoreOp,
+    TurnOp,
+)
+from scheduler.api.deps import CurrentTenant, Services, Svc
+from scheduler.expiry import Expiry, shown
+from scheduler.tenants import Tenant
+
+__all__ = [
+    "ExpiryDep",
+    "create_checkpoint",
+    "delete_checkpoint",
+    "filter_sessions",
+    "get_expiry",
+    "list_checkpoints",
+    "pause_session",
+    "restore_checkpoint",
+    "router",
+]
+
+router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["lifecycle"])
+
+
+def get_expiry(request: Request) -> Expiry:
+    """The API process's ``Expiry`` (built by ``create_app``)."""
+    expiry: Expiry = request.app.state.expiry
+    return expiry
+
+
+ExpiryDep = Annotated[Expiry, Depends(get_expiry)]
+
+
+def _turn(svc: Services, tenant: Tenant, session_id: str, op: TurnOp) -> dict[str, object]:
+    session = svc.registry.get(tenant.name, session_id)
+    return svc.runner.run(tenant, session, op, timeout_s=None).outcome.result or {}
+
+
+@router.post("/checkpoints", status_code=status.HTTP_201_CREATED, response_model=CheckpointInfo)
+def create_checkpoint(
+    session_id: str, body: CheckpointCreate, svc: Svc, tenant: CurrentTenant
+) -> CheckpointInfo:
+    """Save the workspace now and keep it under ``name`` until it is deleted.
+
+    409 ``checkpoint_exists`` for a name in use, ``no_snapshot`` when nothing
+    was saved yet; 429 ``tenant_limit`` past ``MAX_CHECKPOINTS``.
+    """
+    result = _turn(svc, tenant, session_id, CheckpointOp(name=body.name))
+    return CheckpointInfo.model_validate(result)
+
+
+@router.get("/checkpoints", response_model=CheckpointList)
+def list_checkpoints(session_id: str, svc: Svc, tenant: CurrentTenant) -> CheckpointList:
+    """The session's checkpoints, by name."""
+    return CheckpointList.model_validate(_turn(svc, tenant, session_id, ListCheckpointsOp()))
+
+
+@router.delete("/checkpoints/{name}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_checkpoint(
+    session_id: str, name: CheckpointName, svc: Svc, tenant: CurrentTenant
+) -> None:
+    """Delete a checkpoint (404 if there is none of that name)."""
+    _turn(svc, tenant, session_id, DropCheckpointOp(name=name))
+
+
+@router.post("/restore", response_model=RestoreResult)
+def restore_checkpoint(
+    session_id: str, body: RestoreRequest, svc: Svc, tenant: CurrentTenant
+) -> RestoreResult:
+    """Roll the workspace back to a checkpoint: the next turn sees it (changes since are gone)."""
+    result = _turn(svc, tenant, session_id, RestoreOp(checkpoint=body.checkpoint))
+    return RestoreResult.model_validate(result)
+
+
+@router.post("/pause", response_model=PauseResult)
+def pause_session(session_id: str, svc: Svc, tenant: CurrentTenant) -> PauseResult:
+    """Save the workspace and give the sandbox up; the next turn resumes on any worker.
+
+    A session that holds no sandbox answers at once, without a turn.
+    """
+    session = svc.registry.get(tenant.name, session_id)
+    if session.owner is None and session.state != "closed":
+        return PauseResult(session=session.id, snapshot=session.snapshot, released=False)
+    result = svc.runner.run(tenant, session, PauseOp(), timeout_s=None).outcome.result or {}
+    return PauseResult.model_validate(result)
+
+
+def filter_sessions(
+    sessions: Sequence[SessionInfo], labels: Sequence[str], state: str | None
+) -> list[SessionInfo]:
+    """The sessions (as shown) that carry every ``k=v`` of ``labels`` and are in ``state``.
+
+    Raises:
+        InvalidInput: a label filter that is not ``key=value``.
+    """
+    wanted: dict[str, str] = {}
+    for item in labels:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidInput(
+                f"label: {item!r} is not key=value",
+                operation="sessions.list",
+                context={"field": "label", "rule": "key=value"},
+            )
+        wanted[key] = value
+    found = [shown(s) for s in sessions]
+    return [
+        s
+        for s in found
+        if all(s.labels.get(k) == v for k, v in wanted.items())
+        and (state is None or s.state == state)
+    ]
