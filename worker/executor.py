@@ -46,6 +46,7 @@ from sandgrid.wire.jobs import (
 )
 from sandgrid.wire.ledger import SessionLedger
 from worker.backends.base import Sandbox, SandboxBackend
+from worker.interactive import TurnControl
 from worker.persistence import Persistence, unsaved_result
 from worker.pool import BackendFor, SandboxPool
 from worker.residency import Residency
@@ -86,6 +87,8 @@ class Executor:
         residency: how a session leaves the node (a lost sandbox, a close).
         backend_for: the backend of a sandbox type (it runs the op).
         incarnation: this process's id, named in its claims (see ``NodeRecord``).
+        control: streams and cancels execs by turn id (``worker.interactive``);
+            None runs them plain.
     """
 
     node: str
@@ -96,6 +99,7 @@ class Executor:
     residency: Residency
     backend_for: BackendFor
     incarnation: str = ""
+    control: TurnControl | None = None
 
     # ---- the turn --------------------------------------------------------------
 
@@ -241,7 +245,7 @@ class Executor:
         """Run the turn's op in the sandbox; the JSON result of the op."""
         backend = self.backend_for(local.sandbox_type)
         try:
-            out = self._dispatch(backend, local.sandbox, job.op, job.session)
+            out = self._dispatch(backend, local.sandbox, job.op, job.session, job.turn_id)
         except SandboxLost:
             self.residency.discard(local)
             raise
@@ -253,13 +257,21 @@ class Executor:
         return out
 
     def _dispatch(
-        self, backend: SandboxBackend, sbx: Sandbox, op: TurnOp, info: SessionInfo
+        self,
+        backend: SandboxBackend,
+        sbx: Sandbox,
+        op: TurnOp,
+        info: SessionInfo,
+        turn_id: str = "",
     ) -> dict[str, Any]:
         if isinstance(op, ExecOp):
             request = op.request
             if info.env:
                 request = request.model_copy(update={"env": {**info.env, **request.env}})
-            result = backend.exec(sbx, request)
+            if self.control is not None and turn_id:
+                result = self.control.exec(backend, sbx, request, turn_id, info.id)
+            else:
+                result = backend.exec(sbx, request)
             return dict(result.model_copy(update={"node": self.node}).model_dump(mode="json"))
         if isinstance(op, WriteOp):
             return {"written": backend.write_files(sbx, op.files)}

@@ -13,6 +13,8 @@ import logging
 import threading
 from collections.abc import Mapping
 
+import redis
+
 from sandgrid.wire.catalog import CATALOG, get_type
 from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.redis_ledger import WORKER_OUTAGE_WAIT_S, RedisLedger
@@ -21,6 +23,7 @@ from worker.backends import backend_for
 from worker.backends.base import INCARNATION, SandboxBackend
 from worker.executor import Executor
 from worker.heartbeat import Heartbeat
+from worker.interactive import TurnControl
 from worker.persistence import Persistence
 from worker.pool import SandboxPool, WarmPool
 from worker.reaper import Reaper
@@ -77,6 +80,10 @@ class Node:
         worker = self.settings.worker
         self.persistence = Persistence(self.ledger, self.store, self.backend_for, worker.snapshots)
         self.residency = Residency(name, self.ledger, self.sessions, self.pool, self.persistence)
+        #: Streamed output and cancel of this node's running execs.
+        self.control = TurnControl(
+            redis.Redis.from_url(self.settings.redis_url, decode_responses=True), self.sessions
+        )
         self.executor = Executor(
             name,
             self.ledger,
@@ -86,6 +93,7 @@ class Node:
             self.residency,
             self.backend_for,
             self.incarnation,
+            control=self.control,
         )
         self.heartbeat = Heartbeat(
             name,

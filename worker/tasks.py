@@ -20,7 +20,7 @@ from sandgrid.wire.jobs import TurnJob
 from worker.batch_gate import run_turn
 from worker.node import get_node
 
-__all__ = ["note_received", "turn"]
+__all__ = ["cancel", "note_received", "turn"]
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,12 @@ def turn(job: dict[str, Any]) -> dict[str, Any]:
     node = get_node()
     outcome = run_turn(node.executor, node.residency, TurnJob.model_validate(job))
     return outcome.model_dump(mode="json")
+
+
+@app.task(name=names.TASK_CANCEL, ignore_result=True)
+def cancel(turn_id: str) -> str:
+    """Kill the running exec of ``turn_id`` on this node (``worker.interactive``)."""
+    return get_node().control.cancel(turn_id)
 
 
 @signals.task_received.connect(weak=False)

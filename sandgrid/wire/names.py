@@ -24,12 +24,15 @@ Redis keys (all under ``sg:``):
                                    (rate limit of snapshot garbage collection, grid-wide)
     ``sg:batchslots:<type>``       sorted set: batch turns in flight on a type (id -> deadline),
                                    so batches never take every worker thread of the grid
+    ``sg:turn:<turn_id>:events``   stream: a turn's output chunks and result (bounded, expiring)
+    ``sg:turn:<turn_id>:cancel``   string, with a TTL: the turn was cancelled
 """
 
 from __future__ import annotations
 
 __all__ = [
     "KEY_PREFIX",
+    "TASK_CANCEL",
     "TASK_TURN",
     "batch_done_key",
     "batch_jobs_key",
@@ -52,6 +55,8 @@ __all__ = [
     "tenant_sessions_key",
     "tenant_turns_key",
     "tokens_key",
+    "turn_cancel_key",
+    "turn_events_key",
     "turn_key",
     "turnlock_key",
     "type_queue",
@@ -60,6 +65,7 @@ __all__ = [
 KEY_PREFIX = "sg:"
 
 TASK_TURN = "sandgrid.turn"
+TASK_CANCEL = "sandgrid.cancel"
 
 
 def type_queue(sandbox_type: str) -> str:
@@ -161,3 +167,13 @@ def gc_tenants_key() -> str:
 
 def gc_key(tenant: str) -> str:
     return f"{KEY_PREFIX}gc:{tenant}"
+
+
+def turn_events_key(turn_id: str) -> str:
+    """Redis Stream of one turn's events (``sandgrid.wire.turnstream``)."""
+    return f"{KEY_PREFIX}turn:{turn_id}:events"
+
+
+def turn_cancel_key(turn_id: str) -> str:
+    """Set when a turn is cancelled: a worker that has not started it answers cancelled."""
+    return f"{KEY_PREFIX}turn:{turn_id}:cancel"
