@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from sandgrid.client._async import AsyncClient, AsyncSession, AsyncSessionOpener
 from sandgrid.client._base import RetryPolicy
+from sandgrid.client._stream import AsyncTurnStream, TurnStream
 from sandgrid.client._sync import Client, Session
 
 __all__ = [
     "AsyncClient",
     "AsyncSession",
     "AsyncSessionOpener",
+    "AsyncTurnStream",
     "Client",
     "RetryPolicy",
     "Session",
+    "TurnStream",
 ]

@@ -24,6 +24,7 @@ from sandgrid.client._base import (
     RetryPolicy,
     transport_error,
 )
+from sandgrid.client._stream import ChunkHandler, TurnStream, deliver
 from sandgrid.errors import SandgridError
 from sandgrid.models import (
     ExecResult,
@@ -33,6 +34,7 @@ from sandgrid.models import (
     SessionInfo,
     SnapshotPolicy,
 )
+from sandgrid.streaming import TurnCancel
 
 __all__ = ["Client", "Session"]
 
@@ -160,16 +162,64 @@ class Client(BaseClient):
         stdin: str | None = None,
         timeout_s: float | None = None,
         idempotency_key: str | None = None,
+        on_stdout: ChunkHandler | None = None,
+        on_stderr: ChunkHandler | None = None,
     ) -> ExecResult:
         """Run one command: exactly one of ``argv``, ``shell``, ``python``.
 
         Retried when safe, under an ``idempotency_key`` (a new one per call when
-        omitted): it runs at most once, whatever the retries.
+        omitted): it runs at most once, whatever the retries. With ``on_stdout``
+        or ``on_stderr``, the output is streamed to them as it is written.
         """
+        if on_stdout is not None or on_stderr is not None:
+            stream = self.exec_stream(
+                session_id,
+                argv,
+                shell=shell,
+                python=python,
+                env=env,
+                cwd=cwd,
+                stdin=stdin,
+                timeout_s=timeout_s,
+                idempotency_key=idempotency_key,
+            )
+            with stream:
+                for event in stream:
+                    deliver(event, on_stdout, on_stderr)
+                return stream.wait()
         call = self._exec_call(
             session_id, argv, shell, python, env, cwd, stdin, timeout_s, idempotency_key
         )
         return self._send(call)
+
+    def exec_stream(
+        self,
+        session_id: str,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> TurnStream:
+        """Start one command and answer its events as they happen (a ``TurnStream``:
+        iterate it, ``wait()`` for the result, ``cancel()`` it)."""
+        call = self._exec_call(
+            session_id, argv, shell, python, env, cwd, stdin, timeout_s, idempotency_key
+        )
+        return TurnStream(self, session_id, self._exec_stream_call(call))
+
+    def events(self, session_id: str, turn_id: str, *, after: str = "0") -> TurnStream:
+        """Re-attach to a streamed turn: its events after offset ``after`` (an event id)."""
+        return TurnStream(self, session_id, self._events_call(session_id, turn_id, after))
+
+    def cancel(self, session_id: str, turn_id: str) -> TurnCancel:
+        """Cancel a turn by id: its processes are killed and its result says ``cancelled``;
+        a finished turn is left alone (``state: finished``)."""
+        return self._send(self._cancel_call(session_id, turn_id))
 
     def write_files(
         self, session_id: str, files: Mapping[str, FileContent], *, mode: int = 0o644
@@ -263,6 +313,8 @@ class Session:
         stdin: str | None = None,
         timeout_s: float | None = None,
         idempotency_key: str | None = None,
+        on_stdout: ChunkHandler | None = None,
+        on_stderr: ChunkHandler | None = None,
     ) -> ExecResult:
         return self.client.exec(
             self.id,
@@ -274,7 +326,39 @@ class Session:
             stdin=stdin,
             timeout_s=timeout_s,
             idempotency_key=idempotency_key,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
         )
+
+    def exec_stream(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> TurnStream:
+        return self.client.exec_stream(
+            self.id,
+            argv,
+            shell=shell,
+            python=python,
+            env=env,
+            cwd=cwd,
+            stdin=stdin,
+            timeout_s=timeout_s,
+            idempotency_key=idempotency_key,
+        )
+
+    def events(self, turn_id: str, *, after: str = "0") -> TurnStream:
+        return self.client.events(self.id, turn_id, after=after)
+
+    def cancel(self, turn_id: str) -> TurnCancel:
+        return self.client.cancel(self.id, turn_id)
 
     def write_file(self, path: str, content: FileContent, *, mode: int = 0o644) -> dict[str, Any]:
         return self.client.write_files(self.id, {path: content}, mode=mode)
