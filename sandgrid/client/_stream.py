@@ -115,13 +115,14 @@ class TurnStream:
             response.close()
             _check(response)
         self.state.opened(response)
+        self._lines = response.iter_lines()  # one per response: a handle may be iterated again
         return response
 
     def __iter__(self) -> Iterator[TurnEvent]:
         tries = 0
         while self.state.final is None:
             try:
-                for line in self._response.iter_lines():
+                for line in self._lines:
                     event = self.state.feed(line)
                     if event is not None:
                         yield event
@@ -174,6 +175,7 @@ class AsyncTurnStream:
         self._client = client
         self.state = StreamState(session_id)
         self._response: httpx.Response | None = None
+        self._lines: AsyncIterator[str] | None = None
 
     @property
     def turn_id(self) -> str:
@@ -194,6 +196,7 @@ class AsyncTurnStream:
             _check(response)
         self.state.opened(response)
         self._response = response
+        self._lines = response.aiter_lines()  # one per response: iterated again, it goes on
         return self
 
     def __aiter__(self) -> AsyncIterator[TurnEvent]:
@@ -202,8 +205,9 @@ class AsyncTurnStream:
     async def _events(self) -> AsyncIterator[TurnEvent]:
         tries = 0
         while self.state.final is None and self._response is not None:
+            assert self._lines is not None
             try:
-                async for line in self._response.aiter_lines():
+                async for line in self._lines:
                     event = self.state.feed(line)
                     if event is not None:
                         yield event
