@@ -130,6 +130,8 @@ class TurnControl:
         try:
             if turnstream.cancel_requested(self.client, turn_id):
                 return _not_started(backend.node)
+            if buffer is None:
+                return backend.exec(sbx, request)
             return backend.exec(sbx, request, on_chunk=buffer)
         finally:
             with self._lock:

@@ -1,9 +1,10 @@
 """Printing a streamed turn in a terminal: output as it comes, Ctrl-C cancels.
 
 ``sandgrid exec`` hands its ``TurnStream`` here. Chunks are written to the
-terminal's stdout and stderr as the command writes them; a stream the grid
-could not deliver whole (``dropped``, ``gap``) is flagged; the result, which holds all the output up to the cap, is printed when nothing was streamed. The first Ctrl-C cancels the turn
-and waits for its result (``cancelled``); a second one leaves at once.
+terminal's stdout and stderr as the command writes them; output the grid could
+not stream whole (``dropped``, ``gap``) is flagged, and a turn that streamed
+nothing has its result's output printed. The first Ctrl-C cancels the turn and
+waits for its result (``cancelled``); a second one leaves at once.
 """
 
 from __future__ import annotations

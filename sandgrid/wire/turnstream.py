@@ -13,7 +13,7 @@ is one event, JSON in the field ``e``:
 The entry id is the event's offset: a reader that resumes ``after`` an id gets
 exactly the entries after it, none twice and none skipped, unless the stream
 was trimmed past it meanwhile; ``read`` then says so (``gap``), from the
-stream's ``max-deleted-entry-id``, rather than pretend nothing was lost.
+stream's counters, rather than pretend nothing was lost.
 """
 
 from __future__ import annotations
@@ -131,13 +131,21 @@ def cancel_requested(client: redis.Redis[str], turn_id: str) -> bool:
 
 
 def _trimmed_past(client: redis.Redis[str], key: str, after: str) -> bool:
-    """Whether entries after ``after`` were trimmed before this reader saw them."""
+    """Whether entries after ``after`` may have been trimmed before this reader saw them.
+
+    Trimming removes the oldest entries, so once any were trimmed, a reader whose
+    offset is older than the first entry kept may have missed some: it is told
+    (at worst once too often, when its offset was the very last one trimmed;
+    never too seldom).
+    """
     try:
         info = client.xinfo_stream(key)
     except redis.ResponseError:  # no such key: nothing written, nothing trimmed
         return False
-    deleted = _id_tuple(_text(info.get("max-deleted-entry-id") or "0-0"))
-    return deleted > _id_tuple(after)
+    if int(info.get("entries-added") or 0) <= int(info.get("length") or 0):
+        return False
+    first = info.get("recorded-first-entry-id") or (info.get("first-entry") or ("0-0",))[0]
+    return _id_tuple(after) < _id_tuple(_text(first))
 
 
 def _id_tuple(eid: str) -> tuple[int, int]:
