@@ -199,6 +199,11 @@ class ExecResult(WireModel):
     saved: bool = True
     saved_error: SaveError | None = None
     timings: dict[str, float] = Field(default_factory=dict)
+    cancelled: bool = Field(
+        False,
+        description="the turn was cancelled: every process it started was killed "
+        "(or, cancelled before it started, it never ran)",
+    )
 
 
 class FileEntry(WireModel):

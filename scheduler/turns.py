@@ -47,6 +47,7 @@ from sandgrid.wire.jobs import CloseOp, ExecOp, TurnJob, TurnOp, TurnOutcome
 from scheduler import metrics
 from scheduler.admission import Admission, check_exec
 from scheduler.audit import AuditLog
+from scheduler.cancel import TurnCancels, celery_sender
 from scheduler.dispatch import Dispatcher
 from scheduler.expiry import is_due
 from scheduler.idempotency import IdempotencyStore, TakeOver, fingerprint, turn_id_for
@@ -55,7 +56,13 @@ from scheduler.routing import route
 from scheduler.tenants import Tenant
 from scheduler.watch import Lost, TurnWatch
 
-__all__ = ["CLOSE_EXPIRES_S", "MAX_ATTEMPTS", "MAX_RUNS", "TurnDone", "TurnRunner"]
+__all__ = [
+    "CLOSE_EXPIRES_S",
+    "MAX_ATTEMPTS",
+    "MAX_RUNS",
+    "TurnDone",
+    "TurnRunner",
+]
 
 #: Runs of one turn at most: the first, and one more after its worker died.
 MAX_RUNS = 2
@@ -106,6 +113,8 @@ class TurnRunner:
         self.on_interactive: Callable[[], None] | None = None
         #: Where finished turns and closes are recorded (``scheduler.audit``); None: nowhere.
         self.audit: AuditLog | None = None
+        #: Cancels turns by id (``scheduler.cancel``); a close during a turn uses it too.
+        self.cancels = TurnCancels(registry, celery_sender(getattr(dispatcher, "app", None)))
 
     def exec(
         self,
@@ -115,11 +124,14 @@ class TurnRunner:
         *,
         t0: float | None = None,
         idempotency_key: str | None = None,
+        turn_id: str | None = None,
     ) -> ExecResult:
         """Run one command; a non-zero exit is a result, not an error.
 
         With ``idempotency_key`` (checked by the caller), the command runs at most
         once for all requests with that key (see ``scheduler.idempotency``).
+        ``turn_id`` is the turn's id when the caller chose it (a streamed exec
+        names its turn before it starts, for cancel and re-attach).
 
         Raises:
             InvalidInput: the key was used for another request (``idempotency_key_reused``).
@@ -129,7 +141,9 @@ class TurnRunner:
         session = self.registry.get(tenant.name, session_id)
         op = ExecOp(request=request)
         if idempotency_key is None:
-            done = self.run(tenant, session, op, timeout_s=request.timeout_s, t0=t0)
+            done = self.run(
+                tenant, session, op, timeout_s=request.timeout_s, t0=t0, turn_id=turn_id
+            )
         else:
             done = self._keyed(tenant, session, op, idempotency_key, t0)
         try:
@@ -284,7 +298,7 @@ class TurnRunner:
         if session.state == "closed":
             return session
         lock = new_turn_id()
-        if not self.registry.begin_turn(session.id, lock, self.turn_margin_s):
+        if not self.cancels.lock_for_close(session, lock, self.turn_margin_s):
             raise _busy(session.id, "sessions.close")
         try:
             self.registry.close(session.id)

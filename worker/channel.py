@@ -72,7 +72,9 @@ class AgentChannel:
         self.name = name
         self._sock = sock
         self._lock = threading.Lock()
-        self._write_lock = threading.Lock()
+        self._write_lock = threading.Lock()  # whole frames only: requests and notifications
+        #: ``(op, frame id)`` of the request waiting for its reply, if any.
+        self.in_flight: tuple[str, int] | None = None
         self._ids = itertools.count(1)
         self._demux = AttachDemux()
         self._frames = FrameDecoder()
@@ -114,37 +116,39 @@ class AgentChannel:
         with self._lock:
             if self.broken is not None:
                 raise self._lost(op, self.broken)
+            self.in_flight = (op, frame_id)
             try:
                 reply = self._round_trip(data, frame_id, time.monotonic() + timeout, on_chunk)
             except (OSError, FrameError) as exc:
                 reason = "no reply in time" if isinstance(exc, TimeoutError) else str(exc)
                 self._break(f"{op}: {reason or type(exc).__name__}")
                 raise self._lost(op, self.broken or reason) from exc
+            finally:
+                self.in_flight = None
         if not reply.get("ok"):
             raise error_from_reply(op, reply.get("error") or {})
         result = reply.get("result")
         return result if isinstance(result, dict) else {}
 
     def notify(self, op: str, fields: dict[str, Any] | None = None) -> None:
-        """Send one request frame that expects no reply (a control message).
+        """Write one request frame that expects no reply (``"notify": true``).
 
-        Allowed while another request is in flight (the op it controls, such as
-        a ``pty`` or an ``exec``): it takes only the write lock, which every
-        frame is written under, so frames never interleave.
+        Allowed while another request is in flight (a ``cancel`` of that very
+        request, or a terminal's input to its ``pty``): it takes only the write
+        lock, so frames never interleave, and never reads.
 
         Raises:
             SandboxLost: the channel is broken, or broke while writing.
         """
-        frame_id = next(self._ids)
-        data = encode_frame({"id": frame_id, "op": op, **(fields or {})})
-        if self.broken is not None:
-            raise self._lost(op, self.broken)
-        try:
-            with self._write_lock:
+        data = encode_frame({"op": op, "notify": True, **(fields or {})})
+        with self._write_lock:
+            if self.broken is not None:
+                raise self._lost(op, self.broken)
+            try:
                 self._sock.sendall(data)
-        except OSError as exc:
-            self._break(f"{op}: {exc or type(exc).__name__}")
-            raise self._lost(op, self.broken or str(exc)) from exc
+            except OSError as exc:
+                self._break(f"{op}: {exc or type(exc).__name__}")
+                raise self._lost(op, self.broken or str(exc)) from exc
 
     def close(self) -> None:
         """Close the socket; the agent sees EOF on stdin and exits."""

@@ -50,6 +50,7 @@ from sandgrid.wire.jobs import (
 from sandgrid.wire.ledger import SessionLedger
 from worker.backends.base import Sandbox, SandboxBackend
 from worker.code import run_code
+from worker.interactive import TurnControl
 from worker.lifecycle import SessionLifecycle
 from worker.persistence import Persistence, unsaved_result
 from worker.pool import BackendFor, SandboxPool
@@ -93,6 +94,8 @@ class Executor:
         backend_for: the backend of a sandbox type (it runs the op).
         incarnation: this process's id, named in its claims (see ``NodeRecord``).
         terminal: serves terminal turns (``PtyOp``); None refuses them.
+        control: streams and cancels execs by turn id (``worker.interactive``);
+            None runs them plain.
     """
 
     node: str
@@ -104,6 +107,7 @@ class Executor:
     backend_for: BackendFor
     incarnation: str = ""
     terminal: TerminalBridge | None = None
+    control: TurnControl | None = None
 
     # ---- the turn --------------------------------------------------------------
 
@@ -255,7 +259,7 @@ class Executor:
         """Run the turn's op in the sandbox; the JSON result of the op."""
         backend = self.backend_for(local.sandbox_type)
         try:
-            out = self._dispatch(backend, local.sandbox, job.op, job.session)
+            out = self._dispatch(backend, local.sandbox, job.op, job.session, job.turn_id)
         except SandboxLost:
             self.residency.discard(local)
             raise
@@ -267,13 +271,21 @@ class Executor:
         return out
 
     def _dispatch(
-        self, backend: SandboxBackend, sbx: Sandbox, op: TurnOp, info: SessionInfo
+        self,
+        backend: SandboxBackend,
+        sbx: Sandbox,
+        op: TurnOp,
+        info: SessionInfo,
+        turn_id: str = "",
     ) -> dict[str, Any]:
         if isinstance(op, ExecOp):
             request = op.request
             if info.env:
                 request = request.model_copy(update={"env": {**info.env, **request.env}})
-            result = backend.exec(sbx, request)
+            if self.control is not None and turn_id:
+                result = self.control.exec(backend, sbx, request, turn_id, info.id)
+            else:
+                result = backend.exec(sbx, request)
             return dict(result.model_copy(update={"node": self.node}).model_dump(mode="json"))
         if isinstance(op, WriteOp):
             return {"written": backend.write_files(sbx, op.files)}

@@ -13,6 +13,8 @@ import logging
 import threading
 from collections.abc import Mapping
 
+import redis
+
 from sandgrid.wire.catalog import CATALOG, get_type
 from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.redis_ledger import WORKER_OUTAGE_WAIT_S, RedisLedger
@@ -22,6 +24,7 @@ from worker.backends import backend_for
 from worker.backends.base import INCARNATION, SandboxBackend
 from worker.executor import Executor
 from worker.heartbeat import Heartbeat
+from worker.interactive import TurnControl
 from worker.persistence import Persistence
 from worker.pool import SandboxPool, WarmPool
 from worker.reaper import Reaper
@@ -79,6 +82,10 @@ class Node:
         worker = self.settings.worker
         self.persistence = Persistence(self.ledger, self.store, self.backend_for, worker.snapshots)
         self.residency = Residency(name, self.ledger, self.sessions, self.pool, self.persistence)
+        #: Streamed output and cancel of this node's running execs.
+        self.control = TurnControl(
+            redis.Redis.from_url(self.settings.redis_url, decode_responses=True), self.sessions
+        )
         self.executor = Executor(
             name,
             self.ledger,
@@ -89,6 +96,7 @@ class Node:
             self.backend_for,
             self.incarnation,
             terminal=TerminalBridge.from_settings(self.settings),
+            control=self.control,
         )
         self.heartbeat = Heartbeat(
             name,

@@ -21,7 +21,7 @@ from worker import metrics
 from worker.batch_gate import run_turn
 from worker.node import get_node
 
-__all__ = ["note_received", "ping", "turn"]
+__all__ = ["cancel", "note_received", "ping", "turn"]
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,12 @@ def turn(job: dict[str, Any]) -> dict[str, Any]:
 def ping(value: int) -> int:
     """Answer ``value``: what a turn costs in Celery and the broker alone (bench/bench_grid.py)."""
     return value
+
+
+@app.task(name=names.TASK_CANCEL, ignore_result=True)
+def cancel(turn_id: str) -> str:
+    """Kill the running exec of ``turn_id`` on this node (``worker.interactive``)."""
+    return get_node().control.cancel(turn_id)
 
 
 @signals.task_received.connect(weak=False)

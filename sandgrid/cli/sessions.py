@@ -24,19 +24,20 @@ __all__ = ["exec_", "sessions", "sessions_close", "sessions_ls"]
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @readable_errors
 def exec_(type_: str, timeout: float | None, use_shell: bool, argv: tuple[str, ...]) -> None:
-    """One-shot: create a session, run ARGV, print its output, close, exit with its code."""
+    """One-shot: create a session, run ARGV, print its output as it is written, close,
+    exit with its code. Ctrl-C cancels the command (every process it started)."""
+    from sandgrid.cli.streamed import run_streamed
     from sandgrid.client import Client
 
     with Client() as client, client.session(type=type_) as session:
         if use_shell:
-            result = session.exec(shell=" ".join(argv), timeout_s=timeout)
+            result = run_streamed(session.exec_stream(shell=" ".join(argv), timeout_s=timeout))
         else:
-            result = session.exec(list(argv), timeout_s=timeout)
-    sys.stdout.write(result.stdout)
-    sys.stderr.write(result.stderr)
+            result = run_streamed(session.exec_stream(list(argv), timeout_s=timeout))
     for flag, note in (
         (result.stdout_truncated or result.stderr_truncated, "output truncated"),
         (result.oom_killed, "killed: out of memory"),
+        (result.cancelled, "cancelled"),
     ):
         if flag:
             err_console.print(f"[yellow]sandgrid: {note}[/yellow]")

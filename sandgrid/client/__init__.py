@@ -14,6 +14,7 @@ from __future__ import annotations
 from sandgrid.client._async import AsyncClient, AsyncSession, AsyncSessionOpener
 from sandgrid.client._base import RetryPolicy
 from sandgrid.client._pty import AsyncTerminal, Terminal
+from sandgrid.client._stream import AsyncTurnStream, TurnStream
 from sandgrid.client._sync import Client, Session
 
 __all__ = [
@@ -21,8 +22,10 @@ __all__ = [
     "AsyncSession",
     "AsyncSessionOpener",
     "AsyncTerminal",
+    "AsyncTurnStream",
     "Client",
     "RetryPolicy",
     "Session",
     "Terminal",
+    "TurnStream",
 ]

@@ -29,6 +29,7 @@ from sandgrid.client._base import (
 )
 from sandgrid.client._lifecycle_async import AsyncLifecycleMethods, AsyncSessionLifecycle
 from sandgrid.client._pty import AsyncTerminal
+from sandgrid.client._stream import AsyncTurnStream, ChunkHandler, deliver
 from sandgrid.errors import SandgridError
 from sandgrid.models import (
     CodeResult,
@@ -39,6 +40,7 @@ from sandgrid.models import (
     SessionInfo,
     SnapshotPolicy,
 )
+from sandgrid.streaming import TurnCancel
 from sandgrid.terminal import PTY_DEFAULT_COLS, PTY_DEFAULT_ROWS
 
 __all__ = ["AsyncClient", "AsyncSession", "AsyncSessionOpener"]
@@ -175,12 +177,30 @@ class AsyncClient(AsyncLifecycleMethods, BaseClient):
         stdin: str | None = None,
         timeout_s: float | None = None,
         idempotency_key: str | None = None,
+        on_stdout: ChunkHandler | None = None,
+        on_stderr: ChunkHandler | None = None,
     ) -> ExecResult:
         """Run one command: exactly one of ``argv``, ``shell``, ``python``.
 
         Retried when safe, under an ``idempotency_key`` (a new one per call when
-        omitted): it runs at most once, whatever the retries.
+        omitted): it runs at most once, whatever the retries. With ``on_stdout``
+        or ``on_stderr``, the output is streamed to them as it is written.
         """
+        if on_stdout is not None or on_stderr is not None:
+            stream = await self.exec_stream(
+                session_id,
+                argv,
+                shell=shell,
+                python=python,
+                env=env,
+                cwd=cwd,
+                stdin=stdin,
+                timeout_s=timeout_s,
+                idempotency_key=idempotency_key,
+            )
+            async for event in stream:
+                deliver(event, on_stdout, on_stderr)
+            return await stream.wait()
         call = self._exec_call(
             session_id, argv, shell, python, env, cwd, stdin, timeout_s, idempotency_key
         )
@@ -200,6 +220,36 @@ class AsyncClient(AsyncLifecycleMethods, BaseClient):
         state of earlier calls is gone. Not retried once sent: code has effects.
         """
         return await self._send(self._run_code_call(session_id, code, language, timeout_s))
+
+    async def exec_stream(
+        self,
+        session_id: str,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> AsyncTurnStream:
+        """Start one command and answer its events as they happen (a ``AsyncTurnStream``:
+        iterate it, ``wait()`` for the result, ``cancel()`` it)."""
+        call = self._exec_call(
+            session_id, argv, shell, python, env, cwd, stdin, timeout_s, idempotency_key
+        )
+        return await AsyncTurnStream(self, session_id)._open(self._exec_stream_call(call))
+
+    async def events(self, session_id: str, turn_id: str, *, after: str = "0") -> AsyncTurnStream:
+        """Re-attach to a streamed turn: its events after offset ``after`` (an event id)."""
+        call = self._events_call(session_id, turn_id, after)
+        return await AsyncTurnStream(self, session_id)._open(call)
+
+    async def cancel(self, session_id: str, turn_id: str) -> TurnCancel:
+        """Cancel a turn by id: its processes are killed and its result says ``cancelled``;
+        a finished turn is left alone (``state: finished``)."""
+        return await self._send(self._cancel_call(session_id, turn_id))
 
     async def write_files(
         self, session_id: str, files: Mapping[str, FileContent], *, mode: int = 0o644
@@ -314,6 +364,8 @@ class AsyncSession(AsyncSessionLifecycle):
         stdin: str | None = None,
         timeout_s: float | None = None,
         idempotency_key: str | None = None,
+        on_stdout: ChunkHandler | None = None,
+        on_stderr: ChunkHandler | None = None,
     ) -> ExecResult:
         return await self.client.exec(
             self.id,
@@ -325,12 +377,44 @@ class AsyncSession(AsyncSessionLifecycle):
             stdin=stdin,
             timeout_s=timeout_s,
             idempotency_key=idempotency_key,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
         )
 
     async def run_code(
         self, code: str, *, language: str = "python", timeout_s: float | None = None
     ) -> CodeResult:
         return await self.client.run_code(self.id, code, language=language, timeout_s=timeout_s)
+
+    async def exec_stream(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> AsyncTurnStream:
+        return await self.client.exec_stream(
+            self.id,
+            argv,
+            shell=shell,
+            python=python,
+            env=env,
+            cwd=cwd,
+            stdin=stdin,
+            timeout_s=timeout_s,
+            idempotency_key=idempotency_key,
+        )
+
+    async def events(self, turn_id: str, *, after: str = "0") -> AsyncTurnStream:
+        return await self.client.events(self.id, turn_id, after=after)
+
+    async def cancel(self, turn_id: str) -> TurnCancel:
+        return await self.client.cancel(self.id, turn_id)
 
     async def write_file(
         self, path: str, content: FileContent, *, mode: int = 0o644

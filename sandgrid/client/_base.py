@@ -26,6 +26,7 @@ the 503 and decides.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ from sandgrid.models import (
     TypeList,
 )
 from sandgrid.settings import DEFAULT_API_URL, get_client_settings
+from sandgrid.streaming import EVENT_STREAM, TurnCancel
 
 __all__ = [
     "DEFAULT_RETRIES",
@@ -377,6 +379,19 @@ class BaseClient:
         return Call(
             "POST", f"/v1/sessions/{session_id}/code", _parse(CodeResult), json=body, timeout=wait
         )
+
+    def _exec_stream_call(self, call: Call[ExecResult]) -> Call[ExecResult]:
+        """An exec call that asks for the turn's events (Server-Sent Events)."""
+        return dataclasses.replace(call, headers={**(call.headers or {}), "Accept": EVENT_STREAM})
+
+    def _events_call(self, session_id: str, turn_id: str, after: str) -> Call[None]:
+        """Re-attach to a turn's events after offset ``after`` (``0``: all of them)."""
+        path = f"/v1/sessions/{session_id}/turns/{turn_id}/events"
+        return Call("GET", path, lambda r: None, params={"after": after})
+
+    def _cancel_call(self, session_id: str, turn_id: str) -> Call[TurnCancel]:
+        path = f"/v1/sessions/{session_id}/turns/{turn_id}/cancel"
+        return Call("POST", path, _parse(TurnCancel), idempotent=True)
 
     def _write_files_call(
         self, session_id: str, files: Mapping[str, FileContent], mode: int

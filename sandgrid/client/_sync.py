@@ -27,6 +27,7 @@ from sandgrid.client._base import (
 )
 from sandgrid.client._lifecycle import LifecycleMethods, SessionLifecycle
 from sandgrid.client._pty import Terminal
+from sandgrid.client._stream import ChunkHandler, TurnStream, deliver
 from sandgrid.errors import SandgridError
 from sandgrid.models import (
     CodeResult,
@@ -37,6 +38,7 @@ from sandgrid.models import (
     SessionInfo,
     SnapshotPolicy,
 )
+from sandgrid.streaming import TurnCancel
 from sandgrid.terminal import PTY_DEFAULT_COLS, PTY_DEFAULT_ROWS
 
 __all__ = ["Client", "Session"]
@@ -171,12 +173,31 @@ class Client(LifecycleMethods, BaseClient):
         stdin: str | None = None,
         timeout_s: float | None = None,
         idempotency_key: str | None = None,
+        on_stdout: ChunkHandler | None = None,
+        on_stderr: ChunkHandler | None = None,
     ) -> ExecResult:
         """Run one command: exactly one of ``argv``, ``shell``, ``python``.
 
         Retried when safe, under an ``idempotency_key`` (a new one per call when
-        omitted): it runs at most once, whatever the retries.
+        omitted): it runs at most once, whatever the retries. With ``on_stdout``
+        or ``on_stderr``, the output is streamed to them as it is written.
         """
+        if on_stdout is not None or on_stderr is not None:
+            stream = self.exec_stream(
+                session_id,
+                argv,
+                shell=shell,
+                python=python,
+                env=env,
+                cwd=cwd,
+                stdin=stdin,
+                timeout_s=timeout_s,
+                idempotency_key=idempotency_key,
+            )
+            with stream:
+                for event in stream:
+                    deliver(event, on_stdout, on_stderr)
+                return stream.wait()
         call = self._exec_call(
             session_id, argv, shell, python, env, cwd, stdin, timeout_s, idempotency_key
         )
@@ -196,6 +217,35 @@ class Client(LifecycleMethods, BaseClient):
         state of earlier calls is gone. Not retried once sent: code has effects.
         """
         return self._send(self._run_code_call(session_id, code, language, timeout_s))
+
+    def exec_stream(
+        self,
+        session_id: str,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> TurnStream:
+        """Start one command and answer its events as they happen (a ``TurnStream``:
+        iterate it, ``wait()`` for the result, ``cancel()`` it)."""
+        call = self._exec_call(
+            session_id, argv, shell, python, env, cwd, stdin, timeout_s, idempotency_key
+        )
+        return TurnStream(self, session_id, self._exec_stream_call(call))
+
+    def events(self, session_id: str, turn_id: str, *, after: str = "0") -> TurnStream:
+        """Re-attach to a streamed turn: its events after offset ``after`` (an event id)."""
+        return TurnStream(self, session_id, self._events_call(session_id, turn_id, after))
+
+    def cancel(self, session_id: str, turn_id: str) -> TurnCancel:
+        """Cancel a turn by id: its processes are killed and its result says ``cancelled``;
+        a finished turn is left alone (``state: finished``)."""
+        return self._send(self._cancel_call(session_id, turn_id))
 
     def write_files(
         self, session_id: str, files: Mapping[str, FileContent], *, mode: int = 0o644
@@ -308,6 +358,8 @@ class Session(SessionLifecycle):
         stdin: str | None = None,
         timeout_s: float | None = None,
         idempotency_key: str | None = None,
+        on_stdout: ChunkHandler | None = None,
+        on_stderr: ChunkHandler | None = None,
     ) -> ExecResult:
         return self.client.exec(
             self.id,
@@ -319,12 +371,44 @@ class Session(SessionLifecycle):
             stdin=stdin,
             timeout_s=timeout_s,
             idempotency_key=idempotency_key,
+            on_stdout=on_stdout,
+            on_stderr=on_stderr,
         )
 
     def run_code(
         self, code: str, *, language: str = "python", timeout_s: float | None = None
     ) -> CodeResult:
         return self.client.run_code(self.id, code, language=language, timeout_s=timeout_s)
+
+    def exec_stream(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> TurnStream:
+        return self.client.exec_stream(
+            self.id,
+            argv,
+            shell=shell,
+            python=python,
+            env=env,
+            cwd=cwd,
+            stdin=stdin,
+            timeout_s=timeout_s,
+            idempotency_key=idempotency_key,
+        )
+
+    def events(self, turn_id: str, *, after: str = "0") -> TurnStream:
+        return self.client.events(self.id, turn_id, after=after)
+
+    def cancel(self, turn_id: str) -> TurnCancel:
+        return self.client.cancel(self.id, turn_id)
 
     def write_file(self, path: str, content: FileContent, *, mode: int = 0o644) -> dict[str, Any]:
         return self.client.write_files(self.id, {path: content}, mode=mode)

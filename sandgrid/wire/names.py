@@ -28,12 +28,15 @@ Redis keys (all under ``sg:``):
     ``sg:audit:export``            string, with a TTL: an API process is exporting the audit
     ``sg:pty:<turn>:out``          stream: a terminal's output, then its exit (bounded, expiring)
     ``sg:pty:<turn>:in``           stream: a terminal's input, resizes and close (bounded, expiring)
+    ``sg:turn:<turn_id>:events``   stream: a turn's output chunks and result (bounded, expiring)
+    ``sg:turn:<turn_id>:cancel``   string, with a TTL: the turn was cancelled
 """
 
 from __future__ import annotations
 
 __all__ = [
     "KEY_PREFIX",
+    "TASK_CANCEL",
     "TASK_PING",
     "TASK_TURN",
     "audit_export_lock_key",
@@ -64,6 +67,8 @@ __all__ = [
     "tenant_turns_key",
     "tokens_key",
     "ttl_sessions_key",
+    "turn_cancel_key",
+    "turn_events_key",
     "turn_key",
     "turnlock_key",
     "type_queue",
@@ -74,6 +79,7 @@ KEY_PREFIX = "sg:"
 TASK_TURN = "sandgrid.turn"
 TASK_PING = "sandgrid.ping"
 """A trivial task every worker serves: the broker's own round trip, for benchmarks."""
+TASK_CANCEL = "sandgrid.cancel"
 
 
 def type_queue(sandbox_type: str) -> str:
@@ -206,3 +212,13 @@ def pty_in_key(turn_id: str) -> str:
 def ttl_sessions_key() -> str:
     """Set: the sessions with a TTL (idle timeout or lifetime) that the sweeper watches."""
     return f"{KEY_PREFIX}sessions:ttl"
+
+
+def turn_events_key(turn_id: str) -> str:
+    """Redis Stream of one turn's events (``sandgrid.wire.turnstream``)."""
+    return f"{KEY_PREFIX}turn:{turn_id}:events"
+
+
+def turn_cancel_key(turn_id: str) -> str:
+    """Set when a turn is cancelled: a worker that has not started it answers cancelled."""
+    return f"{KEY_PREFIX}turn:{turn_id}:cancel"

@@ -9,7 +9,18 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from sandgrid.wire.settings import Settings, get_settings
-from scheduler.api import audit, batches, files, health, lifecycle, mcp, ops, sessions, types
+from scheduler.api import (
+    audit,
+    batches,
+    files,
+    health,
+    lifecycle,
+    mcp,
+    ops,
+    sessions,
+    stream,
+    types,
+)
 from scheduler.api import code as code_api
 from scheduler.api import pty as pty_api
 from scheduler.api.deps import Services
@@ -77,5 +88,6 @@ def create_app(
     mcp_lifespan = mcp.mount(app, svc)
     app.include_router(pty_api.router)
     app.include_router(lifecycle.router)
+    app.include_router(stream.router)
     document_errors(app)
     return app

@@ -9,7 +9,7 @@ from __future__ import annotations
 from contextlib import suppress
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
 
 from sandgrid.errors import Conflict, ErrorCode, InvalidInput, SandgridError
 from sandgrid.models import (
@@ -21,7 +21,9 @@ from sandgrid.models import (
     SessionList,
     SessionState,
 )
+from sandgrid.streaming import EVENT_STREAM
 from sandgrid.wire.jobs import ForkOp, WriteOp
+from scheduler.api import stream
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.api.lifecycle import ExpiryDep, filter_sessions
 from scheduler.expiry import shown
@@ -124,7 +126,8 @@ def get_session(session_id: str, svc: Svc, tenant: CurrentTenant, expiry: Expiry
 
 @router.delete("/{session_id}", response_model=SessionInfo)
 def close_session(session_id: str, svc: Svc, tenant: CurrentTenant) -> SessionInfo:
-    """Close a session (409 while a turn runs); its container is destroyed.
+    """Close a session; its container is destroyed. A turn in flight is cancelled
+    first (409 only if it does not end within ``CLOSE_CANCEL_WAIT_S``).
 
     Its stored record is marked closed after the registry entry: if the store
     fails, the answer is 503 and a retry (the session is closed already) marks it.
@@ -154,8 +157,14 @@ def exec_turn(
     svc: Svc,
     tenant: CurrentTenant,
     idempotency_key: _KeyHeader = None,
-) -> ExecResult:
+) -> ExecResult | Response:
     """Run one command. A second concurrent turn on the session gets 409 session_busy,
-    unless it carries the same ``Idempotency-Key``: then it waits for the first's result."""
+    unless it carries the same ``Idempotency-Key``: then it waits for the first's result.
+    With ``Accept: text/event-stream`` the answer is the turn's events as they happen
+    (``scheduler.api.stream``)."""
     key = check_key(idempotency_key) if idempotency_key is not None else None
+    if EVENT_STREAM in request.headers.get("accept", ""):
+        return stream.exec_events(
+            svc, tenant, session_id, body, t0=request.state.t0, idempotency_key=key
+        )
     return svc.runner.exec(tenant, session_id, body, t0=request.state.t0, idempotency_key=key)

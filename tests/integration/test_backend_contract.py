@@ -440,3 +440,61 @@ def test_network_needs_permission(backend: SandboxBackend) -> None:
     with pytest.raises(InvalidInput) as err:
         backend.create("python", Quotas(network=True))
     assert err.value.context["field"] == "quotas.network"
+
+
+# ---- cancel (a notification on the channel while the exec runs) -------------------
+
+
+def _cancel_when_started(sbx: Sandbox, started: threading.Event) -> None:
+    """Wait for the exec's first chunk, then cancel the request in flight."""
+    assert started.wait(30)
+    assert sbx.channel is not None and sbx.channel.in_flight is not None
+    op, frame_id = sbx.channel.in_flight
+    assert op == "exec"
+    sbx.channel.notify("cancel", {"target": frame_id})
+
+
+def test_cancel_kills_every_process_of_the_exec(backend: SandboxBackend, shared: Sandbox) -> None:
+    run(backend, shared, shell="sleep 1000 > /dev/null 2>&1 &")  # earlier, not this exec's
+    started = threading.Event()
+    canceller = threading.Thread(target=_cancel_when_started, args=(shared, started))
+    canceller.start()
+    r = backend.exec(
+        shared,
+        ExecRequest(
+            shell="sleep 1000 & setsid sleep 1000 & (sleep 1000 &) ; echo started; sleep 1000",
+            timeout_s=60,
+        ),
+        on_chunk=lambda stream, text: started.set(),
+    )
+    canceller.join()
+    assert r.cancelled and not r.timed_out and r.exit_code is None and r.signal == 9
+    assert not r.oom_killed and r.stdout == "started\n"
+    ps = run(backend, shared, argv=["ps", "-eo", "pid,ppid,user,stat,args"]).stdout
+    sleeps = [line for line in ps.splitlines() if "sleep 1000" in line]
+    assert len(sleeps) == 1, ps  # only the one started before this exec
+    run(backend, shared, shell="pkill -x sleep; true")
+
+
+def test_cancel_of_another_request_or_none_is_a_no_op(
+    backend: SandboxBackend, shared: Sandbox
+) -> None:
+    assert shared.channel is not None
+    shared.channel.notify("cancel", {"target": 999_999})  # no exec runs: no reply either
+    r = run(backend, shared, shell="echo still here")
+    assert r.stdout == "still here\n" and not r.cancelled
+    started = threading.Event()
+
+    def wrong_target() -> None:
+        assert started.wait(30) and shared.channel is not None
+        shared.channel.notify("cancel", {"target": -1})
+
+    t = threading.Thread(target=wrong_target)
+    t.start()
+    r = backend.exec(
+        shared,
+        ExecRequest(shell="echo a; sleep 0.5; echo b"),
+        on_chunk=lambda stream, text: started.set(),
+    )
+    t.join()
+    assert r.stdout == "a\nb\n" and r.exit_code == 0 and not r.cancelled

@@ -15,8 +15,9 @@ import subprocess
 import time
 from typing import IO, Any
 
+from .control import Control
 from .errors import AgentError, Json, need
-from .framing import send
+from .framing import recv, send
 from .limits import BASE_ENV, ENOSPC_TEXT, EXIT_GRACE_S, OOM_FILES, READ_CHUNK, WORKSPACE, inside
 from .memory import MEMORY
 from .processes import finish_cleanup, kill_new, spawn, user_procs
@@ -107,10 +108,20 @@ class Output:
 
 
 def pump(
-    proc: subprocess.Popen[bytes], stdin: bytes | None, outs: list[Output], deadline: float
+    proc: subprocess.Popen[bytes],
+    stdin: bytes | None,
+    outs: list[Output],
+    deadline: float,
+    control: Control | None = None,
 ) -> bool:
-    """Feed stdin, read both streams until EOF or deadline; True when on time."""
+    """Feed stdin, read both streams until EOF or deadline; True when on time.
+
+    With ``control``, fd 0 is watched too, so that a ``cancel`` of this exec is
+    read while it runs: the pump stops at once (False, ``control.cancelled``).
+    """
     sel = selectors.DefaultSelector()
+    if control is not None:
+        sel.register(0, selectors.EVENT_READ, control)
     assert proc.stdout is not None and proc.stderr is not None
     for pipe, out in ((proc.stdout, outs[0]), (proc.stderr, outs[1])):
         os.set_blocking(pipe.fileno(), False)
@@ -124,9 +135,9 @@ def pump(
             proc.stdin.close()
     exited_at: float | None = None
     try:
-        while sel.get_map():
+        while _pumping(sel):
             now = time.monotonic()
-            if now >= deadline:
+            if now >= deadline or (control is not None and control.cancelled):
                 return False
             if exited_at is None and proc.pid in REAPER.status:
                 exited_at = now
@@ -140,9 +151,19 @@ def pump(
         sel.close()
 
 
+def _pumping(sel: selectors.BaseSelector) -> bool:
+    """Whether a pipe of the command is still open (fd 0 alone does not count)."""
+    return any(not isinstance(k.data, Control) for k in sel.get_map().values())
+
+
 def _pump_one(
     sel: selectors.BaseSelector, key: selectors.SelectorKey, pending: memoryview
 ) -> memoryview:
+    if isinstance(key.data, Control):  # a notification frame from the worker
+        key.data.on_frame(recv())
+        if key.data.eof:
+            sel.unregister(0)
+        return pending
     pipe: IO[bytes] = key.fileobj  # type: ignore[assignment]
     if key.data is None:  # stdin
         try:
@@ -188,10 +209,12 @@ def op_exec(req: Json) -> Json:
             oom=False,
             spawn_error=f"{argv[0]}: {exc.strerror}",
         )
-    on_time = pump(proc, stdin.encode() if isinstance(stdin, str) else None, outs, start + timeout)
+    control = Control(req.get("id"))
+    raw_in = stdin.encode() if isinstance(stdin, str) else None
+    on_time = pump(proc, raw_in, outs, start + timeout, control)
     status = REAPER.wait(proc.pid, max(start + timeout - time.monotonic(), 0)) if on_time else None
-    timed_out = status is None
-    if timed_out:
+    timed_out = status is None and not control.cancelled
+    if status is None:  # deadline or cancel: everything the command started goes
         kill_new(proc.pid, before)
         status = REAPER.wait(proc.pid, 0.1)
     for pipe in (proc.stdin, proc.stdout, proc.stderr):
@@ -202,9 +225,13 @@ def op_exec(req: Json) -> Json:
     oom1 = oom_count()
     oom = oom1 > oom0 if oom0 is not None and oom1 is not None else (sig == 9 and not timed_out)
     exit_code = None if timed_out or sig is not None else proc.returncode
-    return _exec_reply(
+    if control.cancelled:  # killed on request: not an OOM kill, not a timeout
+        exit_code, sig, oom = None, signal.SIGKILL, False
+    reply = _exec_reply(
         exit_code, signal.SIGKILL if timed_out else sig, outs, start, timed_out=timed_out, oom=oom
     )
+    reply["cancelled"] = control.cancelled
+    return reply
 
 
 def _exec_reply(

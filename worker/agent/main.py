@@ -11,6 +11,7 @@ import os
 import signal
 from collections.abc import Callable
 
+from .control import notify
 from .errors import AgentError, Json, b64_field, log, need
 from .exec import op_exec
 from .files import do_delete, do_list, do_read, do_tar_get, do_tar_put, do_write
@@ -118,4 +119,7 @@ def main() -> int:
             return 0
         if req.get("op") in PTY_NOTIFY_OPS:
             continue  # a notification that came after its terminal ended: no reply
+        if req.get("notify"):  # no reply, ever (docs/agent-protocol.md, notifications)
+            notify(req)
+            continue
         send(handle(req))

@@ -45,7 +45,8 @@ def test_notify_frames_never_interleave() -> None:
         t.join()
     reader.join(10)
     assert len(got) == 1600 and all(f["op"] == "pty_input" and f["d"] == payload for f in got)
-    assert len({f["id"] for f in got}) == 1600
+    assert all(f["notify"] is True and "id" not in f for f in got)  # never answered
+    assert sorted(f["n"] for f in got) == sorted(n for n in range(8) for _ in range(200))
     channel.close()
     with pytest.raises(SandboxLost):
         channel.notify("pty_close")

@@ -1,0 +1,249 @@
+"""Streamed turns in the SDK: ``TurnStream`` (sync) and ``AsyncTurnStream`` (async).
+
+A handle on one streamed exec: iterate it for ``TurnEvent`` objects as the
+turn produces them, ``wait()`` for its ``ExecResult`` (the error the turn
+ended with is raised, as by ``exec``), ``cancel()`` it by its ``turn_id``. When
+the connection breaks mid-turn, the handle re-attaches after the last event
+it saw (``GET .../turns/{turn_id}/events?after=``): no event is lost or
+repeated. What both shells share (the bookkeeping and the SSE parsing) is the
+pure ``StreamState``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from sandgrid.client._base import Call, raise_for_error, transport_error
+from sandgrid.errors import ErrorCode, InfrastructureError, error_from_body
+from sandgrid.models import ExecResult
+from sandgrid.streaming import TURN_ID_HEADER, SSEParser, TurnCancel, TurnEvent
+
+if TYPE_CHECKING:
+    from sandgrid.client._async import AsyncClient
+    from sandgrid.client._sync import Client
+
+__all__ = ["AsyncTurnStream", "ChunkHandler", "StreamState", "TurnStream", "deliver"]
+
+ChunkHandler = Callable[[str], None]
+"""Receives each chunk of output text (``on_stdout``, ``on_stderr``)."""
+
+
+def deliver(
+    event: TurnEvent, on_stdout: ChunkHandler | None, on_stderr: ChunkHandler | None
+) -> None:
+    """Hand a chunk event to its callback (other events are not output)."""
+    if event.type == "stdout" and on_stdout is not None:
+        on_stdout(event.data)
+    elif event.type == "stderr" and on_stderr is not None:
+        on_stderr(event.data)
+
+
+class StreamState:
+    """What a stream handle has seen: the turn, the last offset, the final event."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.turn_id = ""
+        self.last_id = "0"
+        self.final: TurnEvent | None = None
+        self._parser = SSEParser()
+
+    def opened(self, response: httpx.Response) -> None:
+        """A response began: learn the turn id from its header."""
+        self.turn_id = response.headers.get(TURN_ID_HEADER, self.turn_id)
+
+    def feed(self, line: str) -> TurnEvent | None:
+        """One SSE line; the event it completes (its offset and finality noted)."""
+        event = self._parser.feed(line)
+        if event is not None:
+            self.last_id = event.id or self.last_id
+            if event.final:
+                self.final = event
+        return event
+
+    def restart(self) -> None:
+        """A new connection: drop a half-read event (it is sent again after ``last_id``)."""
+        self._parser = SSEParser()
+
+    def outcome(self) -> ExecResult:
+        """The turn's result, or the error it ended with raised."""
+        if self.final is None:
+            raise InfrastructureError(
+                f"the event stream of turn {self.turn_id} ended without a result",
+                code=ErrorCode.WORKER_LOST,
+                operation="exec",
+                context={"turn": self.turn_id},
+            )
+        if self.final.type == "error":
+            raise error_from_body(self.final.error or {})
+        assert self.final.result is not None
+        return self.final.result
+
+
+def _check(response: httpx.Response) -> None:
+    if response.status_code >= 300:
+        raise_for_error(response)
+
+
+class TurnStream:
+    """A streamed exec (``Client.exec_stream``), or a re-attached turn (``Client.events``)."""
+
+    def __init__(self, client: Client, session_id: str, call: Call[Any]) -> None:
+        self._client = client
+        self.state = StreamState(session_id)
+        self._response = self._open(call)
+
+    @property
+    def turn_id(self) -> str:
+        return self.state.turn_id
+
+    def _open(self, call: Call[Any]) -> httpx.Response:
+        http = self._client._http
+        request = http.build_request(
+            call.method, call.path, json=call.json, headers=call.headers, params=call.params
+        )
+        try:
+            response = http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, self._client.base_url) from exc
+        if response.status_code >= 300:
+            response.read()
+            response.close()
+            _check(response)
+        self.state.opened(response)
+        self._lines = response.iter_lines()  # one per response: a handle may be iterated again
+        return response
+
+    def __iter__(self) -> Iterator[TurnEvent]:
+        tries = 0
+        while self.state.final is None:
+            try:
+                for line in self._lines:
+                    event = self.state.feed(line)
+                    if event is not None:
+                        yield event
+                        if event.final:
+                            break
+                else:
+                    raise httpx.RemoteProtocolError("the event stream ended early")
+            except httpx.TransportError as exc:
+                tries += 1
+                if tries > self._client.retry.attempts:
+                    raise transport_error(exc, self._client.base_url) from exc
+                self._reattach()
+        self.close()
+
+    def _reattach(self) -> None:
+        self._response.close()
+        self.state.restart()
+        state = self.state
+        self._response = self._open(
+            self._client._events_call(state.session_id, state.turn_id, state.last_id)
+        )
+
+    def wait(self) -> ExecResult:
+        """Read to the end; the turn's result (its error raised)."""
+        for _ in self:
+            pass
+        return self.state.outcome()
+
+    def cancel(self) -> TurnCancel:
+        """Cancel the turn: its processes are killed, its result says ``cancelled``."""
+        return self._client.cancel(self.state.session_id, self.state.turn_id)
+
+    def close(self) -> None:
+        """Stop reading (the turn runs on; ``Client.events`` re-attaches)."""
+        self._response.close()
+
+    def __enter__(self) -> TurnStream:
+        return self
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class AsyncTurnStream:
+    """The async twin of ``TurnStream``: ``async for``, ``await wait()``, ``await cancel()``."""
+
+    def __init__(self, client: AsyncClient, session_id: str) -> None:
+        self._client = client
+        self.state = StreamState(session_id)
+        self._response: httpx.Response | None = None
+        self._lines: AsyncIterator[str] | None = None
+
+    @property
+    def turn_id(self) -> str:
+        return self.state.turn_id
+
+    async def _open(self, call: Call[Any]) -> AsyncTurnStream:
+        http = self._client._http
+        request = http.build_request(
+            call.method, call.path, json=call.json, headers=call.headers, params=call.params
+        )
+        try:
+            response = await http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, self._client.base_url) from exc
+        if response.status_code >= 300:
+            await response.aread()
+            await response.aclose()
+            _check(response)
+        self.state.opened(response)
+        self._response = response
+        self._lines = response.aiter_lines()  # one per response: iterated again, it goes on
+        return self
+
+    def __aiter__(self) -> AsyncIterator[TurnEvent]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[TurnEvent]:
+        tries = 0
+        while self.state.final is None and self._response is not None:
+            assert self._lines is not None
+            try:
+                async for line in self._lines:
+                    event = self.state.feed(line)
+                    if event is not None:
+                        yield event
+                        if event.final:
+                            break
+                else:
+                    raise httpx.RemoteProtocolError("the event stream ended early")
+            except httpx.TransportError as exc:
+                tries += 1
+                if tries > self._client.retry.attempts:
+                    raise transport_error(exc, self._client.base_url) from exc
+                await self._response.aclose()
+                self.state.restart()
+                s = self.state
+                await self._open(self._client._events_call(s.session_id, s.turn_id, s.last_id))
+        await self.aclose()
+
+    async def wait(self) -> ExecResult:
+        """Read to the end; the turn's result (its error raised)."""
+        async for _ in self:
+            pass
+        return self.state.outcome()
+
+    async def cancel(self) -> TurnCancel:
+        """Cancel the turn: its processes are killed, its result says ``cancelled``."""
+        return await self._client.cancel(self.state.session_id, self.state.turn_id)
+
+    async def aclose(self) -> None:
+        """Stop reading (the turn runs on; ``AsyncClient.events`` re-attaches)."""
+        if self._response is not None:
+            await self._response.aclose()
+
+    async def __aenter__(self) -> AsyncTurnStream:
+        return self
+
+    async def __aexit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()

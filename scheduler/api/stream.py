@@ -1,0 +1,182 @@
+"""Routes of interactive turns: a streamed exec (SSE), re-attach, cancel.
+
+A streamed exec names its turn first (``Sandgrid-Turn-Id`` header and the
+``turn`` event), runs it in a thread of its own, and serves the turn's Redis
+Stream (``sandgrid.wire.turnstream``) as Server-Sent Events: the worker appends
+the output chunks, this process the final ``result`` or ``error``. So the
+client that started the turn and one that re-attaches later read the very same
+events from the very same offsets; a client that goes away only stops reading
+(the turn runs on, its stream bounded and expiring).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import StreamingResponse
+
+from sandgrid.errors import NotFound, SandgridError
+from sandgrid.models import ExecRequest
+from sandgrid.streaming import EVENT_STREAM, LAST_EVENT_ID_HEADER, TURN_ID_HEADER, TurnCancel
+from sandgrid.wire import turnstream
+from scheduler.admission import check_exec
+from scheduler.api.deps import CurrentTenant, Services, Svc
+from scheduler.idempotency import turn_id_for
+from scheduler.registry.sessions import new_turn_id
+from scheduler.tenants import Tenant
+
+__all__ = ["IDLE_LIMIT_S", "READ_BLOCK_MS", "cancel_turn", "exec_events", "router", "turn_events"]
+
+log = logging.getLogger(__name__)
+
+router = APIRouter(prefix="/v1/sessions", tags=["turns"])
+
+#: How long one read waits for an event (then a keep-alive comment is sent).
+READ_BLOCK_MS = 1000
+#: A stream with no event for this long (and no final one) ends with an error event.
+IDLE_LIMIT_S = 3600.0
+
+
+def exec_events(
+    svc: Services,
+    tenant: Tenant,
+    session_id: str,
+    body: ExecRequest,
+    *,
+    t0: float,
+    idempotency_key: str | None,
+) -> StreamingResponse:
+    """Start a streamed exec and answer its events (the exec route, ``Accept: text/event-stream``).
+
+    The request and the session are checked before the answer starts, so bad
+    input and an unknown session are plain HTTP errors; what fails later (a
+    busy session, a lost worker) is the stream's ``error`` event.
+    """
+    check_exec(tenant, body)
+    svc.registry.get(tenant.name, session_id)
+    if idempotency_key is not None:
+        turn_id = turn_id_for(tenant.name, session_id, idempotency_key)
+    else:
+        turn_id = new_turn_id()
+    start = {"type": "turn", "turn_id": turn_id, "session": session_id}
+    first = turnstream.append(svc.redis, turn_id, [start])[0]
+    streamed = body.model_copy(update={"stream": True})
+    threading.Thread(
+        target=_run,
+        args=(svc, tenant, session_id, streamed, t0, idempotency_key, turn_id),
+        name=f"sandgrid-turn-{turn_id}",
+        daemon=True,
+    ).start()
+    head = _frame(first, start)
+    return _response(svc, turn_id, first, head)
+
+
+def _run(
+    svc: Services,
+    tenant: Tenant,
+    session_id: str,
+    body: ExecRequest,
+    t0: float,
+    key: str | None,
+    turn_id: str,
+) -> None:
+    """Run the turn and append its final event, whatever happens."""
+    event: dict[str, Any]
+    try:
+        result = svc.runner.exec(
+            tenant, session_id, body, t0=t0, idempotency_key=key, turn_id=turn_id
+        )
+        event = {"type": "result", "result": result.model_dump(mode="json")}
+    except SandgridError as exc:
+        event = {"type": "error", "error": exc.to_body()["error"]}
+    except Exception as exc:  # the stream must end, whatever the bug
+        log.exception("streamed turn %s failed", turn_id)
+        event = {
+            "type": "error",
+            "error": SandgridError(f"internal error: {exc}").to_body()["error"],
+        }
+    turnstream.append(svc.redis, turn_id, [event])
+
+
+_AfterQuery = Annotated[
+    str | None,
+    Query(description="resume after this event id (0: from the start); else Last-Event-ID"),
+]
+_LastEventId = Annotated[str | None, Header(alias=LAST_EVENT_ID_HEADER)]
+
+
+@router.get("/{session_id}/turns/{turn_id}/events")
+def turn_events(
+    session_id: str,
+    turn_id: str,
+    svc: Svc,
+    tenant: CurrentTenant,
+    after: _AfterQuery = None,
+    last_event_id: _LastEventId = None,
+) -> StreamingResponse:
+    """Re-attach to a turn's events: every event after the offset, then live ones until
+    the final ``result`` or ``error``; ``gap`` when some were trimmed meanwhile."""
+    svc.registry.get(tenant.name, session_id)
+    offset = turnstream.check_offset(after if after is not None else (last_event_id or "0"))
+    head = turnstream.read(svc.redis, turn_id, "0")
+    start = head.entries[0].event if head.entries else {}
+    if start.get("type") != "turn" or start.get("session") != session_id:
+        raise NotFound(
+            f"no events of turn {turn_id!r} in session {session_id!r} (not streamed, "
+            f"or older than {turnstream.TTL_S}s)",
+            operation="turns.events",
+            context={"turn": turn_id, "session": session_id},
+        )
+    return _response(svc, turn_id, offset, "")
+
+
+@router.post("/{session_id}/turns/{turn_id}/cancel", response_model=TurnCancel)
+def cancel_turn(session_id: str, turn_id: str, svc: Svc, tenant: CurrentTenant) -> TurnCancel:
+    """Cancel a turn: its processes are killed (or it never starts) and its result says
+    ``cancelled: true``; a finished turn is left alone (``state: finished``)."""
+    session = svc.registry.get(tenant.name, session_id)
+    return svc.runner.cancels.cancel(session, turn_id)
+
+
+def _response(svc: Services, turn_id: str, after: str, head: str) -> StreamingResponse:
+    return StreamingResponse(
+        _events(svc, turn_id, after, head),
+        media_type=EVENT_STREAM,
+        headers={TURN_ID_HEADER: turn_id, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+def _events(svc: Services, turn_id: str, after: str, head: str) -> Iterator[str]:
+    """The SSE text of a turn's events after ``after``, until its final event."""
+    if head:
+        yield head
+    last, idle_since, gap_at = after, time.monotonic(), ""
+    while True:
+        got = turnstream.read(svc.redis, turn_id, last, block_ms=READ_BLOCK_MS)
+        if got.gap and gap_at != last:
+            gap_at = last
+            yield _frame("", {"type": "gap"})
+        for entry in got.entries:
+            last = entry.id
+            yield _frame(entry.id, entry.event)
+            if entry.event.get("type") in turnstream.FINAL_TYPES:
+                return
+        if got.entries:
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since > IDLE_LIMIT_S:
+            error = SandgridError(f"no event of turn {turn_id} for {IDLE_LIMIT_S:.0f}s")
+            yield _frame("", {"type": "error", "error": error.to_body()["error"]})
+            return
+        else:
+            yield ": keep-alive\n\n"
+
+
+def _frame(event_id: str, event: dict[str, Any]) -> str:
+    head = f"id: {event_id}\n" if event_id else ""
+    return f"{head}event: {event['type']}\ndata: {json.dumps(event)}\n\n"

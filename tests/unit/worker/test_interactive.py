@@ -1,0 +1,115 @@
+"""The worker's side of interactive turns, without a sandbox: the bounded event
+buffer, cancel before start, the agent's control frames, ``AgentChannel.notify``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import struct
+import threading
+from typing import Any
+
+import redis
+
+from sandgrid.models import ExecRequest, ExecResult
+from sandgrid.wire import turnstream
+from worker.agent.control import Control
+from worker.channel import AgentChannel
+from worker.interactive import EventBuffer, TurnControl
+from worker.session_table import SessionTable
+
+
+def _events(client: redis.Redis[str], turn_id: str) -> list[dict[str, Any]]:
+    return [e.event for e in turnstream.read(client, turn_id, "0").entries]
+
+
+def test_buffer_streams_chunks_in_order(redis_client: redis.Redis[str]) -> None:
+    buf = EventBuffer(redis_client, "tb1")
+    for i in range(100):
+        buf("stdout" if i % 2 else "stderr", str(i))
+    buf.close()
+    assert [e["data"] for e in _events(redis_client, "tb1")] == [str(i) for i in range(100)]
+
+
+def test_a_full_buffer_drops_and_says_how_much(redis_client: redis.Redis[str]) -> None:
+    buf = EventBuffer(redis_client, "tb2", max_bytes=10)
+    with buf._cond:  # hold the drain: the buffer fills as under a slow Redis
+        for _ in range(5):
+            buf("stdout", "abcd")
+    buf.close()
+    events = _events(redis_client, "tb2")
+    kept = "".join(e.get("data", "") for e in events)
+    dropped = sum(e.get("bytes", 0) for e in events if e["type"] == "dropped")
+    assert kept == "abcd" * 2 and dropped == 12  # bounded, and nothing lost unflagged
+
+
+class _Backend:
+    node = "n1"
+
+    def __init__(self) -> None:
+        self.ran = 0
+
+    def exec(self, sbx: Any, request: ExecRequest, on_chunk: Any = None) -> ExecResult:
+        self.ran += 1
+        return ExecResult(exit_code=0, node=self.node)
+
+
+def test_a_turn_cancelled_before_it_starts_never_runs(redis_client: redis.Redis[str]) -> None:
+    control = TurnControl(redis_client, SessionTable())
+    backend = _Backend()
+    turnstream.request_cancel(redis_client, "tc1")
+    r = control.exec(backend, object(), ExecRequest(shell="true"), "tc1", "s1")  # type: ignore[arg-type]
+    assert r.cancelled and r.exit_code is None and backend.ran == 0
+    ok = control.exec(backend, object(), ExecRequest(shell="true"), "tc2", "s1")  # type: ignore[arg-type]
+    assert not ok.cancelled and backend.ran == 1
+    assert control.cancel("tc2") == "not_running"  # finished: nothing to do
+
+
+def test_agent_control_takes_only_a_cancel_of_its_own_request() -> None:
+    control = Control(7)
+    control.on_frame({"op": "cancel", "target": 8, "notify": True})
+    assert not control.cancelled
+    control.on_frame({"op": "cancel", "target": 7, "notify": True})
+    assert control.cancelled and not control.eof
+    control.on_frame(None)
+    assert control.eof
+
+
+def _frames(data: bytes) -> list[dict[str, Any]]:
+    out = []
+    while data:
+        (n,) = struct.unpack(">I", data[:4])
+        out.append(json.loads(data[4 : 4 + n]))
+        data = data[4 + n :]
+    return out
+
+
+def test_notify_writes_whole_frames_while_a_request_waits() -> None:
+    ours, agent = socket.socketpair()
+    channel = AgentChannel(ours, "sbx")
+    waiting = threading.Thread(
+        target=lambda: _swallow(channel),
+        daemon=True,
+    )
+    waiting.start()
+    received = b""
+    while len(_frames(received) if received else []) < 1:
+        received += agent.recv(1 << 16)
+    assert channel.in_flight is not None and channel.in_flight[0] == "exec"
+    for i in range(50):
+        channel.notify("cancel", {"target": i})
+    agent.settimeout(2)
+    while len(_frames(received)) < 51:
+        received += agent.recv(1 << 16)
+    frames = _frames(received)
+    assert frames[0]["op"] == "exec" and "notify" not in frames[0]
+    assert [f["target"] for f in frames[1:]] == list(range(50))
+    assert all(f["notify"] is True and "id" not in f for f in frames[1:])
+    channel.close()
+    agent.close()
+
+
+def _swallow(channel: AgentChannel) -> None:
+    with contextlib.suppress(Exception):
+        channel.request("exec", {"argv": ["sleep"]}, timeout=5)
