@@ -78,6 +78,7 @@ class ErrorCode(StrEnum):
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
     API_UNREACHABLE = "api_unreachable"
     INTERNAL = "internal"
+    PROCESS_LOST = "process_lost"
 
 
 class SandgridError(Exception):

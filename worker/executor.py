@@ -36,6 +36,8 @@ from sandgrid.wire.jobs import (
     ExecOp,
     ForkOp,
     ListOp,
+    ProcOp,
+    ProcStartOp,
     ReadOp,
     TarDownloadOp,
     TarUploadOp,
@@ -46,6 +48,7 @@ from sandgrid.wire.jobs import (
 )
 from sandgrid.wire.ledger import SessionLedger
 from worker.backends.base import Sandbox, SandboxBackend
+from worker.background import proc_turn, start_background
 from worker.persistence import Persistence, unsaved_result
 from worker.pool import BackendFor, SandboxPool
 from worker.residency import Residency
@@ -112,6 +115,8 @@ class Executor:
         try:
             if isinstance(job.op, CloseOp | ForkOp):
                 snapshot, result = None, self._control(job)
+            elif isinstance(job.op, ProcOp):
+                snapshot, result = None, proc_turn(self.sessions, self.backend_for, job, name)
             else:
                 local, result = self._turn(job, turn)
                 snapshot = local.snapshot
@@ -261,6 +266,8 @@ class Executor:
                 request = request.model_copy(update={"env": {**info.env, **request.env}})
             result = backend.exec(sbx, request)
             return dict(result.model_copy(update={"node": self.node}).model_dump(mode="json"))
+        if isinstance(op, ProcStartOp):
+            return start_background(backend, sbx, op, info, self.node)
         if isinstance(op, WriteOp):
             return {"written": backend.write_files(sbx, op.files)}
         if isinstance(op, ReadOp):

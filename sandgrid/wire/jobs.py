@@ -27,6 +27,8 @@ __all__ = [
     "ExecOp",
     "ForkOp",
     "ListOp",
+    "ProcOp",
+    "ProcStartOp",
     "ReadOp",
     "TarDownloadOp",
     "TarUploadOp",
@@ -98,8 +100,43 @@ class ForkOp(WireModel):
     source: SessionId
 
 
+class ProcStartOp(WireModel):
+    """Start ``request`` as a background process in the session's sandbox; answer at once."""
+
+    kind: Literal["proc_start"] = "proc_start"
+    request: ExecRequest
+
+
+class ProcOp(WireModel):
+    """A quick op on the background processes of the session's sandbox.
+
+    Never starts a sandbox: when the session is not here, or its sandbox is not
+    ``sandbox`` (the handle's), the worker answers ``process_lost``.
+    """
+
+    kind: Literal["proc"] = "proc"
+    action: Literal["list", "logs", "stdin", "kill", "wait"]
+    pid: int | None = None
+    sandbox: str | None = None
+    since: int = Field(0, ge=0)
+    data: str = ""
+    eof: bool = False
+    signal: str = "TERM"
+    timeout_s: float = Field(0.0, ge=0)
+
+
 TurnOp = Annotated[
-    ExecOp | WriteOp | ReadOp | ListOp | DeleteOp | TarUploadOp | TarDownloadOp | CloseOp | ForkOp,
+    ExecOp
+    | WriteOp
+    | ReadOp
+    | ListOp
+    | DeleteOp
+    | TarUploadOp
+    | TarDownloadOp
+    | CloseOp
+    | ForkOp
+    | ProcStartOp
+    | ProcOp,
     Field(discriminator="kind"),
 ]
 

@@ -11,6 +11,7 @@ import os
 import signal
 from collections.abc import Callable
 
+from .background import BACKGROUND_OPS
 from .errors import AgentError, Json, b64_field, log, need
 from .exec import op_exec
 from .files import do_delete, do_list, do_read, do_tar_get, do_tar_put, do_write
@@ -55,6 +56,7 @@ OPS: dict[str, Callable[[Json], Json]] = {
         bool(r.get("final")),
         need(r, "mtime", (int, float)) if r.get("mtime") is not None else None,
     ),
+    **BACKGROUND_OPS,
 }
 
 
