@@ -33,8 +33,9 @@ def keeps_resident(backends: Sequence[SandboxBackend], local: LocalSession) -> b
     session; a sandbox that cannot answer holds nothing worth keeping.
     """
     sbx = local.sandbox
+    runtime = getattr(sbx, "runtime", None)  # test doubles may have none
     for backend in backends:
-        if backend.runtime == sbx.runtime:
+        if runtime is not None and getattr(backend, "runtime", None) == runtime:
             try:
                 return backend.live_processes(sbx) > 0
             except SandgridError as exc:
