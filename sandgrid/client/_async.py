@@ -196,9 +196,7 @@ class AsyncClient(BaseClient):
         """The session's background processes, running or finished."""
         return await self._send(calls.list_call(session_id))
 
-    async def process(
-        self, session_id: str, pid: int, sandbox: str = ""
-    ) -> AsyncBackgroundProcess:
+    async def process(self, session_id: str, pid: int, sandbox: str = "") -> AsyncBackgroundProcess:
         """A handle on a process another client started (its session, pid and sandbox)."""
         info = ProcessInfo(pid=pid, argv=[], running=True, started_at=0.0, sandbox=sandbox)
         return AsyncBackgroundProcess(self, session_id, info)

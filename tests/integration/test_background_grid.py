@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -158,3 +159,12 @@ def test_process_lost_at_once_when_its_node_dies(client: Client, grid: LocalGrid
         r.close()
     grid.start_worker(node, concurrency=2)
     grid.wait(lambda: node in grid.workers_seen(), f"{node} back")
+
+
+def test_the_docs_snippet_runs(grid: LocalGrid, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "interactive-background.md").read_text()
+    snippet = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = snippet.replace("from sandgrid.client import Client\n", "")
+    exec(snippet, {"Client": lambda: Client(grid.api_url, TOKEN)})
+    out = capsys.readouterr().out.split("\n")
+    assert out[0] == "hello" and out[-2] == "0 hi" and "15" in out

@@ -32,7 +32,16 @@ from .exec import exec_args
 from .limits import GID, READ_CHUNK, UID
 from .reaper import REAPER
 
-__all__ = ["BACKGROUND_OPS", "MAX_KEPT", "MAX_STDIN", "MAX_WAIT_S", "TABLE", "OutputLog", "Proc", "ProcTable"]
+__all__ = [
+    "BACKGROUND_OPS",
+    "MAX_KEPT",
+    "MAX_STDIN",
+    "MAX_WAIT_S",
+    "TABLE",
+    "OutputLog",
+    "Proc",
+    "ProcTable",
+]
 
 MAX_WAIT_S = 10.0
 """The longest one ``proc_wait`` holds the channel (the client loops for longer)."""
