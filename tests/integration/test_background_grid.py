@@ -167,4 +167,4 @@ def test_the_docs_snippet_runs(grid: LocalGrid, capsys: pytest.CaptureFixture[st
     snippet = snippet.replace("from sandgrid.client import Client\n", "")
     exec(snippet, {"Client": lambda: Client(grid.api_url, TOKEN)})
     out = capsys.readouterr().out.split("\n")
-    assert out[0] == "hello" and out[-2] == "0 hi" and "15" in out
+    assert {"hello", "15", "0 hi"} <= set(out)
