@@ -21,6 +21,7 @@ import click
 
 from sandgrid.cli.batch import batch
 from sandgrid.cli.bench import bench
+from sandgrid.cli.processes import ps
 from sandgrid.cli.sessions import exec_, sessions
 
 __all__ = ["PLUGIN_GROUP", "main"]
@@ -66,3 +67,4 @@ main.add_command(exec_)
 main.add_command(sessions)
 main.add_command(batch)
 main.add_command(bench)
+main.add_command(ps)

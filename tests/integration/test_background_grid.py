@@ -8,6 +8,8 @@ with a live background process stays on its node, one without is released.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,12 +135,20 @@ def test_a_live_process_keeps_its_session_resident_and_its_port_open(client: Cli
     assert err.value.code == ErrorCode.SESSION_CLOSED
 
 
-def test_the_live_limit_holds_through_the_api(client: Client) -> None:
+def test_the_live_limit_holds_through_the_api(client: Client, grid: LocalGrid) -> None:
     with client.session(type="python", quotas={"background_processes": 1}) as s:
         first = s.exec(argv=["sleep", "60"], background=True)
         with pytest.raises(LimitExceeded) as err:
             s.exec(argv=["sleep", "60"], background=True)
         assert err.value.context["field"] == "quotas.background_processes"
+        ps = subprocess.run(
+            [sys.executable, "-m", "sandgrid.cli", "ps", s.id],
+            env={**grid.env, "SANDGRID_TOKEN": TOKEN, "COLUMNS": "200"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert ps.returncode == 0 and str(first.pid) in ps.stdout and "sleep 60" in ps.stdout
         first.kill("KILL")
         first.wait(timeout=30)
         s.exec(argv=["true"], background=True).wait(timeout=30)
