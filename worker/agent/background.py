@@ -214,7 +214,10 @@ class ProcTable:
 
 
 def _spawn(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen[bytes]:
-    """Start a command as the user in a new session; stdout and stderr on one pipe."""
+    """Start a command as the user in a new session; stdout and stderr on one pipe.
+
+    Not ``processes.spawn``: its two pipes would lose the order between the streams.
+    """
     with REAPER.cond:  # the reaper must know the pid before it can reap it
         popen = subprocess.Popen(
             argv,
