@@ -80,6 +80,7 @@ class ErrorCode(StrEnum):
     INTERNAL = "internal"
     CHECKPOINT_EXISTS = "checkpoint_exists"
     NO_SNAPSHOT = "no_snapshot"
+    PROCESS_LOST = "process_lost"
 
 
 class SandgridError(Exception):

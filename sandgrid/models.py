@@ -123,6 +123,9 @@ class Quotas(WireModel):
     nofile: int = Field(1024, ge=64, le=65536, description="open files ulimit")
     fsize_mb: int = Field(256, ge=1, le=65536, description="largest file ulimit")
     network: bool = Field(False, description="network access (only if the type allows it)")
+    background_processes: int = Field(
+        8, ge=0, le=64, description="background processes running at once in the sandbox"
+    )
 
 
 class FileWrite(WireModel):

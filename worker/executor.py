@@ -37,6 +37,8 @@ from sandgrid.wire.jobs import (
     ExecOp,
     ForkOp,
     ListOp,
+    ProcOp,
+    ProcStartOp,
     PtyOp,
     ReadOp,
     RunCodeOp,
@@ -49,6 +51,7 @@ from sandgrid.wire.jobs import (
 )
 from sandgrid.wire.ledger import SessionLedger
 from worker.backends.base import Sandbox, SandboxBackend
+from worker.background import proc_turn, start_background
 from worker.code import run_code
 from worker.interactive import TurnControl
 from worker.lifecycle import SessionLifecycle
@@ -126,6 +129,8 @@ class Executor:
                 snapshot, result = None, self._control(job)
             elif isinstance(job.op, LIFECYCLE_OPS):
                 snapshot, result = None, self._lifecycle().apply(job)
+            elif isinstance(job.op, ProcOp):
+                snapshot, result = None, proc_turn(self.sessions, self.backend_for, job, name)
             else:
                 local, result = self._turn(job, turn)
                 snapshot = local.snapshot
@@ -287,6 +292,8 @@ class Executor:
             else:
                 result = backend.exec(sbx, request)
             return dict(result.model_copy(update={"node": self.node}).model_dump(mode="json"))
+        if isinstance(op, ProcStartOp):
+            return start_background(backend, sbx, op, info, self.node)
         if isinstance(op, WriteOp):
             return {"written": backend.write_files(sbx, op.files)}
         if isinstance(op, ReadOp):

@@ -16,7 +16,7 @@ import json
 import struct
 from typing import Any
 
-from sandgrid.errors import ErrorCode, InvalidInput, SandboxError, SandgridError
+from sandgrid.errors import ErrorCode, InvalidInput, NotFound, SandboxError, SandgridError
 from worker.agent.framing import LENGTH as _LENGTH
 from worker.agent.framing import MAX_FRAME, compact_json
 
@@ -140,4 +140,6 @@ def error_from_reply(operation: str, error: dict[str, Any]) -> SandgridError:
         code = ErrorCode.SANDBOX_ERROR
     if code in _INPUT_CODES:
         return InvalidInput(message, code=code, operation=operation, context=context)
+    if code == ErrorCode.NOT_FOUND:  # a background process the sandbox does not have
+        return NotFound(message, code=code, operation=operation, context=context)
     return SandboxError(message, code=ErrorCode.SANDBOX_ERROR, operation=operation, context=context)

@@ -23,6 +23,7 @@ import time
 from collections.abc import Sequence
 
 from worker.backends.base import SandboxBackend
+from worker.background import keeps_resident
 from worker.persistence import Persistence
 from worker.pool import SandboxPool
 from worker.residency import Residency
@@ -88,6 +89,8 @@ class Reaper:
             try:
                 if self.sessions.get(local.session_id) is not local:
                     continue  # closed or dropped meanwhile
+                if keeps_resident(self.backends, local):
+                    continue  # a background process runs in it: it stays on this node
                 log.info("session %s: idle, releasing", local.session_id)
                 if self.residency.release(local, snapshot=True, keep_on_failure=True):
                     count += 1

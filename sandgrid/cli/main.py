@@ -25,6 +25,7 @@ from sandgrid.cli.batch import batch
 from sandgrid.cli.bench import bench
 from sandgrid.cli.code import code
 from sandgrid.cli.lifecycle import add_lifecycle_commands
+from sandgrid.cli.processes import ps
 from sandgrid.cli.sessions import exec_, sessions
 from sandgrid.cli.shell import shell
 
@@ -75,3 +76,4 @@ main.add_command(bench)
 main.add_command(audit)
 main.add_command(code)
 main.add_command(shell)
+main.add_command(ps)

@@ -13,16 +13,19 @@ from __future__ import annotations
 
 from sandgrid.client._async import AsyncClient, AsyncSession, AsyncSessionOpener
 from sandgrid.client._base import RetryPolicy
+from sandgrid.client._process_handles import AsyncBackgroundProcess, BackgroundProcess
 from sandgrid.client._pty import AsyncTerminal, Terminal
 from sandgrid.client._stream import AsyncTurnStream, TurnStream
 from sandgrid.client._sync import Client, Session
 
 __all__ = [
+    "AsyncBackgroundProcess",
     "AsyncClient",
     "AsyncSession",
     "AsyncSessionOpener",
     "AsyncTerminal",
     "AsyncTurnStream",
+    "BackgroundProcess",
     "Client",
     "RetryPolicy",
     "Session",

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Coroutine, Generator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import anyio
 import httpx
 
 from sandgrid.audit import AuditPage
 from sandgrid.batch.models import BatchInfo, BatchIsolation, BatchJob, BatchResult
+from sandgrid.client import _process_calls as calls
 from sandgrid.client._base import (
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
@@ -28,6 +29,7 @@ from sandgrid.client._base import (
     transport_error,
 )
 from sandgrid.client._lifecycle_async import AsyncLifecycleMethods, AsyncSessionLifecycle
+from sandgrid.client._process_handles import AsyncBackgroundProcess
 from sandgrid.client._pty import AsyncTerminal
 from sandgrid.client._stream import AsyncTurnStream, ChunkHandler, deliver
 from sandgrid.errors import SandgridError
@@ -40,6 +42,7 @@ from sandgrid.models import (
     SessionInfo,
     SnapshotPolicy,
 )
+from sandgrid.processes import ProcessInfo
 from sandgrid.streaming import TurnCancel
 from sandgrid.terminal import PTY_DEFAULT_COLS, PTY_DEFAULT_ROWS
 
@@ -251,6 +254,29 @@ class AsyncClient(AsyncLifecycleMethods, BaseClient):
         a finished turn is left alone (``state: finished``)."""
         return await self._send(self._cancel_call(session_id, turn_id))
 
+    async def start_process(
+        self,
+        session_id: str,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+    ) -> AsyncBackgroundProcess:
+        """Start a command in the background; answers at once with its handle."""
+        call = calls.start_call(session_id, argv, shell, python, env, cwd)
+        return AsyncBackgroundProcess(self, session_id, await self._send(call))
+
+    async def processes(self, session_id: str) -> list[ProcessInfo]:
+        """The session's background processes, running or finished."""
+        return await self._send(calls.list_call(session_id))
+
+    async def process(self, session_id: str, pid: int, sandbox: str = "") -> AsyncBackgroundProcess:
+        """A handle on a process another client started (its session, pid and sandbox)."""
+        info = ProcessInfo(pid=pid, argv=[], running=True, started_at=0.0, sandbox=sandbox)
+        return AsyncBackgroundProcess(self, session_id, info)
+
     async def write_files(
         self, session_id: str, files: Mapping[str, FileContent], *, mode: int = 0o644
     ) -> dict[str, Any]:
@@ -353,6 +379,7 @@ class AsyncSession(AsyncSessionLifecycle):
     def id(self) -> str:
         return self.info.id
 
+    @overload
     async def exec(
         self,
         argv: Sequence[str] | None = None,
@@ -366,7 +393,49 @@ class AsyncSession(AsyncSessionLifecycle):
         idempotency_key: str | None = None,
         on_stdout: ChunkHandler | None = None,
         on_stderr: ChunkHandler | None = None,
-    ) -> ExecResult:
+        background: Literal[False] = False,
+    ) -> ExecResult: ...
+
+    @overload
+    async def exec(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+        idempotency_key: str | None = None,
+        background: Literal[True],
+    ) -> AsyncBackgroundProcess: ...
+
+    async def exec(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+        idempotency_key: str | None = None,
+        on_stdout: ChunkHandler | None = None,
+        on_stderr: ChunkHandler | None = None,
+        background: bool = False,
+    ) -> ExecResult | AsyncBackgroundProcess:
+        """Run one command; with ``background=True``, start it and answer at once with a
+        ``AsyncBackgroundProcess`` (``stdin`` is then sent to it; no ``timeout_s`` or key)."""
+        if background:
+            calls.check_background(timeout_s, idempotency_key)
+            proc = await self.client.start_process(
+                self.id, argv, shell=shell, python=python, env=env, cwd=cwd
+            )
+            if stdin is not None:
+                await proc.send_stdin(stdin)
+            return proc
         return await self.client.exec(
             self.id,
             argv,
@@ -415,6 +484,10 @@ class AsyncSession(AsyncSessionLifecycle):
 
     async def cancel(self, turn_id: str) -> TurnCancel:
         return await self.client.cancel(self.id, turn_id)
+
+    async def processes(self) -> list[ProcessInfo]:
+        """This session's background processes, running or finished."""
+        return await self.client.processes(self.id)
 
     async def write_file(
         self, path: str, content: FileContent, *, mode: int = 0o644

@@ -10,12 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import httpx
 
 from sandgrid.audit import AuditPage
 from sandgrid.batch.models import BatchInfo, BatchIsolation, BatchJob, BatchResult
+from sandgrid.client import _process_calls as calls
 from sandgrid.client._base import (
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT_S,
@@ -26,6 +27,7 @@ from sandgrid.client._base import (
     transport_error,
 )
 from sandgrid.client._lifecycle import LifecycleMethods, SessionLifecycle
+from sandgrid.client._process_handles import BackgroundProcess
 from sandgrid.client._pty import Terminal
 from sandgrid.client._stream import ChunkHandler, TurnStream, deliver
 from sandgrid.errors import SandgridError
@@ -38,6 +40,7 @@ from sandgrid.models import (
     SessionInfo,
     SnapshotPolicy,
 )
+from sandgrid.processes import ProcessInfo
 from sandgrid.streaming import TurnCancel
 from sandgrid.terminal import PTY_DEFAULT_COLS, PTY_DEFAULT_ROWS
 
@@ -247,6 +250,29 @@ class Client(LifecycleMethods, BaseClient):
         a finished turn is left alone (``state: finished``)."""
         return self._send(self._cancel_call(session_id, turn_id))
 
+    def start_process(
+        self,
+        session_id: str,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+    ) -> BackgroundProcess:
+        """Start a command in the background; answers at once with its handle."""
+        call = calls.start_call(session_id, argv, shell, python, env, cwd)
+        return BackgroundProcess(self, session_id, self._send(call))
+
+    def processes(self, session_id: str) -> list[ProcessInfo]:
+        """The session's background processes, running or finished."""
+        return self._send(calls.list_call(session_id))
+
+    def process(self, session_id: str, pid: int, sandbox: str = "") -> BackgroundProcess:
+        """A handle on a process another client started (its session, pid and sandbox)."""
+        info = ProcessInfo(pid=pid, argv=[], running=True, started_at=0.0, sandbox=sandbox)
+        return BackgroundProcess(self, session_id, info)
+
     def write_files(
         self, session_id: str, files: Mapping[str, FileContent], *, mode: int = 0o644
     ) -> dict[str, Any]:
@@ -347,6 +373,7 @@ class Session(SessionLifecycle):
     def id(self) -> str:
         return self.info.id
 
+    @overload
     def exec(
         self,
         argv: Sequence[str] | None = None,
@@ -360,7 +387,49 @@ class Session(SessionLifecycle):
         idempotency_key: str | None = None,
         on_stdout: ChunkHandler | None = None,
         on_stderr: ChunkHandler | None = None,
-    ) -> ExecResult:
+        background: Literal[False] = False,
+    ) -> ExecResult: ...
+
+    @overload
+    def exec(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+        idempotency_key: str | None = None,
+        background: Literal[True],
+    ) -> BackgroundProcess: ...
+
+    def exec(
+        self,
+        argv: Sequence[str] | None = None,
+        *,
+        shell: str | None = None,
+        python: str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str = ".",
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+        idempotency_key: str | None = None,
+        on_stdout: ChunkHandler | None = None,
+        on_stderr: ChunkHandler | None = None,
+        background: bool = False,
+    ) -> ExecResult | BackgroundProcess:
+        """Run one command; with ``background=True``, start it and answer at once with a
+        ``BackgroundProcess`` (``stdin`` is then sent to it; no ``timeout_s`` or key)."""
+        if background:
+            calls.check_background(timeout_s, idempotency_key)
+            proc = self.client.start_process(
+                self.id, argv, shell=shell, python=python, env=env, cwd=cwd
+            )
+            if stdin is not None:
+                proc.send_stdin(stdin)
+            return proc
         return self.client.exec(
             self.id,
             argv,
@@ -409,6 +478,10 @@ class Session(SessionLifecycle):
 
     def cancel(self, turn_id: str) -> TurnCancel:
         return self.client.cancel(self.id, turn_id)
+
+    def processes(self) -> list[ProcessInfo]:
+        """This session's background processes, running or finished."""
+        return self.client.processes(self.id)
 
     def write_file(self, path: str, content: FileContent, *, mode: int = 0o644) -> dict[str, Any]:
         return self.client.write_files(self.id, {path: content}, mode=mode)

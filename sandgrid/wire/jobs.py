@@ -43,6 +43,8 @@ __all__ = [
     "ListCheckpointsOp",
     "ListOp",
     "PauseOp",
+    "ProcOp",
+    "ProcStartOp",
     "PtyOp",
     "ReadOp",
     "RestoreOp",
@@ -179,6 +181,31 @@ class PtyOp(WireModel):
     max_s: float = Field(PTY_DEFAULT_MAX_S, gt=0, le=PTY_MAX_S)
 
 
+class ProcStartOp(WireModel):
+    """Start ``request`` as a background process in the session's sandbox; answer at once."""
+
+    kind: Literal["proc_start"] = "proc_start"
+    request: ExecRequest
+
+
+class ProcOp(WireModel):
+    """A quick op on the background processes of the session's sandbox.
+
+    Never starts a sandbox: when the session is not here, or its sandbox is not
+    ``sandbox`` (the handle's), the worker answers ``process_lost``.
+    """
+
+    kind: Literal["proc"] = "proc"
+    action: Literal["list", "logs", "stdin", "kill", "wait"]
+    pid: int | None = None
+    sandbox: str | None = None
+    since: int = Field(0, ge=0)
+    data: str = ""
+    eof: bool = False
+    signal: str = "TERM"
+    timeout_s: float = Field(0.0, ge=0)
+
+
 TurnOp = Annotated[
     ExecOp
     | WriteOp
@@ -195,7 +222,9 @@ TurnOp = Annotated[
     | ListCheckpointsOp
     | DropCheckpointOp
     | RestoreOp
-    | PauseOp,
+    | PauseOp
+    | ProcStartOp
+    | ProcOp,
     Field(discriminator="kind"),
 ]
 

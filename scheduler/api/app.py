@@ -22,6 +22,7 @@ from scheduler.api import (
     types,
 )
 from scheduler.api import code as code_api
+from scheduler.api import processes as background
 from scheduler.api import pty as pty_api
 from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
@@ -89,5 +90,6 @@ def create_app(
     app.include_router(pty_api.router)
     app.include_router(lifecycle.router)
     app.include_router(stream.router)
+    app.include_router(background.router)
     document_errors(app)
     return app

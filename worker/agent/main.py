@@ -11,6 +11,7 @@ import os
 import signal
 from collections.abc import Callable
 
+from .background import BACKGROUND_OPS
 from .control import notify
 from .errors import AgentError, Json, b64_field, log, need
 from .exec import op_exec
@@ -60,6 +61,7 @@ OPS: dict[str, Callable[[Json], Json]] = {
         bool(r.get("final")),
         need(r, "mtime", (int, float)) if r.get("mtime") is not None else None,
     ),
+    **BACKGROUND_OPS,
 }
 
 

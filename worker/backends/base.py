@@ -46,6 +46,7 @@ from worker.agent_api import (
     file_read,
     write_fields,
 )
+from worker.backends.background_ops import BackgroundOps
 from worker.backends.snapshot_ops import SnapshotOps
 from worker.channel import AgentChannel, ChunkCallback
 from worker.quotas import container_kwargs, sandbox_labels
@@ -104,7 +105,7 @@ class Sandbox:
     """The last scan, for the next one's delta; None means the next scan is full."""
 
 
-class SandboxBackend(SnapshotOps, ABC):
+class SandboxBackend(SnapshotOps, BackgroundOps, ABC):
     """One container runtime. Subclasses set ``runtime`` and fill the primitives.
 
     The snapshot operations (scan, pack, unpack, read_range, write_range) come
