@@ -46,6 +46,7 @@ from sandgrid.wire.jobs import (
 )
 from sandgrid.wire.ledger import SessionLedger
 from worker.backends.base import Sandbox, SandboxBackend
+from worker.egress.env import session_env
 from worker.persistence import Persistence, unsaved_result
 from worker.pool import BackendFor, SandboxPool
 from worker.residency import Residency
@@ -257,8 +258,9 @@ class Executor:
     ) -> dict[str, Any]:
         if isinstance(op, ExecOp):
             request = op.request
-            if info.env:
-                request = request.model_copy(update={"env": {**info.env, **request.env}})
+            if info.env or info.network is not None:
+                env = {**session_env(info), **info.env, **request.env}
+                request = request.model_copy(update={"env": env})
             result = backend.exec(sbx, request)
             return dict(result.model_copy(update={"node": self.node}).model_dump(mode="json"))
         if isinstance(op, WriteOp):

@@ -24,6 +24,9 @@ Redis keys (all under ``sg:``):
                                    (rate limit of snapshot garbage collection, grid-wide)
     ``sg:batchslots:<type>``       sorted set: batch turns in flight on a type (id -> deadline),
                                    so batches never take every worker thread of the grid
+    ``sg:egress:<id>``             stream: the session's egress attempts (``NetworkAttempt``
+                                   JSON in field ``a``), bounded, expiring
+    ``sg:egress:<id>:usage``       hash: the session's egress usage (``connections``, ``bytes``)
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ __all__ = [
     "batch_results_key",
     "batch_runner_key",
     "batch_slots_key",
+    "egress_audit_key",
+    "egress_usage_key",
     "gc_key",
     "gc_tenants_key",
     "idempotency_key",
@@ -161,3 +166,11 @@ def gc_tenants_key() -> str:
 
 def gc_key(tenant: str) -> str:
     return f"{KEY_PREFIX}gc:{tenant}"
+
+
+def egress_audit_key(session_id: str) -> str:
+    return f"{KEY_PREFIX}egress:{session_id}"
+
+
+def egress_usage_key(session_id: str) -> str:
+    return f"{KEY_PREFIX}egress:{session_id}:usage"

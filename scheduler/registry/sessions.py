@@ -146,6 +146,7 @@ class SessionRegistry(RedisLedger):
             created_at=now,
             last_used=now,
             labels=spec.labels,
+            network=spec.network,
         )
         if self._insert(info, max_sessions) != 1:
             raise LimitExceeded(
