@@ -29,6 +29,7 @@ __all__ = [
     "SPECIAL_RANGES",
     "Decision",
     "IPAddress",
+    "IPNetwork",
     "Rule",
     "covers",
     "decide",

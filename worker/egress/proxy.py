@@ -24,9 +24,10 @@ from typing import Any, TypeVar
 from worker.egress.env import SOCKET_NAME
 from worker.egress.handler import Handler
 
-__all__ = ["EgressProxy"]
+__all__ = ["EgressProxy", "SessionOf"]
 
-T = TypeVar("T")
+_T = TypeVar("_T")
+#: Says which session a sandbox serves now (None: not bound yet).
 SessionOf = Callable[[], str | None]
 
 
@@ -49,8 +50,8 @@ class EgressProxy:
         root.mkdir(parents=True, exist_ok=True)
         self._thread.start()
 
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+    def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        fut: Future[_T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
         return fut.result(timeout=30)
 
     def directory(self, name: str) -> Path:
