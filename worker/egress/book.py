@@ -51,6 +51,9 @@ class EgressBook(ABC):
     async def add_usage(self, session_id: str, connections: int, nbytes: int) -> None:
         """Add to the session's recorded usage."""
 
+    async def aclose(self) -> None:  # noqa: B027 - a book without connections has none to close
+        """Release connections (none by default)."""
+
 
 class RedisBook(EgressBook):
     """The book in Redis.
@@ -89,3 +92,6 @@ class RedisBook(EgressBook):
         pipe.hincrby(key, "bytes", nbytes)
         pipe.expire(key, self.ttl_s)
         await pipe.execute()
+
+    async def aclose(self) -> None:
+        await self.redis.connection_pool.disconnect()

@@ -70,7 +70,7 @@ def denial(target: Target, reason: str) -> str:
     return "".join(c if 32 <= ord(c) < 127 else "?" for c in text)
 
 
-async def read_target(reader: asyncio.StreamReader) -> Target:
+async def read_target(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Target:
     """Read the request's head from the sandbox and say where it goes.
 
     Raises:
@@ -78,7 +78,7 @@ async def read_target(reader: asyncio.StreamReader) -> Target:
     """
     first = await reader.readexactly(1)
     if first == b"\x05":
-        return await _socks_target(reader)
+        return await _socks_target(reader, writer)
     try:
         head = first + await reader.readuntil(b"\r\n\r\n")
     except asyncio.LimitOverrunError:
@@ -102,9 +102,13 @@ async def read_target(reader: asyncio.StreamReader) -> Target:
     return Target(url.hostname, url.port or 80, "http", b"\r\n".join(new))
 
 
-async def _socks_target(reader: asyncio.StreamReader) -> Target:
+async def _socks_target(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Target:
     nmethods = (await reader.readexactly(1))[0]
-    await reader.readexactly(nmethods)
+    if 0 not in await reader.readexactly(nmethods):
+        writer.write(b"\x05\xff")
+        raise _Refused("SOCKS5: only 'no authentication' is supported")
+    writer.write(b"\x05\x00")
+    await writer.drain()
     ver, cmd, _, atyp = await reader.readexactly(4)
     if ver != 5 or cmd != 1:
         raise _Refused("SOCKS5: only CONNECT is supported")
@@ -145,10 +149,10 @@ class Handler:
     ) -> None:
         """Serve one connection from a sandbox of ``session_id`` (None: not yet bound)."""
         try:
-            target = await read_target(reader)
-        except (_Refused, asyncio.IncompleteReadError, UnicodeError) as exc:
+            target = await read_target(reader, writer)
+        except (_Refused, asyncio.IncompleteReadError, UnicodeError, OSError) as exc:
             with contextlib.suppress(OSError):
-                if not isinstance(exc, asyncio.IncompleteReadError):
+                if isinstance(exc, _Refused | UnicodeError):
                     writer.write(f"HTTP/1.1 400 {exc}\r\nConnection: close\r\n\r\n".encode())
                 writer.close()
             return
@@ -221,6 +225,10 @@ class Handler:
         if session_id not in self._usage:
             self._usage[session_id] = await self.book.usage(session_id)
         return self._usage[session_id]
+
+    async def aclose(self) -> None:
+        """Release the book's connections."""
+        await self.book.aclose()
 
     def forget(self, session_id: str) -> None:
         """Drop the cached usage of a session that left this node."""

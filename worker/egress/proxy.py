@@ -88,9 +88,13 @@ class EgressProxy:
         """Close every listener and stop the loop."""
         for name in list(self._servers):
             self.close(name)
+        self._call(self.handler.aclose())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
 
 
 async def _stop(server: asyncio.AbstractServer) -> None:
     server.close()
+    await server.wait_closed()
