@@ -239,7 +239,4 @@ def covers(ceiling: list[str], entry: str) -> bool:
 
 
 def _touches_special(net: IPNetwork) -> bool:
-    return any(
-        net.version == s.version and net.overlaps(s)
-        for _, s in SPECIAL_RANGES
-    )
+    return any(net.version == s.version and net.overlaps(s) for _, s in SPECIAL_RANGES)

@@ -22,8 +22,8 @@ from .errors import log
 __all__ = ["EGRESS_SOCKET", "Link", "serve_egress", "start_egress"]
 
 EGRESS_SOCKET = "/run/sandgrid-egress/proxy.sock"
-_CHUNK = 64 << 10
-_HIGH = 1 << 20  # stop reading a side while this much waits for its peer
+_CHUNK = 256 << 10
+_HIGH = 2 << 20  # stop reading a side while this much waits for its peer
 _RW = selectors.EVENT_READ | selectors.EVENT_WRITE
 
 

@@ -28,11 +28,12 @@ from sandgrid.network import Decision, IPAddress, decide
 from worker.egress.book import EgressBook, Usage
 from worker.egress.resolver import Resolver
 
-__all__ = ["Handler", "Target", "denial", "read_target"]
+__all__ = ["STREAM_LIMIT", "Handler", "Target", "denial", "read_target"]
 
 log = logging.getLogger(__name__)
 
-_HEAD_LIMIT = 64 << 10
+#: The buffer of each stream (a request head longer than this is refused).
+STREAM_LIMIT = 1 << 20
 _CHUNK = 256 << 10
 _HOP_HEADERS = (b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive")
 
@@ -241,7 +242,8 @@ class Handler:
             attempt.address = str(addr)
             try:
                 return await asyncio.wait_for(
-                    asyncio.open_connection(str(addr), target.port), self.connect_timeout_s
+                    asyncio.open_connection(str(addr), target.port, limit=STREAM_LIMIT),
+                    self.connect_timeout_s,
                 )
             except (OSError, TimeoutError):
                 continue

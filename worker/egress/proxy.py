@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from worker.egress.env import SOCKET_NAME
-from worker.egress.handler import Handler
+from worker.egress.handler import STREAM_LIMIT, Handler
 
 __all__ = ["EgressProxy", "SessionOf"]
 
@@ -72,7 +72,9 @@ class EgressProxy:
             await self.handler.serve(session_of(), reader, writer)
 
         path.unlink(missing_ok=True)
-        self._servers[name] = await asyncio.start_unix_server(on_connect, path=str(path))
+        self._servers[name] = await asyncio.start_unix_server(
+            on_connect, path=str(path), limit=STREAM_LIMIT
+        )
         os.chmod(path, 0o600)
 
     def close(self, name: str, session_id: str | None = None) -> None:
