@@ -15,12 +15,15 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sandgrid.network import parse_rule
+
 __all__ = [
     "CHECKPOINT_NAME_PATTERN",
     "DEFAULT_OUTPUT_CAP",
     "IDEMPOTENCY_HEADER",
     "MAX_ENV_ENTRIES",
     "MAX_FILE_BYTES",
+    "MAX_NETWORK_ENTRIES",
     "MAX_SOURCE_BYTES",
     "MAX_TTL_S",
     "NEXT_OFFSET_HEADER",
@@ -35,6 +38,9 @@ __all__ = [
     "FileList",
     "FileRead",
     "FileWrite",
+    "NetworkAttempt",
+    "NetworkPolicy",
+    "NetworkView",
     "Quotas",
     "SandboxTypeInfo",
     "SandboxTypeName",
@@ -61,6 +67,7 @@ DEFAULT_OUTPUT_CAP = 1 << 20  # 1 MiB per stream
 MAX_FILE_BYTES = 16 << 20  # one file through the JSON API
 MAX_SOURCE_BYTES = 1 << 20  # command / python source / stdin
 MAX_ENV_ENTRIES = 128
+MAX_NETWORK_ENTRIES = 256
 
 SandboxTypeName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")]
 SessionId = Annotated[str, Field(pattern=r"^s-[A-Za-z0-9_-]{16,64}$")]
@@ -126,6 +133,69 @@ class Quotas(WireModel):
     background_processes: int = Field(
         8, ge=0, le=64, description="background processes running at once in the sandbox"
     )
+
+
+def _rules(field: str, entries: list[str]) -> list[str]:
+    for i, entry in enumerate(entries):
+        try:
+            parse_rule(entry)
+        except ValueError as exc:
+            raise ValueError(f"network.{field}[{i}]: {exc}") from None
+    return [e.strip().lower() for e in entries]
+
+
+class NetworkPolicy(WireModel):
+    """What a session may reach (docs/network.md). None on a session: no network.
+
+    Entries are ``HOST[:PORT]``: a name, ``*.domain``, ``*``, an address or a
+    range (``sandgrid.network``). Deny wins over allow; loopback, private,
+    link-local and metadata addresses need an allow entry that names their range.
+    """
+
+    allow: list[str] = Field(default_factory=list, max_length=MAX_NETWORK_ENTRIES)
+    deny: list[str] = Field(default_factory=list, max_length=MAX_NETWORK_ENTRIES)
+    max_connections: int = Field(
+        10_000, ge=0, le=10_000_000, description="connections the session may open in its life"
+    )
+    max_bytes: int = Field(
+        4 << 30, ge=0, le=1 << 50, description="bytes both ways the session may move in its life"
+    )
+
+    @field_validator("allow")
+    @classmethod
+    def _allow(cls, v: list[str]) -> list[str]:
+        return _rules("allow", v)
+
+    @field_validator("deny")
+    @classmethod
+    def _deny(cls, v: list[str]) -> list[str]:
+        return _rules("deny", v)
+
+
+class NetworkAttempt(WireModel):
+    """One connection attempt of a session, as the worker's egress proxy recorded it."""
+
+    ts: float = Field(description="when it was attempted (Unix time)")
+    host: str
+    port: int
+    address: str = Field("", description="the resolved address connected to (or refused)")
+    allowed: bool
+    rule: str = Field("", description="the entry (or special range) that decided it")
+    reason: str = ""
+    protocol: str = Field("", description="connect, http or socks5")
+    sent: int = Field(0, description="bytes from the sandbox")
+    received: int = Field(0, description="bytes to the sandbox")
+    duration_ms: float = 0.0
+    node: str = ""
+
+
+class NetworkView(WireModel):
+    """Body of ``GET /v1/sessions/{id}/network``: the policy, usage and recent attempts."""
+
+    policy: NetworkPolicy | None
+    connections: int = 0
+    bytes: int = 0
+    attempts: list[NetworkAttempt] = Field(default_factory=list)
 
 
 class FileWrite(WireModel):
@@ -270,6 +340,10 @@ class SessionCreate(WireModel):
             raise ValueError("checkpoint: needs fork_from (the session the checkpoint is of)")
         return self
 
+    network: NetworkPolicy | None = Field(
+        None, description="egress policy; None: the type's or tenant's default, else offline"
+    )
+
 
 class SessionInfo(WireModel):
     """A session as the registry holds it and the API shows it."""
@@ -298,6 +372,7 @@ class SessionInfo(WireModel):
     idle_timeout_s: int | None = None
     expires_at: datetime | None = Field(None, description="the absolute deadline, if any")
     expired_at: datetime | None = Field(None, description="when its TTL closed it")
+    network: NetworkPolicy | None = None
 
 
 class SessionList(WireModel):

@@ -30,7 +30,7 @@ import redis
 from pydantic import Field
 
 from sandgrid.errors import AuthError, InvalidInput
-from sandgrid.models import WireModel
+from sandgrid.models import NetworkPolicy, WireModel
 from sandgrid.wire import names
 
 __all__ = [
@@ -63,6 +63,14 @@ class TenantLimits(WireModel):
     max_output_bytes: int = Field(16 << 20, ge=1024)
     allow_network: bool = False
     types: list[str] | None = Field(None, description="sandbox types allowed; None: all")
+    network_ceiling: list[str] = Field(
+        default_factory=lambda: ["*"],
+        description="what a session's network.allow may name at most (sandgrid.network.covers): "
+        "'*' is any name and any public address; private ranges must be listed",
+    )
+    network_default: NetworkPolicy | None = Field(
+        None, description="the policy of the tenant's sessions that give none (None: offline)"
+    )
 
 
 class Tenant(WireModel):

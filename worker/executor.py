@@ -53,6 +53,7 @@ from sandgrid.wire.ledger import SessionLedger
 from worker.backends.base import Sandbox, SandboxBackend
 from worker.background import proc_turn, start_background
 from worker.code import run_code
+from worker.egress.env import session_env
 from worker.interactive import TurnControl
 from worker.lifecycle import SessionLifecycle
 from worker.persistence import Persistence, unsaved_result
@@ -285,8 +286,9 @@ class Executor:
     ) -> dict[str, Any]:
         if isinstance(op, ExecOp):
             request = op.request
-            if info.env:
-                request = request.model_copy(update={"env": {**info.env, **request.env}})
+            if info.env or info.network is not None:
+                env = {**session_env(info), **info.env, **request.env}
+                request = request.model_copy(update={"env": env})
             if self.control is not None and turn_id:
                 result = self.control.exec(backend, sbx, request, turn_id, info.id)
             else:

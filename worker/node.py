@@ -22,6 +22,8 @@ from sandgrid.wire.settings import Settings, get_settings
 from worker import metrics
 from worker.backends import backend_for
 from worker.backends.base import INCARNATION, SandboxBackend
+from worker.egress import EgressProxy, RedisBook, Resolver
+from worker.egress.handler import Handler
 from worker.executor import Executor
 from worker.heartbeat import Heartbeat
 from worker.interactive import TurnControl
@@ -72,9 +74,11 @@ class Node:
             self.settings, outage_wait_s=WORKER_OUTAGE_WAIT_S
         )
         self.store = store or open_store(self.settings)
+        self.egress: EgressProxy | None = None
         if backends is None:
+            self.egress = _egress_proxy(name, self.settings)
             runtimes = {CATALOG[t].runtime for t in self.types}
-            backends = {r: backend_for(r, node=name) for r in runtimes}
+            backends = {r: backend_for(r, node=name, egress=self.egress) for r in runtimes}
         self.backends = dict(backends)
         self.sessions = SessionTable()
         targets = {t: self.settings.worker.pool_size for t in self.types}
@@ -150,7 +154,17 @@ class Node:
             self.residency.release(local, snapshot=True)
         self.heartbeat.stop()
         self.pool.close()
+        if self.egress is not None:
+            self.egress.stop()
         log.info("node %s: stopped", self.name)
+
+
+def _egress_proxy(name: str, settings: Settings) -> EgressProxy:
+    """The node's egress proxy over the grid's Redis (docs/network.md)."""
+    egress = settings.worker.egress
+    book = RedisBook(settings.redis_url, max_len=egress.audit_max, ttl_s=egress.audit_ttl_s)
+    handler = Handler(book, Resolver(egress.hosts), name, egress.connect_timeout_s)
+    return EgressProxy(handler, egress.state_dir / name)
 
 
 _node: Node | None = None

@@ -25,6 +25,10 @@ What every sandbox gets, and why:
 - The agent zipapp bind-mounted read-only; stdin kept open for the channel and
   closed when the worker detaches (``stdin_once``), so a sandbox whose worker
   died exits by itself, and ``auto_remove`` then deletes it.
+- The egress directory (``egress_dir``: the Unix socket of the node's egress
+  proxy) bind-mounted read-only at ``/run/sandgrid-egress``, with the proxy
+  variables and ``SANDGRID_EGRESS_PORT`` for the agent's loopback relay
+  (``worker.egress``; the network mode stays ``none``).
 - No log driver: the channel carries file contents and outputs, which must not
   land in ``/var/lib/docker`` (the agent's stderr is logged by the worker).
 
@@ -48,6 +52,8 @@ from docker.types import LogConfig, Mount, Ulimit
 from sandgrid.models import Quotas
 from worker.agent_bundle import AGENT_MOUNT
 from worker.agent_bundle import agent_path as bundled_agent
+from worker.egress.env import MOUNT as EGRESS_MOUNT
+from worker.egress.env import proxy_env
 
 __all__ = [
     "AGENT_CAPS",
@@ -120,6 +126,8 @@ def container_kwargs(
     host_pids: int | None = None,
     host_memory_mb: int | None = None,
     agent_path: Path | None = None,
+    egress_dir: Path | None = None,
+    egress_port: int = 3128,
 ) -> dict[str, Any]:
     """Keyword arguments for the low-level ``APIClient.create_container`` of one sandbox.
 
@@ -143,9 +151,20 @@ def container_kwargs(
             the whole sandbox down instead of the user's biggest process).
         agent_path: the agent zipapp as the engine's host sees it (default:
             ``worker.agent_bundle.agent_path()``).
+        egress_dir: the sandbox's egress directory on the host (None: no egress relay).
+        egress_port: the loopback port of the sandbox's proxy.
     """
     agent = agent_path or bundled_agent()
     host_config = _host_config(quotas, runtime, network, host_pids, host_memory_mb, agent)
+    environment = {
+        "SANDGRID_PIDS_MAX": str(quotas.pids),
+        "SANDGRID_MEMORY_MAX": str(quotas.memory_mb * _MIB),
+    }
+    if egress_dir is not None:
+        host_config["mounts"].append(
+            Mount(EGRESS_MOUNT, str(egress_dir), type="bind", read_only=True)
+        )
+        environment.update(proxy_env(egress_port), SANDGRID_EGRESS_PORT=str(egress_port))
     return {
         "image": image,
         "name": name,
@@ -153,10 +172,7 @@ def container_kwargs(
         "user": "0:0",
         "working_dir": "/",
         "hostname": "sandbox",
-        "environment": {
-            "SANDGRID_PIDS_MAX": str(quotas.pids),
-            "SANDGRID_MEMORY_MAX": str(quotas.memory_mb * _MIB),
-        },
+        "environment": environment,
         "labels": labels,
         "stdin_open": True,
         "detach": False,  # with stdin_open: AttachStdin and StdinOnce (no other way in the SDK)

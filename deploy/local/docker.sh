@@ -12,7 +12,7 @@ import json, os, sys
 runsc = sys.argv[1]
 cfg = {"bridge": "none", "iptables": False, "ip-masq": False, "log-level": "warn"}
 if os.access(runsc, os.X_OK):
-    cfg["runtimes"] = {"runsc": {"path": runsc, "runtimeArgs": ["--platform=systrap", "--network=none"]}}
+    cfg["runtimes"] = {"runsc": {"path": runsc, "runtimeArgs": ["--platform=systrap", "--network=none", "--host-uds=open"]}}
 print(json.dumps(cfg, indent=2, sort_keys=True))
 PY
 }

@@ -21,7 +21,7 @@ config() {
 import json, os, sys
 cfg = {"log-level": "warn"}
 if os.access(sys.argv[1], os.X_OK):
-    cfg["runtimes"] = {"runsc": {"path": sys.argv[1], "runtimeArgs": ["--platform=systrap", "--network=none"]}}
+    cfg["runtimes"] = {"runsc": {"path": sys.argv[1], "runtimeArgs": ["--platform=systrap", "--network=none", "--host-uds=open"]}}
 print(json.dumps(cfg, indent=2, sort_keys=True))
 PY
 }

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from sandgrid.errors import InvalidInput
+from sandgrid.models import NetworkPolicy
 
 __all__ = ["CATALOG", "Runtime", "SandboxType", "get_type"]
 
@@ -27,12 +28,15 @@ class SandboxType:
         image: the Docker image (its PID 1 is the in-sandbox agent).
         runtime: the OCI runtime the containers run under.
         network_allowed: whether a session may ask for ``quotas.network``.
+        default_network: the egress policy of its sessions that give none
+            (before the tenant's default; None: offline). docs/network.md.
     """
 
     name: str
     image: str
     runtime: Runtime
     network_allowed: bool = False
+    default_network: NetworkPolicy | None = None
 
 
 CATALOG: dict[str, SandboxType] = {

@@ -30,6 +30,9 @@ Redis keys (all under ``sg:``):
     ``sg:pty:<turn>:in``           stream: a terminal's input, resizes and close (bounded, expiring)
     ``sg:turn:<turn_id>:events``   stream: a turn's output chunks and result (bounded, expiring)
     ``sg:turn:<turn_id>:cancel``   string, with a TTL: the turn was cancelled
+    ``sg:egress:<id>``             stream: the session's egress attempts (``NetworkAttempt``
+                                   JSON in field ``a``), bounded, expiring
+    ``sg:egress:<id>:usage``       hash: the session's egress usage (``connections``, ``bytes``)
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ __all__ = [
     "batch_results_key",
     "batch_runner_key",
     "batch_slots_key",
+    "egress_audit_key",
+    "egress_usage_key",
     "gc_key",
     "gc_tenants_key",
     "idempotency_key",
@@ -222,3 +227,11 @@ def turn_events_key(turn_id: str) -> str:
 def turn_cancel_key(turn_id: str) -> str:
     """Set when a turn is cancelled: a worker that has not started it answers cancelled."""
     return f"{KEY_PREFIX}turn:{turn_id}:cancel"
+
+
+def egress_audit_key(session_id: str) -> str:
+    return f"{KEY_PREFIX}egress:{session_id}"
+
+
+def egress_usage_key(session_id: str) -> str:
+    return f"{KEY_PREFIX}egress:{session_id}:usage"

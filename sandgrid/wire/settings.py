@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_VISIBILITY_TIMEOUT_S",
     "DEFAULT_WORKER_METRICS_PORT",
     "AuditSettings",
+    "EgressSettings",
     "MinioSettings",
     "Settings",
     "SnapshotSettings",
@@ -115,6 +116,36 @@ class SnapshotSettings(BaseModel):
     )
 
 
+class EgressSettings(BaseModel):
+    """The worker's egress proxy (docs/network.md)."""
+
+    state_dir: Path = Field(
+        Path("/var/lib/sandgrid/egress"),
+        description="SANDGRID_WORKER__EGRESS__STATE_DIR: one directory per sandbox, holding "
+        "the Unix socket of its proxy, bind-mounted into the sandbox",
+    )
+    port: int = Field(
+        3128, ge=1, le=65535, description="SANDGRID_WORKER__EGRESS__PORT: the sandbox's proxy port"
+    )
+    hosts: dict[str, str] = Field(
+        default_factory=dict,
+        description="SANDGRID_WORKER__EGRESS__HOSTS (JSON name -> address): resolver "
+        "override, for tests on loopback only",
+    )
+    connect_timeout_s: float = Field(
+        10.0, gt=0, description="SANDGRID_WORKER__EGRESS__CONNECT_TIMEOUT_S"
+    )
+    audit_max: int = Field(
+        1000, ge=10, description="SANDGRID_WORKER__EGRESS__AUDIT_MAX: attempts kept per session"
+    )
+    audit_ttl_s: int = Field(
+        7 * 86400,
+        ge=60,
+        description="SANDGRID_WORKER__EGRESS__AUDIT_TTL_S: the audit and usage expire this "
+        "long after the session's last attempt",
+    )
+
+
 class WorkerSettings(BaseModel):
     node: str = Field("", description="SANDGRID_WORKER__NODE; default: the host name")
     types: list[str] = Field(
@@ -155,6 +186,7 @@ class WorkerSettings(BaseModel):
         description="SANDGRID_WORKER__METRICS_ADDR: the address /metrics listens on (the API "
         "names it in the node's URL; a wildcard is named by the host name)",
     )
+    egress: EgressSettings = Field(default_factory=EgressSettings)
 
 
 class AuditSettings(BaseModel):

@@ -22,6 +22,7 @@ from scheduler.api import (
     types,
 )
 from scheduler.api import code as code_api
+from scheduler.api import network as network_api
 from scheduler.api import processes as background
 from scheduler.api import pty as pty_api
 from scheduler.api.deps import Services
@@ -91,5 +92,6 @@ def create_app(
     app.include_router(lifecycle.router)
     app.include_router(stream.router)
     app.include_router(background.router)
+    app.include_router(network_api.router)
     document_errors(app)
     return app

@@ -28,6 +28,7 @@ from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.api.lifecycle import ExpiryDep, filter_sessions
 from scheduler.expiry import shown
 from scheduler.idempotency import IDEMPOTENCY_TTL_S, check_key
+from scheduler.network import effective_policy
 from scheduler.tenants import Tenant
 
 __all__ = ["close_session", "create_session", "exec_turn", "get_session", "list_sessions", "router"]
@@ -47,6 +48,7 @@ def create_session(
     that a registry that loses it can re-learn it; no record, no session.
     """
     svc.admission.check_session(tenant, spec)
+    spec = spec.model_copy(update={"network": effective_policy(tenant, spec)})
     svc.admission.check_capacity(spec.type, "sessions.create")
     source = _fork_source(svc, tenant, spec) if spec.fork_from else None
     info = svc.registry.create(

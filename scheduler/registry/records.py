@@ -45,6 +45,7 @@ RECORD_FIELDS = frozenset(
         "env",
         "snapshot_policy",
         "labels",
+        "network",
         "created_at",
         "last_used",
         "forked_from",

@@ -151,6 +151,7 @@ class SessionRegistry(RedisLedger):
             expires_at=now + timedelta(seconds=spec.max_lifetime_s)
             if spec.max_lifetime_s
             else None,
+            network=spec.network,
         )
         if self._insert(info, max_sessions) != 1:
             metrics.reject("max_sessions")

@@ -21,7 +21,8 @@ Modules, one job each: ``errors`` (refusals and request fields), ``limits``
 processes: start, run as, kill), ``exec``, ``files`` (workspace file ops),
 ``safetar`` (checked extraction), ``access`` (reading what the user closed),
 ``scanstate`` (the delta state both ends hold), ``scan``, ``transfer``
-(snapshot pack, unpack and ranges), ``main`` (the dispatch loop).
+(snapshot pack, unpack and ranges), ``egress`` (the loopback proxy port relayed to
+the host's egress proxy), ``main`` (the dispatch loop).
 
 Why it looks the way it does:
 

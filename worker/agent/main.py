@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from .background import BACKGROUND_OPS
 from .control import notify
+from .egress import start_egress
 from .errors import AgentError, Json, b64_field, log, need
 from .exec import op_exec
 from .files import do_delete, do_list, do_read, do_tar_get, do_tar_put, do_write
@@ -112,6 +113,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))
     os.chdir("/")
     REAPER.start()
+    start_egress()
     while True:
         try:
             req = recv()

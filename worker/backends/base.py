@@ -49,6 +49,7 @@ from worker.agent_api import (
 from worker.backends.background_ops import BackgroundOps
 from worker.backends.snapshot_ops import SnapshotOps
 from worker.channel import AgentChannel, ChunkCallback
+from worker.egress.proxy import EgressProxy
 from worker.quotas import container_kwargs, sandbox_labels
 
 __all__ = [
@@ -116,6 +117,8 @@ class SandboxBackend(SnapshotOps, BackgroundOps, ABC):
         image_prefix: sandbox images are ``<prefix><type>:latest``.
         network_types: sandbox types allowed to have a network.
         network: the Docker network those types join.
+        egress: the node's egress proxy; every sandbox gets a socket of it
+            (None: sandboxes have no egress relay at all).
     """
 
     runtime: ClassVar[str]
@@ -131,8 +134,11 @@ class SandboxBackend(SnapshotOps, BackgroundOps, ABC):
         image_prefix: str | None = None,
         network_types: frozenset[str] = frozenset(),
         network: str = "bridge",
+        egress: EgressProxy | None = None,
     ) -> None:
         settings = get_settings()
+        self.egress = egress
+        self.egress_port = settings.worker.egress.port
         self.node = node or settings.worker.node or socket.gethostname()
         self.image_prefix = image_prefix or settings.image_prefix
         self.network_types = network_types
@@ -187,6 +193,8 @@ class SandboxBackend(SnapshotOps, BackgroundOps, ABC):
         try:
             cid = self._create(kwargs)
         except Exception as exc:
+            if self.egress is not None:
+                self.egress.close(name)
             raise CapacityError(
                 f"cannot create a {sandbox_type} sandbox ({self.runtime}): {exc}",
                 operation="create",
@@ -194,6 +202,8 @@ class SandboxBackend(SnapshotOps, BackgroundOps, ABC):
             ) from exc
         sbx = Sandbox(cid, name, sandbox_type, self.runtime, quotas, all_labels)
         sbx.session_id, sbx.tenant = session_id, tenant
+        if self.egress is not None:
+            self.egress.open(name, lambda: sbx.session_id)
         sbx.timings["create_ms"] = (time.perf_counter() - t0) * 1000
         self._bring_up(sbx)
         return sbx
@@ -203,15 +213,19 @@ class SandboxBackend(SnapshotOps, BackgroundOps, ABC):
     ) -> dict[str, Any]:
         """The container's create arguments, with this runtime's host headroom."""
         factor, extra = self.host_pids_headroom
+        name = f"sandgrid-{sandbox_type}-{uuid.uuid4().hex[:12]}"
+        egress_dir = self.egress.directory(name) if self.egress is not None else None
         return container_kwargs(
             quotas,
             image=self.image_for(sandbox_type),
-            name=f"sandgrid-{sandbox_type}-{uuid.uuid4().hex[:12]}",
+            name=name,
             labels=labels,
             runtime=self.runtime,
             network=self._network_for(sandbox_type, quotas),
             host_pids=quotas.pids * factor + extra,
             host_memory_mb=quotas.memory_mb + self.host_memory_headroom_mb,
+            egress_dir=egress_dir,
+            egress_port=self.egress_port,
         )
 
     def _network_for(self, sandbox_type: str, quotas: Quotas) -> str | None:
@@ -262,6 +276,8 @@ class SandboxBackend(SnapshotOps, BackgroundOps, ABC):
         if sbx.state != "destroyed":
             self._remove(sbx.id)
         sbx.state = "destroyed"
+        if self.egress is not None:
+            self.egress.close(sbx.name, sbx.session_id)
 
     def remove_container(self, container_id: str) -> None:
         """Remove a container that no handle holds (the reaper's orphans)."""

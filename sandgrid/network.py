@@ -1,0 +1,242 @@
+"""Network egress policy: parsing entries and deciding one connection (pure, stdlib only).
+
+An entry is ``HOST[:PORT]`` where HOST is
+
+* a name: ``pypi.org`` (exactly that name);
+* a wildcard: ``*.pythonhosted.org`` (any name under it, not the apex), or ``*``
+  (any name and any *public* address);
+* an address or a range: ``203.0.113.7``, ``203.0.113.0/24``, ``[2001:db8::1]:443``.
+
+``decide`` applies a policy to one attempt: first ``deny`` (by name or by any
+resolved address), then ``allow`` (the name must match a name rule, an IP
+literal an address rule), then every resolved address: loopback, private,
+link-local, metadata and other special addresses are refused unless an allow
+entry is itself an address range inside that special range (``127.0.0.5``,
+``10.1.0.0/16``). ``*`` and names never unlock them, so a name that resolves
+(or rebinds) to ``10.0.0.5`` or to the grid's own Redis is refused.
+
+Both sides use it: the API to validate policies and tenant ceilings, the
+worker's egress proxy to decide each connection.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "SPECIAL_RANGES",
+    "Decision",
+    "IPAddress",
+    "IPNetwork",
+    "Rule",
+    "covers",
+    "decide",
+    "parse_rule",
+    "special_kind",
+]
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_LABEL = r"(?!-)[a-z0-9_-]{1,63}(?<!-)"
+_NAME = re.compile(rf"^(\*\.)?{_LABEL}(\.{_LABEL})*$")
+
+#: Address ranges refused unless an allow entry names a range inside them, by kind.
+SPECIAL_RANGES: tuple[tuple[str, IPNetwork], ...] = tuple(
+    (kind, ipaddress.ip_network(net))
+    for kind, net in (
+        ("metadata address", "169.254.169.254/32"),
+        ("metadata address", "fd00:ec2::254/128"),
+        ("loopback address", "127.0.0.0/8"),
+        ("loopback address", "::1/128"),
+        ("private address", "10.0.0.0/8"),
+        ("private address", "172.16.0.0/12"),
+        ("private address", "192.168.0.0/16"),
+        ("private address", "100.64.0.0/10"),
+        ("private address", "fc00::/7"),
+        ("link-local address", "169.254.0.0/16"),
+        ("link-local address", "fe80::/10"),
+        ("unspecified address", "0.0.0.0/8"),
+        ("unspecified address", "::/128"),
+        ("multicast address", "224.0.0.0/4"),
+        ("multicast address", "ff00::/8"),
+        ("reserved address", "240.0.0.0/4"),
+    )
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One parsed entry: a name pattern or an address range, and an optional port."""
+
+    text: str
+    name: str | None = None
+    net: IPNetwork | None = None
+    port: int | None = None
+
+    @property
+    def is_any(self) -> bool:
+        return self.name == "*"
+
+    def _port_ok(self, port: int) -> bool:
+        return self.port is None or self.port == port
+
+    def matches_name(self, host: str, port: int) -> bool:
+        """Whether this rule matches the name ``host`` (lower case) on ``port``."""
+        if self.name is None or not self._port_ok(port):
+            return False
+        if self.name == "*" or self.name == host:
+            return True
+        return self.name.startswith("*.") and host.endswith(self.name[1:])
+
+    def matches_addr(self, addr: IPAddress, port: int) -> bool:
+        """Whether this rule matches the address ``addr`` on ``port`` (``*`` does)."""
+        if not self._port_ok(port):
+            return False
+        if self.is_any:
+            return True
+        return self.net is not None and addr.version == self.net.version and addr in self.net
+
+    def names_special(self, addr: IPAddress, port: int) -> bool:
+        """Whether this rule explicitly names the special address ``addr``: it is an
+        address range inside the special range that holds ``addr``."""
+        if self.net is None or not self.matches_addr(addr, port):
+            return False
+        for _, special in SPECIAL_RANGES:
+            if addr in special and self.net.version == special.version:
+                return self.net.subnet_of(special)  # type: ignore[arg-type]
+        return False
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What ``decide`` said: allowed or not, by which rule, and why (for the audit)."""
+
+    allowed: bool
+    rule: str
+    reason: str
+
+
+def parse_rule(entry: str) -> Rule:
+    """Parse one policy entry.
+
+    Raises:
+        ValueError: the entry is not ``HOST[:PORT]`` as described in the module
+            docstring; the message says what is wrong with it.
+    """
+    text = entry.strip().lower()
+    if not text or len(text) > 253 or any(c.isspace() for c in text):
+        raise ValueError(f"entry {entry!r} must be a non-empty host[:port] without spaces")
+    host, port = _split_port(entry, text)
+    if host == "*":
+        return Rule(text, name="*", port=port)
+    try:
+        net = ipaddress.ip_network(host, strict=True)
+    except ValueError as exc:
+        if any(c in host for c in "/:") or host.replace(".", "").isdigit():
+            raise ValueError(f"entry {entry!r} is not a valid address or range: {exc}") from None
+        if not _NAME.match(host):
+            raise ValueError(
+                f"entry {entry!r} must be a host name, *.domain, *, an address or a range"
+            ) from None
+        return Rule(text, name=host, port=port)
+    return Rule(text, net=net, port=port)
+
+
+def _split_port(entry: str, text: str) -> tuple[str, int | None]:
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"entry {entry!r}: an IPv6 address in brackets must be [addr]:port")
+        return host, _port(entry, rest[1:]) if rest else None
+    if text.count(":") == 1:
+        host, _, raw = text.partition(":")
+        return host, _port(entry, raw)
+    return text, None
+
+
+def _port(entry: str, raw: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= 65535:
+        raise ValueError(f"entry {entry!r}: port must be a number from 1 to 65535")
+    return int(raw)
+
+
+def special_kind(addr: IPAddress) -> str | None:
+    """The kind of special address ``addr`` is (``"private address"``...), or None."""
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    for kind, net in SPECIAL_RANGES:
+        if addr.version == net.version and addr in net:
+            return kind
+    return None
+
+
+def decide(
+    allow: list[str] | None, deny: list[str], host: str, port: int, addrs: list[IPAddress]
+) -> Decision:
+    """Decide one attempt to reach ``host:port`` that resolved to ``addrs``.
+
+    Args:
+        allow: the policy's allow entries; None means the session has no network.
+        deny: its deny entries (they win over allow).
+        host: the name or IP literal the client asked for.
+        port: the TCP port.
+        addrs: every address ``host`` resolved to (the literal itself for an IP).
+    """
+    if allow is None:
+        return Decision(False, "", "no network policy (offline session)")
+    host = host.lower().rstrip(".")
+    allow_rules = [parse_rule(e) for e in allow]
+    for rule in map(parse_rule, deny):
+        if rule.matches_name(host, port) or any(rule.matches_addr(a, port) for a in addrs):
+            return Decision(False, rule.text, f"denied by rule {rule.text!r}")
+    literal = _literal(host)
+    for rule in allow_rules:
+        if rule.matches_addr(literal, port) if literal else rule.matches_name(host, port):
+            break
+    else:
+        return Decision(False, "", "not in the allow list")
+    for addr in addrs:
+        plain = addr.ipv4_mapped if isinstance(addr, ipaddress.IPv6Address) else None
+        addr = plain or addr
+        kind = special_kind(addr)
+        if kind and not any(r.names_special(addr, port) for r in allow_rules):
+            return Decision(False, kind, kind)
+    return Decision(True, rule.text, f"allowed by rule {rule.text!r}")
+
+
+def _literal(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+def covers(ceiling: list[str], entry: str) -> bool:
+    """Whether a tenant ``ceiling`` (allow entries) permits the allow ``entry``.
+
+    ``*`` covers every name and every public range; a special range (private,
+    loopback...) must be inside an address range of the ceiling.
+    """
+    want = parse_rule(entry)
+    for c in map(parse_rule, ceiling):
+        if c.port is not None and c.port != want.port:
+            continue
+        if want.name is not None and c.name is not None:
+            if c.is_any or c.name == want.name:
+                return True
+            if c.name.startswith("*.") and want.name.endswith(c.name[1:]):
+                return True
+        if want.net is not None:
+            if c.net is not None and c.net.version == want.net.version:
+                if want.net.subnet_of(c.net):  # type: ignore[arg-type]
+                    return True
+            elif c.is_any and not _touches_special(want.net):
+                return True
+    return False
+
+
+def _touches_special(net: IPNetwork) -> bool:
+    return any(net.version == s.version and net.overlaps(s) for _, s in SPECIAL_RANGES)
