@@ -9,7 +9,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from sandgrid.wire.settings import Settings, get_settings
-from scheduler.api import batches, files, health, sessions, types
+from scheduler.api import agentscope, batches, files, health, sessions, types
 from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
 from scheduler.dispatch import Dispatcher
@@ -58,4 +58,5 @@ def create_app(
     app.include_router(health.router)
     app.include_router(batches.router)
     app.include_router(types.router)
+    app.include_router(agentscope.router)
     return app
