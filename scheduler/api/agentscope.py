@@ -16,6 +16,7 @@ The file routes (``/proxy/{identity}/workspace/...``) are in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
@@ -61,14 +62,15 @@ router.include_router(agentscope_files.router)
 
 _Data = dict[str, Any]
 _A = TypeVar("_A", bound=BaseModel)
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _twin(path: str) -> Any:
+def _twin(path: str) -> Callable[[_F], _F]:
     """Serve one handler at ``path`` and at its ``*_async`` twin (same JSON both ways)."""
 
-    def register(fn: Any) -> Any:
+    def register(fn: _F) -> _F:
         router.post(path)(fn)
-        router.post(f"{path}_async", name=f"{fn.__name__}_async")(fn)
+        router.post(f"{path}_async", name=f"{path.strip('/')}_async")(fn)
         return fn
 
     return register

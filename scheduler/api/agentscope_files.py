@@ -215,9 +215,9 @@ def _write(svc: Services, tenant: Tenant, identity: str, items: list[tuple[str, 
     for path, data in items:
         if len(data) > MAX_FILE_BYTES:
             raise InvalidInput(
-                f"{path}: {len(data)} bytes; at most {MAX_FILE_BYTES} per file",
+                f"content of {path}: {len(data)} bytes; at most {MAX_FILE_BYTES} bytes a file",
                 operation="workspace.write",
-                context={"field": "body", "rule": f"at most {MAX_FILE_BYTES} bytes"},
+                context={"field": "content", "rule": f"at most {MAX_FILE_BYTES} bytes a file"},
             )
     files = [
         FileWrite(path=p, content=base64.b64encode(d).decode(), encoding="base64") for p, d in items

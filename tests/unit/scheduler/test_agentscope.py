@@ -12,6 +12,7 @@ import pytest
 
 from sandgrid.models import ExecResult, FileEntry, Quotas, SessionInfo
 from sandgrid.wire.jobs import ExecOp
+from scheduler.api import agentscope_files
 from scheduler.api.agentscope_models import (
     LABEL_CTX,
     LABEL_TYPE,
@@ -207,4 +208,21 @@ def test_file_paths_may_not_leave_the_workspace(grid: Grid) -> None:
     assert r.status_code == 422 and r.json()["error"]["context"]["field"] == "destination"
     r = grid.http.delete(f"/proxy/{sid}/workspace/entry", params={"path": "/workspace"}, headers=h)
     assert r.status_code == 422
+    assert grid.worker.sent == []
+
+
+def test_file_limits_hold(grid: Grid, monkeypatch: pytest.MonkeyPatch) -> None:
+    sid = _create(grid)
+    base, h = f"/proxy/{sid}/workspace", grid.headers()
+    monkeypatch.setattr(agentscope_files, "MAX_BATCH_FILES", 1)
+    two = [("files", ("a", b"A", "text/plain")), ("files", ("b", b"B", "text/plain"))]
+    r = grid.http.post(f"{base}/files:batch", files=two, headers=h)
+    assert r.status_code == 422 and r.json()["error"]["context"]["field"] == "files"
+    r = grid.http.post(f"{base}/files:batch", files=two[:1], data={"paths": ["x", "y"]}, headers=h)
+    assert r.status_code == 422 and r.json()["error"]["context"]["field"] == "paths"
+    monkeypatch.setattr(agentscope_files, "MAX_FILE_BYTES", 4)
+    r = grid.http.put(f"{base}/file", params={"path": "big"}, content=b"12345", headers=h)
+    assert r.status_code == 422 and r.json()["error"]["context"]["field"] == "content"
+    r = grid.http.get(f"{base}/list", params={"path": ".", "depth": 65}, headers=h)
+    assert r.status_code == 422 and r.json()["error"]["context"]["field"] == "depth"
     assert grid.worker.sent == []
