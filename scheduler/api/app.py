@@ -10,6 +10,7 @@ from fastapi import FastAPI
 
 from sandgrid.wire.settings import Settings, get_settings
 from scheduler.api import (
+    agentscope,
     audit,
     batches,
     files,
@@ -93,5 +94,6 @@ def create_app(
     app.include_router(stream.router)
     app.include_router(background.router)
     app.include_router(network_api.router)
+    app.include_router(agentscope.router)
     document_errors(app)
     return app

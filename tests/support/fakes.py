@@ -29,6 +29,7 @@ from sandgrid.wire.jobs import (
     ForkOp,
     ListOp,
     ReadOp,
+    RunCodeOp,
     TarDownloadOp,
     TarUploadOp,
     TurnJob,
@@ -147,6 +148,8 @@ class FakeWorker:
             return {"snapshot": f"fork-of-{op.source}", "forked_from": op.source}
         if isinstance(op, LIFECYCLE_OPS):
             return self.checkpoints.apply(job)
+        if isinstance(op, RunCodeOp):  # the kernel's answer: what was run, as Out
+            return {"result": op.request.code, "execution_count": 1, "node": self.node}
         if isinstance(op, TarDownloadOp):
             return {"data_b64": self.files.get((sid, "tar"), base64.b64encode(b"").decode())}
         return {"closed": True}

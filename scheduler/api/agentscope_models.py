@@ -1,0 +1,279 @@
+"""The shapes of AgentScope Runtime's remote sandbox-manager API, and the pure mapping.
+
+agentscope-runtime 1.1.6's ``SandboxManager(base_url=...)`` posts each remote
+method's parameters as one JSON object to ``/<method name>`` and reads the
+answer's ``data``; its ``*_async`` twins declared as ``(*args, **kwargs)`` send a
+lone positional argument as ``{"args": value}``, so every body here takes
+``args`` as its first field. Unknown keys are ignored (the client sends every
+parameter of its own signature). The sandbox it calls an *identity* is a
+sandgrid session of type ``python``; the AgentScope session context lives in the
+session's labels (``LABEL_CTX``), so ``get_session_mapping`` is a registry query.
+
+Tool answers are MCP ``CallToolResult`` objects in their wire form (``content``,
+``isError``), as the runtime's own container answers them, so agentscope's
+adapters can ``CallToolResult.model_validate`` them.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sandgrid.models import MAX_SOURCE_BYTES, CodeResult, ExecResult, FileEntry, SessionInfo
+
+__all__ = [
+    "DEFAULT_SANDBOX_TYPE",
+    "GENERIC_TOOLS",
+    "LABEL_CTX",
+    "LABEL_TYPE",
+    "LABEL_VALUE_MAX",
+    "CallToolBody",
+    "CreateFromPoolBody",
+    "IdentityBody",
+    "IpythonArgs",
+    "ListToolsBody",
+    "MoveBody",
+    "PathBody",
+    "SessionMappingBody",
+    "ShellArgs",
+    "cell_result",
+    "container_info",
+    "error_result",
+    "fs_entry",
+    "labels_for",
+    "tool_list",
+    "tool_result",
+]
+
+#: The label holding the AgentScope ``session_ctx_id`` a sandbox was created for.
+LABEL_CTX = "agentscope.session_ctx_id"
+#: The label holding the AgentScope sandbox type asked for (``base`` by default).
+LABEL_TYPE = "agentscope.sandbox_type"
+#: The longest label value accepted (a ``session_ctx_id`` or a type name).
+LABEL_VALUE_MAX = 256
+#: The AgentScope type a sandbox has when the caller names none.
+DEFAULT_SANDBOX_TYPE = "base"
+#: The image version agentscope reads back: ``SandboxService`` finds the sandbox
+#: class by the type name it contains.
+_VERSION = "sandgrid/runtime-sandbox-{type}"
+
+
+class _Body(BaseModel):
+    """A remote call's parameters; a lone positional ``args`` fills the first field."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    _first: ClassVar[str] = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _positional(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "args" in data and cls._first not in data:
+            data = {**data, cls._first: data["args"]}
+        return data
+
+
+class CreateFromPoolBody(_Body):
+    """``/create_from_pool``: every AgentScope type is served by a ``python`` session."""
+
+    _first: ClassVar[str] = "sandbox_type"
+    sandbox_type: str | None = Field(None, max_length=64, pattern=r"^[a-z][a-z0-9_]*$")
+    meta: dict[str, Any] | None = None
+
+
+class IdentityBody(_Body):
+    """``/release``, ``/get_info``, ``/check_health``: one sandbox."""
+
+    _first: ClassVar[str] = "identity"
+    identity: str = Field(min_length=1, max_length=128)
+
+
+class ListToolsBody(IdentityBody):
+    tool_type: str | None = None
+
+
+class CallToolBody(IdentityBody):
+    tool_name: str = Field(min_length=1, max_length=128)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class SessionMappingBody(_Body):
+    _first: ClassVar[str] = "session_ctx_id"
+    session_ctx_id: str = Field(min_length=1, max_length=LABEL_VALUE_MAX)
+
+
+class ShellArgs(BaseModel):
+    """The arguments of ``run_shell_command``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    command: str = Field(min_length=1, max_length=MAX_SOURCE_BYTES)
+
+
+class IpythonArgs(BaseModel):
+    """The arguments of ``run_ipython_cell``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    code: str = Field(min_length=1, max_length=MAX_SOURCE_BYTES)
+
+
+class PathBody(BaseModel):
+    """``POST /proxy/{identity}/workspace/mkdir``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    path: str = Field(min_length=1, max_length=4096)
+
+
+class MoveBody(BaseModel):
+    """``POST /proxy/{identity}/workspace/move``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    source: str = Field(min_length=1, max_length=4096)
+    destination: str = Field(min_length=1, max_length=4096)
+
+
+def labels_for(body: CreateFromPoolBody) -> dict[str, str]:
+    """The labels of the session that serves a ``create_from_pool`` call.
+
+    Raises:
+        ValueError: ``meta.session_ctx_id`` is not a string of at most
+            ``LABEL_VALUE_MAX`` characters.
+    """
+    labels = {LABEL_TYPE: body.sandbox_type or DEFAULT_SANDBOX_TYPE}
+    ctx = (body.meta or {}).get("session_ctx_id")
+    if ctx is not None:
+        if not isinstance(ctx, str) or not 0 < len(ctx) <= LABEL_VALUE_MAX:
+            raise ValueError(
+                f"meta.session_ctx_id must be a string of 1 to {LABEL_VALUE_MAX} characters"
+            )
+        labels[LABEL_CTX] = ctx
+    return labels
+
+
+def container_info(info: SessionInfo, base_url: str) -> dict[str, Any]:
+    """The ``ContainerModel`` that agentscope's ``get_info`` returns, for a session.
+
+    The identity, container id and name are all the session id; ``url`` is the
+    session's file proxy on this API (agentscope reaches the sandbox only
+    through the manager in remote mode).
+    """
+    box_type = info.labels.get(LABEL_TYPE, DEFAULT_SANDBOX_TYPE)
+    ctx = info.labels.get(LABEL_CTX)
+    return {
+        "session_id": info.id,
+        "container_id": info.id,
+        "container_name": info.id,
+        "url": f"{base_url.rstrip('/')}/proxy/{info.id}",
+        "ports": [],
+        "mount_dir": "/workspace",
+        "storage_path": None,
+        "runtime_token": None,
+        "version": _VERSION.format(type=box_type),
+        "meta": {"session_ctx_id": ctx} if ctx else {},
+        "timeout": int(info.quotas.timeout_s),
+        "sandbox_type": box_type,
+        "session_ctx_id": ctx,
+        "state": "released" if info.state == "closed" else "running",
+        "created_at": info.created_at.timestamp(),
+        "updated_at": info.last_used.timestamp(),
+    }
+
+
+def _text(text: str, description: str) -> dict[str, Any]:
+    return {"type": "text", "text": text, "annotations": None, "description": description}
+
+
+def tool_result(result: ExecResult, *, returncode: bool) -> dict[str, Any]:
+    """An exec's result as an MCP ``CallToolResult`` (the runtime's split output mode).
+
+    Content is stdout, then stderr when there is any, then (``returncode``, for
+    shell commands) the exit code. ``isError`` is the runtime's rule (anything
+    on stderr), and also a deadline or the memory limit hit, which are named.
+    """
+    content = [_text(result.stdout, "stdout")]
+    if result.stderr:
+        content.append(_text(result.stderr, "stderr"))
+    if returncode:
+        content.append(_text(str(result.exit_code), "returncode"))
+    limits = [
+        why
+        for hit, why in ((result.timed_out, "timed out"), (result.oom_killed, "out of memory"))
+        if hit
+    ]
+    if limits:
+        content.append(_text(f"sandgrid: the command {' and '.join(limits)}", "error"))
+    return {"meta": None, "content": content, "isError": bool(result.stderr or limits)}
+
+
+def cell_result(result: CodeResult) -> dict[str, Any]:
+    """A ``run_ipython_cell`` answer from the session's kernel, as an MCP ``CallToolResult``.
+
+    Content is what the cell printed and the value of its last expression (as
+    IPython shows ``Out``), then stderr and the error's traceback when there are
+    any, then each PNG it displayed as image content. ``isError`` when the cell
+    raised or timed out.
+    """
+    out = result.stdout + (f"{result.result}\n" if result.result is not None else "")
+    content = [_text(out, "stdout")]
+    err = result.stderr
+    if result.error is not None:
+        err += "\n".join(result.error.traceback) or f"{result.error.name}: {result.error.value}"
+    if result.timed_out:
+        err += "\nsandgrid: the cell timed out (the kernel was interrupted)"
+    if err:
+        content.append(_text(err, "stderr"))
+    for shown in result.display:
+        if "image/png" in shown:
+            content.append(
+                {"type": "image", "data": shown["image/png"], "mimeType": "image/png",
+                 "annotations": None}
+            )  # fmt: skip
+    failed = result.error is not None or result.timed_out
+    return {"meta": None, "content": content, "isError": failed}
+
+
+def error_result(message: str) -> dict[str, Any]:
+    """A failed tool call, as the runtime's client reports one."""
+    return {"meta": None, "content": [_text(message, "error")], "isError": True}
+
+
+#: The tools every sandbox has, in the runtime's ``list_tools`` shape.
+GENERIC_TOOLS: dict[str, dict[str, Any]] = {
+    name: {
+        "name": name,
+        "json_schema": {
+            "type": "function",
+            "function": {
+                "name": name,
+                "description": description,
+                "parameters": {
+                    "type": "object",
+                    "properties": {arg: {"type": "string", "description": arg_doc}},
+                    "required": [arg],
+                },
+            },
+        },
+    }
+    for name, description, arg, arg_doc in (
+        ("run_ipython_cell", "Run an IPython cell.", "code", "IPython code to execute"),
+        ("run_shell_command", "Run a shell command.", "command", "Shell command to execute"),
+    )
+}
+
+
+def tool_list(tool_type: str | None) -> dict[str, Any]:
+    """``list_tools``: the generic tools (no MCP servers), filtered by ``tool_type``."""
+    tools: dict[str, Any] = {"generic": GENERIC_TOOLS}
+    return {tool_type: tools.get(tool_type, {})} if tool_type else tools
+
+
+def fs_entry(entry: FileEntry) -> dict[str, Any]:
+    """A workspace entry in the runtime's shape (absolute path, name, ms mtime)."""
+    path = "/workspace" if entry.path == "." else f"/workspace/{entry.path}"
+    return {
+        "path": path,
+        "name": posixpath.basename(path),
+        "type": entry.type,
+        "size": entry.size if entry.type == "file" else None,
+        "mtime_ms": int(entry.mtime * 1000),
+    }

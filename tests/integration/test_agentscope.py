@@ -1,0 +1,154 @@
+"""agentscope-runtime 1.1.6's own client against a real grid.
+
+The client runs in a virtual environment of its own (its dependencies are heavy
+and pin versions of their own): ``SANDGRID_AGENTSCOPE_VENV``, by default
+``/work/.agentscope/venv``, made here with ``python3 -m venv`` and
+``pip install agentscope-runtime==1.1.6`` when it is missing (that needs PyPI).
+``tests/support/agentscope_client.py`` drives ``BaseSandbox``,
+``BaseSandboxAsync`` and ``SandboxService`` with ``base_url=`` this module's grid
+and writes what they returned as JSON; the tests assert on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from sandgrid.localgrid import LocalGrid
+
+pytestmark = pytest.mark.integration
+
+AGENTSCOPE_VERSION = "1.1.6"
+VENV = Path(os.environ.get("SANDGRID_AGENTSCOPE_VENV", "/work/.agentscope/venv"))
+PORT = int(os.environ.get("SANDGRID_TEST_AGENTSCOPE_PORT", "8717"))
+REDIS_URL = os.environ.get("SANDGRID_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+TOKEN = "tok-ascope-" + "e" * 24
+CLIENT = Path(__file__).parents[1] / "support" / "agentscope_client.py"
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def agentscope_python() -> Path:
+    """The python of a venv with agentscope-runtime; made (with pip) when missing."""
+    python = VENV / "bin" / "python"
+    probe = [str(python), "-c", "import agentscope_runtime.sandbox"]
+    if python.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return python
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True, timeout=300)
+        pip = [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            f"agentscope-runtime=={AGENTSCOPE_VERSION}",
+        ]
+        subprocess.run(pip, check=True, timeout=1800)
+    except (OSError, subprocess.SubprocessError) as exc:
+        _unavailable(f"cannot make the agentscope-runtime venv at {VENV}: {exc}")
+    return python
+
+
+@pytest.fixture(scope="module")
+def grid(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
+    """API + one worker (python), on their own port and the test Redis database."""
+    r: redis.Redis[str] = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        r.flushdb()
+    except redis.RedisError as exc:
+        _unavailable(f"Redis at {REDIS_URL} unreachable: {exc}")
+    env = {"SANDGRID_WORKER__POOL_SIZE": "1", "SANDGRID_WORKER__SNAPSHOT_STORE": "local"}
+    g = LocalGrid(
+        tmp_path_factory.mktemp("ascope"),
+        port=PORT,
+        redis_url=REDIS_URL,
+        tenants={"ascope": TOKEN},
+        env=env,
+    )
+    try:
+        g.start(["ascope-w1"], concurrency=4)
+        yield g
+    finally:
+        g.stop()
+        r.flushdb()
+        r.close()
+
+
+@pytest.fixture(scope="module")
+def ran(grid: LocalGrid, agentscope_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """What agentscope's own client got from the grid (one run for the module)."""
+    out = tmp_path_factory.mktemp("ascope-out") / "out.json"
+    argv = [str(agentscope_python), str(CLIENT), grid.api_url, TOKEN, str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=out.parent)
+    assert proc.returncode == 0, f"{proc.stderr[-4000:]}\n{grid.logs()}"
+    return json.loads(out.read_text())
+
+
+def test_sandbox_lifecycle_and_info(ran: Any) -> None:
+    box = ran["sandbox"]
+    assert box["sandbox_id"].startswith("s-")
+    info = box["info"]
+    assert info["container_name"] == box["sandbox_id"] and "base" in info["version"]
+    assert info["meta"]["session_ctx_id"]
+    assert box["tools"] == ["run_ipython_cell", "run_shell_command"]
+    assert box["health"] is True and box["released_health"] is False
+
+
+def test_tools_answer_mcp_results(ran: Any) -> None:
+    box = ran["sandbox"]
+    assert box["shell"] == {
+        "isError": True,
+        "texts": {"stdout": "hello\n", "stderr": "oops\n", "returncode": "3"},
+    }
+    assert box["ipython"] == {"isError": False, "texts": {"stdout": "45\n"}}
+    assert box["ipython_state"] == {"isError": False, "texts": {"stdout": "90\n"}}  # kept
+    err = box["ipython_error"]
+    assert err["isError"] is True and "ZeroDivisionError" in err["texts"]["stderr"]
+
+
+def test_workspace_file_routes(ran: Any) -> None:
+    box = ran["sandbox"]
+    assert box["write"]["path"] == "/workspace/notes/a.txt" and box["write"]["size"] == 5
+    assert box["read"] == "alpha" and box["read_bytes"] == b"alpha".hex()
+    assert [e["path"] for e in box["write_many"]] == ["/workspace/b.bin", "/workspace/notes/c.txt"]
+    listed = {e["path"]: e for e in box["list"]}
+    assert set(listed) == {
+        "/workspace/b.bin",
+        "/workspace/notes",
+        "/workspace/notes/a.txt",
+        "/workspace/notes/c.txt",
+    }
+    assert listed["/workspace/notes"]["type"] == "dir" and listed["/workspace/b.bin"]["size"] == 2
+    assert box["exists"] == [True, False] and box["mkdir"] == [True, False]
+    assert box["move"]["path"] == "/workspace/moved/a.txt" and box["move"]["type"] == "file"
+    assert box["after"] == ["/workspace/b.bin", "/workspace/made", "/workspace/moved"]
+    assert box["shell_sees"]["texts"]["stdout"].split() == ["alpha", "00", "ff"]
+
+
+def test_async_sandbox_and_positional_twins(ran: Any) -> None:
+    aio = ran["async"]
+    assert aio["info_name"] == aio["sandbox_id"]
+    assert aio["ran"]["texts"]["stdout"] == "async\n"
+
+
+def test_sandbox_service_maps_session_contexts(ran: Any) -> None:
+    svc = ran["service"]
+    assert svc["again"] == svc["first"] == svc["mapping"] and len(svc["first"]) == 1
+    assert svc["again_class"] == "BaseSandbox"
+    assert svc["ran"]["texts"]["stdout"] == "svc\n"
+    assert svc["after_release"] == []
+    assert svc["drained_health"] == [False]
