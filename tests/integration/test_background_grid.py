@@ -172,8 +172,9 @@ def test_process_lost_at_once_when_its_node_dies(client: Client, grid: LocalGrid
 
 
 def test_the_docs_snippet_runs(grid: LocalGrid, capsys: pytest.CaptureFixture[str]) -> None:
-    doc = (Path(__file__).parents[2] / "docs" / "interactive-background.md").read_text()
-    snippet = doc.split("```python\n", 1)[1].split("```", 1)[0]
+    doc = (Path(__file__).parents[2] / "docs" / "interactive.md").read_text()
+    section = doc.split("## Background processes", 1)[1]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
     snippet = snippet.replace("from sandgrid.client import Client\n", "")
     exec(snippet, {"Client": lambda: Client(grid.api_url, TOKEN)})
     out = capsys.readouterr().out.split("\n")
