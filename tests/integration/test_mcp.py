@@ -56,7 +56,7 @@ def test_a_session_through_mcp_tools(batch_grid: BatchGrid) -> None:  # noqa: F8
         tools = {t.name: t for t in (await s.list_tools()).tools}
         assert {"create_session", "close_session", "exec", "read_file"} <= set(tools)
         assert {"write_file", "list_files"} <= set(tools)
-        assert "run_code" not in tools  # registered once the grid has an interpreter
+        assert tools["run_code"].input_schema["required"] == ["session_id", "code"]
         assert tools["exec"].input_schema["required"] == ["session_id"]
         sid = (await _ok(s, "create_session", labels={"via": "mcp"}))["id"]
         await _ok(s, "write_file", session_id=sid, path="pkg/hello.py", content="print(6 * 7)\n")
@@ -68,6 +68,8 @@ def test_a_session_through_mcp_tools(batch_grid: BatchGrid) -> None:  # noqa: F8
         assert argv["exit_code"] == 0
         slow = await _ok(s, "exec", session_id=sid, command="sleep 20", timeout_s=1)
         assert slow["timed_out"] is True
+        await _ok(s, "run_code", session_id=sid, code="x = 20")
+        assert (await _ok(s, "run_code", session_id=sid, code="x + 22"))["result"] == "42"
         read = await _ok(s, "read_file", session_id=sid, path="/workspace/pkg/hello.py")
         assert read["content"] == "print(6 * 7)\n"
         assert (await _ok(s, "close_session", session_id=sid))["state"] == "closed"

@@ -120,6 +120,27 @@ def test_exec_honours_its_timeout(grid: BatchGrid) -> None:
     _run(grid, body)
 
 
+def test_pty_methods_run_beside_execs(grid: BatchGrid) -> None:
+    async def body(client: SandgridSandboxClient) -> None:
+        async with await client.create(options=OPTIONS) as s:
+            assert s.supports_pty()
+            done = await s.pty_exec_start("echo ready; exit 4", yield_time_s=5)
+            assert (done.process_id, done.output, done.exit_code) == (None, b"ready\n", 4)
+            cat = await s.pty_exec_start("cat", yield_time_s=0.2)
+            assert cat.process_id is not None and cat.exit_code is None
+            assert (await s.exec("echo", "meanwhile", shell=False)).stdout == b"meanwhile\n"
+            echoed = await s.pty_write_stdin(
+                session_id=cat.process_id, chars="hello\n", yield_time_s=1
+            )
+            assert echoed.output == b"hello\n" and echoed.process_id == cat.process_id
+            again = await s.pty_write_stdin(session_id=cat.process_id, chars="", yield_time_s=0.2)
+            assert again.output == b""  # nothing repeated
+            await s.pty_terminate_all()
+            assert (await s.exec("pgrep -x cat")).exit_code == 1
+
+    _run(grid, body)
+
+
 def test_resume_after_the_owning_worker_is_killed(grid: BatchGrid) -> None:
     keep = SandgridSandboxClientOptions(keep_on_exit=True)
 

@@ -12,10 +12,12 @@ bounded buffer each way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import socket
 import threading
+from collections import deque
 
 from .errors import log
 
@@ -28,12 +30,18 @@ _RW = selectors.EVENT_READ | selectors.EVENT_WRITE
 
 
 class Link:
-    """Two sockets relayed both ways, with half-close, in one selector."""
+    """Two sockets relayed both ways, with half-close, in one selector.
+
+    What one side sent and its peer has not taken yet waits as a queue of
+    chunks, each sent from a memoryview: a partial send never moves the bytes
+    that are left (a bytearray's ``del buf[:n]`` would, at every send).
+    """
 
     def __init__(self, sel: selectors.BaseSelector, a: socket.socket, b: socket.socket) -> None:
         self.sel = sel
         self.peer = {a: b, b: a}
-        self.out: dict[socket.socket, bytearray] = {a: bytearray(), b: bytearray()}
+        self.out: dict[socket.socket, deque[memoryview]] = {a: deque(), b: deque()}
+        self.queued: dict[socket.socket, int] = {a: 0, b: 0}
         self.eof: dict[socket.socket, bool] = {a: False, b: False}
         self.registered: set[socket.socket] = set()
         for s in (a, b):
@@ -49,7 +57,7 @@ class Link:
         except OSError:
             self.close()
             return
-        if all(self.eof.values()) and not any(self.out.values()):
+        if all(self.eof.values()) and not any(self.queued.values()):
             self.close()
         else:
             self._interest()
@@ -58,25 +66,37 @@ class Link:
         data = sock.recv(_CHUNK)
         peer = self.peer[sock]
         if data:
-            self.out[peer] += data
+            if not self.queued[peer]:  # the usual case: straight through, no queue
+                with contextlib.suppress(BlockingIOError):
+                    sent = peer.send(data)
+                    data = data[sent:]
+            if data:
+                self.out[peer].append(memoryview(data))
+                self.queued[peer] += len(data)
             return
         self.eof[sock] = True
-        if not self.out[peer]:
+        if not self.queued[peer]:
             peer.shutdown(socket.SHUT_WR)
 
     def _write(self, sock: socket.socket) -> None:
-        buf = self.out[sock]
-        if buf:
-            del buf[: sock.send(buf)]
-        if not buf and self.eof[self.peer[sock]]:
+        chunks = self.out[sock]
+        while chunks:
+            head = chunks[0]
+            sent = sock.send(head)
+            self.queued[sock] -= sent
+            if sent < len(head):
+                chunks[0] = head[sent:]
+                return
+            chunks.popleft()
+        if self.eof[self.peer[sock]]:
             sock.shutdown(socket.SHUT_WR)
 
     def _interest(self) -> None:
         for s in self.peer:
             ev = 0
-            if not self.eof[s] and len(self.out[self.peer[s]]) < _HIGH:
+            if not self.eof[s] and self.queued[self.peer[s]] < _HIGH:
                 ev |= selectors.EVENT_READ
-            if self.out[s]:
+            if self.queued[s]:
                 ev |= selectors.EVENT_WRITE
             if ev and s in self.registered:
                 self.sel.modify(s, ev, self)

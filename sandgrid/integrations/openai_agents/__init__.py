@@ -28,7 +28,6 @@ from sandgrid.integrations.openai_agents.client import (
 from sandgrid.integrations.openai_agents.session import (
     SandgridSandboxSession,
     SandgridSandboxSessionState,
-    terminal_supported,
 )
 
 __all__ = [
@@ -36,5 +35,4 @@ __all__ = [
     "SandgridSandboxClientOptions",
     "SandgridSandboxSession",
     "SandgridSandboxSessionState",
-    "terminal_supported",
 ]

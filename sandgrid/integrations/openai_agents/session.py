@@ -7,9 +7,9 @@ download and upload, with member paths relative to ``/workspace``. Paths are
 checked twice: lexically by the SDK's policy, then by the in-sandbox agent,
 which resolves symlinks and refuses any path that leaves ``/workspace``.
 
-What is not served (yet): running as another user (the sandbox has one), exposed
-ports (a sandbox has no network device), and the PTY methods, until the grid has a
-terminal (``terminal_supported``).
+The PTY methods run on the grid's background processes (``pty.BackgroundPty``).
+What is not served: running as another user (the sandbox has one), and exposed
+ports (a sandbox has no network device).
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ from pydantic import Field
 
 from sandgrid.client import AsyncClient
 from sandgrid.errors import ErrorCode, NotFound, SandgridError
+from sandgrid.integrations.openai_agents.pty import BackgroundPty
 from sandgrid.models import WORKSPACE
 
 __all__ = [
     "SandgridSandboxSession",
     "SandgridSandboxSessionState",
-    "terminal_supported",
 ]
 
 #: Exit code reported for a command killed by a signal with no code of its own.
@@ -64,12 +64,7 @@ class SandgridSandboxSessionState(SandboxSessionState):
     close_on_shutdown: bool = True
 
 
-def terminal_supported(client: AsyncClient) -> bool:
-    """Whether the grid's SDK can open a terminal (a PTY): the hook for the PTY methods."""
-    return callable(getattr(client, "open_terminal", None))
-
-
-class SandgridSandboxSession(BaseSandboxSession):
+class SandgridSandboxSession(BackgroundPty, BaseSandboxSession):
     """One sandgrid session, driven through ``AsyncClient``.
 
     Args:

@@ -23,7 +23,6 @@ from sandgrid.integrations.openai_agents import (
     SandgridSandboxClientOptions,
     SandgridSandboxSession,
     SandgridSandboxSessionState,
-    terminal_supported,
 )
 from sandgrid.integrations.openai_agents.session import _without
 from sandgrid.models import ExecResult, Quotas, SessionInfo
@@ -166,5 +165,5 @@ def test_persist_skips_the_ephemeral_paths() -> None:
     assert kept == ["keep.txt", "cachey.txt"]
 
 
-def test_terminal_hook_is_off_until_the_sdk_has_one() -> None:
-    assert not terminal_supported(FakeGrid())  # type: ignore[arg-type]
+def test_the_pty_methods_are_served() -> None:
+    assert SandgridSandboxSession.supports_pty(object())  # type: ignore[arg-type]
