@@ -88,7 +88,13 @@ class Node:
         self.residency = Residency(name, self.ledger, self.sessions, self.pool, self.persistence)
         #: Streamed output and cancel of this node's running execs.
         self.control = TurnControl(
-            redis.Redis.from_url(self.settings.redis_url, decode_responses=True), self.sessions
+            redis.Redis.from_url(
+                self.settings.redis_url,
+                decode_responses=True,
+                socket_timeout=5,  # a Redis outage must not hold a turn
+                socket_connect_timeout=2,
+            ),
+            self.sessions,
         )
         self.executor = Executor(
             name,

@@ -126,8 +126,15 @@ def request_cancel(client: redis.Redis[str], turn_id: str) -> None:
 
 
 def cancel_requested(client: redis.Redis[str], turn_id: str) -> bool:
-    """Whether the turn was cancelled (checked by the worker before it runs the exec)."""
-    return bool(client.exists(names.turn_cancel_key(turn_id)))
+    """Whether the turn was cancelled (checked by the worker before it runs the exec).
+
+    Best effort: with Redis unreachable the turn runs (a cancel sent meanwhile
+    still reaches it on the node's queue); the check never fails a turn.
+    """
+    try:
+        return bool(client.exists(names.turn_cancel_key(turn_id)))
+    except redis.RedisError:
+        return False
 
 
 def _trimmed_past(client: redis.Redis[str], key: str, after: str) -> bool:
