@@ -12,12 +12,10 @@ bounded buffer each way.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import selectors
 import socket
 import threading
-from collections import deque
 
 from .errors import log
 
@@ -30,18 +28,12 @@ _RW = selectors.EVENT_READ | selectors.EVENT_WRITE
 
 
 class Link:
-    """Two sockets relayed both ways, with half-close, in one selector.
-
-    What one side sent and its peer has not taken yet waits as a queue of
-    chunks, each sent from a memoryview: a partial send never moves the bytes
-    that are left (a bytearray's ``del buf[:n]`` would, at every send).
-    """
+    """Two sockets relayed both ways, with half-close, in one selector."""
 
     def __init__(self, sel: selectors.BaseSelector, a: socket.socket, b: socket.socket) -> None:
         self.sel = sel
         self.peer = {a: b, b: a}
-        self.out: dict[socket.socket, deque[memoryview]] = {a: deque(), b: deque()}
-        self.queued: dict[socket.socket, int] = {a: 0, b: 0}
+        self.out: dict[socket.socket, bytearray] = {a: bytearray(), b: bytearray()}
         self.eof: dict[socket.socket, bool] = {a: False, b: False}
         self.registered: set[socket.socket] = set()
         for s in (a, b):
@@ -57,7 +49,7 @@ class Link:
         except OSError:
             self.close()
             return
-        if all(self.eof.values()) and not any(self.queued.values()):
+        if all(self.eof.values()) and not any(self.out.values()):
             self.close()
         else:
             self._interest()
@@ -66,37 +58,25 @@ class Link:
         data = sock.recv(_CHUNK)
         peer = self.peer[sock]
         if data:
-            if not self.queued[peer]:  # the usual case: straight through, no queue
-                with contextlib.suppress(BlockingIOError):
-                    sent = peer.send(data)
-                    data = data[sent:]
-            if data:
-                self.out[peer].append(memoryview(data))
-                self.queued[peer] += len(data)
+            self.out[peer] += data
             return
         self.eof[sock] = True
-        if not self.queued[peer]:
+        if not self.out[peer]:
             peer.shutdown(socket.SHUT_WR)
 
     def _write(self, sock: socket.socket) -> None:
-        chunks = self.out[sock]
-        while chunks:
-            head = chunks[0]
-            sent = sock.send(head)
-            self.queued[sock] -= sent
-            if sent < len(head):
-                chunks[0] = head[sent:]
-                return
-            chunks.popleft()
-        if self.eof[self.peer[sock]]:
+        buf = self.out[sock]
+        if buf:
+            del buf[: sock.send(buf)]
+        if not buf and self.eof[self.peer[sock]]:
             sock.shutdown(socket.SHUT_WR)
 
     def _interest(self) -> None:
         for s in self.peer:
             ev = 0
-            if not self.eof[s] and self.queued[self.peer[s]] < _HIGH:
+            if not self.eof[s] and len(self.out[self.peer[s]]) < _HIGH:
                 ev |= selectors.EVENT_READ
-            if self.queued[s]:
+            if self.out[s]:
                 ev |= selectors.EVENT_WRITE
             if ev and s in self.registered:
                 self.sel.modify(s, ev, self)
