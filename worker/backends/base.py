@@ -267,13 +267,21 @@ class SandboxBackend(SnapshotOps, BackgroundOps, ABC):
             attach_ms=(t1 - t0) * 1000, start_ms=(t2 - t1) * 1000, ping_ms=(t3 - t2) * 1000
         )
 
-    def destroy(self, sbx: Sandbox) -> None:
+    def destroy(self, sbx: Sandbox, *, remove_later: bool = False) -> None:
         """Close the channel and remove the container. Idempotent; never raises
-        for a container that is already gone."""
+        for a container that is already gone.
+
+        ``remove_later``: the container's processes are already dead (``_kill``),
+        so it is removed by a background thread and the call returns at once.
+        """
         sbx.scan_state = None
         if sbx.channel is not None:
             sbx.channel.close()
-        if sbx.state != "destroyed":
+        if sbx.state != "destroyed" and remove_later:
+            threading.Thread(
+                target=self._remove_quietly, args=(sbx.id,), name="sandgrid-remove", daemon=True
+            ).start()
+        elif sbx.state != "destroyed":
             self._remove(sbx.id)
         sbx.state = "destroyed"
         if self.egress is not None:
@@ -350,16 +358,7 @@ class SandboxBackend(SnapshotOps, BackgroundOps, ABC):
         Once its processes are dead the deadline is held, so the container is
         removed in the background (the reaper collects it if the worker dies
         first); if the backend cannot kill at once, removal is the kill."""
-        if self._kill(sbx.id):
-            sbx.scan_state = None
-            if sbx.channel is not None:
-                sbx.channel.close()
-            sbx.state = "destroyed"
-            threading.Thread(
-                target=self._remove_quietly, args=(sbx.id,), name="sandgrid-remove", daemon=True
-            ).start()
-        else:
-            self.destroy(sbx)
+        self.destroy(sbx, remove_later=self._kill(sbx.id))
         ms = (time.perf_counter() - t0) * 1000
         return ExecResult(
             exit_code=None,
