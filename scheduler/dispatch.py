@@ -5,9 +5,10 @@
 fake worker and the lead can swap the transport without touching the flow.
 
 ``CeleryDispatcher`` sends with ``app.send_task(names.TASK_TURN, ...)`` and waits
-on the Redis result backend's pub/sub consumer (``AsyncResult.get`` with a 1 ms
-drain interval): the outcome arrives as soon as the worker stores it, without
-polling. Celery keeps one result backend per thread, so each API thread sends
+on the Redis result backend's pub/sub consumer (``AsyncResult.get``): the
+outcome arrives as soon as the worker stores it, without polling, and a wait
+with no outcome returns after its timeout (``_DeadlineDrainer``), not after
+Celery's 1 s drain slice. Celery keeps one result backend per thread, so each API thread sends
 and waits on its own consumer; ``send`` and ``wait`` of a turn must run on the
 same thread (the API's sync handlers do).
 
@@ -23,10 +24,12 @@ instead of sending it again (``scheduler.idempotency``).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import redis.exceptions
 from celery import Celery
+from celery.backends.asynchronous import Drainer
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
 from kombu.exceptions import OperationalError
@@ -68,6 +71,40 @@ RESULT_RETRY_POLICY = {
 
 #: How often ``AsyncResult.get`` drains the result consumer (s).
 DRAIN_INTERVAL_S = 0.001
+
+
+class _DeadlineDrainer(Drainer):
+    """Celery's default result drainer, never waiting past the caller's timeout.
+
+    Celery 5.7 drains the result consumer in slices of 1 s whatever timeout
+    ``AsyncResult.get`` was given (it does not pass ``interval`` down), so a
+    0.25 s wait took 1 s: the API checked a turn's worker once a second instead
+    of every ``lost_check_s``, and a dead worker's turn was sent again up to 2 s
+    late. An outcome still wakes the wait at once (pub/sub); only the timeout
+    was coarse.
+    """
+
+    def drain_events_until(
+        self,
+        p: Callable[[], bool],
+        timeout: float | None = None,
+        interval: float = 1,
+        on_interval: Callable[[], None] | None = None,
+        wait: Callable[[float], None] | None = None,
+    ) -> Any:  # a generator (the stubs say None)
+        if timeout is not None:
+            interval = min(interval, max(timeout, DRAIN_INTERVAL_S))
+        base: Any = super()
+        return base.drain_events_until(
+            p, timeout=timeout, interval=interval, on_interval=on_interval, wait=wait
+        )
+
+
+def _bound_drainer(handle: AsyncResult[Any]) -> None:
+    """Give this thread's result consumer the deadline drainer (once)."""
+    consumer = getattr(handle.backend, "result_consumer", None)
+    if consumer is not None and type(consumer.drainer) is Drainer:
+        consumer.drainer = _DeadlineDrainer(consumer)
 
 
 def task_id_of(job: TurnJob) -> str:
@@ -136,6 +173,7 @@ class CeleryDispatcher:
         return result
 
     def wait(self, handle: AsyncResult[Any], timeout: float) -> TurnOutcome | None:
+        _bound_drainer(handle)
         try:
             value = handle.get(timeout=timeout, interval=self.drain_interval_s, propagate=False)
         except CeleryTimeout:

@@ -1,0 +1,60 @@
+"""The API's wait on a turn's result honours its timeout (``scheduler.dispatch``).
+
+Celery 5.7 drains the Redis result consumer in slices of 1 s whatever timeout
+``AsyncResult.get`` is given; the dispatcher installs a drainer whose slices
+never pass the caller's timeout, so the API's heartbeat check on a turn's worker
+runs every ``lost_check_s`` as configured.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+from celery.backends.asynchronous import Drainer
+from celery.exceptions import TimeoutError as CeleryTimeout
+
+from scheduler.dispatch import CeleryDispatcher, _DeadlineDrainer
+
+
+class _Pending:
+    ready = False
+
+
+def test_each_drain_waits_no_longer_than_the_timeout() -> None:
+    waits: list[float] = []
+    drainer: Any = _DeadlineDrainer(cast(Any, None))
+    steps = drainer.drain_events_until(
+        _Pending(), timeout=0.25, wait=lambda timeout: waits.append(timeout)
+    )
+    next(steps)
+    next(steps)
+    assert waits == [0.25, 0.25]
+
+
+def test_celery_default_drainer_would_wait_a_whole_second() -> None:
+    """What the deadline drainer fixes (if Celery fixes it, this test says so)."""
+    waits: list[float] = []
+    default: Any = Drainer(cast(Any, None))
+    steps = default.drain_events_until(
+        _Pending(), timeout=0.25, wait=lambda timeout: waits.append(timeout)
+    )
+    next(steps)
+    assert waits == [1]
+
+
+def test_the_dispatcher_installs_the_deadline_drainer_on_its_thread_consumer() -> None:
+    consumer = SimpleNamespace()
+    consumer.drainer = Drainer(cast(Any, consumer))
+
+    def get(**_: Any) -> None:
+        raise CeleryTimeout()
+
+    handle = SimpleNamespace(backend=SimpleNamespace(result_consumer=consumer), get=get)
+    dispatcher = CeleryDispatcher.__new__(CeleryDispatcher)
+    dispatcher.drain_interval_s = 0.001
+    assert dispatcher.wait(handle, 0.25) is None  # type: ignore[arg-type]
+    assert isinstance(consumer.drainer, _DeadlineDrainer)
+    installed = consumer.drainer
+    dispatcher.wait(handle, 0.25)  # type: ignore[arg-type]
+    assert consumer.drainer is installed
