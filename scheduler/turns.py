@@ -54,7 +54,7 @@ from scheduler.idempotency import IdempotencyStore, TakeOver, fingerprint, turn_
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from scheduler.routing import route
 from scheduler.tenants import Tenant
-from scheduler.watch import Lost, TurnWatch
+from scheduler.watch import RESTART_GRACE_S, Lost, TurnWatch
 
 __all__ = [
     "CLOSE_EXPIRES_S",
@@ -107,6 +107,8 @@ class TurnRunner:
         self.dispatcher = dispatcher
         self.turn_margin_s = turn_margin_s
         self.lost_check_s = lost_check_s
+        #: See ``scheduler.watch.RESTART_GRACE_S``; 3 heartbeats of the grid.
+        self.restart_grace_s = RESTART_GRACE_S
         self.idempotency = IdempotencyStore(registry.redis)
         #: Called at the start of every turn that is not a batch turn: batches in
         #: this process yield while interactive traffic flows (``scheduler.capacity``).
@@ -341,7 +343,13 @@ class TurnRunner:
     def _wait(self, job: TurnJob, handle: Any, queue: str, ttl: float) -> TurnOutcome:
         """Wait for the outcome, checking every ``lost_check_s`` that its holder lives."""
         deadline = time.monotonic() + ttl
-        watch = TurnWatch(self.registry, self.admission.nodes, job, queue)
+        watch = TurnWatch(
+            self.registry,
+            self.admission.nodes,
+            job,
+            queue,
+            restart_grace_s=self.restart_grace_s,
+        )
         while True:
             left = deadline - time.monotonic()
             if left <= 0:

@@ -32,11 +32,15 @@ from sandgrid.wire.jobs import TurnJob
 from sandgrid.wire.ledger import NodeRecord
 from scheduler.nodes import NodeDirectory
 
-__all__ = ["UNHELD_GRACE_S", "Lost", "TurnRecords", "TurnWatch"]
+__all__ = ["RESTART_GRACE_S", "UNHELD_GRACE_S", "Lost", "TurnRecords", "TurnWatch"]
 
 #: How long a turn on a shared queue may be held by nobody after one of its
 #: type's processes died, before it is sent again (s).
 UNHELD_GRACE_S = 1.0
+
+#: Heartbeat records lapse while Redis is down: until it has been up this long
+#: (3 beats of the default heartbeat), a missing record is no proof of death.
+RESTART_GRACE_S = 9.0
 
 
 class TurnRecords(Protocol):
@@ -45,6 +49,8 @@ class TurnRecords(Protocol):
     def turn_state(self, turn_id: str) -> dict[str, str]: ...
 
     def node_record(self, node: str) -> NodeRecord | None: ...
+
+    def uptime_s(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,7 @@ class TurnWatch:
         job: the attempt watched.
         queue: the queue it was sent to.
         grace_s: see ``UNHELD_GRACE_S``.
+        restart_grace_s: see ``RESTART_GRACE_S`` (3 heartbeats of the grid).
     """
 
     def __init__(
@@ -80,11 +87,13 @@ class TurnWatch:
         queue: str,
         *,
         grace_s: float = UNHELD_GRACE_S,
+        restart_grace_s: float = RESTART_GRACE_S,
     ) -> None:
         self.records = records
         self.nodes = nodes
         self.job = job
         self.grace_s = grace_s
+        self.restart_grace_s = restart_grace_s
         self.direct = names.node_of_queue(queue)
         self.direct_inc = self.nodes.incarnation(self.direct) if self.direct else None
         self.consumers = frozenset() if self.direct else nodes.incarnations(job.session.type)
@@ -116,6 +125,14 @@ class TurnWatch:
         return Lost(min(gone).split("/", 1)[0])
 
     def _dead(self, node: str, inc: str) -> bool:
-        """Confirm with an uncached read: the cached view may predate a new process."""
+        """Confirm with an uncached read: the cached view may predate a new process.
+
+        A record that is missing because Redis restarted (it lapsed while Redis
+        was down) is no verdict until a live node had time to beat again: the
+        process may still be running the turn, and sending it again would run it
+        twice.
+        """
         record = self.records.node_record(node)
-        return record is None or bool(inc and record.inc and record.inc != inc)
+        if record is not None:
+            return bool(inc and record.inc and record.inc != inc)
+        return self.records.uptime_s() >= self.restart_grace_s

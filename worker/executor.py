@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sandgrid.errors import (
@@ -58,6 +58,7 @@ from worker.interactive import TurnControl
 from worker.lifecycle import SessionLifecycle
 from worker.persistence import Persistence, unsaved_result
 from worker.pool import BackendFor, SandboxPool
+from worker.ran import RanTurns
 from worker.residency import Residency
 from worker.session_table import LocalSession, SessionTable
 from worker.terminal import TerminalBridge
@@ -67,6 +68,14 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+class _AlreadyRan(Exception):
+    """This process ran the turn already (an earlier attempt): its outcome."""
+
+    def __init__(self, outcome: TurnOutcome) -> None:
+        super().__init__(outcome.turn_id)
+        self.outcome = outcome
 
 
 @dataclass
@@ -100,6 +109,7 @@ class Executor:
         terminal: serves terminal turns (``PtyOp``); None refuses them.
         control: streams and cancels execs by turn id (``worker.interactive``);
             None runs them plain.
+        ran: the turns this process ran lately (``worker.ran``).
     """
 
     node: str
@@ -112,19 +122,37 @@ class Executor:
     incarnation: str = ""
     terminal: TerminalBridge | None = None
     control: TurnControl | None = None
+    ran: RanTurns = field(default_factory=RanTurns)
 
     # ---- the turn --------------------------------------------------------------
 
     def run(self, job: TurnJob) -> TurnOutcome:
-        """Run one turn and report it; never raises for a turn's own failure."""
+        """Run one turn and report it; never raises for a turn's own failure.
+
+        A turn this process already ran (an attempt sent again because the API
+        took this node for dead) is answered with that run's outcome.
+        """
         turn = _Turn(time.perf_counter(), {})
-        name = self.node
-        if not self.ledger.claim_turn(job.turn_id, name, job.attempt, self.incarnation):
+        if not self.ledger.claim_turn(job.turn_id, self.node, job.attempt, self.incarnation):
             log.info("turn %s: already claimed, abandoned or done; skipped", job.turn_id)
             err = InfrastructureError(
                 "turn was abandoned or already ran", code=ErrorCode.WORKER_LOST
             )
             return self._failed(job, err, turn)
+        try:
+            outcome = self._run(job, turn)
+        except _AlreadyRan as ran:
+            log.warning("turn %s: attempt %d ran here already", job.turn_id, job.attempt)
+            return ran.outcome
+        if turn.applied:
+            self.ran.put(outcome)
+        return outcome
+
+    def _run(self, job: TurnJob, turn: _Turn) -> TurnOutcome:
+        """The op of the turn, by kind; a failure of the turn is its outcome."""
+        name = self.node
+        if (done := self.ran.get(job.turn_id)) is not None:
+            raise _AlreadyRan(done)
         try:
             if isinstance(job.op, CloseOp | ForkOp):
                 snapshot, result = None, self._control(job)
@@ -137,6 +165,8 @@ class Executor:
                 snapshot = local.snapshot
         except SandgridError as exc:
             return self._failed(job, exc, turn)
+        except _AlreadyRan:
+            raise
         except Exception as exc:  # a bug must still answer the caller
             log.exception("turn %s failed unexpectedly", job.turn_id)
             return self._failed(job, SandgridError(f"internal error: {exc}"), turn)
@@ -162,6 +192,8 @@ class Executor:
         """
         local = self._session_for(job, turn)
         with local.lock:
+            if (done := self.ran.get(job.turn_id)) is not None:  # ran while we waited
+                raise _AlreadyRan(done)
             t = time.perf_counter()
             self.persistence.before_turn(local, job.op.kind)
             result = self._apply(local, job)

@@ -99,6 +99,7 @@ class Services:
             turn_margin_s=settings.turn_margin_s,
             lost_check_s=settings.lost_check_s,
         )
+        runner.restart_grace_s = 3 * settings.heartbeat_s
         audit = AuditLog(client, objects, settings.audit.command_chars)
         runner.audit = audit
         tenants = TenantStore(
@@ -136,6 +137,7 @@ def _batch_manager(
             lost_check_s=settings.lost_check_s,
         )
         turns.audit = runner.audit
+        turns.restart_grace_s = runner.restart_grace_s
     if capacity is None:
         capacity = CeleryCapacity(celery, registry) if celery else StaticCapacity({"any": 4})
     store = BatchStore(client, ttl_s=settings.batch_ttl_s)

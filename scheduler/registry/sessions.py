@@ -102,6 +102,11 @@ class SessionRegistry(RedisLedger):
         self.records = records
         self._scripts.update(register_scripts(client, LUA_DIR))
 
+    def uptime_s(self) -> float:
+        """Seconds since Redis started (``INFO server``): heartbeats that lapsed while
+        it was down say nothing of a node until it has had time to beat again."""
+        return float(self.redis.info("server")["uptime_in_seconds"])
+
     @classmethod
     def from_settings(cls, settings: Settings, *, outage_wait_s: float = 0.0) -> Self:
         """A registry on a new connection pool for ``settings.redis_url``."""

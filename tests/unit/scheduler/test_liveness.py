@@ -172,3 +172,55 @@ def test_types_lists_the_catalog_and_its_live_nodes(grid: Grid) -> None:
         types = {t.name: t for t in c.types()}
     assert types["python-gvisor"].runtime == "runsc" and types["python"].runtime == "runc"
     assert "w4" in types["python-gvisor"].nodes and "w4" not in types["python"].nodes
+
+
+class OutageHolder(FakeWorker):
+    """Attempt 1 is held by ``node``/``inc-a``; Redis "restarts" on the 2nd poll (the
+    node's record lapsed while it was down), the node beats again on the 6th, and
+    attempt 1 is answered on the 8th: the holder never died."""
+
+    def __init__(self, grid: Grid, node: str, uptime: list[float]) -> None:
+        super().__init__(grid.services.registry, node=node)
+        self.polls, self.uptime = 0, uptime
+
+    def wait(self, job: TurnJob, timeout: float) -> TurnOutcome | None:
+        self.polls += 1
+        if self.polls == 1:
+            self.registry.receive_turn(job.turn_id, self.node, 1, "inc-a")
+        if self.polls == 2:
+            self.registry.redis.delete(names.node_key(self.node))
+            self.uptime[0] = 0.0
+        if self.polls == 6:
+            self.registry.heartbeat(self.node, 30, incarnation="inc-a", types=["python"])
+        if self.polls >= 8:
+            return super().wait(job, timeout)
+        time.sleep(min(timeout, 0.05))
+        return None
+
+
+def test_a_record_lapsed_in_a_redis_restart_is_no_death_within_the_grace(
+    grid: Grid, monkeypatch: Any
+) -> None:
+    reg = grid.services.registry
+    uptime = [1000.0]
+    monkeypatch.setattr(reg, "uptime_s", lambda: uptime[0])
+    grid.services.runner.restart_grace_s = 60.0
+    reg.heartbeat("w6", 30, incarnation="inc-a", types=["python"])
+    worker = OutageHolder(grid, "w6", uptime)
+    _use(grid, worker)
+    sid = _session(grid)
+    r = _exec(grid, sid)
+    assert r.status_code == 200, r.text
+    assert [j.attempt for j, _ in worker.sent] == [1]  # never sent again: it ran once
+
+
+def test_a_record_still_missing_past_the_grace_is_a_death(grid: Grid, monkeypatch: Any) -> None:
+    reg = grid.services.registry
+    monkeypatch.setattr(reg, "uptime_s", lambda: 0.5)
+    grid.services.runner.restart_grace_s = 0.4
+    reg.heartbeat("w5", 30, incarnation="inc-a", types=["python"])
+    worker = DyingHolder(grid, "w5", lambda: reg.redis.delete(names.node_key("w5")))
+    _use(grid, worker)
+    r = _exec(grid, _session(grid))
+    assert r.status_code == 200, r.text
+    assert [j.attempt for j, _ in worker.sent] == [1, 2]
