@@ -52,6 +52,7 @@ from worker.pool import BackendFor
 from worker.session_table import LocalSession
 from worker.snapshots import GcReport, Manifest, SnapshotStore, restore_sandbox, snapshot_sandbox
 from worker.snapshots.checkpoints import checkpoint_id, drop_all, owner_of
+from worker.snapshots.store import DEFAULT_ROOTS
 
 __all__ = ["MUTATING_OPS", "Persistence", "unsaved_result"]
 
@@ -131,9 +132,12 @@ class Persistence:
 
     def before_turn(self, local: LocalSession, kind: str) -> None:
         """Mark the workspace changed before a mutating op runs: one that fails
-        halfway may still have changed files."""
+        halfway may still have changed files. An exec that a snapshot follows
+        scans in the same request (``Sandbox.scan_after_exec``)."""
         if kind in MUTATING_OPS:
             local.dirty = True
+        if kind == "exec" and local.policy == "after_turn":
+            local.sandbox.scan_after_exec = tuple(DEFAULT_ROOTS)  # scanned with the exec
 
     def after_turn(self, local: LocalSession, kind: str) -> None:
         """Snapshot after a turn of kind ``kind`` as the session's policy says.

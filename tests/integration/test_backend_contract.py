@@ -498,3 +498,34 @@ def test_cancel_of_another_request_or_none_is_a_no_op(
     )
     t.join()
     assert r.stdout == "a\nb\n" and r.exit_code == 0 and not r.cancelled
+
+
+def test_an_exec_asked_to_scan_after_it_saves_the_scan_round_trip(
+    backend: SandboxBackend, sandbox_factory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``scan_after_exec``: the exec's reply carries the scan (a delta on the last
+    one), the next ``scan`` of the same roots sends no request and equals a full
+    scan; any other request in between drops it."""
+    sbx = sandbox_factory()
+    roots = ("/workspace", "/home/sandbox")
+    assert backend.scan(sbx, list(roots)) == []
+    ops: list[str] = []
+    call = backend.call
+
+    def spy(sbx_: Sandbox, op: str, fields: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        ops.append(op)
+        return call(sbx_, op, fields, **kw)
+
+    monkeypatch.setattr(backend, "call", spy)
+    sbx.scan_after_exec = roots
+    assert run(backend, sbx, shell="mkdir d && echo x > d/f && rm -f nothing").exit_code == 0
+    rows = backend.scan(sbx, list(roots))
+    assert ops == ["exec"]
+    sbx.scan_state = None
+    assert backend.scan(sbx, list(roots)) == rows and ops == ["exec", "scan"]
+    assert {r[0] for r in rows} == {"/workspace/d", "/workspace/d/f"}
+    sbx.scan_after_exec = roots
+    run(backend, sbx, shell="echo y > g")
+    backend.read_file(sbx, "g")  # a request between: the exec's scan is stale
+    after = backend.scan(sbx, list(roots))
+    assert ops[-1] == "scan" and "/workspace/g" in {r[0] for r in after}

@@ -104,6 +104,11 @@ class Sandbox:
     channel: AgentChannel | None = field(default=None, repr=False)
     scan_state: ScanState | None = field(default=None, repr=False)
     """The last scan, for the next one's delta; None means the next scan is full."""
+    scan_after_exec: tuple[str, ...] | None = field(default=None, repr=False)
+    """Roots the next exec scans right after its command, in the same request (the
+    snapshot after the turn then needs no round trip of its own)."""
+    scan_ready: ScanState | None = field(default=None, repr=False)
+    """That scan, until the next request: ``scan`` of the same roots answers with it."""
 
 
 class SandboxBackend(SnapshotOps, BackgroundOps, ABC):
@@ -340,6 +345,9 @@ class SandboxBackend(SnapshotOps, BackgroundOps, ABC):
         """
         fields = exec_fields(request, sbx.quotas, stream=on_chunk is not None)
         deadline = float(fields["timeout"])
+        then = self.scan_then(sbx)
+        if then is not None:
+            fields["then"] = {"op": "scan", **then.fields}
         t0 = time.perf_counter()
         try:
             reply = self.call(
@@ -350,6 +358,8 @@ class SandboxBackend(SnapshotOps, BackgroundOps, ABC):
                 raise  # broke before its time: not a deadline, the sandbox is lost
             return self._deadline_kill(sbx, t0)
         timings = {"exec_ms": (time.perf_counter() - t0) * 1000}
+        if then is not None:
+            self.keep_scan(sbx, then, reply.pop("then", None))
         return exec_result(reply, node=self.node, timings=timings)
 
     def _deadline_kill(self, sbx: Sandbox, t0: float) -> ExecResult:
@@ -429,6 +439,7 @@ class SandboxBackend(SnapshotOps, BackgroundOps, ABC):
                 operation=op,
                 context={"sandbox": sbx.name, "state": sbx.state},
             )
+        sbx.scan_ready = None  # any request may change the workspace
         try:
             return sbx.channel.request(op, fields, timeout=timeout, on_chunk=on_chunk)
         except SandboxLost:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import base64
 from abc import abstractmethod
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandgrid.errors import SandboxError
-from worker.agent.scanstate import ScanRow
+from worker.agent.scanstate import ScanRow, ScanState
 from worker.agent_api import FileRange, check_roots, file_range
 from worker.backends.scan import apply_reply
 from worker.snapshots.sandbox import SandboxFiles
@@ -24,7 +25,29 @@ from worker.snapshots.sandbox import SandboxFiles
 if TYPE_CHECKING:
     from worker.backends.base import Sandbox
 
-__all__ = ["SnapshotOps"]
+__all__ = ["ScanThen", "SnapshotOps"]
+
+
+@dataclass(frozen=True)
+class ScanThen:
+    """A scan request, with the rows its delta applies to (None: a full scan)."""
+
+    fields: dict[str, Any]
+    roots: tuple[str, ...]
+    prior: ScanState | None
+
+
+def _scan_request(sbx: Sandbox, checked: list[str]) -> ScanThen:
+    """The request of the next scan of ``checked``: a delta on the rows kept on the
+    sandbox when they are of the same roots. It takes them: a scan that fails in
+    any way leaves none, so the next one is full."""
+    fields: dict[str, Any] = {"roots": checked}
+    prior, sbx.scan_state = sbx.scan_state, None
+    if prior is not None and prior.roots == tuple(checked):
+        fields["since"] = prior.token
+    else:
+        prior = None
+    return ScanThen(fields, tuple(checked), prior)
 
 
 class SnapshotOps(SandboxFiles["Sandbox"]):
@@ -40,15 +63,34 @@ class SnapshotOps(SandboxFiles["Sandbox"]):
         (``since``), which this handle applies to the rows it kept. A scan that
         fails in any way drops them, so the next one is full."""
         checked = check_roots(roots, "snapshot.scan")
-        fields: dict[str, Any] = {"roots": checked}
-        prior, sbx.scan_state = sbx.scan_state, None
-        if prior is not None and prior.roots == tuple(checked):
-            fields["since"] = prior.token
-        else:
-            prior = None
-        state = apply_reply(self.call(sbx, "scan", fields), tuple(checked), prior)
+        ready, sbx.scan_ready = sbx.scan_ready, None
+        if ready is not None and ready.roots == tuple(checked):  # taken with the exec
+            sbx.scan_state = ready
+            return list(ready.ordered)
+        then = _scan_request(sbx, checked)
+        state = apply_reply(self.call(sbx, "scan", then.fields), then.roots, then.prior)
         sbx.scan_state = state
         return list(state.ordered)
+
+    def scan_then(self, sbx: Sandbox) -> ScanThen | None:
+        """The scan the next exec makes after its command (``Sandbox.scan_after_exec``),
+        as the ``then`` of its request; None when none was asked for."""
+        roots, sbx.scan_after_exec = sbx.scan_after_exec, None
+        if not roots:
+            return None
+        return _scan_request(sbx, check_roots(list(roots), "snapshot.scan"))
+
+    def keep_scan(self, sbx: Sandbox, then: ScanThen, reply: Any) -> None:
+        """Keep the exec's scan for the snapshot after it (``scan`` answers with it).
+
+        A missing, failed or malformed one is dropped: the snapshot then scans in
+        full, as after any failed scan."""
+        if not isinstance(reply, dict) or reply.get("ok") is not True:
+            return
+        try:
+            sbx.scan_ready = apply_reply(reply.get("result") or {}, then.roots, then.prior)
+        except SandboxError:
+            sbx.scan_ready = None
 
     def pack(self, sbx: Sandbox, paths: list[str]) -> bytes:
         """``SandboxFiles.pack``: the agent's tar.gz is level 1."""

@@ -10,3 +10,14 @@ def test_unknown_op_and_bad_request() -> None:
     assert reply["id"] == 3 and not reply["ok"] and reply["error"]["code"] == "invalid_input"
     assert handle({"id": 4, "op": "ping"})["result"]["version"] == 1
     assert handle({"op": "_too_large"})["error"]["code"] == "payload_too_large"
+
+
+def test_then_is_only_a_scan_after_an_exec_and_is_refused_before_anything_runs() -> None:
+    for req in (
+        {"id": 5, "op": "ping", "then": {"op": "scan", "roots": ["/workspace"]}},
+        {"id": 6, "op": "exec", "argv": ["true"], "then": {"op": "exec", "argv": ["true"]}},
+        {"id": 7, "op": "exec", "argv": ["true"], "then": "scan"},
+    ):
+        reply = handle(req)
+        assert not reply["ok"] and reply["error"]["code"] == "invalid_input", reply
+        assert "then" in reply["error"]["message"]
