@@ -23,9 +23,11 @@ import statistics
 import sys
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import docker
+import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -45,7 +47,17 @@ TOKEN = "tok-bench-" + "x" * 24
 IMAGE = "sandgrid/sandbox-python:latest"
 
 
-def warm_turns(client: Client, n: int) -> tuple[list[float], dict[str, list[float]]]:
+def redis_calls() -> Counter[str]:
+    """Commands Redis has served so far, by name (``INFO commandstats``)."""
+    r: redis.Redis[str] = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    stats = r.info("commandstats")
+    r.close()
+    return Counter({k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()})
+
+
+def warm_turns(client: Client, n: int) -> tuple[list[float], dict[str, list[float]], Counter[str]]:
+    """``n`` warm turns of one session: latencies, their breakdown, and the Redis
+    commands served meanwhile (all clients: API, workers, Celery, heartbeats)."""
     parts: dict[str, list[float]] = {
         k: [] for k in ("api_ms", "queue_ms", "worker_ms", "sandbox_ms")
     }
@@ -53,6 +65,7 @@ def warm_turns(client: Client, n: int) -> tuple[list[float], dict[str, list[floa
     with client.session(type="python") as s:
         for _ in range(20):
             s.exec(argv=["true"])
+        before = redis_calls()
         for _ in range(n):
             t0 = time.perf_counter()
             r = s.exec(argv=["true"])
@@ -60,7 +73,8 @@ def warm_turns(client: Client, n: int) -> tuple[list[float], dict[str, list[floa
             assert r.exit_code == 0, r
             for k in parts:
                 parts[k].append(r.timings.get(k, 0.0))
-    return total, parts
+        calls = redis_calls() - before
+    return total, parts, calls
 
 
 def exec_run_baseline(n: int) -> list[float]:
@@ -166,7 +180,7 @@ def main() -> None:
         port=PORT, redis_url=REDIS_URL, token=TOKEN, nodes=nodes, concurrency=8
     ) as grid:
         with Client(grid.api_url, TOKEN) as client:
-            total, parts = warm_turns(client, args.turns)
+            total, parts, calls = warm_turns(client, args.turns)
         base = exec_run_baseline(max(200, args.turns))
         channel = channel_baseline(max(200, args.turns))
         count, rate = throughput(grid.api_url, args.sessions, args.seconds)
@@ -178,6 +192,9 @@ def main() -> None:
     )
     for k, xs in parts.items():
         print(f"  {k:<11} p50 {statistics.median(xs):7.2f} ms  p99 {pct(xs, 99):7.2f} ms")
+    per_turn = sum(calls.values()) / len(total)
+    top = ", ".join(f"{k} {v / len(total):.1f}" for k, v in calls.most_common(8))
+    print(f"  redis commands per turn (every client): {per_turn:.1f}  ({top})")
     print(
         f"docker exec_run('true') on a warm container ({len(base)} runs): "
         f"p50 {b50:.2f} ms  p99 {b99:.2f} ms"
