@@ -19,6 +19,7 @@ from typing import Any
 
 from .errors import AgentError, Json
 from .framing import write_all
+from .launcher import LAUNCHER
 from .limits import CLEANUP_WAIT_S, GID, KILL_BUDGET_S, PIDS_CURRENT_FILE, PIPE_SIZE, UID
 from .reaper import REAPER
 
@@ -142,21 +143,13 @@ def tasks_besides_agent() -> int | None:
 def spawn(
     argv: list[str], env: dict[str, str], cwd: str, with_stdin: bool
 ) -> subprocess.Popen[bytes]:
-    """Start a command as the user in a new session (its own process group)."""
+    """Start a command as the user in a new session (its own process group).
+
+    The launcher thread starts it without forking the agent where it can, else
+    ``Popen`` forks as the user (``launcher.Launcher.popen``).
+    """
     with REAPER.cond:  # the reaper must know the pid before it can reap it
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=env,
-            user=UID,
-            group=GID,
-            extra_groups=[],
-            start_new_session=True,
-            close_fds=True,
-        )
+        proc = LAUNCHER.popen(argv, env, cwd, with_stdin)  # no fork of the agent (launcher.py)
         REAPER.wanted.add(proc.pid)
     REAPER.kick()
     for pipe in (proc.stdout, proc.stderr):  # fewer, larger reads (each costs more in gVisor)
