@@ -1,72 +1,63 @@
-"""The launcher: one agent thread that starts the user's commands without forking the agent.
+"""The agent's side of the launcher host: start user commands without forking the agent.
 
-Why: under gVisor, ``subprocess.Popen(..., user=1000)`` forks the whole agent (a
-~28 MB Python process), and gVisor's fork copies its address space: ~15-20 ms of
-a ~22 ms warm exec of ``true`` (docs/performance.md has the breakdown). CPython
-uses ``vfork`` only when no ``user=``/``group=`` is asked for, because glibc's
-``setuid()`` changes every thread of the process.
+``Launcher.popen`` hands the command to the launcher host (``launcherhost``),
+which ``posix_spawn``s it as the user in a new session on the pipes that
+``Popen`` made here: the result is a ``subprocess.Popen`` with the same pid,
+pipes and session as before, so the pump, the deadline kill and cancel see no
+difference, and a spawn error is the same ``OSError``. The host's children
+are its own; it reports their wait statuses, which go to ``REAPER`` as if the
+agent had reaped them.
 
-How: Linux keeps credentials per thread; only glibc makes them process-wide. This
-thread switches itself, with raw syscalls, to the sandbox user (uid/gid 1000, no
-groups) for the few microseconds of ``posix_spawn``, a vfork-style clone that
-copies nothing, then switches back. ``posix_spawn`` also sets what ``Popen`` did
-in its forked child: a new session, fresh pipes on fd 0/1/2, an empty signal
-mask, ``SIGPIPE``/``SIGXFSZ`` to default, the working directory (the thread has
-its own, ``unshare(CLONE_FS)``). The command is the agent's child with the pid,
-pipes and session it had before, so the pump, the reaper, the deadline kill and
-cancel see no difference; an exec error is the same ``OSError`` ``Popen`` raised.
-
-Why that is safe while the thread is the user's:
-
-- the saved uid stays 0, so the kernel refuses the user ``ptrace``, ``prlimit``
-  and ``/proc/1/task/<tid>/mem`` of the thread (they need all three ids equal);
-  the agent is also made non-dumpable;
-- every signal is blocked in this thread: a signal the user aims at it stays
-  pending for ever; ``kill(1, ...)`` is checked against the main thread, root;
-- the command's own ``execve`` sets its saved uid to 1000 (real and effective
-  already are), so it keeps no capability.
-
-Where a piece is missing (an unknown machine, no ``unshare``, not root: unit
-tests), ``popen`` forks as before: ``available`` says which path is in use.
+When the host is not there yet (it starts at the first spawn, in the
+background: a Python start is ~30 ms under gVisor), has died (the user may
+kill it while it holds their uid), or cannot run (not root: unit tests), the
+spawn forks as before (``Popen(user=1000)``) and the host is started again.
+If the host dies after it was given a command, the exec fails with
+``sandbox_error`` rather than maybe running the command twice.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
+import json
 import os
-import platform
-import queue
+import select
 import signal
+import socket
 import subprocess
+import sys
 import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
+from .errors import AgentError
+from .launcherhost import HEADER
 from .limits import GID, UID
+from .reaper import REAPER
 
-__all__ = ["LAUNCHER", "SYSCALLS", "Launcher", "UserPopen"]
+__all__ = ["LAUNCHER", "LAUNCH_TIMEOUT_S", "LaunchedPopen", "Launcher", "host_command"]
 
-T = TypeVar("T")
-
-SYSCALLS = {
-    # machine: (setgroups, setresuid, setresgid)
-    "x86_64": (116, 117, 119),
-    "aarch64": (159, 147, 149),
-}
-_CLONE_FS = 0x200
-_PR_SET_DUMPABLE = 4
-_DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)  # Popen's restore_signals
-_SKIP = (errno.ENOENT, errno.ENOTDIR)  # execvpe tries the next PATH entry on these
+LAUNCH_TIMEOUT_S = 10.0
+"""How long a spawn may take in the host before the host is killed and the exec fails."""
 
 
-class UserPopen(subprocess.Popen[bytes]):
-    """``Popen`` that starts its child with ``posix_spawn`` from the calling thread's credentials.
+def host_command() -> tuple[list[str], str]:
+    """The host's argv and the ``PYTHONPATH`` that finds this package (zipapp or checkout)."""
+    from .kernel import host_argv  # the same lookup as the kernel host's
 
-    Built only on the launcher thread (``Launcher.popen``): the child gets that
-    thread's uid, gid and groups, and a new session.
-    """
+    argv, path = host_argv()
+    return [sys.executable, "-S", "-m", argv[-1].rsplit(".", 1)[0] + ".launcherhost"], path
+
+
+class _NotLaunched(Exception):
+    """The host could not take the request: nothing was started, fork instead."""
+
+
+class LaunchedPopen(subprocess.Popen[bytes]):
+    """``Popen`` whose child the launcher host starts (``Popen``'s own pipes, its cwd, env)."""
+
+    def __init__(self, via: Launcher, args: list[str], **kwargs: Any) -> None:
+        self._via = via
+        super().__init__(args, **kwargs)
 
     def _execute_child(
         self,
@@ -75,8 +66,8 @@ class UserPopen(subprocess.Popen[bytes]):
         preexec_fn: Any,
         close_fds: bool,
         pass_fds: Any,
-        cwd: str | None,
-        env: dict[str, str] | None,
+        cwd: str,
+        env: dict[str, str],
         startupinfo: Any,
         creationflags: Any,
         shell: bool,
@@ -88,114 +79,27 @@ class UserPopen(subprocess.Popen[bytes]):
         errwrite: int,
         *_rest: Any,
     ) -> None:
-        """Spawn ``args`` like ``Popen``'s child would: PATH search, cwd, pipes, setsid."""
-        actions: list[tuple[Any, ...]] = [
-            (os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable_fds() if fd > 2
-        ]  # close_fds: the rest are close-on-exec already (PEP 446)
-        for fd, target in ((p2cread, 0), (c2pwrite, 1), (errwrite, 2)):
-            if fd == -1:  # never the agent's own channel
-                actions.append((os.POSIX_SPAWN_OPEN, target, os.devnull, os.O_RDWR, 0))
-            else:
-                actions.append((os.POSIX_SPAWN_DUP2, fd, target))
         try:
-            if cwd is not None:
-                os.chdir(cwd)  # this thread's own cwd, entered as the user
-            self.pid = _spawn_path(args, env if env is not None else dict(os.environ), actions)
+            self.pid = self._via.launch(args, env, cwd, [p2cread, c2pwrite, errwrite])
             self._child_created = True
         finally:
             self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)  # type: ignore[attr-defined]
 
 
-def _inheritable_fds() -> list[int]:
-    """This process's open descriptors that an ``execve`` would pass on."""
-    found = []
-    for name in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):  # the listing's own descriptor is gone
-            if os.get_inheritable(int(name)):
-                found.append(int(name))
-    return found
-
-
-def _spawn_path(args: list[str], env: dict[str, str], actions: list[tuple[Any, ...]]) -> int:
-    """``posix_spawn`` the first of ``args[0]``'s PATH candidates that exists, as execvpe would."""
-    name = args[0]
-    paths = (
-        [name] if os.path.dirname(name) else [os.path.join(d, name) for d in os.get_exec_path(env)]
-    )
-    first: OSError | None = None
-    last = OSError(errno.ENOENT, os.strerror(errno.ENOENT))
-    for path in paths:
-        try:
-            os.stat(path)  # a missing candidate costs a stat, not a clone
-            return os.posix_spawn(
-                path,
-                args,
-                env,
-                file_actions=actions,
-                setsid=True,
-                setsigmask=(),
-                setsigdef=_DEFAULT_SIGNALS,
-            )
-        except OSError as exc:
-            last = exc
-            if exc.errno not in _SKIP and first is None:
-                first = exc
-    err = (first or last).errno or errno.ENOENT
-    raise OSError(err, os.strerror(err), name)
-
-
-class _Creds:
-    """Raw-syscall credential switches of the calling thread only (never glibc's)."""
-
-    def __init__(self, numbers: tuple[int, int, int]) -> None:
-        self._libc = ctypes.CDLL(None, use_errno=True)
-        self._setgroups, self._setresuid, self._setresgid = numbers
-        groups = os.getgroups()
-        self._groups = (ctypes.c_uint * max(len(groups), 1))(*groups)
-        self._ngroups = len(groups)
-        self._gid = os.getgid()
-
-    def _call(self, nr: int, *args: Any) -> None:
-        if self._libc.syscall(nr, *args) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
-
-    def to_user(self) -> None:
-        """Groups none, gid 1000, uid 1000 with saved uid 0 (to come back; refuses ptrace)."""
-        self._call(self._setgroups, 0, None)
-        self._call(self._setresgid, GID, GID, GID)
-        self._call(self._setresuid, UID, UID, 0)
-
-    def to_root(self) -> None:
-        """Back to the agent's own uid, gid and groups."""
-        self._call(self._setresuid, 0, 0, 0)
-        self._call(self._setresgid, self._gid, self._gid, self._gid)
-        self._call(self._setgroups, self._ngroups, self._groups)
-
-
 class Launcher:
-    """The thread that runs functions (``UserPopen``) with the sandbox user's credentials."""
+    """The one launcher host of this agent: started lazily, replaced when it dies."""
 
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], list[Any], threading.Event]]
-        self._jobs = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._started = False
-        self._ready = threading.Event()
-        self.available = False
+        self._host: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._ready = False
+        self._buf = bytearray()
+        self.enabled = os.geteuid() == 0 and hasattr(os, "posix_spawn")
 
-    def start(self) -> bool:
-        """Start the thread once; True when it can launch (else ``popen`` forks)."""
-        with self._lock:
-            if not self._started:
-                self._started = True
-                numbers = SYSCALLS.get(platform.machine())
-                if numbers is not None and os.geteuid() == 0:
-                    threading.Thread(
-                        target=self._run, args=(numbers,), name="launcher", daemon=True
-                    ).start()
-                    self._ready.wait()
-        return self.available
+    def tasks(self) -> int:
+        """Tasks of the host in the pids cgroup (not the user's: ``tasks_besides_agent``)."""
+        host = self._host
+        return 1 if host is not None and host.pid not in REAPER.status else 0
 
     def popen(
         self, argv: list[str], env: dict[str, str], cwd: str, with_stdin: bool
@@ -208,8 +112,12 @@ class Launcher:
             "cwd": cwd,
             "env": env,
         }
-        proc = self._call(lambda: UserPopen(argv, **kwargs)) if self.start() else None
-        return proc or subprocess.Popen(
+        if self.usable():
+            try:
+                return LaunchedPopen(self, argv, **kwargs)
+            except _NotLaunched:
+                pass
+        return subprocess.Popen(
             argv,
             **kwargs,
             user=UID,
@@ -219,60 +127,97 @@ class Launcher:
             close_fds=True,
         )
 
-    def _call(self, fn: Callable[[], T]) -> T | None:
-        """``fn()`` on the launcher thread; None if the thread could not become the user."""
-        box: list[Any] = []
-        done = threading.Event()
-        self._jobs.put((fn, box, done))
-        done.wait()
-        if isinstance(box[0], BaseException):
-            raise box[0]
-        result: T | None = box[0]
-        return result
+    def usable(self) -> bool:
+        """Whether the host has said it is ready; starts one when there is none."""
+        if not self.enabled:
+            return False
+        if self._sock is None:
+            self._start()
+            return False
+        if not self._ready and select.select([self._sock], [], [], 0)[0]:
+            self._ready = self._read_line() == b"ready"
+            if not self._ready:
+                self.stop()
+        return self._ready
 
-    def _run(self, numbers: tuple[int, int, int]) -> None:  # pragma: no cover - launcher thread
-        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+    def launch(self, args: list[str], env: dict[str, str], cwd: str, fds: list[int]) -> int:
+        """The pid of ``args`` started by the host; its ``OSError`` if the spawn failed."""
+        assert self._sock is not None
+        body = json.dumps({"argv": args, "env": env, "cwd": cwd}).encode()
         try:
-            creds = _Creds(numbers)
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.unshare(_CLONE_FS) != 0 or libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-                return
-            creds.to_user()
-            creds.to_root()
-            self.available = True
+            socket.send_fds(self._sock, [HEADER.pack(len(body))], fds)
+            self._sock.sendall(body)
         except OSError:
+            self.stop()
+            raise _NotLaunched from None
+        line = self._read_line()
+        if not line:
+            self.stop()
+            raise AgentError("sandbox_error", "the launcher died while starting the command")
+        reply = json.loads(line)
+        if "errno" in reply:
+            raise OSError(reply["errno"], os.strerror(reply["errno"]), args[0])
+        return int(reply["pid"])
+
+    def stop(self) -> None:
+        """Close and kill the host (its children become the agent's); the next spawn forks."""
+        if self._sock is not None:
+            self._sock.close()
+        if self._host is not None:
+            with contextlib.suppress(OSError):
+                os.kill(self._host.pid, signal.SIGKILL)
+        self._host, self._sock, self._ready = None, None, False
+        self._buf = bytearray()
+
+    def _read_line(self) -> bytes:
+        """One answer line from the host, or b"" when it is gone or too slow."""
+        assert self._sock is not None
+        self._sock.settimeout(LAUNCH_TIMEOUT_S)
+        try:
+            while b"\n" not in self._buf:
+                chunk = self._sock.recv(4096)
+                if not chunk:
+                    return b""
+                self._buf += chunk
+        except OSError:
+            return b""
+        line, _, rest = bytes(self._buf).partition(b"\n")
+        self._buf = bytearray(rest)
+        return line
+
+    def _start(self) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        rfd, wfd = os.pipe()
+        argv, path = host_command()
+        try:
+            with REAPER.cond:
+                host = subprocess.Popen(
+                    argv, stdin=theirs.fileno(), stdout=wfd, env={"PYTHONPATH": path}
+                )
+                REAPER.wanted.add(host.pid)
+            REAPER.kick()
+        except OSError:
+            self.enabled = False
+            ours.close()
+            os.close(rfd)
             return
         finally:
-            self._ready.set()
-        while self._serve(creds):
-            pass
+            theirs.close()
+            os.close(wfd)
+        self._host, self._sock = host, ours
+        threading.Thread(target=_forward, args=(rfd,), name="launcher-status", daemon=True).start()
 
-    def _serve(self, creds: _Creds) -> bool:  # pragma: no cover - launcher thread
-        """Run one job as the user; False (the thread ends) if a switch failed.
 
-        A failed switch to the user answers None (the caller forks instead); a
-        failed switch back leaves the thread the user's, so it runs nothing more.
-        """
-        fn, box, done = self._jobs.get()
-        try:
-            creds.to_user()
-        except OSError:
-            self.available = False
-            box.append(None)
-            done.set()
-            return False
-        try:
-            box.append(fn())
-        except BaseException as exc:
-            box.append(exc)
-        try:
-            creds.to_root()
-        except OSError:
-            self.available = False
-            return False
-        finally:
-            done.set()
-        return True
+def _forward(rfd: int) -> None:  # pragma: no cover - exercised through the host
+    """Hand the host's child statuses to the reaper, as if the agent had reaped them."""
+    with os.fdopen(rfd, "rb") as statuses:
+        for line in statuses:
+            pid, st = (int(x) for x in line.split())
+            with REAPER.cond:
+                if pid in REAPER.wanted:
+                    REAPER.wanted.discard(pid)
+                    REAPER.status[pid] = st
+                    REAPER.cond.notify_all()
 
 
 LAUNCHER = Launcher()

@@ -131,11 +131,11 @@ def _kill_all_as_user(end: float) -> None:
 
 
 def tasks_besides_agent() -> int | None:
-    """Tasks in the sandbox's pids cgroup that are not the agent's threads."""
+    """Tasks in the sandbox's pids cgroup that are not the agent's threads or its launcher."""
     try:
         with open(PIDS_CURRENT_FILE) as f:
             total = int(f.read())
-        return total - len(os.listdir("/proc/self/task"))
+        return total - len(os.listdir("/proc/self/task")) - LAUNCHER.tasks()
     except (OSError, ValueError):
         return None
 
@@ -145,8 +145,8 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """Start a command as the user in a new session (its own process group).
 
-    The launcher thread starts it without forking the agent where it can, else
-    ``Popen`` forks as the user (``launcher.Launcher.popen``).
+    The launcher host starts it without forking the agent when it is ready,
+    else ``Popen`` forks as the user (``launcher.Launcher.popen``).
     """
     with REAPER.cond:  # the reaper must know the pid before it can reap it
         proc = LAUNCHER.popen(argv, env, cwd, with_stdin)  # no fork of the agent (launcher.py)
