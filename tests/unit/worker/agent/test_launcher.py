@@ -1,44 +1,56 @@
 """The launcher starts user commands exactly as the forking ``Popen(user=1000)`` did.
 
-Real processes on the host: the launcher needs root (to become uid 1000 and
-back), so these run where the tests run as root, as in CI; the fallback test
-runs anywhere. The same code under gVisor and runc is covered by the agent
-contract suite (tests/integration/test_backend_contract.py).
+Real processes on the host: the launcher host needs root (to become uid 1000
+and back), so these run where the tests run as root, as in CI. The same code
+under gVisor and runc is covered by tests/integration/test_launcher_contract.py
+and the agent contract suite.
 """
 
 from __future__ import annotations
 
-import errno
 import os
-import platform
+import signal
+import socket
 import subprocess
-import sys
+import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from worker.agent import launcher as launcher_mod
-from worker.agent.launcher import Launcher, UserPopen
+from worker.agent import processes
+from worker.agent.errors import AgentError
+from worker.agent.launcher import LaunchedPopen, Launcher
+from worker.agent.reaper import REAPER
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the launcher needs root")
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the launcher host needs root")
 
 ENV = {"PATH": "/usr/bin:/bin", "FOO": "bar"}
 
 
-@pytest.fixture
-def launcher() -> Launcher:
-    one = Launcher()
-    assert one.start(), "the launcher thread should start as root on Linux"
+def _ready(one: Launcher) -> Launcher:
+    end = time.monotonic() + 20
+    while not one.usable():
+        assert time.monotonic() < end, "the launcher host never said it was ready"
+        time.sleep(0.01)
     return one
+
+
+@pytest.fixture
+def launcher() -> Iterator[Launcher]:
+    one = _ready(Launcher())
+    yield one
+    host = one._host
+    one.stop()
+    if host is not None:
+        os.waitpid(host.pid, 0)
 
 
 @pytest.fixture
 def shared_dir() -> Iterator[Path]:
     """A directory uid 1000 can enter (pytest's tmp_path is root's, mode 0700)."""
-    import tempfile
-
     path = Path(tempfile.mkdtemp(prefix="sg-launcher-", dir="/tmp"))
     path.chmod(0o777)
     try:
@@ -47,9 +59,26 @@ def shared_dir() -> Iterator[Path]:
         subprocess.run(["rm", "-rf", str(path)], check=False)
 
 
+def _start(one: Launcher, argv: list[str], cwd: str = "/", stdin: bool = False) -> LaunchedPopen:
+    with REAPER.cond:  # as processes.spawn: the status must find the pid wanted
+        proc = one.popen(argv, ENV, cwd, stdin)
+        REAPER.wanted.add(proc.pid)
+    assert isinstance(proc, LaunchedPopen)
+    return proc
+
+
 def _run(proc: subprocess.Popen[bytes], stdin: bytes | None = None) -> tuple[int, str, str]:
-    out, err = proc.communicate(stdin, timeout=30)
-    return proc.returncode, out.decode(), err.decode()
+    """Exit code (from the host's report, the reaper's way), stdout, stderr."""
+    if stdin is not None and proc.stdin is not None:
+        proc.stdin.write(stdin)
+        proc.stdin.close()
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = proc.stdout.read(), proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
+    status = REAPER.wait(proc.pid, 20)
+    assert status is not None, "the host never reported the exit"
+    return os.waitstatus_to_exitcode(status), out.decode(), err.decode()
 
 
 def test_command_runs_as_user_in_own_session_with_env_cwd_stdin(
@@ -60,12 +89,12 @@ def test_command_runs_as_user_in_own_session_with_env_cwd_stdin(
         "grep -E '^(SigBlk|CapPrm|CapEff)' /proc/self/status; "
         "read -r a b c d e f rest < /proc/self/stat; echo $a $e $f; ls /proc/self/fd"
     )
-    proc = launcher.popen(["sh", "-c", script], ENV, str(shared_dir), True)
+    proc = _start(launcher, ["sh", "-c", script], str(shared_dir), True)
     code, out, err = _run(proc, b"from stdin\n")
     lines = out.split("\n")
     assert code == 0, err
     assert lines[:6] == ["1000", "1000", "1000", str(shared_dir), "bar", "from stdin"]
-    assert "SigBlk:\t0000000000000000" in out  # the launcher thread blocks all; the child none
+    assert "SigBlk:\t0000000000000000" in out
     assert "CapPrm:\t0000000000000000" in out and "CapEff:\t0000000000000000" in out
     pid, pgid, sid = lines[9].split()
     assert pid == pgid == sid == str(proc.pid)  # a new session: the deadline kill takes it all
@@ -73,21 +102,28 @@ def test_command_runs_as_user_in_own_session_with_env_cwd_stdin(
 
 
 def test_stdin_not_used_is_devnull(launcher: Launcher) -> None:
-    proc = launcher.popen(["cat"], ENV, "/", False)
+    proc = _start(launcher, ["cat"])
     assert proc.stdin is None
     assert _run(proc) == (0, "", "")
 
 
 def test_exit_code_and_signal_are_the_commands(launcher: Launcher) -> None:
-    assert _run(launcher.popen(["sh", "-c", "exit 3"], ENV, "/", False))[0] == 3
-    assert _run(launcher.popen(["sh", "-c", "kill -TERM $$"], ENV, "/", False))[0] == -15
+    assert _run(_start(launcher, ["sh", "-c", "exit 3"]))[0] == 3
+    assert _run(_start(launcher, ["sh", "-c", "kill -TERM $$"]))[0] == -signal.SIGTERM
 
 
-def _popen_error(argv: list[str], env: dict[str, str], cwd: str) -> OSError:
+def test_host_is_root_between_launches(launcher: Launcher) -> None:
+    _run(_start(launcher, ["true"]))
+    assert launcher._host is not None
+    status = Path(f"/proc/{launcher._host.pid}/status").read_text()
+    assert "Uid:\t0\t0\t0\t0" in status and "Gid:\t0\t0\t0\t0" in status
+
+
+def _popen_error(argv: list[str], cwd: str) -> OSError:
     """The error the forking ``Popen(user=1000)`` raised for the same spawn."""
     with pytest.raises(OSError) as caught:
         subprocess.Popen(
-            argv, env=env, cwd=cwd, user=1000, group=1000, extra_groups=[], close_fds=True
+            argv, env=ENV, cwd=cwd, user=1000, group=1000, extra_groups=[], close_fds=True
         )
     return caught.value
 
@@ -104,11 +140,12 @@ def test_spawn_errors_are_popens(launcher: Launcher, shared_dir: Path, kind: str
         "not_executable": [str(shared_dir / "data")],
         "no_format": [str(shared_dir / "noformat")],
     }[kind]
-    want = _popen_error(argv, ENV, str(shared_dir))
+    want = _popen_error(argv, str(shared_dir))
     with pytest.raises(OSError) as caught:
         launcher.popen(argv, ENV, str(shared_dir), False)
     assert type(caught.value) is type(want)
     assert (caught.value.errno, caught.value.strerror) == (want.errno, want.strerror)
+    assert launcher.usable()  # a spawn error is the command's, the host serves on
 
 
 def test_path_search_skips_what_cannot_run(launcher: Launcher, shared_dir: Path) -> None:
@@ -118,59 +155,61 @@ def test_path_search_skips_what_cannot_run(launcher: Launcher, shared_dir: Path)
         tool = shared_dir / name / "tool"
         tool.write_text(f"#!/bin/sh\necho {name}\n")
         tool.chmod(mode)
-    env = {"PATH": f"{shared_dir}/missing:{shared_dir}/a:{shared_dir}/b:/usr/bin:/bin"}
-    assert _run(launcher.popen(["tool"], env, "/", False)) == (0, "b\n", "")
+    path = f"{shared_dir}/missing:{shared_dir}/a:{shared_dir}/b:/usr/bin:/bin"
+    with REAPER.cond:
+        proc = launcher.popen(["tool"], {"PATH": path}, "/", False)
+        REAPER.wanted.add(proc.pid)
+    assert _run(proc) == (0, "b\n", "")
     (shared_dir / "b" / "tool").chmod(0o644)
     with pytest.raises(PermissionError):
-        launcher.popen(["tool"], env, "/", False)
+        launcher.popen(["tool"], {"PATH": path}, "/", False)
 
 
-def test_thread_holds_the_user_only_while_it_launches(launcher: Launcher) -> None:
-    """In the window: uid 1000 with saved uid 0 (refuses ptrace); after it: root again."""
-    inside = launcher._call(lambda: (os.getresuid(), os.getresgid(), os.getgroups()))
-    assert inside == ((1000, 1000, 0), (1000, 1000, 1000), [])
-    assert os.getresuid() == (0, 0, 0)  # this thread never changed
-    after = launcher._call(lambda: threading.current_thread().name)
-    assert after == "launcher"
+def test_a_dead_host_means_fork_then_a_new_host(launcher: Launcher) -> None:
+    """The user may kill the host while it holds their uid: the next spawn forks."""
+    old = launcher._host
+    assert old is not None
+    os.kill(old.pid, signal.SIGKILL)
+    os.waitpid(old.pid, 0)
+    proc = launcher.popen(["sh", "-c", "id -u"], ENV, "/", False)
+    assert type(proc) is subprocess.Popen  # forked, as before the launcher
+    out, _ = proc.communicate(timeout=20)
+    assert (proc.returncode, out) == (0, b"1000\n")
+    _ready(launcher)
+    assert launcher._host is not None and launcher._host.pid != old.pid
+    assert _run(_start(launcher, ["sh", "-c", "echo again"])) == (0, "again\n", "")
 
 
-def test_user_cannot_ptrace_or_signal_the_launcher_thread(launcher: Launcher) -> None:
-    """A user process started in the window tries PTRACE_ATTACH and SIGTERM on it."""
-    probe = (
-        "import ctypes, os, signal, sys\n"
-        "libc = ctypes.CDLL(None, use_errno=True)\n"
-        "tid = int(sys.argv[1])\n"
-        "rc = libc.ptrace(16, tid, 0, 0)\n"  # PTRACE_ATTACH
-        "print(rc, ctypes.get_errno())\n"
-        "libc.syscall(234, os.getppid(), tid, signal.SIGTERM)\n"  # tgkill (x86_64)
-    )
-
-    def in_window() -> str:
-        tid = threading.get_native_id()
-        proc = UserPopen(
-            [sys.executable, "-I", "-c", probe, str(tid)],
-            stdout=subprocess.PIPE,
-            env=ENV,
-        )
-        out, _ = proc.communicate(timeout=30)
-        return out.decode()
-
-    if platform.machine() != "x86_64":
-        pytest.skip("the probe's tgkill number is x86_64's")
-    out = launcher._call(in_window)
-    assert out is not None
-    rc, err = out.split()
-    assert (int(rc), int(err)) == (-1, errno.EPERM)
-    # the SIGTERM, if the kernel let it through, stays pending on the blocked thread:
-    assert launcher._call(lambda: os.getpid()) == os.getpid()  # the thread still serves
+def test_host_dying_after_the_request_fails_the_exec(launcher: Launcher) -> None:
+    """Given the command, the host may have started it: no second start, an error."""
+    ours, fake = socket.socketpair()
+    launcher.stop()
+    launcher._sock, launcher._ready = ours, True
+    threading.Timer(0.2, fake.close).start()  # a host that dies with the request unanswered
+    with pytest.raises(AgentError) as caught:
+        launcher.launch(["true"], ENV, "/", [])
+    assert caught.value.code == "sandbox_error"
+    assert not launcher.usable()  # a new host is on its way; until then, fork
 
 
-def test_falls_back_to_forking_popen_when_unavailable(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(launcher_mod, "SYSCALLS", {})
+def test_without_root_it_forks(monkeypatch: pytest.MonkeyPatch) -> None:
     one = Launcher()
-    assert not one.start()
+    monkeypatch.setattr(one, "enabled", False)
+    assert not one.usable() and one._host is None
     proc = one.popen(["sh", "-c", "id -u; echo $FOO"], ENV, "/", False)
     assert type(proc) is subprocess.Popen
-    assert _run(proc) == (0, "1000\nbar\n", "")
+    out, _ = proc.communicate(timeout=20)
+    assert out == b"1000\nbar\n"
+
+
+def test_host_is_not_counted_as_a_user_task(
+    launcher: Launcher, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The deadline kill's fast path waits for zero tasks besides the agent's."""
+    assert launcher.tasks() == 1
+    count = tmp_path / "pids.current"
+    count.write_text("500\n")
+    monkeypatch.setattr(processes, "LAUNCHER", launcher)
+    monkeypatch.setattr(processes, "PIDS_CURRENT_FILE", str(count))
+    threads = len(os.listdir("/proc/self/task"))
+    assert processes.tasks_besides_agent() == 500 - threads - 1
