@@ -8,10 +8,13 @@ difference, and a spawn error is the same ``OSError``. The host's children
 are its own; it reports their wait statuses, which go to ``REAPER`` as if the
 agent had reaped them.
 
-When the host is not there yet (it starts at the first spawn, in the
-background: a Python start is ~30 ms under gVisor), has died (the user may
-kill it while it holds their uid), or cannot run (not root: unit tests), the
-spawn forks as before (``Popen(user=1000)``) and the host is started again.
+The host is started between requests (``prepare``, after a reply is sent: a
+Python start is ~30 ms under gVisor), never on an exec's path. While it is not
+ready, has died (the user may kill it while it holds their uid), or cannot run
+(not root: unit tests), a spawn forks as before (``Popen(user=1000)``). A
+deadline kill or a cancel stops it too, and the next request leaves it
+stopped: after a runaway command the sandbox holds only the agent and what the
+user left.
 If the host dies after it was given a command, the exec fails with
 ``sandbox_error`` rather than maybe running the command twice.
 """
@@ -94,6 +97,7 @@ class Launcher:
         self._sock: socket.socket | None = None
         self._ready = False
         self._buf = bytearray()
+        self._quiet = False
         self.enabled = os.geteuid() == 0 and hasattr(os, "posix_spawn")
 
     def tasks(self) -> int:
@@ -128,17 +132,25 @@ class Launcher:
         )
 
     def usable(self) -> bool:
-        """Whether the host has said it is ready; starts one when there is none."""
-        if not self.enabled:
-            return False
-        if self._sock is None:
-            self._start()
+        """Whether the host has said it is ready (looked at without waiting)."""
+        if not self.enabled or self._sock is None:
             return False
         if not self._ready and select.select([self._sock], [], [], 0)[0]:
             self._ready = self._read_line() == b"ready"
             if not self._ready:
                 self.stop()
         return self._ready
+
+    def prepare(self) -> None:
+        """After a reply: start a host if there is none, so that the next exec need not fork.
+
+        Not right after a deadline kill or a cancel (``stop(quiet=True)``): the
+        sandbox gets one request with no process but the agent and the user's.
+        """
+        if self._quiet:
+            self._quiet = False
+        elif self.enabled and self._sock is None:
+            self._start()
 
     def launch(self, args: list[str], env: dict[str, str], cwd: str, fds: list[int]) -> int:
         """The pid of ``args`` started by the host; its ``OSError`` if the spawn failed."""
@@ -159,8 +171,12 @@ class Launcher:
             raise OSError(reply["errno"], os.strerror(reply["errno"]), args[0])
         return int(reply["pid"])
 
-    def stop(self) -> None:
-        """Close and kill the host (its children become the agent's); the next spawn forks."""
+    def stop(self, quiet: bool = False) -> None:
+        """Close and kill the host (its children become the agent's); the next spawn forks.
+
+        ``quiet``: the exec was killed (deadline, cancel); ``prepare`` waits a request.
+        """
+        self._quiet = quiet
         if self._sock is not None:
             self._sock.close()
         if self._host is not None:

@@ -72,6 +72,7 @@ def kill_new(pgid: int, before: set[tuple[int, int]]) -> None:
     the cleanup to finish (``finish_cleanup``).
     """
     end = time.monotonic() + KILL_BUDGET_S
+    LAUNCHER.stop(quiet=True)  # its children (the command's leader) become the agent's
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
     if not before and tasks_besides_agent() is not None:

@@ -31,6 +31,7 @@ ENV = {"PATH": "/usr/bin:/bin", "FOO": "bar"}
 
 
 def _ready(one: Launcher) -> Launcher:
+    one.prepare()
     end = time.monotonic() + 20
     while not one.usable():
         assert time.monotonic() < end, "the launcher host never said it was ready"
@@ -175,6 +176,7 @@ def test_a_dead_host_means_fork_then_a_new_host(launcher: Launcher) -> None:
     assert type(proc) is subprocess.Popen  # forked, as before the launcher
     out, _ = proc.communicate(timeout=20)
     assert (proc.returncode, out) == (0, b"1000\n")
+    assert launcher._host is None  # started between requests, never on an exec's path
     _ready(launcher)
     assert launcher._host is not None and launcher._host.pid != old.pid
     assert _run(_start(launcher, ["sh", "-c", "echo again"])) == (0, "again\n", "")
@@ -189,12 +191,13 @@ def test_host_dying_after_the_request_fails_the_exec(launcher: Launcher) -> None
     with pytest.raises(AgentError) as caught:
         launcher.launch(["true"], ENV, "/", [])
     assert caught.value.code == "sandbox_error"
-    assert not launcher.usable()  # a new host is on its way; until then, fork
+    assert not launcher.usable()  # until a new host is ready, spawns fork
 
 
 def test_without_root_it_forks(monkeypatch: pytest.MonkeyPatch) -> None:
     one = Launcher()
     monkeypatch.setattr(one, "enabled", False)
+    one.prepare()
     assert not one.usable() and one._host is None
     proc = one.popen(["sh", "-c", "id -u; echo $FOO"], ENV, "/", False)
     assert type(proc) is subprocess.Popen
