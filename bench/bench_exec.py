@@ -70,6 +70,7 @@ def warm_exec(
 ) -> None:
     sbx = backend.create("python")
     try:
+        pings = timed(lambda: backend.ping(sbx), runs)
         ours = timed(lambda: backend.exec(sbx, TRUE), runs)
         container = client.containers.get(sbx.id)
         theirs = timed(lambda: container.exec_run("true"), runs)
@@ -77,6 +78,7 @@ def warm_exec(
         backend.destroy(sbx)
     ratio = statistics.median(theirs) / statistics.median(ours)
     target = RATIO_TARGET.get(runtime, 5.0)
+    print(line("channel round trip of a no-op (`ping`)", pings))
     print(line("warm exec `true`, sandgrid channel", ours, verdict(pct(ours, 50) <= 10)))
     print(line("warm exec `true`, docker SDK exec_run", theirs))
     print(
