@@ -48,7 +48,8 @@ def host_command() -> tuple[list[str], str]:
     from .kernel import host_argv  # the same lookup as the kernel host's
 
     argv, path = host_argv()
-    return [sys.executable, "-S", "-m", argv[-1].rsplit(".", 1)[0] + ".launcherhost"], path
+    module = argv[-1].rsplit(".", 1)[0] + ".launcherhost"
+    return [sys.executable, "-S", "-P", "-m", module], path  # -P: no cwd on sys.path
 
 
 class _NotLaunched(Exception):

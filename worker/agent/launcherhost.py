@@ -20,7 +20,7 @@ stderr attached (``SCM_RIGHTS``), then that many bytes of JSON ``{"argv",
 ``{"errno": e}``. The host writes ``"ready\\n"`` once, first. Its children are
 its own, so it writes each one's wait status as ``"<pid> <status>\\n"`` on fd 1
 for the agent's reaper; if the host dies, they are the agent's (PID 1) again.
-Run as ``python3 -S -m sandgrid_agent.launcherhost`` with ``PYTHONPATH``.
+Run as ``python3 -S -P -m sandgrid_agent.launcherhost`` with ``PYTHONPATH``.
 """
 
 from __future__ import annotations
