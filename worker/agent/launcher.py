@@ -8,8 +8,9 @@ difference, and a spawn error is the same ``OSError``. The host's children
 are its own; it reports their wait statuses, which go to ``REAPER`` as if the
 agent had reaped them.
 
-The host is started between requests (``prepare``, after a reply is sent: a
-Python start is ~30 ms under gVisor), never on an exec's path. While it is not
+The host is started between requests (``prepare``, after the reply to a
+request that started a command: a Python start is ~30 ms under gVisor), never
+on an exec's path. While it is not
 ready, has died (the user may kill it while it holds their uid), or cannot run
 (not root: unit tests), a spawn forks as before (``Popen(user=1000)``). A
 deadline kill or a cancel stops it too, and the next request leaves it
@@ -99,7 +100,13 @@ class Launcher:
         self._ready = False
         self._buf = bytearray()
         self._quiet = False
+        self._wanted = False
         self.enabled = os.geteuid() == 0 and hasattr(os, "posix_spawn")
+
+    def pid(self) -> int | None:
+        """The host's pid while there is one (root: ``user_procs`` need not read it)."""
+        host = self._host
+        return host.pid if host is not None else None
 
     def tasks(self) -> int:
         """Tasks of the host in the pids cgroup (not the user's: ``tasks_besides_agent``)."""
@@ -117,6 +124,7 @@ class Launcher:
             "cwd": cwd,
             "env": env,
         }
+        self._wanted = True
         if self.usable():
             try:
                 return LaunchedPopen(self, argv, **kwargs)
@@ -145,12 +153,16 @@ class Launcher:
     def prepare(self) -> None:
         """After a reply: start a host if there is none, so that the next exec need not fork.
 
+        Only once the sandbox has started a command: a warm sandbox waiting in
+        the pool does not pay for a host it may never use, and a pool hit's
+        first exec does not compete with a host starting up.
+
         Not right after a deadline kill or a cancel (``stop(quiet=True)``): the
         sandbox gets one request with no process but the agent and the user's.
         """
         if self._quiet:
             self._quiet = False
-        elif self.enabled and self._sock is None:
+        elif self.enabled and self._wanted and self._sock is None:
             self._start()
 
     def launch(self, args: list[str], env: dict[str, str], cwd: str, fds: list[int]) -> int:

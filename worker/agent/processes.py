@@ -41,8 +41,9 @@ def user_procs() -> dict[tuple[int, int], bool]:
     process can turn to root with ``prctl(PR_SET_DUMPABLE, 0)``.
     """
     found: dict[tuple[int, int], bool] = {}
+    launcher = str(LAUNCHER.pid())  # root, like PID 1: two reads saved per exec
     for name in os.listdir("/proc"):
-        if not name.isdigit() or name == "1":
+        if not name.isdigit() or name == "1" or name == launcher:
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:

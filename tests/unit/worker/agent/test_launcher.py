@@ -31,6 +31,7 @@ ENV = {"PATH": "/usr/bin:/bin", "FOO": "bar"}
 
 
 def _ready(one: Launcher) -> Launcher:
+    one._wanted = True  # as after a first spawn
     one.prepare()
     end = time.monotonic() + 20
     while not one.usable():
@@ -177,6 +178,8 @@ def test_a_dead_host_means_fork_then_a_new_host(launcher: Launcher) -> None:
     out, _ = proc.communicate(timeout=20)
     assert (proc.returncode, out) == (0, b"1000\n")
     assert launcher._host is None  # started between requests, never on an exec's path
+    launcher.prepare()
+    assert launcher._host is not None
     _ready(launcher)
     assert launcher._host is not None and launcher._host.pid != old.pid
     assert _run(_start(launcher, ["sh", "-c", "echo again"])) == (0, "again\n", "")
@@ -216,3 +219,20 @@ def test_host_is_not_counted_as_a_user_task(
     monkeypatch.setattr(processes, "PIDS_CURRENT_FILE", str(count))
     threads = len(os.listdir("/proc/self/task"))
     assert processes.tasks_besides_agent() == 500 - threads - 1
+
+
+def test_host_starts_only_once_a_command_was_started() -> None:
+    one = Launcher()
+    one.prepare()  # e.g. after the first ping of a pool sandbox
+    assert one._host is None
+    proc = one.popen(["true"], ENV, "/", False)  # forks: no host yet
+    assert type(proc) is subprocess.Popen and proc.wait(timeout=20) == 0
+    one.prepare()
+    try:
+        assert one._host is not None and one.pid() == one._host.pid
+        assert str(one._host.pid) not in {str(pid) for pid, _ in processes.user_procs()}
+    finally:
+        host = one._host
+        one.stop()
+        if host is not None:
+            os.waitpid(host.pid, 0)
