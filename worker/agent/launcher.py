@@ -180,6 +180,9 @@ class Launcher:
             self.stop()
             raise AgentError("sandbox_error", "the launcher died while starting the command")
         reply = json.loads(line)
+        if reply.get("quit"):  # its limits were changed: nothing started, fork instead
+            self.stop()
+            raise _NotLaunched
         if "errno" in reply:
             raise OSError(reply["errno"], os.strerror(reply["errno"]), args[0])
         return int(reply["pid"])

@@ -11,15 +11,17 @@ Why a process of its own and not a thread of the agent: while it spawns, its
 real uid is the user's, so the user may signal it; under gVisor a thread of
 PID 1 in that state can be sent ``SIGKILL`` and the whole agent dies. Here only
 this host dies, and the agent forks as before and starts another. ``ptrace``
-and ``prlimit`` stay refused (the saved uid is 0; not dumpable).
+stays refused (the saved uid is 0; not dumpable); gVisor does let the user
+``prlimit`` it then, so a host whose limits moved quits (``own_limits``).
 
 Protocol (``launcher.Launcher`` is the other end): fd 0 is a Unix stream
 socket. A request is an 8-byte length with the command's stdin, stdout and
 stderr attached (``SCM_RIGHTS``), then that many bytes of JSON ``{"argv",
 "env", "cwd"}``; the answer is one line of JSON, ``{"pid": n}`` or
-``{"errno": e}``. The host writes ``"ready\\n"`` once, first. Its children are
-its own, so it writes each one's wait status as ``"<pid> <status>\\n"`` on fd 1
-for the agent's reaper; if the host dies, they are the agent's (PID 1) again.
+``{"errno": e}``, or ``{"quit": true}`` (nothing started; it exits). The
+host writes ``"ready\\n"`` once, first. Its children are its own, so it writes
+each one's wait status as ``"<pid> <status>\\n"`` on fd 1 for the agent's
+reaper; if the host dies, they are the agent's (PID 1) again.
 Run as ``python3 -S -P -m sandgrid_agent.launcherhost`` with ``PYTHONPATH``.
 """
 
@@ -30,6 +32,7 @@ import ctypes
 import errno
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -38,7 +41,7 @@ from typing import Any
 
 from .limits import GID, UID
 
-__all__ = ["HEADER", "launch", "main", "spawn_path"]
+__all__ = ["HEADER", "launch", "main", "own_limits", "spawn_path"]
 
 HEADER = struct.Struct("!Q")
 """The request's length, sent with the three descriptors."""
@@ -145,6 +148,20 @@ def _reap(status_fd: int) -> None:
         os.write(status_fd, f"{pid} {st}\n".encode())
 
 
+def own_limits() -> list[Any]:
+    """What a command inherits from this host besides its ids: rlimits and niceness.
+
+    While the host holds the user's uid, gVisor lets the user ``prlimit`` and
+    ``setpriority`` it; a host whose limits moved quits (the agent starts a
+    fresh one) rather than hand them to the next command.
+    """
+    limits: list[Any] = [os.getpriority(os.PRIO_PROCESS, 0)]
+    for name in dir(resource):
+        if name.startswith("RLIMIT_"):
+            limits.append(resource.getrlimit(getattr(resource, name)))
+    return limits
+
+
 def main() -> None:  # pragma: no cover - the host process itself
     """Serve spawn requests on fd 0 until the agent closes it."""
     ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -154,6 +171,7 @@ def main() -> None:  # pragma: no cover - the host process itself
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     os.chdir("/")
+    limits = own_limits()
     sock.sendall(b"ready\n")
     while True:
         ready, _, _ = select.select([sock.fileno(), wake_r], [], [])
@@ -163,6 +181,9 @@ def main() -> None:  # pragma: no cover - the host process itself
         if sock.fileno() in ready:
             got = _recv_request(sock)
             if got is None:
+                return
+            if own_limits() != limits:  # nothing started: the agent forks instead
+                sock.sendall(b'{"quit": true}\n')
                 return
             sock.sendall(json.dumps(launch(*got)).encode() + b"\n")
 
