@@ -13,9 +13,9 @@ request that started a command: a Python start is ~30 ms under gVisor), never
 on an exec's path. While it is not
 ready, has died (the user may kill it while it holds their uid), or cannot run
 (not root: unit tests), a spawn forks as before (``Popen(user=1000)``). A
-deadline kill or a cancel stops it too, and the next request leaves it
-stopped: after a runaway command the sandbox holds only the agent and what the
-user left.
+deadline kill or a cancel stops it too, and no new one starts until a command
+is started again: after a runaway command the sandbox holds only the agent and
+what the user left.
 If the host dies after it was given a command, the exec fails with
 ``sandbox_error`` rather than maybe running the command twice.
 """
@@ -99,7 +99,6 @@ class Launcher:
         self._sock: socket.socket | None = None
         self._ready = False
         self._buf = bytearray()
-        self._quiet = False
         self._wanted = False
         self.enabled = os.geteuid() == 0 and hasattr(os, "posix_spawn")
 
@@ -157,12 +156,11 @@ class Launcher:
         the pool does not pay for a host it may never use, and a pool hit's
         first exec does not compete with a host starting up.
 
-        Not right after a deadline kill or a cancel (``stop(quiet=True)``): the
-        sandbox gets one request with no process but the agent and the user's.
+        Not after a deadline kill or a cancel (``stop(quiet=True)``) until a
+        command was started again: until then the sandbox holds no process but
+        the agent and the user's.
         """
-        if self._quiet:
-            self._quiet = False
-        elif self.enabled and self._wanted and self._sock is None:
+        if self.enabled and self._wanted and self._sock is None:
             self._start()
 
     def launch(self, args: list[str], env: dict[str, str], cwd: str, fds: list[int]) -> int:
@@ -190,9 +188,10 @@ class Launcher:
     def stop(self, quiet: bool = False) -> None:
         """Close and kill the host (its children become the agent's); the next spawn forks.
 
-        ``quiet``: the exec was killed (deadline, cancel); ``prepare`` waits a request.
+        ``quiet``: the exec was killed (deadline, cancel); no new host until a
+        command is started again.
         """
-        self._quiet = quiet
+        self._wanted = self._wanted and not quiet
         if self._sock is not None:
             self._sock.close()
         if self._host is not None:
