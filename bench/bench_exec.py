@@ -109,7 +109,13 @@ def pool_hit(backend: SandboxBackend, runtime: str, runs: int) -> None:
 
 
 def cold_create(backend: SandboxBackend, runs: int) -> None:
-    totals, parts = [], {"create_ms": [], "attach_ms": [], "start_ms": [], "ping_ms": []}
+    totals: list[float] = []
+    parts: dict[str, list[float]] = {
+        "create_ms": [],
+        "attach_ms": [],
+        "start_ms": [],
+        "ping_ms": [],
+    }
     for _ in range(runs):
         t0 = time.perf_counter()
         sbx = backend.create("python")
