@@ -11,8 +11,9 @@ Prints, per runtime:
   ``true``) against ``docker run --rm ... true``;
 - cold create (create + attach + start + first ping), network ``none``.
 
-Targets: warm exec p50 <= 10 ms and >= 5x faster than exec_run; pool-hit start
-to first result <= 15 ms; cold create <= 200 ms. ``exec_run`` appears here only
+Targets: warm exec p50 <= 10 ms and >= 5x faster than exec_run (>= 3x under
+runsc, issue 15: a fork is expensive there, see ``worker/agent/launcher.py``);
+pool-hit start to first result <= 15 ms; cold create <= 200 ms. ``exec_run`` appears here only
 as the baseline; sandgrid never uses it.
 """
 
@@ -37,6 +38,8 @@ from worker.pool import WarmPool
 
 IMAGE = "sandgrid/sandbox-python:latest"
 TRUE = ExecRequest(argv=["true"])
+RATIO_TARGET = {"runc": 5.0, "runsc": 3.0}
+"""exec_run / channel, p50, per runtime."""
 
 
 def timed(fn: Callable[[], object], runs: int, warmup: int = 5) -> list[float]:
@@ -62,19 +65,26 @@ def verdict(ok: bool) -> str:
     return "[target met]" if ok else "[target MISSED]"
 
 
-def warm_exec(backend: SandboxBackend, client: docker.DockerClient, runs: int) -> None:
+def warm_exec(
+    backend: SandboxBackend, client: docker.DockerClient, runtime: str, runs: int
+) -> None:
     sbx = backend.create("python")
     try:
+        pings = timed(lambda: backend.ping(sbx), runs)
         ours = timed(lambda: backend.exec(sbx, TRUE), runs)
         container = client.containers.get(sbx.id)
         theirs = timed(lambda: container.exec_run("true"), runs)
     finally:
         backend.destroy(sbx)
     ratio = statistics.median(theirs) / statistics.median(ours)
-    ok = pct(ours, 50) <= 10 and ratio >= 5
+    target = RATIO_TARGET.get(runtime, 5.0)
+    print(line("channel round trip of a no-op (`ping`)", pings))
     print(line("warm exec `true`, sandgrid channel", ours, verdict(pct(ours, 50) <= 10)))
     print(line("warm exec `true`, docker SDK exec_run", theirs))
-    print(f"  {'ratio exec_run / channel (p50)':<44} {ratio:8.1f}x   {verdict(ok)}")
+    print(
+        f"  {'ratio exec_run / channel (p50)':<44} {ratio:8.1f}x   target >= {target:.0f}x"
+        f"   {verdict(ratio >= target)}"
+    )
 
 
 def pool_hit(backend: SandboxBackend, runtime: str, runs: int) -> None:
@@ -99,7 +109,13 @@ def pool_hit(backend: SandboxBackend, runtime: str, runs: int) -> None:
 
 
 def cold_create(backend: SandboxBackend, runs: int) -> None:
-    totals, parts = [], {"create_ms": [], "attach_ms": [], "start_ms": [], "ping_ms": []}
+    totals: list[float] = []
+    parts: dict[str, list[float]] = {
+        "create_ms": [],
+        "attach_ms": [],
+        "start_ms": [],
+        "ping_ms": [],
+    }
     for _ in range(runs):
         t0 = time.perf_counter()
         sbx = backend.create("python")
@@ -133,7 +149,7 @@ def main() -> int:
             continue
         backend = backend_for(runtime, client=client, node="bench")
         print(f"== runtime {runtime}")
-        warm_exec(backend, client, args.runs)
+        warm_exec(backend, client, runtime, args.runs)
         pool_hit(backend, runtime, args.starts)
         cold_create(backend, args.starts)
     return 0

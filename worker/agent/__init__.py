@@ -22,7 +22,9 @@ processes: start, run as, kill), ``exec``, ``files`` (workspace file ops),
 ``safetar`` (checked extraction), ``access`` (reading what the user closed),
 ``scanstate`` (the delta state both ends hold), ``scan``, ``transfer``
 (snapshot pack, unpack and ranges), ``egress`` (the loopback proxy port relayed to
-the host's egress proxy), ``main`` (the dispatch loop).
+the host's egress proxy), ``launcher`` and ``launcherhost`` (exec without a
+fork of the agent: a small root process spawns the commands), ``main`` (the
+dispatch loop).
 
 Why it looks the way it does:
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from .errors import AgentError, Json
 from .framing import write_all
+from .launcher import LAUNCHER
 from .limits import CLEANUP_WAIT_S, GID, KILL_BUDGET_S, PIDS_CURRENT_FILE, PIPE_SIZE, UID
 from .reaper import REAPER
 
@@ -40,8 +41,9 @@ def user_procs() -> dict[tuple[int, int], bool]:
     process can turn to root with ``prctl(PR_SET_DUMPABLE, 0)``.
     """
     found: dict[tuple[int, int], bool] = {}
+    launcher = str(LAUNCHER.pid())  # root, like PID 1: two reads saved per exec
     for name in os.listdir("/proc"):
-        if not name.isdigit() or name == "1":
+        if not name.isdigit() or name == "1" or name == launcher:
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
@@ -71,6 +73,7 @@ def kill_new(pgid: int, before: set[tuple[int, int]]) -> None:
     the cleanup to finish (``finish_cleanup``).
     """
     end = time.monotonic() + KILL_BUDGET_S
+    LAUNCHER.stop(quiet=True)  # its children (the command's leader) become the agent's
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
     if not before and tasks_besides_agent() is not None:
@@ -130,11 +133,11 @@ def _kill_all_as_user(end: float) -> None:
 
 
 def tasks_besides_agent() -> int | None:
-    """Tasks in the sandbox's pids cgroup that are not the agent's threads."""
+    """Tasks in the sandbox's pids cgroup that are not the agent's threads or its launcher."""
     try:
         with open(PIDS_CURRENT_FILE) as f:
             total = int(f.read())
-        return total - len(os.listdir("/proc/self/task"))
+        return total - len(os.listdir("/proc/self/task")) - LAUNCHER.tasks()
     except (OSError, ValueError):
         return None
 
@@ -142,21 +145,13 @@ def tasks_besides_agent() -> int | None:
 def spawn(
     argv: list[str], env: dict[str, str], cwd: str, with_stdin: bool
 ) -> subprocess.Popen[bytes]:
-    """Start a command as the user in a new session (its own process group)."""
+    """Start a command as the user in a new session (its own process group).
+
+    The launcher host starts it without forking the agent when it is ready,
+    else ``Popen`` forks as the user (``launcher.Launcher.popen``).
+    """
     with REAPER.cond:  # the reaper must know the pid before it can reap it
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            cwd=cwd,
-            env=env,
-            user=UID,
-            group=GID,
-            extra_groups=[],
-            start_new_session=True,
-            close_fds=True,
-        )
+        proc = LAUNCHER.popen(argv, env, cwd, with_stdin)  # no fork of the agent (launcher.py)
         REAPER.wanted.add(proc.pid)
     REAPER.kick()
     for pipe in (proc.stdout, proc.stderr):  # fewer, larger reads (each costs more in gVisor)
