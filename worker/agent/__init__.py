@@ -23,8 +23,9 @@ processes: start, run as, kill), ``exec``, ``files`` (workspace file ops),
 ``scanstate`` (the delta state both ends hold), ``scan``, ``transfer``
 (snapshot pack, unpack and ranges), ``egress`` (the loopback proxy port relayed to
 the host's egress proxy), ``launcher`` and ``launcherhost`` (exec without a
-fork of the agent: a small root process spawns the commands), ``main`` (the
-dispatch loop).
+fork of the agent: a small root process spawns the commands), ``standby`` (the
+next scan's child, forked after a reply rather than on the scan's path), ``main``
+(the dispatch loop).
 
 Why it looks the way it does:
 

@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import AgentError, Json
 from .framing import write_all
@@ -24,14 +24,33 @@ from .limits import CLEANUP_WAIT_S, GID, KILL_BUDGET_S, PIDS_CURRENT_FILE, PIPE_
 from .reaper import REAPER
 
 __all__ = [
+    "HELPERS",
     "Cleanup",
+    "Helper",
     "as_user",
     "finish_cleanup",
     "kill_new",
     "spawn",
     "tasks_besides_agent",
+    "user_child",
     "user_procs",
 ]
+
+
+class Helper(Protocol):
+    """A process PID 1 keeps ready besides the launcher (``standby.STANDBY``)."""
+
+    def tasks(self) -> int:
+        """Tasks it holds in the pids cgroup: not the user's."""
+        ...
+
+    def stop(self) -> None:
+        """Kill it: a deadline kill leaves nothing but the agent."""
+        ...
+
+
+#: The helpers besides the launcher, registered by their modules.
+HELPERS: list[Helper] = []
 
 
 def user_procs() -> dict[tuple[int, int], bool]:
@@ -74,6 +93,8 @@ def kill_new(pgid: int, before: set[tuple[int, int]]) -> None:
     """
     end = time.monotonic() + KILL_BUDGET_S
     LAUNCHER.stop(quiet=True)  # its children (the command's leader) become the agent's
+    for helper in HELPERS:
+        helper.stop()
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
     if not before and tasks_besides_agent() is not None:
@@ -137,7 +158,8 @@ def tasks_besides_agent() -> int | None:
     try:
         with open(PIDS_CURRENT_FILE) as f:
             total = int(f.read())
-        return total - len(os.listdir("/proc/self/task")) - LAUNCHER.tasks()
+        helpers = LAUNCHER.tasks() + sum(h.tasks() for h in HELPERS)
+        return total - len(os.listdir("/proc/self/task")) - helpers
     except (OSError, ValueError):
         return None
 
@@ -171,7 +193,7 @@ def as_user(fn: Callable[..., Any], *args: Any) -> Any:
         raise AgentError("sandbox_error", f"cannot fork: {exc.strerror}") from exc
     if pid == 0:  # pragma: no cover - child
         os.close(rfd)
-        _user_child(wfd, fn, args)
+        user_child(wfd, fn, args)
     REAPER.kick()
     os.close(wfd)
     with os.fdopen(rfd, "rb") as f:
@@ -185,9 +207,8 @@ def as_user(fn: Callable[..., Any], *args: Any) -> Any:
     return reply["result"]
 
 
-def _user_child(
-    wfd: int, fn: Callable[..., Any], args: tuple[Any, ...]
-) -> None:  # pragma: no cover
+def user_child(wfd: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:  # pragma: no cover
+    """In a forked child: become the user, write ``fn(*args)``'s reply to ``wfd``, exit."""
     try:
         _become_user()
         os.umask(0o022)

@@ -22,8 +22,9 @@ from .errors import Json
 from .limits import check_roots
 from .processes import as_user
 from .scanstate import ScanRow, ScanState
+from .standby import STANDBY
 
-__all__ = ["HASHES", "SCANNED", "op_scan", "scan_diff", "update"]
+__all__ = ["HASHES", "SCANNED", "op_scan", "prepare_scan", "scan_diff", "update"]
 
 # path -> (size, mtime_ns, ctime_ns, ino, sha256); ctime moves on any write, chmod or
 # utime, so a file rewritten with its old size and mtime is read again
@@ -118,5 +119,12 @@ def op_scan(req: Json) -> Json:
     """The ``scan`` reply: a delta on ``since`` when PID 1 holds that token, else every row."""
     roots = check_roots(req.get("roots"))
     delta = SCANNED.answers(req.get("since"), roots)
-    diff = as_user(scan_diff, roots, SCANNED.rows if delta else {})
+    diff = STANDBY.scan(SCANNED, roots, delta)  # forked ahead of need (standby.py)
+    if diff is None:
+        diff = as_user(scan_diff, roots, SCANNED.rows if delta else {})
     return update(SCANNED, roots, diff, delta=delta)
+
+
+def prepare_scan() -> None:
+    """After a reply: the next scan's child, forked now rather than on its path."""
+    STANDBY.prepare(SCANNED, scan_diff)
