@@ -13,6 +13,11 @@ drops to the user and scans exactly as ``as_user`` would, from its own copy of
 child whose token is PID 1's holds the same ones). A stale child (the token
 moved), a dead one or none at all: the scan forks as before.
 
+Only under gVisor (``SANDGRID_RUNTIME=runsc``, set by the worker): under runc
+the fork costs ~2 ms, and made right after a reply it competes for the CPU
+with the rest of the turn (the result's way back to the client), which cost a
+grid turn more than the scan gained (docs/performance.md).
+
 The child is one more task in the pids cgroup while it waits, counted out of
 ``tasks_besides_agent``; a deadline kill stops it (``stop``), and it is forked
 again only after the next scan.
@@ -42,7 +47,7 @@ class Standby:
     """At most one waiting scan child; single use."""
 
     def __init__(self) -> None:
-        self.enabled = os.geteuid() == 0
+        self.enabled = os.geteuid() == 0 and os.environ.get("SANDGRID_RUNTIME") == "runsc"
         self._wanted = False
         self._pid: int | None = None
         self._job_w = -1

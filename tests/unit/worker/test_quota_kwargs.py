@@ -42,7 +42,11 @@ def test_limits_follow_quotas() -> None:
     assert "size=5m" in hc["tmpfs"]["/home/sandbox"] and "size=3m" in hc["tmpfs"]["/tmp"]
     limits = {u["Name"]: (u["Soft"], u["Hard"]) for u in hc["ulimits"]}
     assert limits == {"nofile": (100, 100), "fsize": (2 << 20, 2 << 20), "core": (0, 0)}
-    assert kw["environment"] == {"SANDGRID_PIDS_MAX": "99", "SANDGRID_MEMORY_MAX": str(300 << 20)}
+    assert kw["environment"] == {
+        "SANDGRID_PIDS_MAX": "99",
+        "SANDGRID_MEMORY_MAX": str(300 << 20),
+        "SANDGRID_RUNTIME": "runc",
+    }
 
 
 def test_host_overrides_and_network() -> None:

@@ -26,6 +26,7 @@ def whoami(roots: tuple[str, ...], rows: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture
 def standby() -> Iterator[Standby]:
     s = Standby()
+    s.enabled = True
     yield s
     s.stop()
 
@@ -71,6 +72,7 @@ def test_a_dead_or_stopped_child_is_not_used(standby: Standby) -> None:
 def test_the_waiting_child_is_not_counted_as_the_users_and_a_deadline_kill_stops_it() -> None:
     assert STANDBY in HELPERS
     state = ScanState("t1")
+    STANDBY.enabled = True
     try:
         ready(STANDBY, state)
         assert STANDBY.tasks() == 1
@@ -79,3 +81,10 @@ def test_the_waiting_child_is_not_counted_as_the_users_and_a_deadline_kill_stops
     finally:
         STANDBY.stop()
     assert STANDBY.tasks() == 0
+
+
+def test_only_under_gvisor(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDGRID_RUNTIME", "runc")
+    assert not Standby().enabled
+    monkeypatch.setenv("SANDGRID_RUNTIME", "runsc")
+    assert Standby().enabled
