@@ -38,24 +38,25 @@ CHUNK = 1 << 20
 #: The errors that mean "these descriptors cannot be spliced": fall back to copying.
 UNSPLICEABLE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
 
-#: ``count(direction, nbytes)`` before the bytes are forwarded; False stops the link.
-Count = Callable[[int, int], bool]
+#: ``count(direction, nbytes)`` before the bytes are forwarded: how many of them may
+#: be; fewer than ``nbytes`` forwards those and then cuts the link (a byte quota).
+Count = Callable[[int, int], int]
 
 
 class _Cut(Exception):
-    """``count`` said stop: the link is cut, nothing more is forwarded."""
+    """``count`` allowed less than a chunk: the link is cut after what it allowed."""
 
 
-def pump(src: socket.socket, dst: socket.socket, count: Callable[[int], bool]) -> None:
+def pump(src: socket.socket, dst: socket.socket, count: Callable[[int], int]) -> None:
     """Move bytes from ``src`` to ``dst`` until EOF on ``src`` (both blocking).
 
     Args:
         src: read from here.
         dst: written here; not shut down (the caller does, for half-close).
-        count: told each chunk's size before it is forwarded; False cuts.
+        count: told each chunk's size before it is forwarded; says how much may be.
 
     Raises:
-        _Cut: ``count`` returned False (that chunk was not forwarded).
+        _Cut: ``count`` allowed less than a chunk (only that much was forwarded).
         OSError: either socket failed.
     """
     try:
@@ -73,7 +74,7 @@ def pump(src: socket.socket, dst: socket.socket, count: Callable[[int], bool]) -
 
 
 def _splice(
-    src: socket.socket, dst: socket.socket, r: int, w: int, count: Callable[[int], bool]
+    src: socket.socket, dst: socket.socket, r: int, w: int, count: Callable[[int], int]
 ) -> None:
     sfd = src.fileno()
     while True:
@@ -86,9 +87,11 @@ def _splice(
             return
         if n == 0:
             return
-        if not count(n):
-            raise _Cut
-        if not _drain(r, dst, n):
+        allowed = count(n)
+        spliced = _drain(r, dst, allowed)
+        if allowed < n:
+            raise _Cut  # the rest dies with the pipe
+        if not spliced:
             _copy(src, dst, count)
             return
 
@@ -112,13 +115,14 @@ def _drain(r: int, dst: socket.socket, n: int) -> bool:
     return True
 
 
-def _copy(src: socket.socket, dst: socket.socket, count: Callable[[int], bool]) -> None:
+def _copy(src: socket.socket, dst: socket.socket, count: Callable[[int], int]) -> None:
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     while n := src.recv_into(buf):
-        if not count(n):
+        allowed = count(n)
+        dst.sendall(view[:allowed])
+        if allowed < n:
             raise _Cut
-        dst.sendall(view[:n])
 
 
 class Link:
@@ -169,14 +173,16 @@ class Link:
     def _run(self, idx: int) -> None:
         src, dst = self.socks[idx], self.socks[1 - idx]
 
-        def count(n: int) -> bool:
-            return self.count is None or self.count(idx, n)
+        def count(n: int) -> int:
+            return n if self.count is None else self.count(idx, n)
 
         try:
-            if self.pending[idx]:
-                if not count(len(self.pending[idx])):
+            first = self.pending[idx]
+            if first:
+                allowed = count(len(first))
+                dst.sendall(first[:allowed])
+                if allowed < len(first):
                     raise _Cut
-                dst.sendall(self.pending[idx])
             pump(src, dst, count)
             with contextlib.suppress(OSError):
                 dst.shutdown(socket.SHUT_WR)

@@ -35,16 +35,21 @@ _COUNT_LOCK = threading.Lock()
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
-def add_bytes(counts: list[int], idx: int, usage: Usage, n: int, max_bytes: int) -> bool:
-    """Count ``n`` bytes of direction ``idx``; False once the session's quota is crossed.
+def add_bytes(counts: list[int], idx: int, usage: Usage, n: int, max_bytes: int) -> int:
+    """Count up to ``n`` bytes of direction ``idx`` within the session's byte quota.
 
     Both paths count here, from the event loop or from link threads, so the
     session's shared ``usage`` is never updated by two at once.
+
+    Returns:
+        How many of the ``n`` bytes may be forwarded (and were counted): fewer
+        than ``n`` means the quota is reached and the connection is cut.
     """
     with _COUNT_LOCK:
-        counts[idx] += n
-        usage.bytes += n
-        return usage.bytes <= max_bytes
+        allowed = max(0, min(n, max_bytes - usage.bytes))
+        counts[idx] += allowed
+        usage.bytes += allowed
+        return allowed
 
 
 class FastPath:
@@ -59,7 +64,7 @@ class FastPath:
         self.active = 0
 
     async def pipe(
-        self, client: Streams, upstream: Streams, count: Callable[[int, int], bool]
+        self, client: Streams, upstream: Streams, count: Callable[[int, int], int]
     ) -> bool | None:
         """Relay ``client`` <-> ``upstream`` until both directions end.
 

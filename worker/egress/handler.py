@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -272,9 +273,10 @@ class Handler:
     ) -> None:
         if attempt.target.head:
             upstream[1].write(attempt.target.head)
-            add_bytes(attempt.counts, 0, usage, len(attempt.target.head), max_bytes)
+            head = len(attempt.target.head)  # counted, never cut (as the quota always did)
+            add_bytes(attempt.counts, 0, usage, head, sys.maxsize)
 
-        def count(idx: int, n: int) -> bool:
+        def count(idx: int, n: int) -> int:
             return add_bytes(attempt.counts, idx, usage, n, max_bytes)
 
         cut = await self.fast.pipe(client, upstream, count)
@@ -342,10 +344,11 @@ async def _copy(
     max_bytes: int,
 ) -> None:
     while data := await src.read(_CHUNK):
-        if not add_bytes(counts, idx, usage, len(data), max_bytes):
-            raise _QuotaExceeded
-        dst.write(data)
+        allowed = add_bytes(counts, idx, usage, len(data), max_bytes)
+        dst.write(data[:allowed])
         await dst.drain()
+        if allowed < len(data):
+            raise _QuotaExceeded
     if dst.can_write_eof():
         with contextlib.suppress(OSError):
             dst.write_eof()
