@@ -32,7 +32,7 @@ __all__ = ["MAX_LINKS", "FastPath", "add_bytes"]
 MAX_LINKS = 256
 _COUNT_LOCK = threading.Lock()
 
-Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+_Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 def add_bytes(counts: list[int], idx: int, usage: Usage, n: int, max_bytes: int) -> int:
@@ -64,7 +64,7 @@ class FastPath:
         self.active = 0
 
     async def pipe(
-        self, client: Streams, upstream: Streams, count: Callable[[int, int], int]
+        self, client: _Streams, upstream: _Streams, count: Callable[[int, int], int]
     ) -> bool | None:
         """Relay ``client`` <-> ``upstream`` until both directions end.
 
@@ -86,16 +86,18 @@ class FastPath:
                 pending = (await _take(client), await _take(upstream))
                 for streams in (client, upstream):
                     socks.append(await _detach(streams))
-            except OSError:  # a side is already gone: so is the connection
+            except BaseException as exc:  # cancelled, or a side is already gone
                 for sock in socks:
                     sock.close()
-                return False
+                if isinstance(exc, OSError):
+                    return False  # so is the connection: nothing to relay
+                raise
             return await _run(Link(socks[0], socks[1], count, pending=pending))
         finally:
             self.active -= 1
 
 
-async def _take(streams: Streams) -> bytes:
+async def _take(streams: _Streams) -> bytes:
     """Stop reading and return what the stream had buffered."""
     reader, writer = streams
     transport = writer.transport
@@ -105,7 +107,7 @@ async def _take(streams: Streams) -> bytes:
     return await reader.read()
 
 
-async def _detach(streams: Streams) -> socket.socket:
+async def _detach(streams: _Streams) -> socket.socket:
     """Flush what was written, and own a duplicate of the socket (the transport closes)."""
     writer = streams[1]
     writer.transport.set_write_buffer_limits(0)
