@@ -29,12 +29,14 @@ import socket
 import threading
 from collections.abc import Callable
 
-__all__ = ["CHUNK", "PIPE_SIZE", "UNSPLICEABLE", "Count", "Link", "pump"]
+__all__ = ["CHUNK", "PIPE_SIZE", "THREAD_NAME", "UNSPLICEABLE", "Count", "Link", "pump"]
 
 #: The pipe between the two sockets of a direction (``F_SETPIPE_SZ``; 64 KiB if refused).
 PIPE_SIZE = 1 << 20
 #: The most one splice (or one ``recv_into`` of the fallback) moves.
 CHUNK = 1 << 20
+#: The name of a link's threads.
+THREAD_NAME = "egress-link"
 #: The errors that mean "these descriptors cannot be spliced": fall back to copying.
 UNSPLICEABLE = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP})
 
@@ -155,11 +157,20 @@ class Link:
         self._closed = False
 
     def start(self) -> None:
-        """Start both directions."""
+        """Start both directions. With no thread to be had (a pids limit reached),
+        the link ends at once (``error`` says why) instead of raising in the caller."""
         for s in self.socks:
             s.setblocking(True)
         for idx in (0, 1):
-            threading.Thread(target=self._run, args=(idx,), name="egress-link", daemon=True).start()
+            thread = threading.Thread(target=self._run, args=(idx,), name=THREAD_NAME, daemon=True)
+            try:
+                thread.start()
+            except RuntimeError as exc:
+                self.error = exc
+                self.abort()
+                for _ in range(idx, 2):  # the directions that never ran
+                    self._finish()
+                return
 
     def abort(self) -> None:
         """Stop both directions now (idempotent, from any thread)."""

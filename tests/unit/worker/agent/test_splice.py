@@ -185,3 +185,23 @@ def test_no_thread_or_fd_leak_over_many_links() -> None:
         assert done.wait(10)
     assert threading.active_count() == threads
     assert fds() == before
+
+
+def test_no_thread_to_be_had_ends_the_link_cleanly(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = threading.Thread.start
+    started = [0]
+
+    def second_fails(self: threading.Thread) -> None:
+        started[0] += 1
+        if started[0] == 2:
+            raise RuntimeError("can't start new thread")
+        real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", second_fails)
+    client, server, link, done = run_link()
+    monkeypatch.undo()
+    assert done.wait(10) and isinstance(link.error, RuntimeError)
+    assert client.recv(10) == b"" and server.recv(10) == b""
+    assert link.socks[0].fileno() == -1 and link.socks[1].fileno() == -1
+    client.close()
+    server.close()
