@@ -194,6 +194,7 @@ class Handler:
             return
         assert policy is not None and session_id is not None and usage is not None
         usage.connections += 1
+        await self._add_usage(session_id, 1, 0)  # counted in the book before any byte moves
         upstream = await self._connect(addrs, target, attempt)
         if upstream is None:
             failed = Decision(True, decision.rule, "connection failed")
@@ -326,9 +327,15 @@ class Handler:
         try:
             await self.book.record(session_id, record)
             if policy is not None:
-                await self.book.add_usage(session_id, 1, sent + received)
+                await self.book.add_usage(session_id, 0, sent + received)
         except Exception:  # the audit store down must not break the sandbox's traffic
             log.exception("egress audit of session %s failed", session_id)
+
+    async def _add_usage(self, session_id: str, connections: int, nbytes: int) -> None:
+        try:
+            await self.book.add_usage(session_id, connections, nbytes)
+        except Exception:  # the usage store down must not break the sandbox's traffic
+            log.exception("egress usage of session %s failed", session_id)
 
 
 def _hp(target: Target) -> tuple[str, int]:
