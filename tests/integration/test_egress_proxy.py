@@ -214,16 +214,16 @@ def test_both_paths_count_exactly_the_bytes_moved(tmp_path, rds, server, fast) -
         path = egress.open("sbx-2", lambda: SID)
         get = b"GET /blob HTTP/1.0\r\n\r\n"
         out = exchange(path, f"CONNECT files.test:{server} HTTP/1.1\r\n\r\n".encode() + get)
-    finally:
+        reply = b"HTTP/1.1 200 Connection established\r\n\r\n"
+        assert out.startswith(reply) and out.endswith(PAYLOAD)
+        [a] = audit(rds)
+        assert (a.sent, a.received) == (len(get), len(out) - len(reply))
+        want = {"connections": "1", "bytes": str(a.sent + a.received)}
+        key = names.egress_usage_key(SID)
+        assert settle(lambda: rds.hgetall(key) == want)  # added just after the record
+        assert fast.active == 0
+    finally:  # only now: stopping ends what is still in flight
         egress.stop()
-    reply = b"HTTP/1.1 200 Connection established\r\n\r\n"
-    assert out.startswith(reply) and out.endswith(PAYLOAD)
-    [a] = audit(rds)
-    assert (a.sent, a.received) == (len(get), len(out) - len(reply))
-    want = {"connections": "1", "bytes": str(a.sent + a.received)}
-    key = names.egress_usage_key(SID)
-    assert settle(lambda: rds.hgetall(key) == want)  # added just after the attempt's record
-    assert fast.active == 0
 
 
 class _Book(EgressBook):
