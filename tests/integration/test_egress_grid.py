@@ -8,6 +8,7 @@ test-only setting). Everything stays on loopback.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -190,3 +191,18 @@ def test_the_policy_survives_a_restore_on_another_worker(grid) -> None:  # type:
         assert out["node"] != first["node"] and out["stdout"] == "kept\n200", out
     finally:
         grid.start_worker(first["node"], types=TYPES, concurrency=2)
+
+
+@pytest.mark.parametrize("kind", RUNTIMES)
+def test_a_large_download_arrives_whole_and_is_counted(grid, kind) -> None:  # type: ignore[no-untyped-def]
+    blob = os.urandom(1 << 20) * 32 + b"end"  # many splice chunks, in both relays
+    (grid.workdir.parent / "git" / "srv" / "blob.bin").write_bytes(blob)  # the server root
+    sid = session(grid, kind, {"allow": ["git.test", GIT]})
+    for flag in ("", "--proxytunnel "):  # plain HTTP, then a CONNECT tunnel
+        get = f"curl -sS -o blob.bin -w '%{{http_code}} %{{size_download}} ' {flag}http://git.test/blob.bin"
+        out = sh(grid, sid, f"{get} && sha256sum blob.bin && rm blob.bin")
+        want = f"200 {len(blob)} {hashlib.sha256(blob).hexdigest()}"
+        assert out["stdout"].split()[:3] == want.split(), out
+    seen = attempts(grid, sid)
+    assert [a["protocol"] for a in seen] == ["http", "connect"]
+    assert all(len(blob) < a["received"] < len(blob) + 4096 for a in seen), seen

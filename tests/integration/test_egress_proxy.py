@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,9 @@ import redis
 from sandgrid.models import NetworkAttempt, NetworkPolicy
 from sandgrid.wire import names
 from tests.support.egress_servers import free_port, http_server
-from worker.egress import EgressProxy, RedisBook, Resolver
+from worker.egress import EgressBook, EgressProxy, RedisBook, Resolver
+from worker.egress.book import Usage
+from worker.egress.fastpath import FastPath
 from worker.egress.handler import Handler
 
 pytestmark = pytest.mark.integration
@@ -189,5 +192,100 @@ def test_unbound_sandbox_refuses_and_closed_socket_is_gone(tmp_path: Path) -> No
         assert oct(path.parent.stat().st_mode & 0o777) == "0o700"
         egress.close("warm-1")
         assert not path.parent.exists()
+    finally:
+        egress.stop()
+
+
+# The fast path (worker.egress.fastpath: splice threads) against the asyncio copy.
+
+
+def fast_proxy(tmp_path: Path, fast: FastPath, book: EgressBook | None = None) -> EgressProxy:
+    handler = Handler(book or RedisBook(REDIS_URL), Resolver({"files.test": HOST}), "n", 5.0, fast)
+    return EgressProxy(handler, tmp_path / "egress")
+
+
+@pytest.mark.parametrize("fast", [FastPath(), FastPath(0)], ids=["splice", "asyncio"])
+def test_both_paths_count_exactly_the_bytes_moved(tmp_path, rds, server, fast) -> None:  # type: ignore[no-untyped-def]
+    for key in (names.egress_audit_key(SID), names.egress_usage_key(SID)):
+        rds.delete(key)
+    set_policy(rds, ALLOW_FILES)
+    egress = fast_proxy(tmp_path, fast)
+    try:
+        path = egress.open("sbx-2", lambda: SID)
+        get = b"GET /blob HTTP/1.0\r\n\r\n"
+        out = exchange(path, f"CONNECT files.test:{server} HTTP/1.1\r\n\r\n".encode() + get)
+        reply = b"HTTP/1.1 200 Connection established\r\n\r\n"
+        assert out.startswith(reply) and out.endswith(PAYLOAD)
+        [a] = audit(rds)
+        assert (a.sent, a.received) == (len(get), len(out) - len(reply))
+        want = {"connections": "1", "bytes": str(a.sent + a.received)}
+        key = names.egress_usage_key(SID)
+        assert settle(lambda: rds.hgetall(key) == want)  # added just after the record
+        assert fast.active == 0
+    finally:  # only now: stopping ends what is still in flight
+        egress.stop()
+
+
+class _Book(EgressBook):
+    """Allows files.test, keeps attempts in memory (no Redis connections to count)."""
+
+    def __init__(self) -> None:
+        self.attempts: list[NetworkAttempt] = []
+
+    async def policy(self, session_id: str) -> NetworkPolicy | None:
+        return ALLOW_FILES
+
+    async def usage(self, session_id: str) -> Usage:
+        return Usage()
+
+    async def record(self, session_id: str, attempt: NetworkAttempt) -> None:
+        self.attempts.append(attempt)
+
+    async def add_usage(self, session_id: str, connections: int, nbytes: int) -> None:
+        return None
+
+
+def settle(cond: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + 10
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return cond()
+
+
+def nfds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_closing_a_sandbox_ends_its_connections_and_leaks_nothing(tmp_path, server) -> None:  # type: ignore[no-untyped-def]
+    book = _Book()
+    egress = fast_proxy(tmp_path, FastPath(), book)
+    try:
+        path = egress.open("sbx-3", lambda: SID)
+        req = f"GET http://files.test:{server}/blob HTTP/1.1\r\n\r\n".encode()
+        assert exchange(path, req).endswith(PAYLOAD)  # warm: the loop and its thread run
+        assert settle(lambda: not any(t.name == "egress-link" for t in threading.enumerate()))
+        threads, fds = threading.active_count(), nfds()
+        for _ in range(30):
+            assert exchange(path, req).endswith(PAYLOAD)
+        assert settle(lambda: threading.active_count() == threads), threading.enumerate()
+        assert settle(lambda: nfds() == fds)
+        held = []
+        for _ in range(3):  # tunnels left open, idle on both sides
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(20)
+            s.connect(str(path))
+            s.sendall(f"CONNECT files.test:{server} HTTP/1.1\r\n\r\n".encode())
+            assert s.recv(100).startswith(b"HTTP/1.1 200")
+            held.append(s)
+        assert settle(lambda: egress.handler.fast.active == 3)
+        egress.close("sbx-3", SID)
+        assert all(s.recv(100) == b"" for s in held)  # EOF: the proxy closed them
+        for s in held:
+            s.close()
+        assert settle(lambda: threading.active_count() == threads), threading.enumerate()
+        assert settle(lambda: nfds() == fds - 1)  # its listener is closed too
+        assert egress.handler.fast.active == 0
+        closed = [a.reason for a in book.attempts[-3:]]
+        assert closed == ["closed: sandbox closed"] * 3
     finally:
         egress.stop()

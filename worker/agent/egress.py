@@ -5,9 +5,13 @@ it outlives every exec) listens on ``127.0.0.1:$SANDGRID_EGRESS_PORT`` and
 relays each connection, byte for byte, to a new connection on the Unix socket
 ``/run/sandgrid-egress/proxy.sock``, which the worker's egress proxy serves on
 the host. Nothing is parsed here: the host reads the protocol (HTTP CONNECT,
-plain HTTP, SOCKS5) and applies the policy. One thread multiplexes every
-connection with ``selectors`` (threads count against the pids limit), with a
-bounded buffer each way.
+plain HTTP, SOCKS5) and applies the policy.
+
+Up to ``MAX_SPLICED`` connections at a time are each relayed by a ``Link`` of
+``splice``: two blocking threads moving the bytes kernel-side, the cheapest
+path per byte (``splice.py``). Beyond that (threads count against the
+sandbox's pids limit), the selector thread multiplexes the rest itself, with
+a bounded buffer each way.
 """
 
 from __future__ import annotations
@@ -17,14 +21,30 @@ import selectors
 import socket
 import threading
 
+from . import splice
 from .errors import log
 
-__all__ = ["EGRESS_SOCKET", "Link", "serve_egress", "start_egress"]
+__all__ = ["EGRESS_SOCKET", "MAX_SPLICED", "Link", "serve_egress", "spliced", "start_egress"]
 
 EGRESS_SOCKET = "/run/sandgrid-egress/proxy.sock"
 _CHUNK = 256 << 10
 _HIGH = 2 << 20  # stop reading a side while this much waits for its peer
 _RW = selectors.EVENT_READ | selectors.EVENT_WRITE
+#: The most connections relayed by splice threads at once (two threads each).
+MAX_SPLICED = 16
+_spliced: set[splice.Link] = set()
+_spliced_lock = threading.Lock()
+
+
+def spliced() -> int:
+    """How many connections splice threads relay now."""
+    with _spliced_lock:
+        return len(_spliced)
+
+
+def _unregister(link: splice.Link) -> None:
+    with _spliced_lock:
+        _spliced.discard(link)
 
 
 class Link:
@@ -120,7 +140,14 @@ def _accept(sel: selectors.BaseSelector, listener: socket.socket, path: str) -> 
         client.close()
         host.close()
         return
-    Link(sel, client, host)
+    with _spliced_lock:
+        if len(_spliced) < MAX_SPLICED:
+            link = splice.Link(client, host, on_done=_unregister)
+            _spliced.add(link)
+        else:
+            Link(sel, client, host)
+            return
+    link.start()
 
 
 def start_egress() -> bool:

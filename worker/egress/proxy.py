@@ -7,7 +7,9 @@ agent forwards each connection of its loopback proxy port to the socket. The
 directory is mode 0700 (root): the agent (root, no ``DAC_OVERRIDE``) reaches
 it, the sandbox user does not. Which session a sandbox serves is asked at
 each connection (a warm sandbox is bound to its session later), and so is
-the session's policy (``Handler``). Configured by ``SANDGRID_WORKER__EGRESS__*``.
+the session's policy (``Handler``). Closing a sandbox's socket also ends its
+connections in flight (their attempts are recorded "closed: sandbox closed").
+Configured by ``SANDGRID_WORKER__EGRESS__*``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class EgressProxy:
         self.handler = handler
         self.root = root
         self._servers: dict[str, asyncio.AbstractServer] = {}
+        self._conns: dict[str, set[asyncio.Task[None]]] = {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="egress", daemon=True)
         shutil.rmtree(root, ignore_errors=True)
@@ -68,8 +71,17 @@ class EgressProxy:
         return path
 
     async def _open(self, name: str, path: Path, session_of: SessionOf) -> None:
+        conns = self._conns.setdefault(name, set())
+
         async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await self.handler.serve(session_of(), reader, writer)
+            task = asyncio.current_task()
+            assert task is not None
+            conns.add(task)
+            try:
+                await self.handler.serve(session_of(), reader, writer)
+            finally:
+                conns.discard(task)
+                writer.close()
 
         path.unlink(missing_ok=True)
         self._servers[name] = await asyncio.start_unix_server(
@@ -81,7 +93,7 @@ class EgressProxy:
         """Stop listening for sandbox ``name`` and remove its directory. Idempotent."""
         server = self._servers.pop(name, None)
         if server is not None:
-            self._call(_stop(server))
+            self._call(_stop(server, self._conns.pop(name, set())))
         if session_id:
             self._loop.call_soon_threadsafe(self.handler.forget, session_id)
         shutil.rmtree(self.root / name, ignore_errors=True)
@@ -97,6 +109,9 @@ class EgressProxy:
             self._loop.close()
 
 
-async def _stop(server: asyncio.AbstractServer) -> None:
+async def _stop(server: asyncio.AbstractServer, conns: set[asyncio.Task[None]]) -> None:
     server.close()
     await server.wait_closed()
+    for task in conns:
+        task.cancel()
+    await asyncio.gather(*conns, return_exceptions=True)
