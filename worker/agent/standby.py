@@ -2,8 +2,8 @@
 
 Every turn of an ``after_turn`` session ends with a ``scan`` of the workspace,
 which runs as the user in a child of the agent (``processes.as_user``). That
-fork copies the agent (~28 MB): ~2-3 ms under runc, ~20 ms under gVisor, more
-than the exec of ``true`` itself since commands start from the launcher host.
+fork copies the agent (~28 MB): ~2-3 ms under runc, ~20 ms under gVisor, as
+much as the exec of ``true`` itself.
 So, after a reply that followed a scan, PID 1 forks the child of the *next*
 scan at once (``prepare``), off the turn's path: it waits, still root (so the
 user can neither signal nor trace it), on a pipe. The next scan sends it the
@@ -40,7 +40,7 @@ from .scanstate import ScanState
 
 __all__ = ["STANDBY", "Standby"]
 
-ScanFn = Callable[[tuple[str, ...], dict[str, Any]], Json]
+_ScanFn = Callable[[tuple[str, ...], dict[str, Any]], Json]
 
 
 class Standby:
@@ -57,7 +57,7 @@ class Standby:
         """Tasks it holds in the pids cgroup (0 or 1)."""
         return 0 if self._pid is None else 1
 
-    def prepare(self, state: ScanState, fn: ScanFn) -> None:
+    def prepare(self, state: ScanState, fn: _ScanFn) -> None:
         """After a reply: fork the next scan's child, if a scan ran since the last one.
 
         The child will run ``fn(roots, rows)`` on its copy of ``state``."""
@@ -129,7 +129,7 @@ class Standby:
 
 
 def _wait_for_job(
-    job_r: int, reply_w: int, state: ScanState, fn: ScanFn
+    job_r: int, reply_w: int, state: ScanState, fn: _ScanFn
 ) -> None:  # pragma: no cover - the child
     """Wait as root for one job, then scan as the user (``user_child``).
 
