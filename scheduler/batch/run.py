@@ -152,6 +152,8 @@ class BatchRun:
         self.finished = threading.Event()
         self._threads: list[threading.Thread] = []
         self._node_lanes: dict[str, int] = {}
+        #: The node each runner thread's lane is counted on in ``_node_lanes``.
+        self._counted: dict[int, str] = {}
         self._lock = threading.Lock()
 
     # ---- life cycle -----------------------------------------------------------
@@ -245,15 +247,24 @@ class BatchRun:
     def _rebalance(self, lane: Lane, index: int) -> Lane:
         """Keep a node's lanes within its batch limit: a surplus lane is reopened,
         and its next job lands wherever the batch queue sends it."""
-        if not isinstance(lane, ReusedLane) or lane.node is None or lane.jobs_run != 1:
+        if not isinstance(lane, ReusedLane):
+            return lane
+        with self._lock:
+            counted = self._counted.get(index)
+            if counted is not None and lane.session_id is None:
+                # Closed after a failed job or reset: its place on the node is free
+                # again (kept, it would push every next session of this lane off).
+                self._node_lanes[counted] -= 1
+                del self._counted[index]
+        if lane.session_id is None or lane.node is None or lane.jobs_run != 1:
             return lane
         limit = self.setup.capacity.limits(self.info.type).get(lane.node, 1)
         with self._lock:
             count = self._node_lanes.get(lane.node, 0) + 1
             self._node_lanes[lane.node] = count
-        if count <= limit:
-            return lane
-        with self._lock:
+            if count <= limit:
+                self._counted[index] = lane.node
+                return lane
             self._node_lanes[lane.node] -= 1
         lane.close()
         return self._new_lane(index)
