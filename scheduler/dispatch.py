@@ -24,6 +24,7 @@ instead of sending it again (``scheduler.idempotency``).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -42,6 +43,7 @@ from scheduler.task_repr import describe
 __all__ = [
     "DRAIN_INTERVAL_S",
     "RESULT_RETRY_POLICY",
+    "STORED_CHECK_S",
     "CeleryDispatcher",
     "Dispatcher",
     "outcome_from_result",
@@ -105,6 +107,35 @@ def _bound_drainer(handle: AsyncResult[Any]) -> None:
     consumer = getattr(handle.backend, "result_consumer", None)
     if consumer is not None and type(consumer.drainer) is Drainer:
         consumer.drainer = _DeadlineDrainer(consumer)
+
+
+#: How often a waiting turn reads its result key itself (s): see ``_stored``.
+STORED_CHECK_S = 3.0
+
+
+def _stored(handle: AsyncResult[Any]) -> TurnOutcome | None:
+    """A result the pub/sub consumer missed, read from its key.
+
+    A result published while the consumer's connection was down (a Redis
+    restart) is not delivered again; Celery re-reads the keys when it notices
+    the broken connection, but not when the worker published after Redis came
+    back on a connection the consumer had not yet found broken. So a wait with
+    no outcome reads the key itself, at most every ``STORED_CHECK_S``.
+    """
+    now = time.monotonic()
+    last: float | None = getattr(handle, "_sandgrid_read_at", None)
+    if last is not None and now - last < STORED_CHECK_S:
+        return None
+    handle._sandgrid_read_at = now  # type: ignore[attr-defined]
+    if last is None:
+        return None  # the first timeout: the consumer had its chance
+    try:
+        meta = handle.backend.get_task_meta(handle.id)
+    except _WAIT_ERRORS:
+        return None  # Redis still away: the next poll's wait says so
+    if meta.get("status") != "SUCCESS":
+        return None
+    return outcome_from_result(handle, meta.get("result"))
 
 
 def task_id_of(job: TurnJob) -> str:
@@ -177,7 +208,7 @@ class CeleryDispatcher:
         try:
             value = handle.get(timeout=timeout, interval=self.drain_interval_s, propagate=False)
         except CeleryTimeout:
-            return None
+            return _stored(handle)
         except _WAIT_ERRORS as exc:
             if not _registry_down(exc):
                 raise

@@ -428,6 +428,10 @@ class TurnRunner:
         started = int(self.registry.turn_state(job.turn_id).get("runs") or 0) > 0
         if not started:
             context["ran"] = False
+        else:  # it ran to its end if the session records it (its result was lost)
+            fresh = self.registry.get_any(job.session.id)
+            if fresh is not None and fresh.last_turn == job.turn_id:
+                context["ran"] = True
         raise InfrastructureError(
             f"no outcome for turn {job.turn_id} within {ttl:.1f}s ("
             + (

@@ -58,3 +58,29 @@ def test_the_dispatcher_installs_the_deadline_drainer_on_its_thread_consumer() -
     installed = consumer.drainer
     dispatcher.wait(handle, 0.25)  # type: ignore[arg-type]
     assert consumer.drainer is installed
+
+
+def test_a_result_the_consumer_missed_is_read_from_its_key(monkeypatch: Any) -> None:
+    """Published while the consumer's connection was down: no message will come."""
+    import scheduler.dispatch as dispatch
+
+    monkeypatch.setattr(dispatch, "STORED_CHECK_S", 0.0)
+    outcome = {"v": 1, "turn_id": "t-1", "node": "w1", "ok": True, "result": {"exit_code": 0}}
+    reads: list[str] = []
+
+    def get_task_meta(task_id: str) -> dict[str, Any]:
+        reads.append(task_id)
+        return {"status": "SUCCESS", "result": outcome}
+
+    def get(**_: Any) -> None:
+        raise CeleryTimeout()
+
+    consumer = SimpleNamespace()
+    consumer.drainer = Drainer(cast(Any, consumer))
+    backend = SimpleNamespace(result_consumer=consumer, get_task_meta=get_task_meta)
+    handle = SimpleNamespace(id="t-1.1", backend=backend, get=get, state="SUCCESS")
+    dispatcher = CeleryDispatcher.__new__(CeleryDispatcher)
+    dispatcher.drain_interval_s = 0.001
+    assert dispatcher.wait(handle, 0.25) is None and reads == []  # type: ignore[arg-type]
+    got = dispatcher.wait(handle, 0.25)  # type: ignore[arg-type]
+    assert got is not None and got.ok and got.node == "w1" and reads == ["t-1.1"]
