@@ -137,7 +137,7 @@ class Persistence:
         if kind in MUTATING_OPS:
             local.dirty = True
         if kind == "exec" and local.policy == "after_turn":
-            local.sandbox.scan_after_exec = tuple(DEFAULT_ROOTS)  # scanned with the exec
+            local.sandbox.scan_after_exec = DEFAULT_ROOTS  # scanned with the exec
 
     def after_turn(self, local: LocalSession, kind: str) -> None:
         """Snapshot after a turn of kind ``kind`` as the session's policy says.

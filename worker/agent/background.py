@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 from .errors import AgentError, Json, need
 from .exec import exec_args
-from .limits import GID, READ_CHUNK, UID
+from .limits import READ_CHUNK
+from .processes import start_as_user
 from .reaper import REAPER
 
 __all__ = [
@@ -218,22 +219,7 @@ def _spawn(argv: list[str], env: dict[str, str], cwd: str) -> subprocess.Popen[b
 
     Not ``processes.spawn``: its two pipes would lose the order between the streams.
     """
-    with REAPER.cond:  # the reaper must know the pid before it can reap it
-        popen = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            cwd=cwd,
-            env=env,
-            user=UID,
-            group=GID,
-            extra_groups=[],
-            start_new_session=True,
-            close_fds=True,
-        )
-        REAPER.wanted.add(popen.pid)
-    REAPER.kick()
+    popen = start_as_user(argv, env, cwd, stdin=subprocess.PIPE, stderr=subprocess.STDOUT)
     assert popen.stdin is not None
     os.set_blocking(popen.stdin.fileno(), False)
     return popen

@@ -30,6 +30,7 @@ __all__ = [
     "finish_cleanup",
     "kill_new",
     "spawn",
+    "start_as_user",
     "tasks_besides_agent",
     "user_child",
     "user_procs",
@@ -161,16 +162,17 @@ def tasks_besides_agent() -> int | None:
         return None
 
 
-def spawn(
-    argv: list[str], env: dict[str, str], cwd: str, with_stdin: bool
+def start_as_user(
+    argv: list[str], env: dict[str, str], cwd: str, *, stdin: int, stderr: int
 ) -> subprocess.Popen[bytes]:
-    """Start a command as the user in a new session (its own process group)."""
+    """Start a command as the user in a new session (its own process group),
+    known to the reaper; stdout is a pipe, ``stdin`` and ``stderr`` as given."""
     with REAPER.cond:  # the reaper must know the pid before it can reap it
         proc = subprocess.Popen(
             argv,
-            stdin=subprocess.PIPE if with_stdin else subprocess.DEVNULL,
+            stdin=stdin,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=stderr,
             cwd=cwd,
             env=env,
             user=UID,
@@ -181,6 +183,15 @@ def spawn(
         )
         REAPER.wanted.add(proc.pid)
     REAPER.kick()
+    return proc
+
+
+def spawn(
+    argv: list[str], env: dict[str, str], cwd: str, with_stdin: bool
+) -> subprocess.Popen[bytes]:
+    """An exec's command: ``start_as_user`` with stdout and stderr on two pipes."""
+    stdin = subprocess.PIPE if with_stdin else subprocess.DEVNULL
+    proc = start_as_user(argv, env, cwd, stdin=stdin, stderr=subprocess.PIPE)
     for pipe in (proc.stdout, proc.stderr):  # fewer, larger reads (each costs more in gVisor)
         with contextlib.suppress(OSError):
             fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE)  # type: ignore[union-attr]
