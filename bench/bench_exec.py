@@ -12,7 +12,7 @@ Prints, per runtime:
 - cold create (create + attach + start + first ping), network ``none``.
 
 Targets: warm exec p50 <= 10 ms and >= 5x faster than exec_run (>= 3x under
-runsc, issue 15: a fork is expensive there, see docs/performance.md);
+runsc, issue 15: a fork is expensive there, see ``worker/agent/launcher.py``);
 pool-hit start to first result <= 15 ms; cold create <= 200 ms. ``exec_run`` appears here only
 as the baseline; sandgrid never uses it.
 """

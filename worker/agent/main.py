@@ -19,6 +19,7 @@ from .exec import op_exec
 from .files import do_delete, do_list, do_read, do_tar_get, do_tar_put, do_write
 from .framing import MAX_FRAME, recv, send
 from .kernel import op_run_code
+from .launcher import LAUNCHER
 from .limits import MAX_RAW_PAYLOAD, PIDS_MAX_FILE, VERSION, check_roots
 from .memory import limit_memory
 from .processes import as_user
@@ -141,4 +142,5 @@ def main() -> int:
             notify(req)
             continue
         send(handle(req))
-        prepare_scan()  # after a reply, off the turn's path (standby.py)
+        LAUNCHER.prepare()  # off the exec path: the next spawn needs no fork (launcher.py)
+        prepare_scan()  # and the next scan none either (standby.py)

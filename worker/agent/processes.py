@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from .errors import AgentError, Json
 from .framing import write_all
+from .launcher import LAUNCHER
 from .limits import CLEANUP_WAIT_S, GID, KILL_BUDGET_S, PIDS_CURRENT_FILE, PIPE_SIZE, UID
 from .reaper import REAPER
 
@@ -38,7 +39,7 @@ __all__ = [
 
 
 class Helper(Protocol):
-    """A process PID 1 keeps ready for the user's work (``standby.STANDBY``)."""
+    """A process PID 1 keeps ready besides the launcher (``standby.STANDBY``)."""
 
     def tasks(self) -> int:
         """Tasks it holds in the pids cgroup: not the user's."""
@@ -49,7 +50,7 @@ class Helper(Protocol):
         ...
 
 
-#: The helpers, registered by their modules.
+#: The helpers besides the launcher, registered by their modules.
 HELPERS: list[Helper] = []
 
 
@@ -60,8 +61,9 @@ def user_procs() -> dict[tuple[int, int], bool]:
     process can turn to root with ``prctl(PR_SET_DUMPABLE, 0)``.
     """
     found: dict[tuple[int, int], bool] = {}
+    launcher = str(LAUNCHER.pid())  # root, like PID 1: two reads saved per exec
     for name in os.listdir("/proc"):
-        if not name.isdigit() or name == "1":
+        if not name.isdigit() or name == "1" or name == launcher:
             continue
         try:
             with open(f"/proc/{name}/stat", "rb") as f:
@@ -91,7 +93,8 @@ def kill_new(pgid: int, before: set[tuple[int, int]]) -> None:
     the cleanup to finish (``finish_cleanup``).
     """
     end = time.monotonic() + KILL_BUDGET_S
-    for helper in HELPERS:  # the standby scan child: nothing but the agent is left
+    LAUNCHER.stop(quiet=True)  # its children (the command's leader) become the agent's
+    for helper in HELPERS:
         helper.stop()
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
@@ -152,11 +155,11 @@ def _kill_all_as_user(end: float) -> None:
 
 
 def tasks_besides_agent() -> int | None:
-    """Tasks in the sandbox's pids cgroup that are not the agent's threads or helpers."""
+    """Tasks in the sandbox's pids cgroup that are not the agent's threads or its launcher."""
     try:
         with open(PIDS_CURRENT_FILE) as f:
             total = int(f.read())
-        helpers = sum(h.tasks() for h in HELPERS)
+        helpers = LAUNCHER.tasks() + sum(h.tasks() for h in HELPERS)
         return total - len(os.listdir("/proc/self/task")) - helpers
     except (OSError, ValueError):
         return None
@@ -166,21 +169,13 @@ def start_as_user(
     argv: list[str], env: dict[str, str], cwd: str, *, stdin: int, stderr: int
 ) -> subprocess.Popen[bytes]:
     """Start a command as the user in a new session (its own process group),
-    known to the reaper; stdout is a pipe, ``stdin`` and ``stderr`` as given."""
+    known to the reaper; stdout is a pipe, ``stdin`` and ``stderr`` as given.
+
+    The launcher host starts it without forking the agent when it is ready,
+    else ``Popen`` forks as the user (``launcher.Launcher.popen``).
+    """
     with REAPER.cond:  # the reaper must know the pid before it can reap it
-        proc = subprocess.Popen(
-            argv,
-            stdin=stdin,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            cwd=cwd,
-            env=env,
-            user=UID,
-            group=GID,
-            extra_groups=[],
-            start_new_session=True,
-            close_fds=True,
-        )
+        proc = LAUNCHER.popen(argv, env, cwd, stdin=stdin, stderr=stderr)  # launcher.py
         REAPER.wanted.add(proc.pid)
     REAPER.kick()
     return proc
