@@ -107,11 +107,14 @@ def test_user_racing_to_kill_the_launcher_costs_only_a_fork(
     limits = run(backend, sbx, shell="ulimit -a; nice").stdout
     backend.write_files(sbx, [FileWrite(path="spam.py", content=SPAM)])
     run(backend, sbx, shell="python3 spam.py 3 > spam.log 2>&1 &")
-    outcomes = {"ok": 0, "launcher died": 0}
+    outcomes = {"ok": 0, "killed by the user": 0, "launcher died": 0}
     end = time.monotonic() + 3.5
     while time.monotonic() < end:
         try:
             r = run(backend, sbx, shell="echo $$")
+            if r.exit_code is None:  # spawned, not yet exec'd: it still showed the host's name
+                outcomes["killed by the user"] += 1
+                continue
             assert r.exit_code == 0 and r.stdout.strip().isdigit(), r
             outcomes["ok"] += 1
         except SandboxError as exc:
@@ -129,3 +132,22 @@ def test_user_racing_to_kill_the_launcher_costs_only_a_fork(
     host_parent(backend, sbx)
     assert run(backend, sbx, shell="ulimit -a; nice").stdout == limits  # never inherited
     assert outcomes["ok"] > 0, outcomes
+
+
+def test_a_command_killing_all_it_may_never_kills_the_launcher(
+    backend: SandboxBackend, sandbox_factory: Any
+) -> None:
+    """``kill -9 -1`` (a batch lane's reset) right as the host spawned it: the host lives on.
+
+    The host held the user's uid while it spawned; a signal to the process is
+    checked against its main thread, which stays root (launcherhost.py).
+    """
+    sbx = sandbox_factory()
+    host = host_parent(backend, sbx)
+    hosts = set()
+    for _ in range(60):
+        r = run(backend, sbx, shell="kill -9 -1; ps -o pid=,user=,args= -p $PPID")
+        assert r.exit_code == 0, r
+        hosts.add(r.stdout.split()[0])
+    assert len(hosts) == 1 and "launcherhost" in host, (hosts, host)
+    assert run(backend, sbx, shell="echo alive").stdout == "alive\n"

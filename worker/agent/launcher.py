@@ -11,8 +11,8 @@ agent had reaped them.
 The host is started between requests (``prepare``, after the reply to a
 request that started a command: a Python start is ~30 ms under gVisor), never
 on an exec's path. While it is not
-ready, has died (the user may kill it while it holds their uid), or cannot run
-(not root: unit tests), a spawn forks as before (``Popen(user=1000)``). A
+ready, has died (the user may kill its serving thread while that thread holds
+their uid), or cannot run (not root: unit tests), a spawn forks as before (``Popen(user=1000)``). A
 deadline kill or a cancel stops it too, and no new one starts until a command
 is started again: after a runaway command the sandbox holds only the agent and
 what the user left.
@@ -34,7 +34,7 @@ import threading
 from typing import Any
 
 from .errors import AgentError
-from .launcherhost import HEADER
+from .launcherhost import HEADER, supported
 from .limits import GID, UID
 from .reaper import REAPER
 
@@ -100,7 +100,7 @@ class Launcher:
         self._ready = False
         self._buf = bytearray()
         self._wanted = False
-        self.enabled = os.geteuid() == 0 and hasattr(os, "posix_spawn")
+        self.enabled = os.geteuid() == 0 and hasattr(os, "posix_spawn") and supported()
 
     def pid(self) -> int | None:
         """The host's pid while there is one (root: ``user_procs`` need not read it)."""
@@ -113,13 +113,14 @@ class Launcher:
         return 1 if host is not None and host.pid not in REAPER.status else 0
 
     def popen(
-        self, argv: list[str], env: dict[str, str], cwd: str, with_stdin: bool
+        self, argv: list[str], env: dict[str, str], cwd: str, *, stdin: int, stderr: int
     ) -> subprocess.Popen[bytes]:
-        """Start ``argv`` as the user in a new session, with pipes for its output (and stdin)."""
+        """Start ``argv`` as the user in a new session; stdout is a pipe, ``stdin`` and
+        ``stderr`` as ``Popen`` takes them."""
         kwargs: dict[str, Any] = {
-            "stdin": subprocess.PIPE if with_stdin else subprocess.DEVNULL,
+            "stdin": stdin,
             "stdout": subprocess.PIPE,
-            "stderr": subprocess.PIPE,
+            "stderr": stderr,
             "cwd": cwd,
             "env": env,
         }

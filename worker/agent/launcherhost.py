@@ -3,16 +3,22 @@
 Why it exists: under gVisor a fork of the agent (a ~28 MB Python process) costs
 ~15-20 ms, most of a warm exec of ``true``; ``posix_spawn`` is a vfork-style
 clone that copies nothing. CPython will not vfork for ``Popen(user=1000)``
-because glibc's ``setuid()`` would change every thread of the agent, so this
-single-threaded process does it: it switches itself to the sandbox user
-(uid/gid 1000, no groups; saved uid 0), spawns, and switches back.
+because glibc's ``setuid()`` would change every thread of the agent.
 
-Why a process of its own and not a thread of the agent: while it spawns, its
-real uid is the user's, so the user may signal it; under gVisor a thread of
-PID 1 in that state can be sent ``SIGKILL`` and the whole agent dies. Here only
-this host dies, and the agent forks as before and starts another. ``ptrace``
-stays refused (the saved uid is 0; not dumpable); gVisor does let the user
-``prlimit`` it then, so a host whose limits moved quits (``own_limits``).
+How it stays the user's and root's at once: Linux (and gVisor) keep the
+credentials per thread; glibc's wrappers are what make them per process. The
+host's main thread stays root with nothing to do but wait. Its one serving
+thread takes the sandbox user's ids with raw ``setresgid``/``setresuid``
+system calls (uid/gid 1000, no groups; saved uid 0), spawns, which the child
+inherits from that thread, and takes root's again. Signals for the process,
+``kill -9 -1`` included, are checked against the main thread's ids, so a
+command that kills everything it may (a lane reset does) cannot touch the
+host. Only a signal aimed at the serving thread's own id in that window can:
+then the host dies, not the agent, and that exec fails with ``sandbox_error``
+(``launcher.Launcher``); the next forks until a new host is ready.
+``ptrace`` stays refused (the saved uid is 0; not dumpable); gVisor does let
+the user ``prlimit`` the serving thread then, so a host whose limits moved
+quits (``own_limits``).
 
 Protocol (``launcher.Launcher`` is the other end): fd 0 is a Unix stream
 socket. A request is an 8-byte length with the command's stdin, stdout and
@@ -37,17 +43,45 @@ import select
 import signal
 import socket
 import struct
+import threading
 from typing import Any
 
 from .limits import GID, UID
 
-__all__ = ["HEADER", "launch", "main", "own_limits", "spawn_path"]
+__all__ = ["HEADER", "SYSCALLS", "launch", "main", "own_limits", "spawn_path", "supported"]
 
 HEADER = struct.Struct("!Q")
 """The request's length, sent with the three descriptors."""
 _PR_SET_DUMPABLE = 4
 _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)  # what Popen's restore_signals resets
 _SKIP = (errno.ENOENT, errno.ENOTDIR)  # execvpe tries the next PATH entry on these
+
+SYSCALLS = {"x86_64": (116, 119, 117), "aarch64": (159, 149, 147)}
+"""Per machine: the numbers of ``setgroups``, ``setresgid`` and ``setresuid``."""
+_LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def supported() -> bool:
+    """Whether this machine's system call numbers are known (else the agent forks)."""
+    return os.uname().machine in SYSCALLS
+
+
+def _raw(index: int, *args: int) -> None:
+    """One of ``SYSCALLS`` for the calling thread alone (glibc's wrapper does all threads)."""
+    number = SYSCALLS[os.uname().machine][index]
+    if _LIBC.syscall(number, *(ctypes.c_long(a) for a in args)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _as(uid: int, gid: int) -> None:
+    """This thread's ids: ``uid``/``gid`` real and effective, saved 0 (it can come back)."""
+    if uid:
+        _raw(1, gid, gid, 0)
+        _raw(2, uid, uid, 0)
+    else:
+        _raw(2, 0, 0, 0)
+        _raw(1, 0, 0, 0)
 
 
 def spawn_path(args: list[str], env: dict[str, str], fds: list[int]) -> int:
@@ -98,12 +132,12 @@ def _inheritable_fds() -> list[int]:
 
 
 def launch(req: dict[str, Any], fds: list[int]) -> dict[str, int]:
-    """Spawn one request as the user; its answer. Exits if it cannot become root again."""
-    groups = os.getgroups()
+    """Spawn one request as the user; its answer. Exits if it cannot become root again.
+
+    Runs on the serving thread, which holds no supplementary groups (``_serve``).
+    """
     try:
-        os.setgroups([])
-        os.setresgid(GID, GID, GID)
-        os.setresuid(UID, UID, 0)
+        _as(UID, GID)
         try:
             os.chdir(req["cwd"])  # entered as the user, as a shell would
             return {"pid": spawn_path(req["argv"], req["env"], fds)}
@@ -111,9 +145,7 @@ def launch(req: dict[str, Any], fds: list[int]) -> dict[str, int]:
             return {"errno": exc.errno or errno.EIO}
         finally:
             try:
-                os.setresuid(0, 0, 0)
-                os.setresgid(0, 0, 0)
-                os.setgroups(groups)
+                _as(0, 0)
                 os.chdir("/")
             except OSError:
                 os._exit(1)  # never serve again as anyone but root
@@ -163,14 +195,26 @@ def own_limits() -> list[Any]:
 
 
 def main() -> None:  # pragma: no cover - the host process itself
-    """Serve spawn requests on fd 0 until the agent closes it."""
-    ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    sock = socket.socket(fileno=0)
+    """Serve spawn requests on fd 0 until the agent closes it, from a thread of its own.
+
+    The main thread only waits: it keeps root's ids, which are the ones a signal
+    for the process is checked against.
+    """
+    _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w)
+    signal.set_wakeup_fd(wake_w)  # written from whichever thread takes the signal
     signal.signal(signal.SIGCHLD, lambda *_: None)
     os.chdir("/")
+    server = threading.Thread(target=_serve, args=(wake_r,), name="spawner")
+    server.start()
+    server.join()
+
+
+def _serve(wake_r: int) -> None:  # pragma: no cover - the host process itself
+    """The serving thread: no groups of its own, then one answer per request."""
+    _raw(0, 0, 0)  # setgroups(0, NULL), for this thread only
+    sock = socket.socket(fileno=0)
     limits = own_limits()
     sock.sendall(b"ready\n")
     while True:

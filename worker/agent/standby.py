@@ -2,8 +2,8 @@
 
 Every turn of an ``after_turn`` session ends with a ``scan`` of the workspace,
 which runs as the user in a child of the agent (``processes.as_user``). That
-fork copies the agent (~28 MB): ~2-3 ms under runc, ~20 ms under gVisor, as
-much as the exec of ``true`` itself.
+fork copies the agent (~28 MB): ~2-3 ms under runc, ~20 ms under gVisor, more
+than the exec of ``true`` itself since commands start from the launcher host.
 So, after a reply that followed a scan, PID 1 forks the child of the *next*
 scan at once (``prepare``), off the turn's path: it waits, still root (so the
 user can neither signal nor trace it), on a pipe. The next scan sends it the

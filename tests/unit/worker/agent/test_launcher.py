@@ -28,6 +28,7 @@ from worker.agent.reaper import REAPER
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the launcher host needs root")
 
 ENV = {"PATH": "/usr/bin:/bin", "FOO": "bar"}
+IO = {"stdin": subprocess.DEVNULL, "stderr": subprocess.PIPE}  # as an exec without stdin
 
 
 def _ready(one: Launcher) -> Launcher:
@@ -63,7 +64,9 @@ def shared_dir() -> Iterator[Path]:
 
 def _start(one: Launcher, argv: list[str], cwd: str = "/", stdin: bool = False) -> LaunchedPopen:
     with REAPER.cond:  # as processes.spawn: the status must find the pid wanted
-        proc = one.popen(argv, ENV, cwd, stdin)
+        proc = one.popen(
+            argv, ENV, cwd, **{**IO, "stdin": subprocess.PIPE if stdin else subprocess.DEVNULL}
+        )
         REAPER.wanted.add(proc.pid)
     assert isinstance(proc, LaunchedPopen)
     return proc
@@ -144,7 +147,7 @@ def test_spawn_errors_are_popens(launcher: Launcher, shared_dir: Path, kind: str
     }[kind]
     want = _popen_error(argv, str(shared_dir))
     with pytest.raises(OSError) as caught:
-        launcher.popen(argv, ENV, str(shared_dir), False)
+        launcher.popen(argv, ENV, str(shared_dir), **IO)
     assert type(caught.value) is type(want)
     assert (caught.value.errno, caught.value.strerror) == (want.errno, want.strerror)
     assert launcher.usable()  # a spawn error is the command's, the host serves on
@@ -159,12 +162,12 @@ def test_path_search_skips_what_cannot_run(launcher: Launcher, shared_dir: Path)
         tool.chmod(mode)
     path = f"{shared_dir}/missing:{shared_dir}/a:{shared_dir}/b:/usr/bin:/bin"
     with REAPER.cond:
-        proc = launcher.popen(["tool"], {"PATH": path}, "/", False)
+        proc = launcher.popen(["tool"], {"PATH": path}, "/", **IO)
         REAPER.wanted.add(proc.pid)
     assert _run(proc) == (0, "b\n", "")
     (shared_dir / "b" / "tool").chmod(0o644)
     with pytest.raises(PermissionError):
-        launcher.popen(["tool"], {"PATH": path}, "/", False)
+        launcher.popen(["tool"], {"PATH": path}, "/", **IO)
 
 
 def test_a_dead_host_means_fork_then_a_new_host(launcher: Launcher) -> None:
@@ -173,7 +176,7 @@ def test_a_dead_host_means_fork_then_a_new_host(launcher: Launcher) -> None:
     assert old is not None
     os.kill(old.pid, signal.SIGKILL)
     os.waitpid(old.pid, 0)
-    proc = launcher.popen(["sh", "-c", "id -u"], ENV, "/", False)
+    proc = launcher.popen(["sh", "-c", "id -u"], ENV, "/", **IO)
     assert type(proc) is subprocess.Popen  # forked, as before the launcher
     out, _ = proc.communicate(timeout=20)
     assert (proc.returncode, out) == (0, b"1000\n")
@@ -202,7 +205,7 @@ def test_without_root_it_forks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(one, "enabled", False)
     one.prepare()
     assert not one.usable() and one._host is None
-    proc = one.popen(["sh", "-c", "id -u; echo $FOO"], ENV, "/", False)
+    proc = one.popen(["sh", "-c", "id -u; echo $FOO"], ENV, "/", **IO)
     assert type(proc) is subprocess.Popen
     out, _ = proc.communicate(timeout=20)
     assert out == b"1000\nbar\n"
@@ -225,7 +228,7 @@ def test_host_starts_only_once_a_command_was_started() -> None:
     one = Launcher()
     one.prepare()  # e.g. after the first ping of a pool sandbox
     assert one._host is None
-    proc = one.popen(["true"], ENV, "/", False)  # forks: no host yet
+    proc = one.popen(["true"], ENV, "/", **IO)  # forks: no host yet
     assert type(proc) is subprocess.Popen and proc.wait(timeout=20) == 0
     one.prepare()
     try:
