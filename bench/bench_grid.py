@@ -13,7 +13,12 @@ then measures on this machine, in one run:
    (what a ``docker exec`` grid pays per call);
 3. throughput: turns per second of many sessions over the two workers, against
    the rate at which the same Celery app and broker round-trip a trivial task
-   (``sandgrid.ping``) from as many threads: target >= 50% of it.
+   (``sandgrid.ping``) from as many threads: target >= 50% of it;
+4. the floors under both targets, from the three hops every turn makes in
+   turn (an authenticated HTTP request to the API, a Celery round trip, the
+   channel's exec): their p50s one at a time, summed, against the channel;
+   and their rates on this machine, combined (``1 / sum(1 / rate)``: they
+   share its CPUs), against the trivial task's rate.
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import docker
+import httpx
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -116,16 +123,31 @@ def channel_baseline(n: int) -> list[float]:
         backend.destroy(sbx)
 
 
-def celery_rate(nodes: list[str], threads: int, seconds: float) -> float:
-    """Round trips per second of a trivial task on the grid's app and broker."""
+def celery_latency(nodes: list[str], n: int) -> list[float]:
+    """Latencies (ms) of one trivial task's round trip at a time, on the grid's app and broker.
+
+    Every turn is at least this (a Celery task there and its result back), so
+    it is the floor under the turn / channel ratio that no turn-path work can cross.
+    """
     app = make_celery(Settings(redis_url=REDIS_URL))
+    queue = names.node_queue(nodes[0])
+    app.send_task(names.TASK_PING, args=[0], queue=queue).get(timeout=30)  # connections up
+    out = []
+    for i in range(n):
+        t = time.perf_counter()
+        assert app.send_task(names.TASK_PING, args=[i], queue=queue).get(timeout=30) == i
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def rate_of(op: Callable[[int], object], threads: int, seconds: float) -> float:
+    """Calls per second of ``op(thread index)`` from ``threads`` threads for ``seconds``."""
     done = [0] * threads
     stop_at = time.perf_counter() + seconds
 
     def run(i: int) -> None:
-        queue = names.node_queue(nodes[i % len(nodes)])
         while time.perf_counter() < stop_at:
-            assert app.send_task(names.TASK_PING, args=[i], queue=queue).get(timeout=30) == i
+            op(i)
             done[i] += 1
 
     t0 = time.perf_counter()
@@ -135,6 +157,52 @@ def celery_rate(nodes: list[str], threads: int, seconds: float) -> float:
     for t in workers:
         t.join()
     return sum(done) / (time.perf_counter() - t0)
+
+
+def celery_rate(nodes: list[str], threads: int, seconds: float) -> float:
+    """Round trips per second of a trivial task on the grid's app and broker."""
+    app = make_celery(Settings(redis_url=REDIS_URL))
+
+    def ping(i: int) -> None:
+        queue = names.node_queue(nodes[i % len(nodes)])
+        assert app.send_task(names.TASK_PING, args=[i], queue=queue).get(timeout=30) == i
+
+    return rate_of(ping, threads, seconds)
+
+
+def http_floor(api: str, n: int, threads: int, seconds: float) -> tuple[list[float], float]:
+    """An authenticated ``GET /v1/sessions/{id}`` (token check, one registry read):
+    latencies one at a time, then the rate from ``threads`` threads."""
+    with Client(api, TOKEN) as c, c.session(type="python") as s:
+        url = f"{api}/v1/sessions/{s.id}"
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        clients = [httpx.Client(headers=headers) for _ in range(threads)]
+        try:
+            out = []
+            for _ in range(n + 10):
+                t0 = time.perf_counter()
+                clients[0].get(url).raise_for_status()
+                out.append((time.perf_counter() - t0) * 1000)
+            rate = rate_of(lambda i: clients[i].get(url).raise_for_status(), threads, seconds)
+        finally:
+            for one in clients:
+                one.close()
+    return out[10:], rate
+
+
+def exec_rate(sandboxes: int, seconds: float) -> float:
+    """Execs of ``true`` per second through the channel, one thread per warm sandbox."""
+    backend = backend_for("runc", node="bench-channel")
+    boxes = [backend.create("python") for _ in range(sandboxes)]
+    try:
+        return rate_of(
+            lambda i: backend.exec(boxes[i], ExecRequest(argv=["true"])),
+            sandboxes,
+            seconds,
+        )
+    finally:
+        for sbx in boxes:
+            backend.destroy(sbx)
 
 
 def throughput(api: str, sessions: int, seconds: float) -> tuple[int, float]:
@@ -183,8 +251,13 @@ def main() -> None:
             total, parts, calls = warm_turns(client, args.turns)
         base = exec_run_baseline(max(200, args.turns))
         channel = channel_baseline(max(200, args.turns))
+        floor = celery_latency(nodes, max(200, args.turns))
         count, rate = throughput(grid.api_url, args.sessions, args.seconds)
         ping_rate = celery_rate(nodes, args.sessions, args.seconds)
+        http, http_rate = http_floor(
+            grid.api_url, max(200, args.turns), args.sessions, args.seconds
+        )
+        channel_rate = exec_rate(4, args.seconds)
     p50, p99 = statistics.median(total), pct(total, 99)
     b50, b99 = statistics.median(base), pct(base, 99)
     print(
@@ -209,6 +282,16 @@ def main() -> None:
         f"p50 {c50:.2f} ms  p99 {pct(channel, 99):.2f} ms"
     )
     print(f"ratio grid turn / channel: p50 {p50 / c50:.2f}x  (target <= 2.5x)")
+    f50, h50 = statistics.median(floor), statistics.median(http)
+    print(
+        f"celery round trip of a trivial task alone, one at a time ({len(floor)} runs): "
+        f"p50 {f50:.2f} ms = {f50 / c50:.2f}x the channel"
+    )
+    print(f"authenticated GET of the session, one at a time ({len(http)} runs): p50 {h50:.2f} ms")
+    print(
+        f"floor of any turn (that GET + that round trip + the channel): {h50 + f50 + c50:.2f} ms"
+        f" = {(h50 + f50 + c50) / c50:.2f}x the channel (target <= 2.5x)"
+    )
     print(
         f"throughput: {count} turns in {args.seconds:.0f} s over {args.sessions} sessions "
         f"and 2 workers: {rate:.1f} turns/s"
@@ -218,6 +301,12 @@ def main() -> None:
         f"{ping_rate:.1f} tasks/s"
     )
     print(f"ratio turns / trivial tasks: {rate / ping_rate:.0%}  (target >= 50%)")
+    bound = 1 / (1 / http_rate + 1 / ping_rate + 1 / channel_rate)
+    print(
+        f"same machine, {args.sessions} threads: {http_rate:.1f} GETs/s; channel, 4 sandboxes: "
+        f"{channel_rate:.1f} execs/s; a turn needs all three, so at most "
+        f"{bound:.1f} turns/s = {bound / ping_rate:.0%} of the trivial rate"
+    )
 
 
 if __name__ == "__main__":
