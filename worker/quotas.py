@@ -159,7 +159,6 @@ def container_kwargs(
     environment = {
         "SANDGRID_PIDS_MAX": str(quotas.pids),
         "SANDGRID_MEMORY_MAX": str(quotas.memory_mb * _MIB),
-        "SANDGRID_RUNTIME": runtime,  # the agent forks ahead only where a fork is dear
     }
     if egress_dir is not None:
         host_config["mounts"].append(

@@ -22,10 +22,10 @@ processes: start, run as, kill), ``exec``, ``files`` (workspace file ops),
 ``safetar`` (checked extraction), ``access`` (reading what the user closed),
 ``scanstate`` (the delta state both ends hold), ``scan``, ``transfer``
 (snapshot pack, unpack and ranges), ``egress`` (the loopback proxy port relayed to
-the host's egress proxy), ``launcher`` and ``launcherhost`` (exec without a
-fork of the agent: a small root process spawns the commands), ``standby`` (the
-next scan's child, forked after a reply rather than on the scan's path), ``main``
-(the dispatch loop).
+the host's egress proxy; ``splice`` moves its allowed bytes), ``launcher`` and
+``launcherhost`` (exec without a fork of the agent: a small root process
+spawns the commands), ``threadcreds`` (one thread's ids: how the scan and the
+launcher act as the user without a fork), ``main`` (the dispatch loop).
 
 Why it looks the way it does:
 

@@ -34,9 +34,10 @@ import threading
 from typing import Any
 
 from .errors import AgentError
-from .launcherhost import HEADER, supported
+from .launcherhost import HEADER
 from .limits import GID, UID
 from .reaper import REAPER
+from .threadcreds import supported
 
 __all__ = ["LAUNCHER", "LAUNCH_TIMEOUT_S", "LaunchedPopen", "Launcher", "host_command"]
 

@@ -9,7 +9,8 @@ How it stays the user's and root's at once: Linux (and gVisor) keep the
 credentials per thread; glibc's wrappers are what make them per process. The
 host's main thread stays root with nothing to do but wait. Its one serving
 thread takes the sandbox user's ids with raw ``setresgid``/``setresuid``
-system calls (uid/gid 1000, no groups; saved uid 0), spawns, which the child
+system calls (``threadcreds.spawn_ids``: uid/gid 1000, no groups; saved uid
+0), spawns, which the child
 inherits from that thread, and takes root's again. Signals for the process,
 ``kill -9 -1`` included, are checked against the main thread's ids, so a
 command that kills everything it may (a lane reset does) cannot touch the
@@ -46,42 +47,15 @@ import struct
 import threading
 from typing import Any
 
-from .limits import GID, UID
+from .threadcreds import drop_groups, root_ids, spawn_ids
 
-__all__ = ["HEADER", "SYSCALLS", "launch", "main", "own_limits", "spawn_path", "supported"]
+__all__ = ["HEADER", "launch", "main", "own_limits", "spawn_path"]
 
 HEADER = struct.Struct("!Q")
 """The request's length, sent with the three descriptors."""
 _PR_SET_DUMPABLE = 4
 _DEFAULT_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)  # what Popen's restore_signals resets
 _SKIP = (errno.ENOENT, errno.ENOTDIR)  # execvpe tries the next PATH entry on these
-
-SYSCALLS = {"x86_64": (116, 119, 117), "aarch64": (159, 149, 147)}
-"""Per machine: the numbers of ``setgroups``, ``setresgid`` and ``setresuid``."""
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def supported() -> bool:
-    """Whether this machine's system call numbers are known (else the agent forks)."""
-    return os.uname().machine in SYSCALLS
-
-
-def _raw(index: int, *args: int) -> None:
-    """One of ``SYSCALLS`` for the calling thread alone (glibc's wrapper does all threads)."""
-    number = SYSCALLS[os.uname().machine][index]
-    if _LIBC.syscall(number, *(ctypes.c_long(a) for a in args)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
-def _as(uid: int, gid: int) -> None:
-    """This thread's ids: ``uid``/``gid`` real and effective, saved 0 (it can come back)."""
-    if uid:
-        _raw(1, gid, gid, 0)
-        _raw(2, uid, uid, 0)
-    else:
-        _raw(2, 0, 0, 0)
-        _raw(1, 0, 0, 0)
 
 
 def spawn_path(args: list[str], env: dict[str, str], fds: list[int]) -> int:
@@ -137,7 +111,7 @@ def launch(req: dict[str, Any], fds: list[int]) -> dict[str, int]:
     Runs on the serving thread, which holds no supplementary groups (``_serve``).
     """
     try:
-        _as(UID, GID)
+        spawn_ids()
         try:
             os.chdir(req["cwd"])  # entered as the user, as a shell would
             return {"pid": spawn_path(req["argv"], req["env"], fds)}
@@ -145,7 +119,7 @@ def launch(req: dict[str, Any], fds: list[int]) -> dict[str, int]:
             return {"errno": exc.errno or errno.EIO}
         finally:
             try:
-                _as(0, 0)
+                root_ids()
                 os.chdir("/")
             except OSError:
                 os._exit(1)  # never serve again as anyone but root
@@ -200,7 +174,7 @@ def main() -> None:  # pragma: no cover - the host process itself
     The main thread only waits: it keeps root's ids, which are the ones a signal
     for the process is checked against.
     """
-    _LIBC.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)  # written from whichever thread takes the signal
@@ -213,7 +187,7 @@ def main() -> None:  # pragma: no cover - the host process itself
 
 def _serve(wake_r: int) -> None:  # pragma: no cover - the host process itself
     """The serving thread: no groups of its own, then one answer per request."""
-    _raw(0, 0, 0)  # setgroups(0, NULL), for this thread only
+    drop_groups()  # for this thread only
     sock = socket.socket(fileno=0)
     limits = own_limits()
     sock.sendall(b"ready\n")

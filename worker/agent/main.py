@@ -25,7 +25,7 @@ from .memory import limit_memory
 from .processes import as_user
 from .pty import PTY_NOTIFY_OPS, op_pty
 from .reaper import REAPER
-from .scan import op_scan, prepare_scan
+from .scan import op_scan
 from .seccomp import deny_user_namespaces
 from .transfer import do_pack, do_read_range, do_unpack, do_write_range
 
@@ -143,4 +143,3 @@ def main() -> int:
             continue
         send(handle(req))
         LAUNCHER.prepare()  # off the exec path: the next spawn needs no fork (launcher.py)
-        prepare_scan()  # and the next scan none either (standby.py)

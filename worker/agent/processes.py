@@ -1,7 +1,8 @@
 """The sandbox user's processes: start them, run a function as the user, kill them all.
 
 The agent is root with SETUID, SETGID and KILL only; everything the user gets
-to run (a command, a file operation) runs as uid/gid 1000 in a child, and a
+to run (a command, a file operation) runs as uid/gid 1000 in a child (the
+scan: on a thread of the agent acting as the user, ``as_user_here``), and a
 deadline kill takes every process the command started.
 """
 
@@ -15,19 +16,19 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from .errors import AgentError, Json
 from .framing import write_all
 from .launcher import LAUNCHER
 from .limits import CLEANUP_WAIT_S, GID, KILL_BUDGET_S, PIDS_CURRENT_FILE, PIPE_SIZE, UID
 from .reaper import REAPER
+from .threadcreds import acting_as_user
 
 __all__ = [
-    "HELPERS",
     "Cleanup",
-    "Helper",
     "as_user",
+    "as_user_here",
     "finish_cleanup",
     "kill_new",
     "spawn",
@@ -36,22 +37,6 @@ __all__ = [
     "user_child",
     "user_procs",
 ]
-
-
-class Helper(Protocol):
-    """A process PID 1 keeps ready besides the launcher (``standby.STANDBY``)."""
-
-    def tasks(self) -> int:
-        """Tasks it holds in the pids cgroup: not the user's."""
-        ...
-
-    def stop(self) -> None:
-        """Kill it: a deadline kill leaves nothing but the agent."""
-        ...
-
-
-#: The helpers besides the launcher, registered by their modules.
-HELPERS: list[Helper] = []
 
 
 def user_procs() -> dict[tuple[int, int], bool]:
@@ -94,8 +79,6 @@ def kill_new(pgid: int, before: set[tuple[int, int]]) -> None:
     """
     end = time.monotonic() + KILL_BUDGET_S
     LAUNCHER.stop(quiet=True)  # its children (the command's leader) become the agent's
-    for helper in HELPERS:
-        helper.stop()
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
     if not before and tasks_besides_agent() is not None:
@@ -159,8 +142,7 @@ def tasks_besides_agent() -> int | None:
     try:
         with open(PIDS_CURRENT_FILE) as f:
             total = int(f.read())
-        helpers = LAUNCHER.tasks() + sum(h.tasks() for h in HELPERS)
-        return total - len(os.listdir("/proc/self/task")) - helpers
+        return total - len(os.listdir("/proc/self/task")) - LAUNCHER.tasks()
     except (OSError, ValueError):
         return None
 
@@ -213,9 +195,7 @@ def as_user(fn: Callable[..., Any], *args: Any) -> Any:
         reply = json.loads(raw)
     except ValueError:
         raise AgentError("sandbox_error", "file operation died without an answer") from None
-    if not reply["ok"]:
-        raise AgentError(**reply["error"])
-    return reply["result"]
+    return _result(reply)
 
 
 def user_child(wfd: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:  # pragma: no cover
@@ -223,20 +203,53 @@ def user_child(wfd: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
     try:
         _become_user()
         os.umask(0o022)
-        reply: Json = {"ok": True, "result": fn(*args)}
-    except AgentError as exc:
-        reply = {"ok": False, "error": exc.body()}
+        reply = _reply_of(fn, args)
     except OSError as exc:
-        name = os.strerror(exc.errno or 0)
-        where = exc.filename or ""
-        error = AgentError("invalid_input", f"{where}: {name}", path=where, errno=exc.errno)
-        reply = {"ok": False, "error": error.body()}
-    except ValueError as exc:
-        reply = {"ok": False, "error": AgentError("invalid_input", str(exc)).body()}
-    except Exception as exc:
-        error = AgentError("sandbox_error", f"{type(exc).__name__}: {exc}")
-        reply = {"ok": False, "error": error.body()}
+        reply = _error_reply(exc)
     try:
         write_all(wfd, json.dumps(reply).encode())
     finally:
         os._exit(0)
+
+
+def as_user_here(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(*args)`` on this thread acting as the user (``threadcreds``): no fork.
+
+    The same result and errors as ``as_user``. Only for code that reaches files
+    and nothing else (no ``umask``: that is the process's, no children).
+    """
+    try:
+        with acting_as_user():
+            reply = _reply_of(fn, args)
+    except OSError as exc:
+        reply = _error_reply(exc)
+    return _result(reply)
+
+
+def _reply_of(fn: Callable[..., Any], args: tuple[Any, ...]) -> Json:
+    """``fn(*args)`` as the reply ``as_user`` reads: its result, or its error's body."""
+    try:
+        return {"ok": True, "result": fn(*args)}
+    except AgentError as exc:
+        return {"ok": False, "error": exc.body()}
+    except OSError as exc:
+        return _error_reply(exc)
+    except ValueError as exc:
+        return {"ok": False, "error": AgentError("invalid_input", str(exc)).body()}
+    except Exception as exc:
+        error = AgentError("sandbox_error", f"{type(exc).__name__}: {exc}")
+        return {"ok": False, "error": error.body()}
+
+
+def _error_reply(exc: OSError) -> Json:
+    where = exc.filename or ""
+    error = AgentError(
+        "invalid_input", f"{where}: {os.strerror(exc.errno or 0)}", path=where, errno=exc.errno
+    )
+    return {"ok": False, "error": error.body()}
+
+
+def _result(reply: Json) -> Any:
+    if not reply["ok"]:
+        raise AgentError(**reply["error"])
+    return reply["result"]

@@ -1,9 +1,13 @@
 """``scan``: walk the roots as the user and answer every row, or the delta since a token.
 
 PID 1 keeps its last reply (``SCANNED``, a ``scanstate.ScanState``) and a hash
-cache (``HASHES``); both change only in PID 1, once a scan has succeeded: the
-scanning child sees them as they were at its fork, and only its differences
-cross the pipe back. A delta is answered only to the holder of the token for
+cache (``HASHES``); both change only once a scan has succeeded. The walk runs
+on PID 1's own thread acting as the user (``processes.as_user_here``: effective
+ids of the user, real and saved ids root, so the user can neither signal nor
+trace it), with no fork: a fork of the agent cost ~2.5 ms under runc and ~20 ms
+under gVisor, more than the exec of ``true`` before it. Where per-thread ids
+are not available (not root: unit tests; an unknown machine) it forks as
+``as_user`` does. A delta is answered only to the holder of the token for
 the same roots, so a worker that missed a reply (or another worker) gets every
 row instead of a diff it cannot apply. Every other scan walks from nothing
 (only the hash cache is kept), so a full reply never depends on the rows
@@ -20,16 +24,17 @@ from typing import cast
 from .access import lending, listing, settled_ctime, sha256_of
 from .errors import Json
 from .limits import check_roots
-from .processes import as_user
+from .processes import as_user, as_user_here
 from .scanstate import ScanRow, ScanState
-from .standby import STANDBY
+from .threadcreds import supported
 
-__all__ = ["HASHES", "SCANNED", "op_scan", "prepare_scan", "scan_diff", "update"]
+__all__ = ["HASHES", "SCANNED", "op_scan", "scan_diff", "update"]
 
 # path -> (size, mtime_ns, ctime_ns, ino, sha256); ctime moves on any write, chmod or
 # utime, so a file rewritten with its old size and mtime is read again
 HASHES: dict[str, tuple[int, int, int, int, str]] = {}
 SCANNED = ScanState()
+_IN_THREAD = os.geteuid() == 0 and supported()  # else fork (as_user)
 
 
 def scan_diff(roots: tuple[str, ...], prev: dict[str, ScanRow]) -> Json:
@@ -119,12 +124,6 @@ def op_scan(req: Json) -> Json:
     """The ``scan`` reply: a delta on ``since`` when PID 1 holds that token, else every row."""
     roots = check_roots(req.get("roots"))
     delta = SCANNED.answers(req.get("since"), roots)
-    diff = STANDBY.scan(SCANNED, roots, delta)  # forked ahead of need (standby.py)
-    if diff is None:
-        diff = as_user(scan_diff, roots, SCANNED.rows if delta else {})
+    run = as_user_here if _IN_THREAD else as_user
+    diff = run(scan_diff, roots, SCANNED.rows if delta else {})
     return update(SCANNED, roots, diff, delta=delta)
-
-
-def prepare_scan() -> None:
-    """After a reply: the next scan's child, forked now rather than on its path."""
-    STANDBY.prepare(SCANNED, scan_diff)

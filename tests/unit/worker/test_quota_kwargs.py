@@ -45,7 +45,6 @@ def test_limits_follow_quotas() -> None:
     assert kw["environment"] == {
         "SANDGRID_PIDS_MAX": "99",
         "SANDGRID_MEMORY_MAX": str(300 << 20),
-        "SANDGRID_RUNTIME": "runc",
     }
 
 

@@ -37,6 +37,7 @@ def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.setattr(scan_module, "SCANNED", ScanState())
     monkeypatch.setattr(scan_module, "HASHES", {})
     monkeypatch.setattr(scan_module, "as_user", lambda fn, *a: json.loads(json.dumps(fn(*a))))
+    monkeypatch.setattr(scan_module, "_IN_THREAD", False)  # as root it would act as the user
     return scan_module
 
 
