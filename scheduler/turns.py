@@ -2,6 +2,7 @@
 
     lookup -> route -> backpressure -> tenant slot -> session turn lock (409 if busy)
     -> send -> wait (watching the worker's heartbeat) -> unlock -> outcome
+    (backpressure, tenant slot and turn lock are one round trip: ``Admission.admit``)
 
 One session runs one turn at a time: a second concurrent turn is refused with
 409 ``session_busy`` instead of being queued behind the first, so that a client
@@ -249,7 +250,6 @@ class TurnRunner:
         ttl = (timeout_s or session.quotas.timeout_s) + self.turn_margin_s
         self.admission.check_capacity(session.type, op.kind)
         queue = route(self.registry, session, batch=batch)
-        self.admission.check_queue(queue)
         job = TurnJob(
             turn_id=turn_id or new_turn_id(),
             session=session,
@@ -257,7 +257,10 @@ class TurnRunner:
             batch=batch,
             close_after=close_after,
         )
-        self.admission.acquire_turn(tenant, job.turn_id, ttl)
+        if not self.admission.admit(tenant, queue, session.id, job.turn_id, ttl):
+            busy = _busy(session.id, op.kind)
+            self._finished(job, None, busy, _timings(t0, 0.0, None))
+            raise busy
         try:
             outcome, wait_ms = self._locked(job, queue, ttl)
         except SandgridError as exc:
@@ -326,10 +329,9 @@ class TurnRunner:
         return None
 
     def _locked(self, job: TurnJob, queue: str, ttl: float) -> tuple[TurnOutcome, float]:
-        """Send and wait under the session's turn lock; the wait in ms."""
+        """Send and wait under the session's turn lock (``Admission.admit`` took it);
+        the wait in ms."""
         sid = job.session.id
-        if not self.registry.begin_turn(sid, job.turn_id, ttl):
-            raise _busy(sid, job.op.kind)
         try:
             t_send = time.perf_counter()
             handle = self.dispatcher.send(job, queue, expires=ttl)
