@@ -47,6 +47,7 @@ __all__ = [
     "CeleryDispatcher",
     "Dispatcher",
     "outcome_from_result",
+    "result_key",
     "task_id_of",
 ]
 
@@ -230,6 +231,22 @@ class CeleryDispatcher:
         # Best effort: the result expires anyway (result_expires).
         with contextlib.suppress(Exception):
             handle.forget()
+
+
+def result_key(dispatcher: Dispatcher, handle: Any, client: Any) -> str | None:
+    """The Redis key of ``handle``'s stored result when ``client`` (the registry's)
+    reaches the same database as the result backend, so the turn's end can delete
+    it in its own round trip (``SessionRegistry.finish_turn``) instead of ``forget``;
+    None otherwise (another dispatcher, another database: ``forget`` it)."""
+    if not isinstance(dispatcher, CeleryDispatcher):
+        return None
+    backend = handle.backend
+    params = getattr(backend, "connparams", None) or {}
+    ours = client.connection_pool.connection_kwargs
+    if any(params.get(k) != ours.get(k) for k in ("host", "port", "path", "db")) or not params:
+        return None
+    key = backend.get_key_for_task(handle.id)
+    return key.decode() if isinstance(key, bytes) else str(key)
 
 
 def _registry_down(exc: BaseException) -> bool:
