@@ -104,10 +104,37 @@ class _DeadlineDrainer(Drainer):
 
 
 def _bound_drainer(handle: AsyncResult[Any]) -> None:
-    """Give this thread's result consumer the deadline drainer (once)."""
+    """Give this thread's result consumer the deadline drainer and the subscribed
+    handles' skipped read (``_skip_read``), once."""
     consumer = getattr(handle.backend, "result_consumer", None)
     if consumer is not None and type(consumer.drainer) is Drainer:
         consumer.drainer = _DeadlineDrainer(consumer)
+    if hasattr(consumer, "on_wait_for_pending") and not getattr(
+        consumer, "_sandgrid_skip_read", False
+    ):
+        _skip_read(consumer)
+
+
+def _skip_read(consumer: Any) -> None:
+    """No GET of the result key when a wait starts on a handle that ``send``
+    subscribed to before it published the task.
+
+    Celery's Redis consumer reads the result key at the start of every
+    ``AsyncResult.get`` (``on_wait_for_pending``), for a result stored before its
+    SUBSCRIBE. ``send_task`` subscribes first (``on_task_call``), so for the turns
+    this process sent the read only costs a round trip per wait; a result
+    published while the subscription was down is read by ``_stored``. Handles
+    of turns sent elsewhere (``handle_of``) keep the read.
+    """
+    read = consumer.on_wait_for_pending
+
+    def on_wait_for_pending(result: Any, **kwargs: Any) -> Any:
+        if getattr(result, "_sandgrid_subscribed", False):
+            return None
+        return read(result, **kwargs)
+
+    consumer.on_wait_for_pending = on_wait_for_pending
+    consumer._sandgrid_skip_read = True
 
 
 #: How often a waiting turn reads its result key itself (s): see ``_stored``.
@@ -192,6 +219,7 @@ class CeleryDispatcher:
                 argsrepr=describe(job),  # Flower and logs: a summary, never contents
                 kwargsrepr="{}",
             )
+            result._sandgrid_subscribed = True  # type: ignore[attr-defined]  # _skip_read
         except _SEND_ERRORS as exc:
             if not _registry_down(exc):
                 raise
