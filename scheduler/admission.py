@@ -161,14 +161,7 @@ class Admission:
         """
         depth = int(self.redis.llen(queue))
         if depth > self.queue_depth_limit:
-            metrics.reject("backpressure")
-            raise LimitExceeded(
-                f"queue {queue} holds {depth} turns (limit {self.queue_depth_limit}); retry later",
-                code=ErrorCode.BACKPRESSURE,
-                operation="admission",
-                context={"queue": queue, "depth": depth, "limit": self.queue_depth_limit},
-                retry_after=BACKPRESSURE_RETRY_AFTER_S,
-            )
+            raise self._backpressure(queue, depth)
 
     def acquire_turn(self, tenant: Tenant, turn_id: str, ttl: float) -> None:
         """Take a slot among the tenant's concurrent turns.
@@ -178,14 +171,51 @@ class Admission:
         """
         limit = tenant.limits.max_concurrent_turns
         if not self.registry.acquire_turn_slot(tenant.name, turn_id, limit, ttl):
-            metrics.reject("tenant_limit")
-            raise LimitExceeded(
-                f"tenant {tenant.name!r} has {limit} turns in flight, its ceiling",
-                operation="admission",
-                context={"limit": "max_concurrent_turns", "max": limit},
-                retry_after=TURNS_RETRY_AFTER_S,
-            )
+            raise _tenant_limit(tenant)
+
+    def admit(self, tenant: Tenant, queue: str, session_id: str, turn_id: str, ttl: float) -> bool:
+        """``check_queue``, ``acquire_turn`` and the session's turn lock
+        (``SessionRegistry.begin_turn``) in one round trip: the turn path's
+        admission costs one Redis call instead of three, and a refusal takes
+        nothing (no slot to give back).
+
+        Returns:
+            False when the session is busy with another turn (nothing taken).
+
+        Raises:
+            LimitExceeded: ``backpressure`` or ``tenant_limit``, as the two checks do.
+        """
+        limit = tenant.limits.max_concurrent_turns
+        verdict, depth = self.registry.admit_turn(
+            queue, self.queue_depth_limit, tenant.name, limit, session_id, turn_id, ttl
+        )
+        if verdict == "backpressure":
+            raise self._backpressure(queue, depth)
+        if verdict == "tenant_limit":
+            raise _tenant_limit(tenant)
+        return verdict == "ok"
+
+    def _backpressure(self, queue: str, depth: int) -> LimitExceeded:
+        metrics.reject("backpressure")
+        return LimitExceeded(
+            f"queue {queue} holds {depth} turns (limit {self.queue_depth_limit}); retry later",
+            code=ErrorCode.BACKPRESSURE,
+            operation="admission",
+            context={"queue": queue, "depth": depth, "limit": self.queue_depth_limit},
+            retry_after=BACKPRESSURE_RETRY_AFTER_S,
+        )
 
     def release_turn(self, tenant: Tenant, turn_id: str) -> None:
         """Give the slot back."""
         self.registry.release_turn_slot(tenant.name, turn_id)
+
+
+def _tenant_limit(tenant: Tenant) -> LimitExceeded:
+    metrics.reject("tenant_limit")
+    limit = tenant.limits.max_concurrent_turns
+    return LimitExceeded(
+        f"tenant {tenant.name!r} has {limit} turns in flight, its ceiling",
+        operation="admission",
+        context={"limit": "max_concurrent_turns", "max": limit},
+        retry_after=TURNS_RETRY_AFTER_S,
+    )

@@ -47,6 +47,7 @@ __all__ = [
     "CeleryDispatcher",
     "Dispatcher",
     "outcome_from_result",
+    "result_key",
     "task_id_of",
 ]
 
@@ -103,10 +104,37 @@ class _DeadlineDrainer(Drainer):
 
 
 def _bound_drainer(handle: AsyncResult[Any]) -> None:
-    """Give this thread's result consumer the deadline drainer (once)."""
+    """Give this thread's result consumer the deadline drainer and the subscribed
+    handles' skipped read (``_skip_read``), once."""
     consumer = getattr(handle.backend, "result_consumer", None)
     if consumer is not None and type(consumer.drainer) is Drainer:
         consumer.drainer = _DeadlineDrainer(consumer)
+    if hasattr(consumer, "on_wait_for_pending") and not getattr(
+        consumer, "_sandgrid_skip_read", False
+    ):
+        _skip_read(consumer)
+
+
+def _skip_read(consumer: Any) -> None:
+    """No GET of the result key when a wait starts on a handle that ``send``
+    subscribed to before it published the task.
+
+    Celery's Redis consumer reads the result key at the start of every
+    ``AsyncResult.get`` (``on_wait_for_pending``), for a result stored before its
+    SUBSCRIBE. ``send_task`` subscribes first (``on_task_call``), so for the turns
+    this process sent the read only costs a round trip per wait; a result
+    published while the subscription was down is read by ``_stored``. Handles
+    of turns sent elsewhere (``handle_of``) keep the read.
+    """
+    read = consumer.on_wait_for_pending
+
+    def on_wait_for_pending(result: Any, **kwargs: Any) -> Any:
+        if getattr(result, "_sandgrid_subscribed", False):
+            return None
+        return read(result, **kwargs)
+
+    consumer.on_wait_for_pending = on_wait_for_pending
+    consumer._sandgrid_skip_read = True
 
 
 #: How often a waiting turn reads its result key itself (s): see ``_stored``.
@@ -191,6 +219,7 @@ class CeleryDispatcher:
                 argsrepr=describe(job),  # Flower and logs: a summary, never contents
                 kwargsrepr="{}",
             )
+            result._sandgrid_subscribed = True  # type: ignore[attr-defined]  # _skip_read
         except _SEND_ERRORS as exc:
             if not _registry_down(exc):
                 raise
@@ -230,6 +259,22 @@ class CeleryDispatcher:
         # Best effort: the result expires anyway (result_expires).
         with contextlib.suppress(Exception):
             handle.forget()
+
+
+def result_key(dispatcher: Dispatcher, handle: Any, client: Any) -> str | None:
+    """The Redis key of ``handle``'s stored result when ``client`` (the registry's)
+    reaches the same database as the result backend, so the turn's end can delete
+    it in its own round trip (``SessionRegistry.finish_turn``) instead of ``forget``;
+    None otherwise (another dispatcher, another database: ``forget`` it)."""
+    if not isinstance(dispatcher, CeleryDispatcher):
+        return None
+    backend = handle.backend
+    params = getattr(backend, "connparams", None) or {}
+    ours = client.connection_pool.connection_kwargs
+    if any(params.get(k) != ours.get(k) for k in ("host", "port", "path", "db")) or not params:
+        return None
+    key = backend.get_key_for_task(handle.id)
+    return key.decode() if isinstance(key, bytes) else str(key)
 
 
 def _registry_down(exc: BaseException) -> bool:

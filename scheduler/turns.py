@@ -2,6 +2,7 @@
 
     lookup -> route -> backpressure -> tenant slot -> session turn lock (409 if busy)
     -> send -> wait (watching the worker's heartbeat) -> unlock -> outcome
+    (backpressure, tenant slot and turn lock are one round trip: ``Admission.admit``)
 
 One session runs one turn at a time: a second concurrent turn is refused with
 409 ``session_busy`` instead of being queued behind the first, so that a client
@@ -48,7 +49,7 @@ from scheduler import metrics
 from scheduler.admission import Admission, check_exec
 from scheduler.audit import AuditLog
 from scheduler.cancel import TurnCancels, celery_sender
-from scheduler.dispatch import Dispatcher
+from scheduler.dispatch import Dispatcher, result_key
 from scheduler.expiry import is_due
 from scheduler.idempotency import IdempotencyStore, TakeOver, fingerprint, turn_id_for
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
@@ -189,13 +190,18 @@ class TurnRunner:
         """Run the turn of a key this request holds; keep its outcome under the key."""
         try:
             done = self.run(
-                tenant, session, op, timeout_s=op.request.timeout_s, t0=t0, turn_id=turn_id
+                tenant,
+                session,
+                op,
+                timeout_s=op.request.timeout_s,
+                t0=t0,
+                turn_id=turn_id,
+                settle=True,
             )
         except SandgridError as exc:
             self.idempotency.failed(turn_id, exc)
             raise
-        self.idempotency.settle(turn_id, done.outcome)
-        return done
+        return done  # its outcome was kept under the key as the turn ended (_end)
 
     def op(
         self, tenant: Tenant, session_id: str, op: TurnOp, *, t0: float | None = None
@@ -215,13 +221,16 @@ class TurnRunner:
         batch: bool = False,
         close_after: bool = False,
         turn_id: str | None = None,
+        settle: bool = False,
     ) -> TurnDone:
         """One turn of ``session``, end to end.
 
         ``batch`` routes a session that is not live to its type's batch queue;
         ``close_after`` asks the worker to destroy the sandbox after the turn
         (a batch job's one-turn session; see ``TurnJob.close_after``);
-        ``turn_id`` is the turn's id when the caller chose it (a keyed exec).
+        ``turn_id`` is the turn's id when the caller chose it (a keyed exec);
+        ``settle`` keeps a successful outcome under the turn's idempotency key
+        (``IdempotencyStore.settle``) in the same round trip that ends the turn.
 
         Raises:
             Conflict: the session is closed, or busy with another turn.
@@ -249,7 +258,6 @@ class TurnRunner:
         ttl = (timeout_s or session.quotas.timeout_s) + self.turn_margin_s
         self.admission.check_capacity(session.type, op.kind)
         queue = route(self.registry, session, batch=batch)
-        self.admission.check_queue(queue)
         job = TurnJob(
             turn_id=turn_id or new_turn_id(),
             session=session,
@@ -257,14 +265,15 @@ class TurnRunner:
             batch=batch,
             close_after=close_after,
         )
-        self.admission.acquire_turn(tenant, job.turn_id, ttl)
+        if not self.admission.admit(tenant, queue, session.id, job.turn_id, ttl):
+            busy = _busy(session.id, op.kind)
+            self._finished(job, None, busy, _timings(t0, 0.0, None))
+            raise busy
         try:
-            outcome, wait_ms = self._locked(job, queue, ttl)
+            outcome, wait_ms = self._locked(tenant, job, queue, ttl, settle=settle)
         except SandgridError as exc:
             self._finished(job, None, exc, _timings(t0, 0.0, None))
             raise
-        finally:
-            self.admission.release_turn(tenant, job.turn_id)
         timings = _timings(t0, wait_ms, outcome)
         self._finished(job, outcome, None, timings)
         if not outcome.ok:
@@ -325,20 +334,40 @@ class TurnRunner:
             return names.type_queue(session.type)
         return None
 
-    def _locked(self, job: TurnJob, queue: str, ttl: float) -> tuple[TurnOutcome, float]:
-        """Send and wait under the session's turn lock; the wait in ms."""
-        sid = job.session.id
-        if not self.registry.begin_turn(sid, job.turn_id, ttl):
-            raise _busy(sid, job.op.kind)
+    def _locked(
+        self, tenant: Tenant, job: TurnJob, queue: str, ttl: float, *, settle: bool = False
+    ) -> tuple[TurnOutcome, float]:
+        """Send and wait under the session's turn lock and the tenant's slot
+        (``Admission.admit`` took both); release them; the wait in ms."""
         try:
             t_send = time.perf_counter()
             handle = self.dispatcher.send(job, queue, expires=ttl)
             outcome = self._wait(job, handle, queue, ttl)
             wait_ms = (time.perf_counter() - t_send) * 1000
-            self.dispatcher.forget(handle)
-        finally:
-            self.registry.end_turn(sid, job.turn_id)
+        except BaseException:
+            try:
+                self.registry.end_turn(job.session.id, job.turn_id)
+            finally:
+                self.admission.release_turn(tenant, job.turn_id)
+            raise
+        self._end(tenant, job, handle, outcome if settle and outcome.ok else None)
         return outcome, wait_ms
+
+    def _end(self, tenant: Tenant, job: TurnJob, handle: Any, settle: TurnOutcome | None) -> None:
+        """The writes that end a turn that answered, in one round trip
+        (``SessionRegistry.finish_turn``): its lock, its slot, its Celery result, and
+        ``settle`` under its idempotency key."""
+        key = result_key(self.dispatcher, handle, self.registry.redis)
+        if key is None:
+            self.dispatcher.forget(handle)
+        self.registry.finish_turn(
+            job.session.id,
+            job.turn_id,
+            tenant.name,
+            result_key=key,
+            outcome_json=settle.model_dump_json() if settle is not None else "",
+            keep_s=self.idempotency.ttl_s,
+        )
 
     def _wait(self, job: TurnJob, handle: Any, queue: str, ttl: float) -> TurnOutcome:
         """Wait for the outcome, checking every ``lost_check_s`` that its holder lives."""

@@ -15,13 +15,15 @@ Why these settings:
     * ``visibility_timeout`` longer than the longest turn, else Redis would hand a
       running turn to a second worker.
     * task events on, for Flower.
+    * kombu's Redis transport with one client per channel instead of one per
+      publish and ack (``sandgrid.wire.broker.install``).
 """
 
 from __future__ import annotations
 
 from celery import Celery
 
-from sandgrid.wire import names
+from sandgrid.wire import broker, names
 from sandgrid.wire.settings import Settings, get_settings
 
 __all__ = ["BROKER_POOL_LIMIT", "app", "make_celery", "worker_queues"]
@@ -40,6 +42,7 @@ def make_celery(settings: Settings | None = None) -> Celery:
         A configured, not yet connected, Celery application.
     """
     s = settings or get_settings()
+    broker.install()
     celery = Celery("sandgrid", broker=s.redis_url, backend=s.redis_url)
     celery.conf.update(
         task_serializer="json",

@@ -322,6 +322,68 @@ class SessionRegistry(RedisLedger):
         args = [turn_id, limit, now, now + ttl, millis(ttl)]
         return bool(self._run("turn_slot", [names.tenant_turns_key(tenant)], args))
 
+    def admit_turn(
+        self,
+        queue: str,
+        depth_limit: int,
+        tenant: str,
+        limit: int,
+        session_id: str,
+        turn_id: str,
+        ttl: float,
+    ) -> tuple[str, int]:
+        """``acquire_turn_slot`` and ``begin_turn`` behind a queue-depth check, in one
+        round trip (``lua/admit_turn.lua``): all taken, or none.
+
+        Returns:
+            ``("ok", 0)``, ``("backpressure", depth)``, ``("tenant_limit", 0)`` or
+            ``("busy", 0)``: the first check that refused, in that order.
+        """
+        now = time.time()
+        keys = [
+            queue,
+            names.tenant_turns_key(tenant),
+            names.turnlock_key(session_id),
+            names.turn_key(turn_id),
+        ]
+        args = [
+            turn_id,
+            depth_limit,
+            limit,
+            now,
+            now + ttl,
+            millis(ttl),
+            millis(ttl),
+            session_id,
+            millis(ttl + TURN_RECORD_TTL_S),
+        ]
+        found = self._run("admit_turn", keys, args)
+        return str(found[0]), int(found[1]) if len(found) > 1 else 0
+
+    def finish_turn(
+        self,
+        session_id: str,
+        turn_id: str,
+        tenant: str,
+        *,
+        result_key: str | None = None,
+        outcome_json: str = "",
+        keep_s: float = 0.0,
+    ) -> None:
+        """``end_turn`` and ``release_turn_slot`` of a turn that answered, in one round
+        trip (``lua/finish_turn.lua``), with the other writes of its end: delete its
+        Celery result at ``result_key`` (read already), and keep ``outcome_json``
+        under the turn's idempotency key for ``keep_s`` (a keyed exec's settle)."""
+        keys = [
+            names.turnlock_key(session_id),
+            names.turn_key(turn_id),
+            names.tenant_turns_key(tenant),
+            result_key or names.turn_key(turn_id),
+            names.idempotency_key(turn_id),
+        ]
+        args = [turn_id, "1" if result_key else "0", outcome_json, max(1, int(keep_s))]
+        self._run("finish_turn", keys, args)
+
     def release_turn_slot(self, tenant: str, turn_id: str) -> None:
         """Give back the slot of a finished turn."""
         self.redis.zrem(names.tenant_turns_key(tenant), turn_id)

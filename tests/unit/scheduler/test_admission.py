@@ -85,3 +85,28 @@ def test_expired_slots_do_not_leak(redis_client: redis.Redis[str]) -> None:
 
     time.sleep(0.08)
     assert reg.acquire_turn_slot("acme", "t2", 1, 5)
+
+
+def test_admit_takes_slot_lock_and_record_or_nothing(redis_client: redis.Redis[str]) -> None:
+    """One round trip for the three checks, in their order; a refusal takes nothing."""
+    reg = SessionRegistry(redis_client)
+    adm = Admission(redis_client, reg, queue_depth_limit=1)
+    assert adm.admit(TENANT, "sbx.python", "s-1", "t1", 30)
+    assert reg.turns_in_flight("acme") == 1
+    assert reg.turn_state("t1")["state"] == "queued"
+    assert not adm.admit(TENANT, "sbx.python", "s-1", "t2", 30)  # s-1 busy: nothing taken
+    assert reg.turns_in_flight("acme") == 1 and reg.turn_state("t2") == {}
+    assert adm.admit(TENANT, "sbx.python", "s-2", "t3", 30)
+    with pytest.raises(LimitExceeded) as exc:  # the tenant's 2 slots are taken
+        adm.admit(TENANT, "sbx.python", "s-3", "t4", 30)
+    assert exc.value.code == ErrorCode.TENANT_LIMIT and exc.value.context["max"] == 2
+    assert reg.begin_turn("s-3", "t5", 30)  # the refused admit left s-3's lock free
+    reg.end_turn("s-3", "t5")
+    redis_client.rpush("sbx.python", "a", "b")
+    with pytest.raises(LimitExceeded) as exc:  # checked before the tenant's slots
+        adm.admit(TENANT, "sbx.python", "s-3", "t6", 30)
+    assert exc.value.code == ErrorCode.BACKPRESSURE and exc.value.context["depth"] == 2
+    reg.end_turn("s-1", "t1")
+    adm.release_turn(TENANT, "t1")
+    redis_client.delete("sbx.python")
+    assert adm.admit(TENANT, "sbx.python", "s-1", "t7", 30)

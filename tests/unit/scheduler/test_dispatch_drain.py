@@ -84,3 +84,28 @@ def test_a_result_the_consumer_missed_is_read_from_its_key(monkeypatch: Any) -> 
     assert dispatcher.wait(handle, 0.25) is None and reads == []  # type: ignore[arg-type]
     got = dispatcher.wait(handle, 0.25)  # type: ignore[arg-type]
     assert got is not None and got.ok and got.node == "w1" and reads == ["t-1.1"]
+
+
+def test_a_wait_reads_the_result_key_only_for_handles_not_subscribed_before_sending() -> None:
+    """``send`` subscribes before it publishes, so its handles' waits skip Celery's
+    read of the result key; a handle of a turn sent elsewhere keeps it."""
+    reads: list[Any] = []
+    consumer = SimpleNamespace(on_wait_for_pending=lambda result, **_: reads.append(result))
+    consumer.drainer = Drainer(cast(Any, consumer))
+    sent = SimpleNamespace(backend=SimpleNamespace(result_consumer=consumer))
+    sent._sandgrid_subscribed = True
+    other = SimpleNamespace(backend=SimpleNamespace(result_consumer=consumer))
+
+    def waiting(handle: Any) -> Any:
+        def get(**_: Any) -> None:
+            consumer.on_wait_for_pending(handle, timeout=0.25)
+            raise CeleryTimeout()
+
+        handle.get = get
+        return handle
+
+    dispatcher = CeleryDispatcher.__new__(CeleryDispatcher)
+    dispatcher.drain_interval_s = 0.001
+    dispatcher.wait(waiting(sent), 0.25)
+    dispatcher.wait(waiting(other), 0.25)
+    assert reads == [other]

@@ -1,0 +1,68 @@
+"""The broker transport: kombu's Redis transport, with one client per channel.
+
+kombu's Redis ``Channel.conn_or_acquire`` builds a new redis-py ``Redis`` object
+for every publish, fanout event and ack (``_create_client``): a client object
+costs a ~170-entry response-callback table, ~50-140 us of CPU, and every turn
+paid it about twice in the API (the task, its ``task-sent`` event) and five
+times in the worker (the unacked record, three task events, the ack). The
+connections themselves already came from the channel's pool, so this channel
+keeps one client over that pool for its life and hands it out instead; a
+redis-py client over a pool is safe to share between threads (each command
+checks a connection out). A channel that is closed or revived after a broker
+outage is a new channel, with a new client.
+
+``install`` (called by ``sandgrid.wire.celery_app.make_celery``) makes kombu's
+``redis`` alias name this transport, so the broker URL and what every tool
+shows of it stay ``redis://`` (Flower's Broker page picks its client by that
+scheme; ``broker_transport`` set to a class path would show the path instead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import kombu.transport
+from kombu.transport import redis as kombu_redis
+
+__all__ = ["TRANSPORT", "Channel", "Transport", "install"]
+
+#: Where kombu finds this transport (the ``redis`` alias, after ``install``).
+TRANSPORT = "sandgrid.wire.broker:Transport"
+
+
+class Channel(kombu_redis.Channel):
+    """kombu's Redis channel with one long-lived publish client."""
+
+    _shared_client: Any = None
+
+    @contextmanager
+    def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
+        """The given client, else this channel's own (made once, on first use)."""
+        if client:
+            yield client
+            return
+        if self._shared_client is None:
+            self._shared_client = self._create_client()  # type: ignore[attr-defined]
+        yield self._shared_client
+
+    def close(self) -> None:
+        """Close the channel; its client goes with it (its pool is the channel's)."""
+        self._shared_client = None
+        super().close()
+
+
+class Transport(kombu_redis.Transport):
+    """kombu's Redis transport over ``Channel``."""
+
+    Channel = Channel
+
+
+def install() -> None:
+    """Make ``redis://`` broker URLs of this process use ``Transport`` (idempotent)."""
+    if kombu.transport.TRANSPORT_ALIASES.get("redis") != TRANSPORT:
+        kombu.transport.TRANSPORT_ALIASES["redis"] = TRANSPORT
+        # kombu caches what an alias resolved to; drop the stock class if it did.
+        cache: dict[str, Any] = getattr(kombu.transport, "_transport_cache", {})
+        cache.pop("redis", None)

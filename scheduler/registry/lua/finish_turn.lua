@@ -1,0 +1,24 @@
+-- End a turn that answered, in one round trip: end_turn (mark its record done unless
+-- abandoned, release the session's turn lock if this turn still holds it), give back
+-- the tenant's slot, drop the Celery result the API has read, and keep a keyed exec's
+-- outcome under its idempotency key.
+-- KEYS[1] turn lock, KEYS[2] turn record, KEYS[3] tenant's in-flight set,
+-- KEYS[4] the turn's Celery result, KEYS[5] the idempotency key
+-- ARGV[1] turn id, ARGV[2] '1': delete KEYS[4], ARGV[3] outcome JSON ('' for none),
+-- ARGV[4] how long the outcome is kept (s)
+local state = redis.call('HGET', KEYS[2], 'state')
+if state and state ~= 'abandoned' then
+  redis.call('HSET', KEYS[2], 'state', 'done')
+end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+end
+redis.call('ZREM', KEYS[3], ARGV[1])
+if ARGV[2] == '1' then
+  redis.call('DEL', KEYS[4])
+end
+if ARGV[3] ~= '' then
+  redis.call('HSET', KEYS[5], 'state', 'done', 'outcome', ARGV[3])
+  redis.call('EXPIRE', KEYS[5], ARGV[4])
+end
+return 1
