@@ -8,6 +8,7 @@ code ``invalid_input`` (see ``sandgrid.errors``).
 
 from __future__ import annotations
 
+import base64
 import posixpath
 import re
 from datetime import datetime
@@ -205,6 +206,19 @@ class FileWrite(WireModel):
     content: str = Field("", max_length=MAX_FILE_BYTES * 2)
     encoding: Literal["utf-8", "base64"] = "utf-8"
     mode: int = Field(0o644, ge=0, le=0o777)
+
+    @model_validator(mode="after")
+    def _base64_content(self) -> FileWrite:
+        """Content said to be base64 must decode, so a bad file is refused here, not mid-turn."""
+        if self.encoding == "base64":
+            try:
+                base64.b64decode(self.content, validate=True)
+            except ValueError:  # binascii.Error, or a character outside ASCII
+                raise ValueError(
+                    "content is not valid base64 (encoding is base64): only A-Z, a-z, 0-9, "
+                    "+, / and = padding, in groups of 4"
+                ) from None
+        return self
 
 
 class ExecRequest(WireModel):

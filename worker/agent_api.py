@@ -120,7 +120,7 @@ def write_fields(files: list[FileWrite]) -> dict[str, Any]:
         if f.encoding == "base64":
             try:
                 base64.b64decode(f.content, validate=True)
-            except binascii.Error:
+            except ValueError:  # binascii.Error, or a character outside ASCII
                 raise InvalidInput(
                     f"files[{i}].content is not valid base64",
                     operation="files.write",

@@ -51,5 +51,12 @@ def conformance_failures(
         except BaseException as exc:  # a FailureGroup is a BaseExceptionGroup
             if isinstance(exc, KeyboardInterrupt):
                 raise
-            failures.append(f"{operation.label}: {str(exc)[:800]}")
+            failures.append(f"{operation.label}: {_why(exc)[:2000]}")
     return failures
+
+
+def _why(exc: BaseException) -> str:
+    """The failure's message, with each of a group's own (Hypothesis reports several so)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return f"{exc}: " + " | ".join(_why(one) for one in exc.exceptions)
+    return str(exc)

@@ -82,3 +82,11 @@ def test_turn_job_round_trips_through_json() -> None:
     job = TurnJob(turn_id="t-1", session=info, op=ExecOp(request=ExecRequest(shell="ls")))
     again = TurnJob.model_validate(job.model_dump(mode="json"))
     assert again == job and again.op.kind == "exec"
+
+
+def test_base64_content_must_decode() -> None:
+    assert FileWrite(path="a", content="aGk=", encoding="base64").content == "aGk="
+    assert FileWrite(path="a", content="\u00dd").content == "\u00dd"  # utf-8: any text
+    for bad in ("\u00ddA==", "abc", "a b="):
+        with pytest.raises(ValidationError, match="content is not valid base64"):
+            FileWrite(path="a", content=bad, encoding="base64")

@@ -111,6 +111,20 @@ def test_bad_session_spec_names_field_and_rule(grid: Grid) -> None:
     assert "greater than 0.05" in err["context"]["rule"]
 
 
+@pytest.mark.parametrize(
+    "content", ["\u00ddA==", "abc", "ab$d"], ids=["non_ascii", "length", "char"]
+)
+def test_files_that_are_not_base64_are_refused_before_any_turn(grid: Grid, content: str) -> None:
+    """Said to be base64, content must decode: a 422 naming the file, and no session made."""
+    body = {"files": [{"path": "a.bin", "content": content, "encoding": "base64"}]}
+    r = grid.http.post("/v1/sessions", json=body, headers=grid.headers())
+    err = r.json()["error"]
+    assert r.status_code == 422, r.text
+    assert err["context"]["field"] == "files.0" and "not valid base64" in err["context"]["rule"]
+    assert grid.worker.sent == []
+    assert grid.http.get("/v1/sessions", headers=grid.headers()).json()["sessions"] == []
+
+
 def test_unknown_type_is_422(grid: Grid) -> None:
     r = grid.http.post("/v1/sessions", json={"type": "cobol"}, headers=grid.headers())
     assert r.status_code == 422 and r.json()["error"]["context"]["field"] == "type"

@@ -90,9 +90,11 @@ def test_write_fields_encode() -> None:
         "mode": 0o644,
     }
     assert f["files"][1]["data_b64"] == raw
-    with pytest.raises(InvalidInput) as err:
-        write_fields([FileWrite(path="c", content="!!", encoding="base64")])
-    assert err.value.context["field"] == "files[0].content"
+    for bad in ("!!", "\u00ddA=="):  # FileWrite refuses both; a model built unchecked too
+        unchecked = FileWrite.model_construct(path="c", content=bad, encoding="base64", mode=0o644)
+        with pytest.raises(InvalidInput) as err:
+            write_fields([unchecked])
+        assert err.value.context["field"] == "files[0].content"
 
 
 def test_file_read_falls_back_to_base64() -> None:
