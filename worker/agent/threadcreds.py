@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from .limits import GID, UID
 
@@ -30,31 +31,34 @@ SYSCALLS = {"x86_64": (116, 119, 117), "aarch64": (159, 149, 147)}
 """Per machine: the numbers of ``setgroups``, ``setresgid`` and ``setresuid``."""
 _KEEP = -1  # setres*id: leave this one as it is
 _LIBC = ctypes.CDLL(None, use_errno=True)
+_NUMBERS = SYSCALLS.get(os.uname().machine)  # looked up once: a spawn and a scan make 4-6 calls
 
 
 def supported() -> bool:
     """Whether this machine's system call numbers are known (else fork as before)."""
-    return os.uname().machine in SYSCALLS
+    return _NUMBERS is not None
 
 
-def _raw(index: int, *args: int) -> None:
-    number = SYSCALLS[os.uname().machine][index]
-    if _LIBC.syscall(number, *(ctypes.c_long(a) for a in args)) != 0:
+def _call(index: int, *args: Any) -> None:
+    """System call ``index`` of ``SYSCALLS`` for the calling thread alone."""
+    assert _NUMBERS is not None, "threadcreds: unknown machine (see supported())"
+    if _LIBC.syscall(_NUMBERS[index], *args) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
+
+
+def _raw(index: int, *ids: int) -> None:
+    """``setresgid`` (1) or ``setresuid`` (2) of this thread; -1 leaves one as it is."""
+    _call(index, *(ctypes.c_long(i) for i in ids))
+
+
+def _set_groups(groups: list[int]) -> None:
+    _call(0, ctypes.c_long(len(groups)), (ctypes.c_uint * max(len(groups), 1))(*groups))
 
 
 def drop_groups() -> None:
     """No supplementary groups for this thread (``setgroups(0, NULL)``)."""
-    _raw(0, 0, 0)
-
-
-def _set_groups(groups: list[int]) -> None:
-    array = (ctypes.c_uint * max(len(groups), 1))(*groups)
-    number = SYSCALLS[os.uname().machine][0]
-    if _LIBC.syscall(number, ctypes.c_long(len(groups)), array) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
+    _set_groups([])
 
 
 def spawn_ids() -> None:
