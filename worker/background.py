@@ -5,12 +5,16 @@ snapshot). The quick ops (``ProcOp``) never do: the processes live in one
 sandbox, so when this node does not hold the session, or holds it in another
 sandbox than the handle's, they are gone, and the answer is ``process_lost``
 at once (a listing is then empty). Any op marks the workspace changed, since
-the processes may write to it at any time: the next snapshot takes it.
+the processes may write to it at any time: the next snapshot takes it. Any
+op is also the session's use (the idle reaper counts from it), and one that
+finds the session released meanwhile answers ``process_lost`` like one that
+never found it.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,16 +71,35 @@ def proc_turn(
     op = job.op
     assert isinstance(op, ProcOp)
     local = sessions.get(job.session.id)
-    usable = local is not None and local.sandbox.state in ("warm", "leased")
-    if local is None or not usable or (op.sandbox and local.sandbox.id != op.sandbox):
-        if op.action == "list":
-            return {"processes": []}
-        raise _lost(job, op, node)
+    if local is None or not _holds(sessions, local, op):
+        return _gone(job, op, node)
     with local.lock:
+        # Looked at again: the idle reaper may have released it while we waited.
+        if not _holds(sessions, local, op):
+            return _gone(job, op, node)
         try:
             return _apply(backend_for(local.sandbox_type), local, op, node)
         except SandboxLost as exc:
             raise _lost(job, op, node) from exc
+        finally:
+            local.last_used = time.monotonic()  # a session being steered is not idle
+
+
+def _holds(sessions: SessionTable, local: LocalSession, op: ProcOp) -> bool:
+    """Whether ``local`` is still the session's here, in a usable sandbox, the handle's."""
+    sbx = local.sandbox
+    return (
+        sessions.get(local.session_id) is local
+        and sbx.state in ("warm", "leased")
+        and (not op.sandbox or sbx.id == op.sandbox)
+    )
+
+
+def _gone(job: TurnJob, op: ProcOp, node: str) -> dict[str, Any]:
+    """The answer when the processes' sandbox is not here: an empty listing, or lost."""
+    if op.action == "list":
+        return {"processes": []}
+    raise _lost(job, op, node)
 
 
 def _apply(backend: SandboxBackend, local: LocalSession, op: ProcOp, node: str) -> dict[str, Any]:

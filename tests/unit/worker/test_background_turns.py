@@ -1,0 +1,83 @@
+"""Quick ops on background processes (``worker.background.proc_turn``), without a sandbox:
+what they answer when the idle reaper releases the session under them, and that
+they count as the session's use."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from sandgrid.errors import ErrorCode, SandboxError, SandboxLost
+from sandgrid.models import Quotas, SessionInfo
+from sandgrid.processes import ProcessInfo
+from sandgrid.wire.jobs import ProcOp, TurnJob
+from worker.backends.base import Sandbox
+from worker.background import proc_turn
+from worker.session_table import LocalSession, SessionTable
+
+
+class _Backend:
+    """The two calls a wait uses, refusing a sandbox that is not usable as the real one does."""
+
+    def __init__(self) -> None:
+        self.waited = 0
+
+    def process_wait(self, sbx: Sandbox, pid: int, timeout: float) -> ProcessInfo:
+        if sbx.state not in ("warm", "leased"):
+            raise SandboxError(f"sandbox {sbx.name} is {sbx.state}, not usable")
+        self.waited += 1
+        return ProcessInfo(pid=pid, argv=["sleep", "60"], running=False, signal=9, started_at=0)
+
+
+class _ReleasedWhileWaited:
+    """A session lock that the idle reaper held: it released the session, then let go."""
+
+    def __init__(self, sessions: SessionTable, local: LocalSession) -> None:
+        self.sessions, self.local = sessions, local
+        self.inner = threading.Lock()
+
+    def __enter__(self) -> bool:
+        self.local.sandbox.state = "destroyed"
+        self.sessions.pop(self.local.session_id)
+        return self.inner.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.__exit__(*exc)
+
+
+def _session() -> tuple[SessionTable, LocalSession, TurnJob]:
+    quotas = Quotas()
+    sbx = Sandbox("c1", "sandgrid-python-c1", "python", "runc", quotas, {}, state="leased")
+    now = datetime.now(UTC)
+    info = SessionInfo(
+        id="s1", tenant="t", type="python", quotas=quotas, created_at=now, last_used=now
+    )
+    local = LocalSession(session_id="s1", tenant="t", sandbox_type="python", sandbox=sbx)
+    sessions = SessionTable()
+    sessions.put(local)
+    job = TurnJob(turn_id="t1", session=info, op=ProcOp(action="wait", pid=7, sandbox="c1"))
+    return sessions, local, job
+
+
+def test_a_session_released_while_the_op_waited_is_process_lost() -> None:
+    sessions, local, job = _session()
+    local.lock = _ReleasedWhileWaited(sessions, local)  # type: ignore[assignment]
+    backend = _Backend()
+    with pytest.raises(SandboxLost) as err:
+        proc_turn(sessions, lambda _type: backend, job, "n1")  # type: ignore[arg-type,return-value]
+    assert err.value.code == ErrorCode.PROCESS_LOST and backend.waited == 0
+    listing = job.model_copy(update={"op": ProcOp(action="list", sandbox="c1")})
+    assert proc_turn(sessions, lambda _type: backend, listing, "n1") == {"processes": []}  # type: ignore[arg-type,return-value]
+
+
+def test_a_quick_op_counts_as_the_sessions_use() -> None:
+    sessions, local, job = _session()
+    local.last_used = 0.0
+    backend = _Backend()
+    answer: dict[str, Any] = proc_turn(sessions, lambda _type: backend, job, "n1")  # type: ignore[arg-type,return-value]
+    assert answer["signal"] == 9 and answer["node"] == "n1" and backend.waited == 1
+    assert local not in sessions.idle_since(time.monotonic() - 1.0)  # the reaper passes it by
