@@ -31,7 +31,7 @@ from tests.support.snapshot_stores import local_store
 from worker.agent import limits, transfer
 from worker.agent_api import FileRange
 from worker.snapshots import SnapshotStore, WorkspaceChanged, restore_sandbox, snapshot_sandbox
-from worker.snapshots import workspace as workspace_mod
+from worker.snapshots import sync as sync_mod
 from worker.snapshots.format.archive import plan_restore
 from worker.snapshots.format.blobs import decode, encode
 from worker.snapshots.format.entries import Entry
@@ -43,8 +43,8 @@ CHUNK = 16 << 10
 
 @pytest.fixture(autouse=True)
 def small_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(workspace_mod, "LARGE_FILE_BYTES", LARGE)
-    monkeypatch.setattr(workspace_mod, "CHUNK_BYTES", CHUNK)
+    monkeypatch.setattr(sync_mod, "LARGE_FILE_BYTES", LARGE)
+    monkeypatch.setattr(sync_mod, "CHUNK_BYTES", CHUNK)
 
 
 @pytest.fixture
