@@ -258,7 +258,7 @@ def test_a_chunk_is_never_written_through_a_link_or_outside_the_roots(sbx: Path,
 
 def test_a_link_where_the_file_goes_is_replaced_not_followed(sbx: Path) -> None:
     backend = HostDirBackend()
-    with pytest.raises(InvalidInput, match="symlink"):  # a later chunk: the file must be there
+    with pytest.raises(InvalidInput, match="symbolic link"):  # a later chunk: it must be there
         backend.write_range(sbx, "/workspace/to-secret", 9, b"pwned", ROOTS, mode=0o644, final=True)
     path = "/workspace/to-secret"
     assert backend.write_range(sbx, path, 0, b"new", ROOTS, mode=0o640, final=False) == 3
