@@ -1,6 +1,6 @@
 """Workspace snapshots: content-addressed, incremental, verified, per tenant.
 
-The modules import one way (.importlinter-snapshots holds it), bottom to top:
+The modules import one way (a layers contract in pyproject.toml holds it), bottom to top:
 
 - ``format/``: pure data (entries, manifests, deltas, tars, blob encoding);
 - ``sandgrid.wire.objects``: where the bytes live (shared with the control
