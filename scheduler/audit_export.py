@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import threading
 import time
 from collections import defaultdict
 
@@ -24,6 +23,7 @@ import redis as redis_lib
 from sandgrid.wire import names
 from sandgrid.wire.objects import ObjectStore
 from sandgrid.wire.objects.keys import audit_segment_key
+from sandgrid.wire.periodic import Periodic
 from scheduler import metrics
 from scheduler.audit import day_of, parse_entry
 
@@ -57,8 +57,9 @@ class AuditExporter:
         self.objects = objects
         self.interval_s = interval_s
         self.keep_s = keep_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Periodic(
+            self.export, interval_s, "audit", log, on_error=_count_failure, join_s=10.0
+        )
 
     def export(self, now: float | None = None) -> int:
         """One export of every tenant's stream; how many records were exported.
@@ -109,21 +110,15 @@ class AuditExporter:
     # ---- life cycle --------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="sandgrid-audit", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._loop.stop()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.export()
-            except Exception:
-                metrics.STORE_ERRORS.labels(store="objects", operation="audit_export").inc()
-                log.exception("audit export failed; it is tried again")
+
+def _count_failure() -> None:
+    """A failed export counts as an object-store error (the usual cause)."""
+    metrics.STORE_ERRORS.labels(store="objects", operation="audit_export").inc()
 
 
 def _raw_line(entry_id: str, fields: dict[str, str]) -> str:
