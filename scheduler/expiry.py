@@ -31,7 +31,7 @@ from scheduler.tenants import Tenant
 
 if TYPE_CHECKING:
     from scheduler.registry.sessions import SessionRegistry
-    from scheduler.turns import TurnRunner
+    from scheduler.turns.runner import TurnRunner
 
 __all__ = ["Expiry", "is_due", "shown"]
 

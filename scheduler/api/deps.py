@@ -18,23 +18,23 @@ from starlette.concurrency import run_in_threadpool
 
 from sandgrid.wire.objects import ObjectStore, open_objects
 from sandgrid.wire.settings import Settings
-from scheduler.admission import Admission
-from scheduler.audit import AuditLog
-from scheduler.audit_export import AuditExporter
-from scheduler.batch.manager import BatchManager
-from scheduler.batch.store import BatchStore
-from scheduler.capacity import (
+from scheduler.audit.export import AuditExporter
+from scheduler.audit.log import AuditLog
+from scheduler.batch.capacity import (
     BatchSlots,
     CapacitySource,
     CeleryCapacity,
     InteractiveActivity,
     StaticCapacity,
 )
-from scheduler.dispatch import CeleryDispatcher, Dispatcher
+from scheduler.batch.manager import BatchManager
+from scheduler.batch.store import BatchStore
 from scheduler.registry.records import SessionRecords
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant, TenantStore
-from scheduler.turns import TurnRunner
+from scheduler.turns.admission import Admission
+from scheduler.turns.dispatch import CeleryDispatcher, Dispatcher
+from scheduler.turns.runner import TurnRunner
 
 __all__ = [
     "BATCH_DRAIN_INTERVAL_S",

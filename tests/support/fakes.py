@@ -42,7 +42,7 @@ from sandgrid.wire.redis_ledger import RedisLedger
 from sandgrid.wire.settings import Settings
 from scheduler.api import create_app
 from scheduler.api.deps import Services
-from scheduler.nodes import NodeDirectory
+from scheduler.registry.nodes import NodeDirectory
 from scheduler.tenants import TenantLimits, TenantStore
 from tests.support.fake_lifecycle import FakeCheckpoints
 

@@ -16,10 +16,10 @@ from sandgrid.errors import CapacityError, InvalidInput, NotFound, SandgridError
 from sandgrid.models import ExecRequest
 from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
 from sandgrid.wire.settings import Settings
+from scheduler.batch.capacity import StaticCapacity
 from scheduler.batch.lanes import RESET_ARGV, RUN_THEN_RESET, then_reset
 from scheduler.batch.run import RetryPolicy
 from scheduler.batch.store import BatchStore
-from scheduler.capacity import StaticCapacity
 from tests.support.fakes import FakeWorker, Grid, make_grid
 
 
