@@ -1,20 +1,20 @@
 """A turn that got no outcome: its worker was lost, or its deadline passed.
 
-``TurnRecovery`` holds the two hooks ``scheduler.turns.runner.TurnRunner`` calls from
-its wait (see that module's docstring for the whole flow): send the turn again
-when that cannot run it twice on one workspace, else answer a clear 503 that
-says whether it ran.
+``TurnRecovery`` is a collaborator of ``scheduler.turns.runner.TurnRunner``
+(see that module's docstring for the whole flow). It decides, from the
+registry's records, what becomes of such a turn: the next attempt to send when
+that cannot run it twice on one workspace, else a clear 503 that says whether
+it ran. It sends nothing and waits for nothing: the runner does both, so the
+two never call back into each other.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 from sandgrid.errors import ErrorCode, InfrastructureError
-from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
+from sandgrid.wire.jobs import ExecOp, TurnJob
 from scheduler.registry.sessions import SessionRegistry
-from scheduler.turns.dispatch import Dispatcher
-from scheduler.turns.routing import route
 
 __all__ = ["MAX_ATTEMPTS", "MAX_RUNS", "TurnRecovery", "timeout_of"]
 
@@ -26,18 +26,16 @@ MAX_ATTEMPTS = 4
 
 
 class TurnRecovery:
-    """The lost-worker and timeout hooks of the turn runner (its base class)."""
+    """What becomes of a turn whose worker was lost or whose deadline passed.
 
-    registry: SessionRegistry
-    dispatcher: Dispatcher
-    turn_margin_s: float
+    Args:
+        registry: the session registry (the turn's record and the session's).
+    """
 
-    def _wait(self, job: TurnJob, handle: Any, queue: str, ttl: float) -> TurnOutcome:
-        raise NotImplementedError  # ``TurnRunner._wait``
+    def __init__(self, registry: SessionRegistry) -> None:
+        self.registry = registry
 
-    def on_worker_lost(
-        self, job: TurnJob, handle: Any, node: str, *, holder: str = ""
-    ) -> TurnOutcome | None:
+    def on_worker_lost(self, job: TurnJob, node: str, *, holder: str = "") -> TurnJob | None:
         """The process holding the turn (or the queue it was on) is gone.
 
         Exactly one run per turn on a workspace: the turn is sent again
@@ -53,16 +51,17 @@ class TurnRecovery:
 
         Args:
             job: the attempt that was lost.
-            handle: its dispatcher handle.
             node: the node that is gone (named in the error).
             holder: the incarnation the turn record named ('' for none).
 
         Returns:
-            The outcome of the new attempt; None when a live process took the
-            turn meanwhile (keep waiting for ``handle``).
+            The next attempt, for the runner to send (its session as the registry
+            has it now); None when a live process took the turn meanwhile (keep
+            waiting for the old one).
 
         Raises:
-            InfrastructureError: ``worker_lost``, when the turn cannot be re-run.
+            InfrastructureError: ``worker_lost``, when the turn cannot be re-run
+                (it is abandoned: a late redelivery is refused).
         """
         fresh = self.registry.get_any(job.session.id)
         runs = int(self.registry.turn_state(job.turn_id).get("runs") or 0)
@@ -74,19 +73,18 @@ class TurnRecovery:
             verdict = self.registry.requeue_turn(job.turn_id, job.attempt, holder)
         if verdict == "held":
             return None
-        self.dispatcher.forget(handle)
         if verdict != "requeued" or fresh is None:
             self.registry.abandon_turn(job.turn_id)
             raise _lost(job, node, completed, unsaved)
-        retry = job.model_copy(update={"attempt": job.attempt + 1, "session": fresh})
-        queue = route(self.registry, fresh, batch=job.batch)
-        ttl = (timeout_of(job) or fresh.quotas.timeout_s) + self.turn_margin_s
-        return self._wait(retry, self.dispatcher.send(retry, queue, expires=ttl), queue, ttl)
+        return job.model_copy(update={"attempt": job.attempt + 1, "session": fresh})
 
-    def on_turn_timeout(self, job: TurnJob, handle: Any, ttl: float) -> TurnOutcome:
-        """Hook: no outcome within the deadline plus margin. Default: abandon, 503."""
+    def on_turn_timeout(self, job: TurnJob, ttl: float) -> NoReturn:
+        """No outcome within the deadline plus margin: abandon the turn, answer 503.
+
+        Raises:
+            InfrastructureError: ``turn_timeout``, saying whether the turn ran.
+        """
         self.registry.abandon_turn(job.turn_id)
-        self.dispatcher.forget(handle)
         context: dict[str, Any] = {"turn": job.turn_id, "session": job.session.id, "waited_s": ttl}
         # Abandoned before any worker claimed it: no worker ever will, so it did not run.
         # Claimed: it started, and whether it finished is not known here.

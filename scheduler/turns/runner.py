@@ -38,6 +38,7 @@ from pydantic import ValidationError
 from sandgrid.errors import (
     Conflict,
     ErrorCode,
+    InfrastructureError,
     SandboxError,
     SandgridError,
     error_from_body,
@@ -51,10 +52,10 @@ from scheduler.expiry import is_due
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from scheduler.tenants import Tenant
 from scheduler.turns.admission import Admission, check_exec
-from scheduler.turns.cancel import TurnCancels, celery_sender
+from scheduler.turns.cancel import TurnCancels
 from scheduler.turns.dispatch import Dispatcher, result_key
 from scheduler.turns.idempotency import IdempotencyStore, TakeOver, fingerprint, turn_id_for
-from scheduler.turns.recovery import TurnRecovery
+from scheduler.turns.recovery import TurnRecovery, timeout_of
 from scheduler.turns.routing import route
 from scheduler.turns.watch import RESTART_GRACE_S, Lost, TurnWatch
 
@@ -76,15 +77,29 @@ class TurnDone:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-class TurnRunner(TurnRecovery):
+class TurnRunner:
     """Runs turns for the API: every step of the flow above, in one place.
+
+    Every part it uses is given here (``scheduler.api.deps`` wires them).
 
     Args:
         registry: the session registry.
         admission: queue-depth and tenant slot checks.
         dispatcher: sends jobs and waits for outcomes.
+        recovery: decides what becomes of a turn whose worker was lost or whose
+            deadline passed (``scheduler.turns.recovery``).
+        idempotency: an exec's idempotency keys (``scheduler.turns.idempotency``).
+        cancels: cancels turns by id (``scheduler.turns.cancel``); a close
+            during a turn uses it too.
+        audit: where finished turns and closes are recorded
+            (``scheduler.audit.log``); None: nowhere.
+        on_interactive: called at the start of every turn that is not a batch
+            turn: batches in this process yield while interactive traffic flows
+            (``scheduler.batch.capacity``).
         turn_margin_s: wait beyond the exec deadline (queue, restore, snapshot).
         lost_check_s: how often the waiter checks the worker's heartbeat.
+        restart_grace_s: see ``scheduler.turns.watch.RESTART_GRACE_S`` (the API
+            gives 3 heartbeats of the grid).
     """
 
     def __init__(
@@ -93,24 +108,26 @@ class TurnRunner(TurnRecovery):
         admission: Admission,
         dispatcher: Dispatcher,
         *,
+        recovery: TurnRecovery,
+        idempotency: IdempotencyStore,
+        cancels: TurnCancels,
+        audit: AuditLog | None = None,
+        on_interactive: Callable[[], None] | None = None,
         turn_margin_s: float = 30.0,
         lost_check_s: float = 0.25,
+        restart_grace_s: float = RESTART_GRACE_S,
     ) -> None:
         self.registry = registry
         self.admission = admission
         self.dispatcher = dispatcher
+        self.recovery = recovery
+        self.idempotency = idempotency
+        self.cancels = cancels
+        self.audit = audit
+        self.on_interactive = on_interactive
         self.turn_margin_s = turn_margin_s
         self.lost_check_s = lost_check_s
-        #: See ``scheduler.turns.watch.RESTART_GRACE_S``; 3 heartbeats of the grid.
-        self.restart_grace_s = RESTART_GRACE_S
-        self.idempotency = IdempotencyStore(registry.redis)
-        #: Called at the start of every turn that is not a batch turn: batches in
-        #: this process yield while interactive traffic flows (``scheduler.batch.capacity``).
-        self.on_interactive: Callable[[], None] | None = None
-        #: Where finished turns and closes are recorded (``scheduler.audit.log``); None: nowhere.
-        self.audit: AuditLog | None = None
-        #: Cancels turns by id (``scheduler.turns.cancel``); a close during a turn uses it too.
-        self.cancels = TurnCancels(registry, celery_sender(getattr(dispatcher, "app", None)))
+        self.restart_grace_s = restart_grace_s
 
     def exec(
         self,
@@ -363,7 +380,9 @@ class TurnRunner(TurnRecovery):
         )
 
     def _wait(self, job: TurnJob, handle: Any, queue: str, ttl: float) -> TurnOutcome:
-        """Wait for the outcome, checking every ``lost_check_s`` that its holder lives."""
+        """Wait for the outcome, checking every ``lost_check_s`` that its holder lives
+        (``scheduler.turns.watch``); when it is gone or time is up, ``recovery``
+        decides, and a next attempt is sent and waited for here."""
         deadline = time.monotonic() + ttl
         watch = TurnWatch(
             self.registry,
@@ -375,22 +394,38 @@ class TurnRunner(TurnRecovery):
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                return self.on_turn_timeout(job, handle, ttl)
+                self.dispatcher.forget(handle)
+                self.recovery.on_turn_timeout(job, ttl)
             outcome = self.dispatcher.wait(handle, min(self.lost_check_s, left))
             if outcome is not None:
                 return outcome
-            lost = self._watched_node(watch)
+            lost = watch.check()
             if lost is not None:
                 last = self.dispatcher.wait(handle, self.lost_check_s / 10)
                 if last is not None:
                     return last
-                retried = self.on_worker_lost(job, handle, lost.node, holder=lost.holder)
-                if retried is not None:
-                    return retried
+                retry = self._after_lost(job, handle, lost)
+                if retry is not None:
+                    return self._resend(retry)
 
-    def _watched_node(self, watch: TurnWatch) -> Lost | None:
-        """The process the turn depended on, when it is gone (see ``scheduler.turns.watch``)."""
-        return watch.check()
+    def _after_lost(self, job: TurnJob, handle: Any, lost: Lost) -> TurnJob | None:
+        """Ask ``recovery`` about a turn whose holder is gone; forget the old attempt
+        unless a live process took it meanwhile (None: keep waiting for it)."""
+        try:
+            retry = self.recovery.on_worker_lost(job, lost.node, holder=lost.holder)
+        except InfrastructureError:
+            self.dispatcher.forget(handle)
+            raise
+        if retry is not None:
+            self.dispatcher.forget(handle)
+        return retry
+
+    def _resend(self, retry: TurnJob) -> TurnOutcome:
+        """Send the next attempt of a turn (to its session's owner if it lives, else
+        its type's queue) and wait for it like the first."""
+        queue = route(self.registry, retry.session, batch=retry.batch)
+        ttl = (timeout_of(retry) or retry.session.quotas.timeout_s) + self.turn_margin_s
+        return self._wait(retry, self.dispatcher.send(retry, queue, expires=ttl), queue, ttl)
 
 
 def _busy(session_id: str, operation: str) -> Conflict:

@@ -97,9 +97,16 @@ def test_interactive_turns_mark_activity_and_batch_turns_do_not() -> None:
 
     from scheduler.turns.runner import TurnRunner
 
-    runner = TurnRunner(MagicMock(), MagicMock(), MagicMock())
     seen: list[int] = []
-    runner.on_interactive = lambda: seen.append(1)
+    runner = TurnRunner(
+        MagicMock(),
+        MagicMock(),
+        MagicMock(),
+        recovery=MagicMock(),
+        idempotency=MagicMock(),
+        cancels=MagicMock(),
+        on_interactive=lambda: seen.append(1),
+    )
     session = MagicMock(state="closed")
     for batch in (True, False):
         with contextlib.suppress(SandgridError):  # a closed session: refused after the mark
