@@ -46,7 +46,7 @@ class FlakyWorker(FakeWorker):
 @pytest.fixture
 def bgrid(redis_client: redis.Redis[str], test_settings: Settings) -> Iterator[Grid]:
     for grid in make_grid(redis_client, test_settings):
-        flaky = FlakyWorker(grid.services.registry)
+        flaky = FlakyWorker(grid.services.registry.ledger)
         grid.worker = flaky
         grid.services.runner.dispatcher = flaky
         manager = grid.services.batches

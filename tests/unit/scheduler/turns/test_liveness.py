@@ -21,7 +21,7 @@ class DyingHolder(FakeWorker):
     ``die_after``-th poll ``die`` runs; later attempts are answered by ``node``."""
 
     def __init__(self, grid: Grid, node: str, die: Any, *, receive: bool = True) -> None:
-        super().__init__(grid.services.registry, node=node)
+        super().__init__(grid.services.registry.ledger, node=node)
         self.die, self.receive, self.polls = die, receive, 0
 
     def wait(self, job: TurnJob, timeout: float) -> TurnOutcome | None:
@@ -53,8 +53,8 @@ def _use(grid: Grid, worker: FakeWorker) -> None:
 
 def test_a_turn_held_by_a_restarted_incarnation_is_sent_again_once(grid: Grid) -> None:
     reg = grid.services.registry
-    reg.heartbeat("w9", 30, incarnation="inc-a", types=["python"])
-    worker = DyingHolder(grid, "w9", lambda: reg.heartbeat("w9", 30, incarnation="inc-b"))
+    reg.ledger.heartbeat("w9", 30, incarnation="inc-a", types=["python"])
+    worker = DyingHolder(grid, "w9", lambda: reg.ledger.heartbeat("w9", 30, incarnation="inc-b"))
     _use(grid, worker)
     sid = _session(grid)
     t0 = time.monotonic()
@@ -66,12 +66,12 @@ def test_a_turn_held_by_a_restarted_incarnation_is_sent_again_once(grid: Grid) -
     assert q1 == q2 == names.type_queue("python")  # the session had no owner
     state = reg.turn_state(first.turn_id)
     assert state["runs"] == "1" and state["attempt"] == "2"
-    assert not reg.claim_turn(first.turn_id, "w9", 1, "inc-a")  # the old message
+    assert not reg.ledger.claim_turn(first.turn_id, "w9", 1, "inc-a")  # the old message
 
 
 def test_a_turn_held_by_a_node_whose_heartbeat_lapsed_is_sent_again(grid: Grid) -> None:
     reg = grid.services.registry
-    reg.heartbeat("w8", 30, incarnation="inc-a", types=["python"])
+    reg.ledger.heartbeat("w8", 30, incarnation="inc-a", types=["python"])
     worker = DyingHolder(grid, "w8", lambda: reg.redis.delete(names.node_key("w8")))
     worker.node = "w8"
     _use(grid, worker)
@@ -84,10 +84,10 @@ def test_a_turn_held_by_a_node_whose_heartbeat_lapsed_is_sent_again(grid: Grid) 
 def test_a_direct_turn_of_a_restarted_node_goes_to_its_new_incarnation(grid: Grid) -> None:
     reg = grid.services.registry
     sid = _session(grid)
-    reg.heartbeat("w7", 30, incarnation="inc-a", types=["python"])
-    assert reg.acquire_lease(sid, "w7")
+    reg.ledger.heartbeat("w7", 30, incarnation="inc-a", types=["python"])
+    assert reg.ledger.acquire_lease(sid, "w7")
     worker = DyingHolder(
-        grid, "w7", lambda: reg.heartbeat("w7", 30, incarnation="inc-b"), receive=False
+        grid, "w7", lambda: reg.ledger.heartbeat("w7", 30, incarnation="inc-b"), receive=False
     )
     _use(grid, worker)
     r = _exec(grid, sid)
@@ -99,7 +99,7 @@ def test_a_direct_turn_of_a_restarted_node_goes_to_its_new_incarnation(grid: Gri
 
 def test_an_unheld_turn_is_sent_again_when_a_consumer_of_its_type_died(grid: Grid) -> None:
     reg = grid.services.registry
-    reg.heartbeat("w6", 30, incarnation="inc-a", types=["python"])
+    reg.ledger.heartbeat("w6", 30, incarnation="inc-a", types=["python"])
     worker = DyingHolder(grid, "w6", lambda: reg.redis.delete(names.node_key("w6")), receive=False)
     worker.node = "fake-1"
     _use(grid, worker)
@@ -114,7 +114,7 @@ def test_an_unheld_turn_is_sent_again_when_a_consumer_of_its_type_died(grid: Gri
 def test_a_turn_that_ran_twice_is_not_run_a_third_time(grid: Grid) -> None:
     reg = grid.services.registry
     grid.worker.node = "doomed"
-    reg.heartbeat("doomed", 0.3, incarnation="x")
+    reg.ledger.heartbeat("doomed", 0.3, incarnation="x")
     grid.worker.silent = True  # claims every attempt, answers none, dies
     sid = _session(grid)
     r = _exec(grid, sid)
@@ -126,23 +126,23 @@ def test_a_turn_that_ran_twice_is_not_run_a_third_time(grid: Grid) -> None:
 def test_requeue_is_atomic_with_the_holder_seen(grid: Grid) -> None:
     reg = grid.services.registry
     assert reg.begin_turn("s-x", "t-rq", 30)
-    assert reg.receive_turn("t-rq", "w1", 1, "a")
+    assert reg.ledger.receive_turn("t-rq", "w1", 1, "a")
     assert reg.requeue_turn("t-rq", 1, "") == "held"  # a live process took it meanwhile
     assert reg.requeue_turn("t-rq", 1, "a") == "requeued"
     assert reg.requeue_turn("t-rq", 1, "") == "final"  # attempt 1 is replaced already
-    assert not reg.receive_turn("t-rq", "w1", 1, "a")  # stale message
-    assert reg.claim_turn("t-rq", "w2", 2, "c")
+    assert not reg.ledger.receive_turn("t-rq", "w1", 1, "a")  # stale message
+    assert reg.ledger.claim_turn("t-rq", "w2", 2, "c")
     assert reg.turn_state("t-rq")["inc"] == "c"
 
 
 def test_types_nobody_serves_are_refused_at_once(grid: Grid) -> None:
-    source = FakeNodes(grid.services.registry)
+    source = FakeNodes(grid.services.registry.ledger)
     source.capacity = False
     grid.services.admission.nodes = NodeDirectory(source, cache_s=0)
     sid_before = _session_or_error(grid, "python")
     assert sid_before["error"]["code"] == "no_capacity"
     assert "no live worker serves type 'python'" in sid_before["error"]["message"]
-    grid.services.registry.heartbeat("w5", 30, incarnation="i", types=["python"])
+    grid.services.registry.ledger.heartbeat("w5", 30, incarnation="i", types=["python"])
     assert "id" in _session_or_error(grid, "python")
     t0 = time.monotonic()
     refused = _session_or_error(grid, "python-gvisor")
@@ -157,7 +157,7 @@ def _session_or_error(grid: Grid, sandbox_type: str) -> Any:
 
 def test_a_turn_of_a_type_nobody_serves_any_more_is_refused(grid: Grid) -> None:
     sid = _session(grid)
-    source = FakeNodes(grid.services.registry)
+    source = FakeNodes(grid.services.registry.ledger)
     source.capacity = False
     grid.services.admission.nodes = NodeDirectory(source, cache_s=0)
     r = _exec(grid, sid)
@@ -167,7 +167,7 @@ def test_a_turn_of_a_type_nobody_serves_any_more_is_refused(grid: Grid) -> None:
 
 
 def test_types_lists_the_catalog_and_its_live_nodes(grid: Grid) -> None:
-    grid.services.registry.heartbeat("w4", 30, incarnation="i", types=["python-gvisor"])
+    grid.services.registry.ledger.heartbeat("w4", 30, incarnation="i", types=["python-gvisor"])
     with grid.client() as c:
         types = {t.name: t for t in c.types()}
     assert types["python-gvisor"].runtime == "runsc" and types["python"].runtime == "runc"
@@ -180,7 +180,7 @@ class OutageHolder(FakeWorker):
     attempt 1 is answered on the 8th: the holder never died."""
 
     def __init__(self, grid: Grid, node: str, uptime: list[float]) -> None:
-        super().__init__(grid.services.registry, node=node)
+        super().__init__(grid.services.registry.ledger, node=node)
         self.polls, self.uptime = 0, uptime
 
     def wait(self, job: TurnJob, timeout: float) -> TurnOutcome | None:
@@ -205,7 +205,7 @@ def test_a_record_lapsed_in_a_redis_restart_is_no_death_within_the_grace(
     uptime = [1000.0]
     monkeypatch.setattr(reg, "uptime_s", lambda: uptime[0])
     grid.services.runner.restart_grace_s = 60.0
-    reg.heartbeat("w6", 30, incarnation="inc-a", types=["python"])
+    reg.ledger.heartbeat("w6", 30, incarnation="inc-a", types=["python"])
     worker = OutageHolder(grid, "w6", uptime)
     _use(grid, worker)
     sid = _session(grid)
@@ -218,7 +218,7 @@ def test_a_record_still_missing_past_the_grace_is_a_death(grid: Grid, monkeypatc
     reg = grid.services.registry
     monkeypatch.setattr(reg, "uptime_s", lambda: 0.5)
     grid.services.runner.restart_grace_s = 0.4
-    reg.heartbeat("w5", 30, incarnation="inc-a", types=["python"])
+    reg.ledger.heartbeat("w5", 30, incarnation="inc-a", types=["python"])
     worker = DyingHolder(grid, "w5", lambda: reg.redis.delete(names.node_key("w5")))
     _use(grid, worker)
     r = _exec(grid, _session(grid))
