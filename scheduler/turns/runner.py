@@ -16,14 +16,14 @@ processes serving its type (``scheduler.turns.watch``). When that process is
 gone (its heartbeat lapsed, or its node restarted as a new incarnation) before
 an outcome arrives, ``TurnRecovery`` (``scheduler.turns.recovery``) decides,
 and the runner sends the turn again, to the session's owner if it lives, else
-to its type's shared queue, where a worker restores
-the session's last snapshot: at most ``MAX_RUNS`` runs of a turn, never two on
-one workspace. When that is not safe, the turn is abandoned (a late
-redelivery is refused by ``claim_turn``) and the caller gets 503 ``worker_lost``.
+to its type's shared queue, where a worker restores the session's last
+snapshot: at most ``MAX_RUNS`` runs of a turn, never two on one workspace.
+When that is not safe, the turn is abandoned (a late redelivery is refused by
+``claim_turn``) and the caller gets 503 ``worker_lost``.
 
 An exec with an idempotency key runs as the turn whose id the key names
-(``scheduler.turns.idempotency``): a retry finds the first one's outcome, or waits for
-it while it is in flight, and never sends the turn again.
+(``scheduler.turns.idempotency``): a retry finds the first one's outcome, or
+waits for it while it is in flight, and never sends the turn again.
 """
 
 from __future__ import annotations
