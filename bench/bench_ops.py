@@ -27,8 +27,8 @@ from sandgrid.wire import names
 from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
 from sandgrid.wire.objects.local import LocalObjects
 from scheduler import metrics as api_metrics
-from scheduler.audit import AuditLog
-from scheduler.audit_export import AuditExporter
+from scheduler.audit.export import AuditExporter
+from scheduler.audit.log import AuditLog
 from worker import metrics as node_metrics
 
 TENANT = "bench-ops"

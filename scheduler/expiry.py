@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -27,11 +26,12 @@ import redis
 from sandgrid.errors import SandgridError
 from sandgrid.models import SessionInfo
 from sandgrid.wire import names
+from sandgrid.wire.periodic import Periodic
 from scheduler.tenants import Tenant
 
 if TYPE_CHECKING:
     from scheduler.registry.sessions import SessionRegistry
-    from scheduler.turns import TurnRunner
+    from scheduler.turns.runner import TurnRunner
 
 __all__ = ["Expiry", "is_due", "shown"]
 
@@ -82,8 +82,7 @@ class Expiry:
         self.registry = registry
         self.runner = runner
         self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Periodic(self.sweep, interval_s, "expiry", log)
 
     def track(self, info: SessionInfo) -> None:
         """Watch a new session that asked for a TTL."""
@@ -126,18 +125,9 @@ class Expiry:
         return closed
 
     def start(self) -> None:
-        """Sweep in a daemon thread until ``stop``."""
-        self._thread = threading.Thread(target=self._loop, name="sandgrid-expiry", daemon=True)
-        self._thread.start()
+        """Sweep in a daemon thread until ``stop`` (a failed sweep is logged and
+        tried again at the next interval: Redis down, a bug)."""
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.sweep()
-            except Exception:  # Redis down, a bug: log and sweep again later
-                log.exception("session expiry sweep failed")
+        self._loop.stop()

@@ -2,7 +2,7 @@
 
 A node runs its direct queue, ``sbx.<type>`` and ``sbx.<type>.batch`` in one
 Celery worker with N threads. The scheduler keeps the grid's batch turns in
-flight under the sum of the nodes' batch limits (``scheduler.capacity``), but
+flight under the sum of the nodes' batch limits (``scheduler.batch.capacity``), but
 which node takes a message from a shared queue is up to the broker: a node may
 take more than its share. The gate caps the batch turns running at once on
 this node at ``batch_limit(N)`` (N minus a reserve of half, at least one);
@@ -41,7 +41,7 @@ from typing import Any, Protocol
 from celery import signals
 from celery.exceptions import Reject
 
-from sandgrid.wire.capacity import batch_limit
+from sandgrid.wire.batch_limit import batch_limit
 from sandgrid.wire.jobs import TurnJob, TurnOutcome
 
 __all__ = [

@@ -13,10 +13,10 @@ and it refuses at once the types that no live node serves.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Sequence
 
 from sandgrid.wire.ledger import SessionLedger
+from sandgrid.wire.periodic import Periodic
 from worker.residency import Residency
 from worker.session_table import SessionTable
 
@@ -68,8 +68,7 @@ class Heartbeat:
         self.sessions = sessions
         self.residency = residency
         self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Periodic(self.beat, interval_s, "heartbeat", log)
 
     def beat(self) -> None:
         """One beat: node key, then every local session's lease."""
@@ -92,17 +91,7 @@ class Heartbeat:
 
     def start(self) -> None:
         self.beat()
-        self._thread = threading.Thread(target=self._run, name="sandgrid-heartbeat", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.beat()
-            except Exception:
-                log.exception("heartbeat failed")
+        self._loop.stop()

@@ -18,10 +18,10 @@ and lets the pool refill; the orphan pass then removes the exited containers.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Sequence
 
+from sandgrid.wire.periodic import Periodic
 from worker.backends.base import SandboxBackend
 from worker.background import keeps_resident
 from worker.persistence import Persistence
@@ -76,8 +76,7 @@ class Reaper:
         self.persistence = persistence
         self.idle_ttl_s = idle_ttl_s
         self.interval_s = interval_s
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Periodic(self._pass, interval_s, "reaper", log, join_s=10.0)
 
     def reap_idle(self) -> int:
         """Snapshot and release sessions idle past the TTL; how many were released."""
@@ -144,19 +143,16 @@ class Reaper:
         return removed
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="sandgrid-reaper", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._loop.stop()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            steps = (self.reconcile, self.reap_idle, self.collect_orphans)
-            for step in (*steps, self.persistence.collect_due):
-                try:
-                    step()
-                except Exception:
-                    log.exception("reaper step %s failed", step.__name__)
+    def _pass(self) -> None:
+        """One round: each step on its own, so that one failing leaves the others."""
+        steps = (self.reconcile, self.reap_idle, self.collect_orphans)
+        for step in (*steps, self.persistence.collect_due):
+            try:
+                step()
+            except Exception:
+                log.exception("reaper step %s failed", step.__name__)

@@ -1,10 +1,11 @@
 """The session ledger in Redis: the one implementation of ``SessionLedger``.
 
-Workers use it as it is; the scheduler's ``SessionRegistry`` subclasses it for
-the control-plane operations (create, list, close, turn locks...), so every
-operation and every Lua script exists once. Each compare-and-set is a Lua
-script (``lua/*.lua`` beside this module) so that it is atomic without WATCH
-loops; keys come only from ``sandgrid.wire.names``.
+Workers use it as it is; the scheduler's ``SessionRegistry`` holds one (on the
+same Redis client) beside its control-plane operations (create, list, close,
+turn locks...), so every operation and every Lua script exists once. Each
+compare-and-set is a Lua script (``lua/*.lua`` beside this module, run through
+``sandgrid.wire.scripts.LuaScripts``) so that it is atomic without WATCH loops;
+keys come only from ``sandgrid.wire.names``.
 
 A record is a hash of ``SessionInfo`` fields, each JSON-encoded. ``owner`` and
 ``lease_expires`` are never stored: they are read from the lease key, which is
@@ -27,13 +28,13 @@ from typing import Any, Literal, Self
 import redis
 from pydantic import TypeAdapter, ValidationError
 from redis.backoff import ExponentialBackoff
-from redis.commands.core import Script
 from redis.retry import Retry
 
 from sandgrid.errors import NotFound
 from sandgrid.models import SessionInfo
 from sandgrid.wire import names
 from sandgrid.wire.ledger import NodeRecord, SessionLedger
+from sandgrid.wire.scripts import LuaScripts
 from sandgrid.wire.settings import Settings
 
 __all__ = [
@@ -44,7 +45,6 @@ __all__ = [
     "RedisLedger",
     "Requeue",
     "millis",
-    "register_scripts",
 ]
 
 #: What ``requeue_turn`` did: sent again, refused for good, or the holder changed.
@@ -60,11 +60,6 @@ OUTAGE_BACKOFF_CAP_S = 1.0
 #: How long a worker's commands ride out a Redis outage (a restart takes seconds).
 WORKER_OUTAGE_WAIT_S = 30.0
 _IMMUTABLE = frozenset({"id", "tenant", "created_at", "v"})
-
-
-def register_scripts(client: redis.Redis[str], directory: Path) -> dict[str, Script]:
-    """Every ``*.lua`` file of ``directory``, registered on ``client``, by file stem."""
-    return {p.stem: client.register_script(p.read_text()) for p in sorted(directory.glob("*.lua"))}
 
 
 def millis(seconds: float) -> int:
@@ -89,7 +84,7 @@ class RedisLedger(SessionLedger):
     def __init__(self, client: redis.Redis[str], *, lease_ttl_s: float = 15.0) -> None:
         self.redis = client
         self.lease_ttl_s = lease_ttl_s
-        self._scripts = register_scripts(client, LUA_DIR)
+        self.scripts = LuaScripts(client, LUA_DIR)
 
     @classmethod
     def from_settings(cls, settings: Settings, *, outage_wait_s: float = 0.0) -> Self:
@@ -111,18 +106,15 @@ class RedisLedger(SessionLedger):
         client = redis.Redis.from_url(settings.redis_url, decode_responses=True, **options)
         return cls(client, lease_ttl_s=settings.lease_ttl_s)
 
-    def _run(self, script: str, keys: list[str], args: list[Any]) -> Any:
-        return self._scripts[script](keys=keys, args=args)
-
     # ---- turns -------------------------------------------------------------------
 
     def receive_turn(self, turn_id: str, node: str, attempt: int, incarnation: str) -> bool:
         args = [node, attempt, time.time(), incarnation, "hold"]
-        return bool(self._run("claim_turn", [names.turn_key(turn_id)], args))
+        return bool(self.scripts.run("claim_turn", [names.turn_key(turn_id)], args))
 
     def claim_turn(self, turn_id: str, node: str, attempt: int = 1, incarnation: str = "") -> bool:
         args = [node, attempt, time.time(), incarnation, "run"]
-        return bool(self._run("claim_turn", [names.turn_key(turn_id)], args))
+        return bool(self.scripts.run("claim_turn", [names.turn_key(turn_id)], args))
 
     def requeue_turn(self, turn_id: str, attempt: int, holder: str) -> Requeue:
         """API side: replace attempt ``attempt`` of a turn whose holder died by the next.
@@ -138,7 +130,7 @@ class RedisLedger(SessionLedger):
             refused by ``claim_turn``); ``final``: the turn is done, abandoned or
             already replaced; ``held``: a live process took it meanwhile.
         """
-        code = self._run("requeue_turn", [names.turn_key(turn_id)], [attempt, holder])
+        code = self.scripts.run("requeue_turn", [names.turn_key(turn_id)], [attempt, holder])
         return _REQUEUE[int(code)]
 
     def record_turn(
@@ -163,20 +155,20 @@ class RedisLedger(SessionLedger):
         holder = self.redis.get(key)
         seen_key = names.node_key(holder) if holder and holder != node else key
         args = [node, millis(self.lease_ttl_s), holder if seen_key != key else ""]
-        return bool(self._run("acquire_lease", [key, seen_key], args))
+        return bool(self.scripts.run("acquire_lease", [key, seen_key], args))
 
     def renew_leases(self, node: str, ids: Iterable[str]) -> list[str]:
         ids = list(ids)
         if not ids:
             return []
         keys = [names.lease_key(i) for i in ids]
-        renewed = self._run("renew_leases", keys, [node, millis(self.lease_ttl_s)])
+        renewed = self.scripts.run("renew_leases", keys, [node, millis(self.lease_ttl_s)])
         kept = {int(i) - 1 for i in renewed}
         return [sid for n, sid in enumerate(ids) if n not in kept]
 
     def release_lease(self, session_id: str, node: str) -> bool:
         key = names.lease_key(session_id)
-        return bool(self._run("release_if_owner", [key], [node]))
+        return bool(self.scripts.run("release_if_owner", [key], [node]))
 
     def lease_owner(self, session_id: str) -> str | None:
         owner: str | None = self.redis.get(names.lease_key(session_id))
@@ -218,9 +210,6 @@ class RedisLedger(SessionLedger):
 
     # ---- records -------------------------------------------------------------------
 
-    def get_any(self, session_id: str) -> SessionInfo | None:
-        return self._load(session_id)
-
     def update(self, session_id: str, **fields: Any) -> None:
         self._update(session_id, fields, incr="")
 
@@ -232,10 +221,10 @@ class RedisLedger(SessionLedger):
             adapter = _adapter(key)
             checked = adapter.validate_python(value)
             args += [key, json.dumps(adapter.dump_python(checked, mode="json"))]
-        if not self._run("update_session", [names.session_key(session_id)], args):
+        if not self.scripts.run("update_session", [names.session_key(session_id)], args):
             raise NotFound(f"session {session_id!r} not found", operation="sessions.update")
 
-    def _load(self, session_id: str) -> SessionInfo | None:
+    def get_any(self, session_id: str) -> SessionInfo | None:
         """One round trip: record, lease holder and TTL, turn lock."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(names.session_key(session_id))

@@ -10,13 +10,11 @@ from fastapi import FastAPI
 
 from sandgrid.wire.settings import Settings, get_settings
 from scheduler.api import (
-    agentscope,
     audit,
     batches,
     files,
     health,
     lifecycle,
-    mcp,
     ops,
     sessions,
     stream,
@@ -26,11 +24,12 @@ from scheduler.api import code as code_api
 from scheduler.api import network as network_api
 from scheduler.api import processes as background
 from scheduler.api import pty as pty_api
+from scheduler.api.compat import agentscope, mcp
 from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
 from scheduler.api.responses import document_errors
-from scheduler.dispatch import Dispatcher
 from scheduler.expiry import Expiry
+from scheduler.turns.dispatch import Dispatcher
 
 __all__ = ["API_VERSION", "create_app"]
 

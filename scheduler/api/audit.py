@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from sandgrid.audit import MAX_AUDIT_LIMIT, MAX_AUDIT_SINCE, AuditPage
 from sandgrid.errors import SandgridError
 from scheduler.api.deps import CurrentTenant, Svc
-from scheduler.audit import DEFAULT_AUDIT_LIMIT
+from scheduler.audit.log import DEFAULT_AUDIT_LIMIT
 
 __all__ = ["list_audit", "router"]
 

@@ -13,9 +13,9 @@ from pydantic import ValidationError
 from sandgrid.errors import SandboxError
 from sandgrid.models import CodeRequest, CodeResult
 from sandgrid.wire.jobs import RunCodeOp
-from scheduler.admission import check_timeout
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.tenants import Tenant
+from scheduler.turns.admission import check_timeout
 
 __all__ = ["KERNEL_START_S", "code_turn", "router", "run_code"]
 

@@ -8,6 +8,7 @@ hung on ``app.state``: no per-request construction on the hot path.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -18,23 +19,26 @@ from starlette.concurrency import run_in_threadpool
 
 from sandgrid.wire.objects import ObjectStore, open_objects
 from sandgrid.wire.settings import Settings
-from scheduler.admission import Admission
-from scheduler.audit import AuditLog
-from scheduler.audit_export import AuditExporter
-from scheduler.batch.manager import BatchManager
-from scheduler.batch.store import BatchStore
-from scheduler.capacity import (
+from scheduler.audit.export import AuditExporter
+from scheduler.audit.log import AuditLog
+from scheduler.batch.capacity import (
     BatchSlots,
     CapacitySource,
     CeleryCapacity,
     InteractiveActivity,
     StaticCapacity,
 )
-from scheduler.dispatch import CeleryDispatcher, Dispatcher
+from scheduler.batch.manager import BatchManager
+from scheduler.batch.store import BatchStore
 from scheduler.registry.records import SessionRecords
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant, TenantStore
-from scheduler.turns import TurnRunner
+from scheduler.turns.admission import Admission
+from scheduler.turns.cancel import TurnCancels, celery_sender
+from scheduler.turns.dispatch import CeleryDispatcher, Dispatcher
+from scheduler.turns.idempotency import IdempotencyStore
+from scheduler.turns.recovery import TurnRecovery
+from scheduler.turns.runner import TurnRunner
 
 __all__ = [
     "BATCH_DRAIN_INTERVAL_S",
@@ -92,20 +96,15 @@ class Services:
 
             same = settings.redis_url == default_app.conf.broker_url
             dispatcher = CeleryDispatcher(default_app if same else make_celery(settings))
-        runner = TurnRunner(
-            registry,
-            admission,
-            dispatcher,
-            turn_margin_s=settings.turn_margin_s,
-            lost_check_s=settings.lost_check_s,
-        )
-        runner.restart_grace_s = 3 * settings.heartbeat_s
         audit = AuditLog(client, objects, settings.audit.command_chars)
-        runner.audit = audit
+        activity = InteractiveActivity()
+        runner = _runner(
+            settings, registry, admission, dispatcher, audit, on_interactive=activity.mark
+        )
         tenants = TenantStore(
             client, tenants_file=settings.tenants_file, cache_s=settings.auth_cache_s
         )
-        batches = _batch_manager(settings, client, registry, admission, runner, capacity)
+        batches = _batch_manager(settings, client, runner, capacity, activity)
         exporter = AuditExporter(
             client,
             objects,
@@ -115,34 +114,49 @@ class Services:
         return cls(settings, client, registry, tenants, admission, runner, batches, audit, exporter)
 
 
+def _runner(
+    settings: Settings,
+    registry: SessionRegistry,
+    admission: Admission,
+    dispatcher: Dispatcher,
+    audit: AuditLog | None,
+    *,
+    on_interactive: Callable[[], None] | None = None,
+) -> TurnRunner:
+    """A turn runner with every part it uses, and the settings' timings."""
+    return TurnRunner(
+        registry,
+        admission,
+        dispatcher,
+        recovery=TurnRecovery(registry),
+        idempotency=IdempotencyStore(registry.redis),
+        cancels=TurnCancels(registry, celery_sender(getattr(dispatcher, "app", None))),
+        audit=audit,
+        on_interactive=on_interactive,
+        turn_margin_s=settings.turn_margin_s,
+        lost_check_s=settings.lost_check_s,
+        restart_grace_s=3 * settings.heartbeat_s,
+    )
+
+
 def _batch_manager(
     settings: Settings,
     client: redis_lib.Redis[str],
-    registry: SessionRegistry,
-    admission: Admission,
     runner: TurnRunner,
     capacity: CapacitySource | None,
+    activity: InteractiveActivity,
 ) -> BatchManager:
     """Batches run their turns through a runner of their own: same flow, but a
     dispatcher that waits with a coarser drain interval (less CPU beside
-    interactive turns)."""
-    turns = runner
+    interactive turns); ``activity`` is what the interactive runner marks."""
+    turns, registry, admission = runner, runner.registry, runner.admission
     celery = getattr(runner.dispatcher, "app", None)
     if isinstance(runner.dispatcher, CeleryDispatcher):
-        turns = TurnRunner(
-            registry,
-            admission,
-            CeleryDispatcher(runner.dispatcher.app, drain_interval_s=BATCH_DRAIN_INTERVAL_S),
-            turn_margin_s=settings.turn_margin_s,
-            lost_check_s=settings.lost_check_s,
-        )
-        turns.audit = runner.audit
-        turns.restart_grace_s = runner.restart_grace_s
+        drain = CeleryDispatcher(runner.dispatcher.app, drain_interval_s=BATCH_DRAIN_INTERVAL_S)
+        turns = _runner(settings, registry, admission, drain, runner.audit)
     if capacity is None:
         capacity = CeleryCapacity(celery, registry) if celery else StaticCapacity({"any": 4})
     store = BatchStore(client, ttl_s=settings.batch_ttl_s)
-    activity = InteractiveActivity()
-    runner.on_interactive = activity.mark
     return BatchManager(
         store, registry, turns, admission, BatchSlots(client), capacity, activity=activity
     )

@@ -22,7 +22,7 @@ from sandgrid.processes import (
 )
 from sandgrid.wire.jobs import ProcOp
 from scheduler.api.deps import CurrentTenant, Svc
-from scheduler.processes import process_op, start_process
+from scheduler.turns.processes import process_op, start_process
 
 __all__ = [
     "kill_process",

@@ -8,7 +8,7 @@ those of ``sandgrid.terminal``; a refused open or a bad message gets
 ``{"type": "error", "error": {...}}`` (the API's error body), and a refused
 open then closes with code 4000 + the HTTP status of the error (4401, 4404, 4409...).
 
-The route sends the terminal as a turn (``scheduler.terminal``), then pumps
+The route sends the terminal as a turn (``scheduler.turns.terminal``), then pumps
 the turn's two Redis Streams with the async Redis client: no thread is held
 for the socket's life, only for the few milliseconds of the send and the end.
 """
@@ -30,7 +30,7 @@ from sandgrid.terminal import exit_message, parse_client_message, stdout_message
 from sandgrid.wire import names
 from scheduler.api.deps import Services
 from scheduler.tenants import Tenant
-from scheduler.terminal import TerminalTurn, open_terminal, outcome_error
+from scheduler.turns.terminal import TerminalTurn, open_terminal, outcome_error
 
 __all__ = ["IN_MAXLEN", "IN_TTL_S", "READ_BLOCK_MS", "pty_socket", "router"]
 

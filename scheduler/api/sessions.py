@@ -1,7 +1,7 @@
 """Routes of sessions and turns: create, list, get, close, exec.
 
 Handlers are thin and synchronous: FastAPI runs them on its thread pool, where
-the turn flow (``scheduler.turns``) sends the job and blocks on its outcome.
+the turn flow (``scheduler.turns.runner``) sends the job and blocks on its outcome.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from scheduler.api import stream
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.api.lifecycle import ExpiryDep, filter_sessions
 from scheduler.expiry import shown
-from scheduler.idempotency import IDEMPOTENCY_TTL_S, check_key
 from scheduler.network import effective_policy
 from scheduler.tenants import Tenant
+from scheduler.turns.idempotency import IDEMPOTENCY_TTL_S, check_key
 
 __all__ = ["close_session", "create_session", "exec_turn", "get_session", "list_sessions", "router"]
 

@@ -25,11 +25,11 @@ from sandgrid.errors import NotFound, SandgridError
 from sandgrid.models import ExecRequest
 from sandgrid.streaming import EVENT_STREAM, LAST_EVENT_ID_HEADER, TURN_ID_HEADER, TurnCancel
 from sandgrid.wire import turnstream
-from scheduler.admission import check_exec
 from scheduler.api.deps import CurrentTenant, Services, Svc
-from scheduler.idempotency import turn_id_for
 from scheduler.registry.sessions import new_turn_id
 from scheduler.tenants import Tenant
+from scheduler.turns.admission import check_exec
+from scheduler.turns.idempotency import turn_id_for
 
 __all__ = ["IDLE_LIMIT_S", "READ_BLOCK_MS", "cancel_turn", "exec_events", "router", "turn_events"]
 

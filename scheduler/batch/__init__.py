@@ -1,4 +1,5 @@
-"""The server side of batches: the manager, its lanes, the run loop and the store."""
+"""The server side of batches: the manager, its lanes, the run loop, the store,
+and the grid's batch capacity (``capacity``: the grid-wide batch semaphore)."""
 
 from __future__ import annotations
 

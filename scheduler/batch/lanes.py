@@ -34,7 +34,7 @@ from sandgrid.models import ExecRequest, ExecResult, Quotas, SessionCreate, Sess
 from sandgrid.wire.jobs import ExecOp, WriteOp
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant
-from scheduler.turns import TurnRunner
+from scheduler.turns.runner import TurnRunner
 
 __all__ = [
     "FUSE_MAX_SOURCE",

@@ -33,14 +33,14 @@ from pydantic import ValidationError
 from sandgrid.batch.models import BatchCreate, BatchInfo
 from sandgrid.errors import Conflict, ErrorCode, InvalidInput
 from sandgrid.models import Quotas, SessionCreate
-from scheduler.admission import Admission, check_exec, check_quotas
+from scheduler.batch.capacity import BatchSlots, CapacitySource, InteractiveActivity
 from scheduler.batch.lanes import LaneContext
 from scheduler.batch.run import BatchRun, RetryPolicy, RunSetup, slot_ttl
 from scheduler.batch.store import BatchStore
-from scheduler.capacity import BatchSlots, CapacitySource, InteractiveActivity
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant
-from scheduler.turns import TurnRunner
+from scheduler.turns.admission import Admission, check_exec, check_quotas
+from scheduler.turns.runner import TurnRunner
 
 __all__ = ["RESUME_WAIT_S", "BatchManager"]
 

@@ -12,7 +12,7 @@ jobs from a queue. Every job ends with exactly one ``BatchResult``:
   A refusal that says "later" (429: tenant ceiling, backpressure) waits its
   ``Retry-After`` and does not count as an attempt.
 
-Each attempt runs under a grid-wide batch slot (``scheduler.capacity``), so
+Each attempt runs under a grid-wide batch slot (``scheduler.batch.capacity``), so
 batch turns never take every worker thread. A runner lease in Redis says which
 process drives the batch; losing it, or a ``cancelling`` state written by any
 API process, stops the run after the jobs in flight.
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from sandgrid.batch.models import BatchInfo, BatchJob, BatchResult
 from sandgrid.errors import ErrorCode, LimitExceeded, SandgridError
 from sandgrid.models import ExecResult, Quotas
+from scheduler.batch.capacity import BatchSlots, CapacitySource, InteractiveActivity
 from scheduler.batch.lanes import FreshLane, Lane, LaneContext, ReusedLane
 from scheduler.batch.store import BatchStore
-from scheduler.capacity import BatchSlots, CapacitySource, InteractiveActivity
 
 __all__ = [
     "INFRA_CODES",

@@ -3,19 +3,23 @@
 Redis is the one place where the scheduler and every worker agree on who owns a
 session. What a worker does there (leases, turn claims, records, heartbeats) is
 ``sandgrid.wire.redis_ledger.RedisLedger``, the one implementation of the wire
-contract ``SessionLedger``; this class adds what only the API does. Each
-compare-and-set is a Lua script (``lua/*.lua`` here, the ledger's own beside
-it) so that it is atomic without WATCH loops. Keys come only from
+contract ``SessionLedger``; the registry holds one (``ledger``, on the same
+client) and adds what only the API does. Each compare-and-set is a Lua script
+(``lua/*.lua`` here, run through the wire's ``LuaScripts``; the ledger's own
+beside it) so that it is atomic without WATCH loops. Keys come only from
 ``sandgrid.wire.names``.
 
 Who calls what:
     * the API: ``create``, ``get``, ``list``, ``close``, ``save_record``,
       ``close_record``, ``begin_turn`` /
       ``end_turn``, ``acquire_turn_slot`` / ``release_turn_slot``,
-      ``abandon_turn``, ``lease_owner``, ``node_alive``.
-    * a worker (through ``SessionLedger``): ``get_any``, ``update``,
-      ``acquire_lease``, ``renew_leases``, ``release_lease``, ``heartbeat``,
-      ``claim_turn``, ``record_turn``, and the snapshot-collection notes.
+      ``abandon_turn``, ``node_alive``, and of the ledger's operations the
+      ones it exposes: ``get_any``, ``update``, ``requeue_turn``,
+      ``lease_owner``, ``node_record``, ``node_records``.
+    * a worker (through ``SessionLedger``, the registry's ``ledger`` in tests):
+      ``get_any``, ``update``, ``acquire_lease``, ``renew_leases``,
+      ``release_lease``, ``heartbeat``, ``claim_turn``, ``record_turn``, and the
+      snapshot-collection notes.
     * ``sandgrid admin rebuild``: ``rebuild``.
 
 With ``records`` (``scheduler.registry.records``), each session's record is
@@ -31,15 +35,16 @@ import secrets
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Self
+from typing import Any
 
 import redis
 
 from sandgrid.errors import LimitExceeded, NotFound
 from sandgrid.models import SessionCreate, SessionInfo
 from sandgrid.wire import names
-from sandgrid.wire.redis_ledger import DERIVED_FIELDS, RedisLedger, millis, register_scripts
-from sandgrid.wire.settings import Settings
+from sandgrid.wire.ledger import NodeRecord
+from sandgrid.wire.redis_ledger import DERIVED_FIELDS, RedisLedger, Requeue, millis
+from sandgrid.wire.scripts import LuaScripts
 from scheduler import metrics
 from scheduler.registry import LUA_DIR
 from scheduler.registry.records import SessionRecords
@@ -78,12 +83,12 @@ class RebuildReport:
     """Records of closed sessions (never brought back), or unreadable ones."""
 
 
-class SessionRegistry(RedisLedger):
-    """The ledger's worker operations plus the API's: records, turn locks, turn slots.
+class SessionRegistry:
+    """The API's operations on the ledger: records, turn locks, turn slots.
 
     Args:
         client: a Redis client created with ``decode_responses=True``.
-        lease_ttl_s: how long a lease lives without renewal.
+        lease_ttl_s: how long a lease lives without renewal (the ledger's).
         closed_ttl_s: how long a closed session's record is kept (404 after).
         records: the sessions' records in the object store (None: Redis alone,
             nothing to re-learn from).
@@ -97,22 +102,43 @@ class SessionRegistry(RedisLedger):
         closed_ttl_s: float = 86400.0,
         records: SessionRecords | None = None,
     ) -> None:
-        super().__init__(client, lease_ttl_s=lease_ttl_s)
+        self.redis = client
+        #: The worker's operations on the same client: the one ``SessionLedger``.
+        self.ledger = RedisLedger(client, lease_ttl_s=lease_ttl_s)
+        self.scripts = LuaScripts(client, LUA_DIR)
         self.closed_ttl_s = closed_ttl_s
         self.records = records
-        self._scripts.update(register_scripts(client, LUA_DIR))
 
     def uptime_s(self) -> float:
         """Seconds since Redis started (``INFO server``): heartbeats that lapsed while
         it was down say nothing of a node until it has had time to beat again."""
         return float(self.redis.info("server")["uptime_in_seconds"])
 
-    @classmethod
-    def from_settings(cls, settings: Settings, *, outage_wait_s: float = 0.0) -> Self:
-        """A registry on a new connection pool for ``settings.redis_url``."""
-        registry = super().from_settings(settings, outage_wait_s=outage_wait_s)
-        registry.closed_ttl_s = settings.closed_ttl_s
-        return registry
+    # ---- the ledger's operations the API uses ------------------------------------
+
+    def get_any(self, session_id: str) -> SessionInfo | None:
+        """The session of any tenant, or None (``SessionLedger.get_any``)."""
+        return self.ledger.get_any(session_id)
+
+    def update(self, session_id: str, **fields: Any) -> None:
+        """Set fields of a session record (``SessionLedger.update``; its errors)."""
+        self.ledger.update(session_id, **fields)
+
+    def requeue_turn(self, turn_id: str, attempt: int, holder: str) -> Requeue:
+        """Replace a lost attempt by the next (``RedisLedger.requeue_turn``)."""
+        return self.ledger.requeue_turn(turn_id, attempt, holder)
+
+    def lease_owner(self, session_id: str) -> str | None:
+        """The node holding the session's lease, or None."""
+        return self.ledger.lease_owner(session_id)
+
+    def node_record(self, node: str) -> NodeRecord | None:
+        """``node``'s heartbeat record, uncached (``scheduler.turns.watch``)."""
+        return self.ledger.node_record(node)
+
+    def node_records(self) -> dict[str, NodeRecord]:
+        """Every live node's heartbeat record, by name (``scheduler.registry.nodes``)."""
+        return self.ledger.node_records()
 
     # ---- records -------------------------------------------------------------
 
@@ -176,7 +202,7 @@ class SessionRegistry(RedisLedger):
         for key, value in fields.items():
             args += [key, json.dumps(value)]
         keys = [names.session_key(info.id), names.tenant_sessions_key(info.tenant)]
-        return int(self._run("create_session", keys, args))
+        return int(self.scripts.run("create_session", keys, args))
 
     def get(self, tenant: str, session_id: str) -> SessionInfo:
         """The session ``session_id`` of ``tenant``, re-learned from its record in
@@ -188,7 +214,7 @@ class SessionRegistry(RedisLedger):
                 cannot be probed across tenants).
             InfrastructureError: ``store_unavailable`` while re-learning.
         """
-        info = self._load(session_id)
+        info = self.ledger.get_any(session_id)
         if info is None and self.records is not None:
             info = self.relearn(tenant, session_id)
         if info is None or info.tenant != tenant:
@@ -202,7 +228,7 @@ class SessionRegistry(RedisLedger):
     def list(self, tenant: str) -> builtins.list[SessionInfo]:
         """The tenant's sessions that are not closed, oldest first."""
         ids = sorted(self.redis.smembers(names.tenant_sessions_key(tenant)))
-        found = [self._load(i) for i in ids]
+        found = [self.ledger.get_any(i) for i in ids]
         return sorted((i for i in found if i is not None), key=lambda i: i.created_at)
 
     def count(self, tenant: str) -> int:
@@ -257,7 +283,7 @@ class SessionRegistry(RedisLedger):
         if info is None:
             return None
         self._insert(info, 0)
-        return self._load(session_id)
+        return self.ledger.get_any(session_id)
 
     def rebuild(self) -> RebuildReport:
         """Re-learn every session whose record is in the store (all tenants);
@@ -300,16 +326,16 @@ class SessionRegistry(RedisLedger):
         """
         keys = [names.turnlock_key(session_id), names.turn_key(turn_id)]
         args = [turn_id, millis(ttl), session_id, time.time(), millis(ttl + TURN_RECORD_TTL_S)]
-        return bool(self._run("begin_turn", keys, args))
+        return bool(self.scripts.run("begin_turn", keys, args))
 
     def end_turn(self, session_id: str, turn_id: str) -> bool:
         """Release the turn lock if ``turn_id`` still holds it; mark the turn done."""
         keys = [names.turnlock_key(session_id), names.turn_key(turn_id)]
-        return bool(self._run("end_turn", keys, [turn_id]))
+        return bool(self.scripts.run("end_turn", keys, [turn_id]))
 
     def abandon_turn(self, turn_id: str) -> bool:
         """API side: nobody waits for this turn any more; a late claim is refused."""
-        return bool(self._run("set_turn_state", [names.turn_key(turn_id)], ["abandoned"]))
+        return bool(self.scripts.run("set_turn_state", [names.turn_key(turn_id)], ["abandoned"]))
 
     def turn_state(self, turn_id: str) -> dict[str, str]:
         """The turn record: ``state`` (queued, running, done, abandoned), ``node``..."""
@@ -320,7 +346,7 @@ class SessionRegistry(RedisLedger):
         """Take one of ``limit`` in-flight turn slots of ``tenant`` for ``ttl`` seconds."""
         now = time.time()
         args = [turn_id, limit, now, now + ttl, millis(ttl)]
-        return bool(self._run("turn_slot", [names.tenant_turns_key(tenant)], args))
+        return bool(self.scripts.run("turn_slot", [names.tenant_turns_key(tenant)], args))
 
     def admit_turn(
         self,
@@ -357,7 +383,7 @@ class SessionRegistry(RedisLedger):
             session_id,
             millis(ttl + TURN_RECORD_TTL_S),
         ]
-        found = self._run("admit_turn", keys, args)
+        found = self.scripts.run("admit_turn", keys, args)
         return str(found[0]), int(found[1]) if len(found) > 1 else 0
 
     def finish_turn(
@@ -382,7 +408,7 @@ class SessionRegistry(RedisLedger):
             names.idempotency_key(turn_id),
         ]
         args = [turn_id, "1" if result_key else "0", outcome_json, max(1, int(keep_s))]
-        self._run("finish_turn", keys, args)
+        self.scripts.run("finish_turn", keys, args)
 
     def release_turn_slot(self, tenant: str, turn_id: str) -> None:
         """Give back the slot of a finished turn."""

@@ -25,7 +25,7 @@ from sandgrid.wire import names
 from sandgrid.wire.redis_ledger import RedisLedger
 from sandgrid.wire.settings import Settings
 from scheduler.api import create_app
-from scheduler.nodes import NODES_CACHE_S
+from scheduler.registry.nodes import NODES_CACHE_S
 from scheduler.tenants import TenantStore
 
 pytestmark = pytest.mark.integration

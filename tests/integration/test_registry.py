@@ -33,7 +33,7 @@ def test_create_get_list_update_close(reg: SessionRegistry) -> None:
     assert [s.id for s in reg.list("acme")] == [a.id, b.id]
     reg.update(a.id, snapshot="snap-1", state="idle")
     assert reg.get_any(a.id).snapshot == "snap-1"  # type: ignore[union-attr]
-    reg.record_turn(a.id, snapshot="snap-2")
+    reg.ledger.record_turn(a.id, snapshot="snap-2")
     after = reg.get("acme", a.id)
     assert after.turns == 1 and after.snapshot == "snap-2" and after.last_used > a.last_used
     reg.close(a.id)
@@ -87,62 +87,62 @@ def test_session_ceiling_is_atomic(reg: SessionRegistry) -> None:
 
 def test_lease_acquire_renew_release(reg: SessionRegistry) -> None:
     sid = reg.create("acme", SessionCreate()).id
-    reg.heartbeat("w1", 10)
-    reg.heartbeat("w2", 10)
-    assert reg.acquire_lease(sid, "w1")
-    assert reg.acquire_lease(sid, "w1")  # ours already: extended
-    assert not reg.acquire_lease(sid, "w2")  # w1 is alive
+    reg.ledger.heartbeat("w1", 10)
+    reg.ledger.heartbeat("w2", 10)
+    assert reg.ledger.acquire_lease(sid, "w1")
+    assert reg.ledger.acquire_lease(sid, "w1")  # ours already: extended
+    assert not reg.ledger.acquire_lease(sid, "w2")  # w1 is alive
     assert reg.lease_owner(sid) == "w1"
     info = reg.get("acme", sid)
     assert info.owner == "w1" and info.state == "live"
     assert info.lease_expires is not None and info.lease_expires > time.time()
-    assert reg.renew_leases("w1", [sid]) == []
-    assert reg.renew_leases("w2", [sid]) == [sid]  # not w2's: reported lost
-    assert not reg.release_lease(sid, "w2")
-    assert reg.release_lease(sid, "w1")
+    assert reg.ledger.renew_leases("w1", [sid]) == []
+    assert reg.ledger.renew_leases("w2", [sid]) == [sid]  # not w2's: reported lost
+    assert not reg.ledger.release_lease(sid, "w2")
+    assert reg.ledger.release_lease(sid, "w1")
     assert reg.lease_owner(sid) is None
-    assert reg.acquire_lease(sid, "w2")
+    assert reg.ledger.acquire_lease(sid, "w2")
 
 
 def test_lease_expires(reg: SessionRegistry) -> None:
     sid = reg.create("acme", SessionCreate()).id
-    reg.heartbeat("w1", 10)
-    reg.heartbeat("w2", 10)
-    assert reg.acquire_lease(sid, "w1")
+    reg.ledger.heartbeat("w1", 10)
+    reg.ledger.heartbeat("w2", 10)
+    assert reg.ledger.acquire_lease(sid, "w1")
     time.sleep(LEASE_S / 2)
-    assert reg.renew_leases("w1", [sid]) == []
+    assert reg.ledger.renew_leases("w1", [sid]) == []
     time.sleep(LEASE_S / 2 + 0.05)
     assert reg.lease_owner(sid) == "w1"  # renewed, still held
     time.sleep(LEASE_S + 0.05)
     assert reg.lease_owner(sid) is None
     assert reg.get("acme", sid).owner is None
-    assert reg.renew_leases("w1", [sid]) == [sid]
-    assert reg.acquire_lease(sid, "w2")
+    assert reg.ledger.renew_leases("w1", [sid]) == [sid]
+    assert reg.ledger.acquire_lease(sid, "w2")
 
 
 def test_lease_of_a_dead_node_can_be_taken(reg: SessionRegistry) -> None:
     sid = reg.create("acme", SessionCreate()).id
-    reg.lease_ttl_s = 30
-    reg.heartbeat("w1", 0.2)
-    assert reg.acquire_lease(sid, "w1")
-    assert not reg.acquire_lease(sid, "w2")
+    reg.ledger.lease_ttl_s = 30
+    reg.ledger.heartbeat("w1", 0.2)
+    assert reg.ledger.acquire_lease(sid, "w1")
+    assert not reg.ledger.acquire_lease(sid, "w2")
     time.sleep(0.3)
     assert not reg.node_alive("w1")
-    assert reg.acquire_lease(sid, "w2")
+    assert reg.ledger.acquire_lease(sid, "w2")
     assert reg.lease_owner(sid) == "w2"
-    assert reg.renew_leases("w1", [sid]) == [sid]
+    assert reg.ledger.renew_leases("w1", [sid]) == [sid]
 
 
 def test_lease_race_has_one_winner(reg: SessionRegistry) -> None:
     sid = reg.create("acme", SessionCreate()).id
     for n in range(8):
-        reg.heartbeat(f"w{n}", 10)
+        reg.ledger.heartbeat(f"w{n}", 10)
     wins: list[str] = []
     barrier = threading.Barrier(8)
 
     def take(node: str) -> None:
         barrier.wait()
-        if reg.acquire_lease(sid, node):
+        if reg.ledger.acquire_lease(sid, node):
             wins.append(node)
 
     threads = [threading.Thread(target=take, args=(f"w{n}",)) for n in range(8)]
@@ -154,8 +154,8 @@ def test_lease_race_has_one_winner(reg: SessionRegistry) -> None:
 
 
 def test_heartbeats(reg: SessionRegistry) -> None:
-    reg.heartbeat("w1", 0.2)
-    reg.heartbeat("w2", 10)
+    reg.ledger.heartbeat("w1", 0.2)
+    reg.ledger.heartbeat("w2", 10)
     assert reg.node_alive("w1") and reg.live_nodes() == ["w1", "w2"]
     time.sleep(0.3)
     assert not reg.node_alive("w1") and reg.live_nodes() == ["w2"]
@@ -178,18 +178,18 @@ def test_turn_lock(reg: SessionRegistry) -> None:
 def test_turn_claims(reg: SessionRegistry) -> None:
     sid = reg.create("acme", SessionCreate()).id
     assert reg.begin_turn(sid, "t-1", 5)
-    assert not reg.claim_turn("t-1", "w1", attempt=2)
-    assert reg.claim_turn("t-1", "w1")
+    assert not reg.ledger.claim_turn("t-1", "w1", attempt=2)
+    assert reg.ledger.claim_turn("t-1", "w1")
     assert reg.turn_state("t-1")["node"] == "w1"
-    assert not reg.claim_turn("t-1", "w2")  # a redelivery never runs twice
+    assert not reg.ledger.claim_turn("t-1", "w2")  # a redelivery never runs twice
     assert reg.begin_turn(sid, "t-2", 5) is False
     reg.end_turn(sid, "t-1")
     assert reg.begin_turn(sid, "t-2", 5)
     assert reg.abandon_turn("t-2")
-    assert not reg.claim_turn("t-2", "w1")
+    assert not reg.ledger.claim_turn("t-2", "w1")
     reg.end_turn(sid, "t-2")
     assert reg.turn_state("t-2")["state"] == "abandoned"
-    assert reg.claim_turn("t-unrecorded", "w1")
+    assert reg.ledger.claim_turn("t-unrecorded", "w1")
 
 
 def test_concurrent_turns_never_overlap(reg: SessionRegistry) -> None:

@@ -187,7 +187,7 @@ def _wait_for_worker(grid: LocalGrid) -> None:
 
 def _rebuild(grid: LocalGrid) -> subprocess.CompletedProcess[str]:
     """``sandgrid admin rebuild`` with the grid's settings (the command itself: the
-    entry point is held by tests/unit/scheduler/test_registry_records.py, and an
+    entry point is held by tests/unit/scheduler/registry/test_registry_records.py, and an
     editable install made before it was added does not list it)."""
     code = "from scheduler.cli import admin; admin(['rebuild'])"
     argv = [sys.executable, "-c", code]

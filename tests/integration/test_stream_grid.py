@@ -16,7 +16,7 @@ import pytest
 
 from sandgrid.client import AsyncClient, Client
 from sandgrid.errors import InvalidInput, NotFound
-from scheduler.idempotency import turn_id_for
+from scheduler.turns.idempotency import turn_id_for
 from tests.support.grid_fixtures import TOKEN, BatchGrid, batch_grid
 
 __all__ = ["batch_grid"]  # the fixture, imported for this module

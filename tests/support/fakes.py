@@ -42,7 +42,7 @@ from sandgrid.wire.redis_ledger import RedisLedger
 from sandgrid.wire.settings import Settings
 from scheduler.api import create_app
 from scheduler.api.deps import Services
-from scheduler.nodes import NodeDirectory
+from scheduler.registry.nodes import NodeDirectory
 from scheduler.tenants import TenantLimits, TenantStore
 from tests.support.fake_lifecycle import FakeCheckpoints
 
@@ -234,9 +234,9 @@ def make_grid(client: redis.Redis[str], settings: Settings) -> Iterator[Grid]:
 
 def _grid(client: redis.Redis[str], settings: Settings, objects: ObjectStore) -> Iterator[Grid]:
     services = Services.build(settings, dispatcher=None, client=client, objects=objects)
-    worker = FakeWorker(services.registry)
+    worker = FakeWorker(services.registry.ledger)
     services.runner.dispatcher = worker
-    services.admission.nodes = NodeDirectory(FakeNodes(services.registry), cache_s=0)
+    services.admission.nodes = NodeDirectory(FakeNodes(services.registry.ledger), cache_s=0)
     store = TenantStore(client, cache_s=0)
     token_a = store.add("acme")
     token_b = store.add("globex")

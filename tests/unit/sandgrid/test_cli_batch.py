@@ -17,8 +17,8 @@ from sandgrid.batch.models import BatchResult
 from sandgrid.cli import main
 from sandgrid.wire.jobs import ExecOp
 from sandgrid.wire.settings import Settings, get_settings
+from scheduler.batch.capacity import StaticCapacity
 from scheduler.batch.run import RetryPolicy
-from scheduler.capacity import StaticCapacity
 from tests.support.fakes import Grid, make_grid
 
 

@@ -235,7 +235,7 @@ def test_quota_ceiling_is_422(grid: Grid) -> None:
 def test_worker_lost_is_503_and_frees_the_session(grid: Grid) -> None:
     s = _session(grid)
     grid.worker.node = "doomed"
-    grid.services.registry.heartbeat("doomed", 0.3)
+    grid.services.registry.ledger.heartbeat("doomed", 0.3)
     grid.worker.silent = True
     t0 = time.monotonic()
     r = _exec(grid, s["id"], {"shell": "x"})
@@ -245,7 +245,7 @@ def test_worker_lost_is_503_and_frees_the_session(grid: Grid) -> None:
     assert time.monotonic() - t0 < 3
     turn = grid.worker.sent[0][0].turn_id
     assert grid.services.registry.turn_state(turn)["state"] == "abandoned"
-    assert not grid.services.registry.claim_turn(turn, "other")
+    assert not grid.services.registry.ledger.claim_turn(turn, "other")
     grid.worker.silent, grid.worker.node = False, "fake-2"
     assert _exec(grid, s["id"], {"shell": "again"}).status_code == 200
 
@@ -294,7 +294,7 @@ def test_files_through_the_sdk(grid: Grid) -> None:
 def test_health_and_docs(grid: Grid) -> None:
     r = grid.http.get("/v1/health")
     assert r.status_code == 200 and r.json()["redis"] is True
-    grid.services.registry.heartbeat("w9", 5)
+    grid.services.registry.ledger.heartbeat("w9", 5)
     assert grid.http.get("/v1/health").json()["workers"] == ["w9"]
     assert grid.http.get("/docs").status_code == 200
     assert "/v1/sessions/{session_id}/exec" in grid.http.get("/openapi.json").json()["paths"]

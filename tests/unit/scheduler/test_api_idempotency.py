@@ -9,7 +9,7 @@ from typing import Any
 
 from sandgrid.models import ExecRequest
 from sandgrid.wire.jobs import ExecOp
-from scheduler.idempotency import fingerprint, turn_id_for
+from scheduler.turns.idempotency import fingerprint, turn_id_for
 from tests.support.fakes import Grid
 
 KEY = "retry-key-0001"

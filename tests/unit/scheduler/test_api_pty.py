@@ -8,7 +8,7 @@ import pytest
 from starlette.websockets import WebSocketDisconnect
 
 from sandgrid.errors import InvalidInput
-from scheduler.terminal import pty_op
+from scheduler.turns.terminal import pty_op
 from tests.support.fakes import Grid
 
 

@@ -77,7 +77,7 @@ def test_close_of_a_released_session_still_reaches_a_worker(grid: Grid) -> None:
     """Its snapshots must be deleted even though no node holds it any more."""
     s = _session(grid)
     _write(grid, s["id"], "a", "1")
-    grid.services.registry.release_lease(s["id"], grid.worker.node)
+    grid.services.registry.ledger.release_lease(s["id"], grid.worker.node)
     r = grid.http.delete(f"/v1/sessions/{s['id']}", headers=grid.headers())
     assert r.status_code == 200
     job, queue = grid.worker.sent[-1]
@@ -95,7 +95,7 @@ def test_a_turn_is_not_run_again_when_the_workspace_had_unsaved_changes(grid: Gr
     _write(grid, s["id"], "a", "1")
     grid.services.registry.update(s["id"], unsaved=True)  # what the worker records
     grid.worker.node = "doomed"
-    grid.services.registry.heartbeat("doomed", 0.3)
+    grid.services.registry.ledger.heartbeat("doomed", 0.3)
     grid.worker.silent = True
     sent = len(grid.worker.sent)
     t0 = time.monotonic()

@@ -21,8 +21,8 @@ from sandgrid.wire.jobs import ExecOp, TurnJob
 from sandgrid.wire.settings import Settings
 from scheduler.api import create_app
 from scheduler.api.deps import current_tenant
-from scheduler.dispatch import CeleryDispatcher
 from scheduler.tenants import Tenant
+from scheduler.turns.dispatch import CeleryDispatcher
 
 
 def _closed_port() -> int:

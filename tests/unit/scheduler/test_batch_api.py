@@ -16,10 +16,10 @@ from sandgrid.errors import CapacityError, InvalidInput, NotFound, SandgridError
 from sandgrid.models import ExecRequest
 from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
 from sandgrid.wire.settings import Settings
+from scheduler.batch.capacity import StaticCapacity
 from scheduler.batch.lanes import RESET_ARGV, RUN_THEN_RESET, then_reset
 from scheduler.batch.run import RetryPolicy
 from scheduler.batch.store import BatchStore
-from scheduler.capacity import StaticCapacity
 from tests.support.fakes import FakeWorker, Grid, make_grid
 
 
@@ -46,7 +46,7 @@ class FlakyWorker(FakeWorker):
 @pytest.fixture
 def bgrid(redis_client: redis.Redis[str], test_settings: Settings) -> Iterator[Grid]:
     for grid in make_grid(redis_client, test_settings):
-        flaky = FlakyWorker(grid.services.registry)
+        flaky = FlakyWorker(grid.services.registry.ledger)
         grid.worker = flaky
         grid.services.runner.dispatcher = flaky
         manager = grid.services.batches

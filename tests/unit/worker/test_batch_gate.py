@@ -11,7 +11,7 @@ import pytest
 from celery.exceptions import Reject
 
 from sandgrid.models import ExecRequest, Quotas, SessionInfo
-from sandgrid.wire.capacity import batch_limit
+from sandgrid.wire.batch_limit import batch_limit
 from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
 from worker.batch_gate import BatchGate, run_turn
 from worker.residency import Residency

@@ -17,7 +17,7 @@ import redis
 from sandgrid.models import ExecRequest
 from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
-from tests.unit.worker.test_worker_snapshots import DirBackend, make_node, new_session
+from tests.unit.worker.test_worker_snapshots import DirBackend, make_node, new_session, reg
 from worker.node import Node
 from worker.ran import RanTurns
 
@@ -35,8 +35,8 @@ def test_attempt_two_of_a_turn_this_process_ran_answers_the_first_run(
     runs: list[str] = []
     requeued: list[str] = []
     real = DirBackend.exec
-    registry = node.executor.ledger
-    info = new_session(registry)  # type: ignore[arg-type]
+    registry = reg(node)
+    info = new_session(registry)
     job = TurnJob(turn_id=new_turn_id(), session=info, op=ExecOp(request=ExecRequest(shell="a")))
 
     def counted(self: DirBackend, sbx: Any, request: ExecRequest) -> Any:
@@ -46,7 +46,7 @@ def test_attempt_two_of_a_turn_this_process_ran_answers_the_first_run(
         return real(self, sbx, request)
 
     monkeypatch.setattr(DirBackend, "exec", counted)
-    assert registry.begin_turn(info.id, job.turn_id, 60)  # type: ignore[attr-defined]
+    assert registry.begin_turn(info.id, job.turn_id, 60)
     first = node.executor.run(job)
     assert first.ok and runs == ["a"] and requeued == ["requeued"]
     again = node.executor.run(job.model_copy(update={"attempt": 2}))
@@ -54,9 +54,9 @@ def test_attempt_two_of_a_turn_this_process_ran_answers_the_first_run(
 
 
 def test_a_turn_that_never_reached_the_sandbox_is_not_remembered(node: Node) -> None:
-    info = new_session(node.executor.ledger)  # type: ignore[arg-type]
+    info = new_session(reg(node))
     closed = info.model_copy(update={"state": "closed"})
-    node.executor.ledger.close(info.id)  # type: ignore[attr-defined]
+    reg(node).close(info.id)
     job = TurnJob(turn_id=new_turn_id(), session=closed, op=ExecOp(request=ExecRequest(shell="a")))
     out = node.executor.run(job)
     assert not out.ok and node.executor.ran.get(job.turn_id) is None

@@ -34,6 +34,7 @@ from sandgrid.wire.jobs import (
     WriteOp,
 )
 from sandgrid.wire.objects import LocalObjects, keys
+from sandgrid.wire.redis_ledger import RedisLedger
 from sandgrid.wire.settings import Settings, SnapshotSettings, WorkerSettings
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from tests.support.hostdir import HostDirBackend
@@ -153,7 +154,7 @@ def make_node(
         "n1",
         ["python"],
         Settings(worker=worker),
-        registry,
+        registry.ledger,
         store or SnapshotStore(SwitchableObjects(tmp / "store")),
         backends={"runc": DirBackend()},  # type: ignore[dict-item]
         pool=DirPool(tmp / "sandboxes"),  # type: ignore[arg-type]
@@ -161,9 +162,10 @@ def make_node(
 
 
 def reg(node: Node) -> SessionRegistry:
-    """The node's ledger, which these tests make a full registry (create, close...)."""
-    assert isinstance(node.ledger, SessionRegistry)
-    return node.ledger
+    """A registry over the node's Redis, for what the API does in these tests
+    (create, close...); the node's ledger is the registry's own (``make_node``)."""
+    assert isinstance(node.ledger, RedisLedger)
+    return SessionRegistry(node.ledger.redis, lease_ttl_s=node.ledger.lease_ttl_s)
 
 
 @pytest.fixture
@@ -295,7 +297,7 @@ def test_everything_changed_while_down_is_in_the_next_snapshot(tmp_path: Path, n
     assert up.ok and up.result is not None and "saved_error" not in up.result
     other = make_node(tmp_path / "other", reg(node), store=node.store)  # one store, as MinIO
     assert node.sessions.pop(info.id) is not None  # as if this worker died
-    reg(node).release_lease(info.id, node.name)
+    node.ledger.release_lease(info.id, node.name)
     assert read(other, info, "a.txt") == "1" and read(other, info, "b.txt") == "2"
 
 
@@ -343,7 +345,7 @@ def test_collection_deletes_closed_sessions_left_behind_and_is_rate_limited(node
     assert store.snapshots(TENANT, info.id) == []
     assert len(store.snapshots(TENANT, keep.id)) == 1  # an open session is never touched
     time.sleep(0.02)
-    reg(node).claim_gc(TENANT, 60)  # another node holds this interval
+    node.ledger.claim_gc(TENANT, 60)  # another node holds this interval
     assert node.persistence.collect_due() == 0
 
 
@@ -394,5 +396,5 @@ def test_a_restarted_node_still_collects_the_tenants_served_before(node: Node) -
     fresh = Persistence(node.ledger, node.store, node.backend_for, node.settings.worker.snapshots)
     assert fresh.collect_due() == 1
     assert store.snapshots(TENANT, info.id) == []
-    assert reg(node).gc_tenants(0) == [TENANT]
-    assert reg(node).gc_tenants(time.time() + 1) == []  # too old: dropped
+    assert node.ledger.gc_tenants(0) == [TENANT]
+    assert node.ledger.gc_tenants(time.time() + 1) == []  # too old: dropped

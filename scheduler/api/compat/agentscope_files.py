@@ -1,0 +1,252 @@
+"""AgentScope Runtime's workspace file routes: ``/proxy/{identity}/workspace/...``.
+
+agentscope-runtime's ``sandbox.fs`` (``SandboxManager.fs_*`` in remote mode)
+sends these to the manager, which would proxy them to the runtime inside the
+container. Here they are turns of the session: ``file`` (read, write),
+``files:batch``, ``list`` and ``entry`` (delete) map onto the grid's file ops;
+``exists``, ``move`` and ``mkdir``, which have no op of their own, run one
+fixed ``python3`` script in the sandbox. Paths are the runtime's (absolute under
+``/workspace``, or relative to it) and are checked by ``models.workspace_path``
+before any turn: a path leaving the workspace is 422 ``path_outside_workspace``.
+Answers have the runtime's shapes (entries with absolute ``path``, ``name``,
+``type``, ``size``, ``mtime_ms``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import posixpath
+import time
+from contextlib import suppress
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, File, Form, Query, Request, Response, UploadFile
+from fastapi.responses import PlainTextResponse
+from pydantic import AfterValidator
+from starlette.concurrency import run_in_threadpool
+
+from sandgrid.errors import Conflict, InvalidInput, NotFound, SandboxError
+from sandgrid.models import (
+    MAX_FILE_BYTES,
+    ExecRequest,
+    FileEntry,
+    FileList,
+    FileRead,
+    FileWrite,
+    workspace_path,
+)
+from sandgrid.wire.jobs import DeleteOp, ListOp, ReadOp, WriteOp
+from scheduler.api.compat.agentscope_models import MoveBody, PathBody, fs_entry
+from scheduler.api.deps import CurrentTenant, Services, Svc
+from scheduler.tenants import Tenant
+
+__all__ = [
+    "FS_SCRIPT",
+    "MAX_BATCH_FILES",
+    "batch_write",
+    "exists",
+    "list_dir",
+    "mkdir",
+    "move",
+    "read_file",
+    "remove",
+    "router",
+    "write_file",
+]
+
+router = APIRouter(prefix="/proxy/{identity}/workspace", tags=["agentscope"])
+
+#: Most files one ``files:batch`` call may write (the grid's write op takes as many).
+MAX_BATCH_FILES = 1024
+
+_Path = Annotated[str, AfterValidator(workspace_path), Query(description="a workspace path")]
+
+#: exists / mkdir / move in the sandbox: argv is ``op path [path]``, relative to
+#: /workspace (its cwd); prints one JSON object (an entry, or an ``error``).
+FS_SCRIPT = """\
+import json, os, stat, sys
+op, *p = sys.argv[1:]
+def entry(x):
+    st = os.lstat(x)
+    m = st.st_mode
+    t = "dir" if stat.S_ISDIR(m) else "file" if stat.S_ISREG(m) else "other"
+    t = "symlink" if stat.S_ISLNK(m) else t
+    return {"path": os.path.normpath(x), "type": t, "size": st.st_size, "mtime": st.st_mtime}
+if op == "exists":
+    out = {"exists": os.path.lexists(p[0])}
+elif op == "mkdir" and os.path.lexists(p[0]):
+    out = {"created": False} if os.path.isdir(p[0]) else {"error": "conflict"}
+elif op == "mkdir":
+    os.makedirs(p[0])
+    out = {"created": True}
+elif not os.path.lexists(p[0]):
+    out = {"error": "not_found"}
+else:
+    os.makedirs(os.path.dirname(p[1]) or ".", exist_ok=True)
+    os.replace(p[0], p[1])
+    out = entry(p[1])
+print(json.dumps(out))
+"""
+
+
+@router.get("/file", response_model=None)
+def read_file(
+    identity: str,
+    path: _Path,
+    svc: Svc,
+    tenant: CurrentTenant,
+    fmt: Annotated[Literal["text", "bytes"], Query(alias="format")] = "text",
+) -> Response:
+    """A file's content: text as ``text/plain``, bytes as ``application/octet-stream``."""
+    encoding: Literal["utf-8", "base64"] = "utf-8" if fmt == "text" else "base64"
+    read = FileRead.model_validate(
+        svc.runner.op(tenant, identity, ReadOp(path=path, encoding=encoding))
+    )
+    if fmt == "text":
+        return PlainTextResponse(read.content)
+    return Response(base64.b64decode(read.content), media_type="application/octet-stream")
+
+
+@router.put("/file")
+async def write_file(
+    identity: str, path: _Path, request: Request, svc: Svc, tenant: CurrentTenant
+) -> dict[str, Any]:
+    """Write the raw request body to a file (parents made); the file's entry."""
+    data = await request.body()
+    await run_in_threadpool(_write, svc, tenant, identity, [(path, data)])
+    return _written(path, len(data))
+
+
+@router.post("/files:batch")
+async def batch_write(
+    identity: str,
+    svc: Svc,
+    tenant: CurrentTenant,
+    files: Annotated[list[UploadFile], File()],
+    paths: Annotated[list[str] | None, Form()] = None,
+) -> list[dict[str, Any]]:
+    """Write several files in one turn; targets are ``paths`` (else each file's name)."""
+    if paths and len(paths) != len(files):
+        raise InvalidInput(
+            f"paths: {len(paths)} paths for {len(files)} files",
+            operation="files:batch",
+            context={"field": "paths", "rule": "as many paths as files, or none"},
+        )
+    if len(files) > MAX_BATCH_FILES:
+        raise InvalidInput(
+            f"files: {len(files)} files; at most {MAX_BATCH_FILES} per call",
+            operation="files:batch",
+            context={"field": "files", "rule": f"at most {MAX_BATCH_FILES} files"},
+        )
+    targets = paths or [f.filename or "" for f in files]
+    items = [(_checked(t, "paths"), await f.read()) for t, f in zip(targets, files, strict=True)]
+    await run_in_threadpool(_write, svc, tenant, identity, items)
+    return [_written(p, len(d)) for p, d in items]
+
+
+@router.get("/list")
+def list_dir(
+    identity: str,
+    path: _Path,
+    svc: Svc,
+    tenant: CurrentTenant,
+    depth: Annotated[int, Query(ge=1, le=64)] = 1,
+) -> list[dict[str, Any]]:
+    """Entries under a directory, ``depth`` levels deep."""
+    op = ListOp(path=path, recursive=depth > 1)
+    listed = FileList.model_validate(svc.runner.op(tenant, identity, op))
+    base = "" if path == "." else path + "/"
+    return [
+        fs_entry(e)
+        for e in listed.entries
+        if e.path.startswith(base) and e.path[len(base) :].count("/") < depth
+    ]
+
+
+@router.get("/exists")
+def exists(identity: str, path: _Path, svc: Svc, tenant: CurrentTenant) -> dict[str, Any]:
+    """``{"exists": bool}`` (a dangling symlink exists)."""
+    return _script(svc, tenant, identity, "exists", path)
+
+
+@router.delete("/entry", status_code=204)
+def remove(identity: str, path: _Path, svc: Svc, tenant: CurrentTenant) -> Response:
+    """Delete a file or a whole directory; a missing path is no error (204)."""
+    if path == ".":
+        raise InvalidInput(
+            "path: the workspace itself cannot be removed",
+            operation="entry",
+            context={"field": "path", "rule": "a path under /workspace, not /workspace"},
+        )
+    svc.registry.get(tenant.name, identity)  # an unknown sandbox is 404, a missing path not
+    with suppress(NotFound):
+        svc.runner.op(tenant, identity, DeleteOp(path=path, recursive=True))
+    return Response(status_code=204)
+
+
+@router.post("/move")
+def move(identity: str, body: MoveBody, svc: Svc, tenant: CurrentTenant) -> dict[str, Any]:
+    """Move or rename an entry (parents of the destination made); its new entry."""
+    src, dst = _checked(body.source, "source"), _checked(body.destination, "destination")
+    out = _script(svc, tenant, identity, "move", src, dst)
+    return fs_entry(FileEntry.model_validate(out))
+
+
+@router.post("/mkdir")
+def mkdir(identity: str, body: PathBody, svc: Svc, tenant: CurrentTenant) -> dict[str, Any]:
+    """Make a directory and its parents: ``{"created": bool}``."""
+    return _script(svc, tenant, identity, "mkdir", _checked(body.path, "path"))
+
+
+def _checked(raw: str, field: str) -> str:
+    """A workspace path from a body field, or 422 naming the field."""
+    try:
+        return workspace_path(raw)
+    except ValueError as exc:
+        raise InvalidInput(
+            f"{field}: {exc}",
+            operation="workspace",
+            context={"field": field, "rule": str(exc)},
+        ) from exc
+
+
+def _write(svc: Services, tenant: Tenant, identity: str, items: list[tuple[str, bytes]]) -> None:
+    for path, data in items:
+        if len(data) > MAX_FILE_BYTES:
+            raise InvalidInput(
+                f"content of {path}: {len(data)} bytes; at most {MAX_FILE_BYTES} bytes a file",
+                operation="workspace.write",
+                context={"field": "content", "rule": f"at most {MAX_FILE_BYTES} bytes a file"},
+            )
+    files = [
+        FileWrite(path=p, content=base64.b64encode(d).decode(), encoding="base64") for p, d in items
+    ]
+    svc.runner.op(tenant, identity, WriteOp(files=files))
+
+
+def _written(path: str, size: int) -> dict[str, Any]:
+    """The entry of a file just written (the write op reports no stat of its own)."""
+    entry = FileEntry(path=path, type="file", size=size, mtime=time.time())
+    return fs_entry(entry)
+
+
+def _script(svc: Services, tenant: Tenant, identity: str, *argv: str) -> dict[str, Any]:
+    """Run ``FS_SCRIPT`` with ``argv`` as one turn; its JSON answer, errors raised."""
+    req = ExecRequest(argv=["python3", "-c", FS_SCRIPT, *argv])
+    result = svc.runner.exec(tenant, identity, req)
+    try:
+        out: dict[str, Any] = json.loads(result.stdout) if result.exit_code == 0 else {}
+    except ValueError:
+        out = {}
+    if not out:
+        raise SandboxError(
+            f"workspace {argv[0]} failed in the sandbox: {result.stderr[-500:]}",
+            operation=f"workspace.{argv[0]}",
+        )
+    error = out.get("error")
+    if error == "not_found":
+        raise NotFound(f"source: {posixpath.join('/workspace', argv[1])} does not exist")
+    if error == "conflict":
+        raise Conflict(f"path: {posixpath.join('/workspace', argv[1])} exists and is no directory")
+    return out

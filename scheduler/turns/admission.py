@@ -1,0 +1,221 @@
+"""Admission control: per-tenant ceilings and queue-depth backpressure.
+
+Two kinds of refusal, chosen so that a client knows whether waiting helps:
+
+* a request above a tenant's *quota ceiling* (cpus, memory, timeout,
+  workspace, output, network, sandbox type), or for a type the catalog does not
+  know (``sandgrid.wire.catalog``), is ``InvalidInput`` (422) naming the field and the
+  rule: retrying the same request never helps;
+* a type that no live worker serves is ``CapacityError`` (503 ``no_capacity``),
+  answered at once from the nodes' heartbeats (``scheduler.registry.nodes``);
+* a tenant at its *count* ceilings (live sessions, turns in flight) or a queue
+  deeper than ``settings.queue_depth_limit`` is ``LimitExceeded`` (429) with a
+  ``Retry-After``: the same request may pass later.
+
+The queue depth is the length of the Redis list that backs the Celery queue
+(kombu's Redis transport keeps a queue's messages of default priority in a
+list named after the queue).
+"""
+
+from __future__ import annotations
+
+import redis
+
+from sandgrid.errors import ErrorCode, InvalidInput, LimitExceeded, SandgridError
+from sandgrid.models import ExecRequest, Quotas, SessionCreate
+from sandgrid.wire.catalog import get_type
+from scheduler import metrics
+from scheduler.registry.nodes import NodeDirectory
+from scheduler.registry.sessions import SessionRegistry
+from scheduler.tenants import Tenant
+
+__all__ = [
+    "BACKPRESSURE_RETRY_AFTER_S",
+    "TURNS_RETRY_AFTER_S",
+    "Admission",
+    "check_exec",
+    "check_quotas",
+    "check_timeout",
+]
+
+#: Retry-After (s) when a queue is too deep: about the time a busy worker needs.
+BACKPRESSURE_RETRY_AFTER_S = 2.0
+#: Retry-After (s) when the tenant has too many turns in flight.
+TURNS_RETRY_AFTER_S = 1.0
+
+
+def _over(field: str, value: float, ceiling: float, tenant: Tenant) -> InvalidInput:
+    metrics.reject("quota")
+    return InvalidInput(
+        f"{field} = {value} exceeds tenant {tenant.name!r}'s ceiling of {ceiling}",
+        operation="admission",
+        context={"field": field, "rule": f"<= {ceiling}", "value": value, "ceiling": ceiling},
+    )
+
+
+def check_quotas(tenant: Tenant, quotas: Quotas, field: str = "quotas") -> None:
+    """Refuse quotas above the tenant's ceilings.
+
+    Raises:
+        InvalidInput: the first field above its ceiling, named.
+    """
+    lim = tenant.limits
+    pairs: list[tuple[str, float, float]] = [
+        ("cpus", quotas.cpus, lim.max_cpus),
+        ("memory_mb", quotas.memory_mb, lim.max_memory_mb),
+        ("pids", quotas.pids, lim.max_pids),
+        ("timeout_s", quotas.timeout_s, lim.max_timeout_s),
+        ("workspace_mb", quotas.workspace_mb, lim.max_workspace_mb),
+        ("output_bytes", quotas.output_bytes, lim.max_output_bytes),
+    ]
+    for name, value, ceiling in pairs:
+        if value > ceiling:
+            raise _over(f"{field}.{name}", value, ceiling, tenant)
+    if quotas.network and not lim.allow_network:
+        metrics.reject("quota")
+        raise InvalidInput(
+            f"{field}.network: tenant {tenant.name!r} may not enable network access",
+            operation="admission",
+            context={"field": f"{field}.network", "rule": "network not allowed for tenant"},
+        )
+
+
+def check_timeout(tenant: Tenant, timeout_s: float | None) -> None:
+    """Refuse a turn's own deadline above the tenant's ceiling (``run_code``, say)."""
+    if timeout_s is not None and timeout_s > tenant.limits.max_timeout_s:
+        raise _over("timeout_s", timeout_s, tenant.limits.max_timeout_s, tenant)
+
+
+def check_exec(tenant: Tenant, request: ExecRequest) -> None:
+    """Refuse an exec whose own deadline is above the tenant's ceiling."""
+    if request.timeout_s is not None and request.timeout_s > tenant.limits.max_timeout_s:
+        raise _over("timeout_s", request.timeout_s, tenant.limits.max_timeout_s, tenant)
+
+
+class Admission:
+    """Admission checks that need Redis: queue depth and turn slots.
+
+    Args:
+        client: the Redis client (broker and registry share the server).
+        registry: the session registry, which keeps the tenants' turn slots.
+        queue_depth_limit: refuse new turns when a queue holds more messages.
+        nodes: the live nodes; a ``NodeDirectory`` over ``registry`` when omitted.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis[str],
+        registry: SessionRegistry,
+        *,
+        queue_depth_limit: int,
+        nodes: NodeDirectory | None = None,
+    ) -> None:
+        self.redis = client
+        self.registry = registry
+        self.queue_depth_limit = queue_depth_limit
+        self.nodes = nodes or NodeDirectory(registry)
+
+    def check_capacity(self, sandbox_type: str, operation: str = "admission") -> None:
+        """Refuse work of a type that no live node serves (see ``NodeDirectory.require``).
+
+        Raises:
+            CapacityError: 503 ``no_capacity``.
+        """
+        try:
+            self.nodes.require(sandbox_type, operation)
+        except SandgridError as exc:
+            if exc.code == ErrorCode.NO_CAPACITY:
+                metrics.reject("no_capacity")
+            raise
+
+    def check_session(self, tenant: Tenant, spec: SessionCreate) -> None:
+        """Quota ceilings and allowed types of a new session (the count is atomic later).
+
+        Raises:
+            InvalidInput: an unknown type, a type the tenant may not use, a quota
+                above its ceiling, or network on a type that does not allow it.
+        """
+        kind = get_type(spec.type)  # InvalidInput naming the known types
+        allowed = tenant.limits.types
+        if allowed is not None and spec.type not in allowed:
+            metrics.reject("quota")
+            raise InvalidInput(
+                f"type: tenant {tenant.name!r} may not use sandbox type {spec.type!r}",
+                operation="admission",
+                context={"field": "type", "rule": f"one of {allowed}"},
+            )
+        check_quotas(tenant, spec.quotas)
+        if spec.quotas.network and not kind.network_allowed:
+            metrics.reject("quota")
+            raise InvalidInput(
+                f"quotas.network: sandbox type {spec.type!r} does not allow network access",
+                operation="admission",
+                context={"field": "quotas.network", "rule": "network not allowed for type"},
+            )
+
+    def check_queue(self, queue: str) -> None:
+        """Refuse new work when ``queue`` is deeper than the limit.
+
+        Raises:
+            LimitExceeded: code ``backpressure``, with ``retry_after``.
+        """
+        depth = int(self.redis.llen(queue))
+        if depth > self.queue_depth_limit:
+            raise self._backpressure(queue, depth)
+
+    def acquire_turn(self, tenant: Tenant, turn_id: str, ttl: float) -> None:
+        """Take a slot among the tenant's concurrent turns.
+
+        Raises:
+            LimitExceeded: code ``tenant_limit``, the tenant is at its ceiling.
+        """
+        limit = tenant.limits.max_concurrent_turns
+        if not self.registry.acquire_turn_slot(tenant.name, turn_id, limit, ttl):
+            raise _tenant_limit(tenant)
+
+    def admit(self, tenant: Tenant, queue: str, session_id: str, turn_id: str, ttl: float) -> bool:
+        """``check_queue``, ``acquire_turn`` and the session's turn lock
+        (``SessionRegistry.begin_turn``) in one round trip: the turn path's
+        admission costs one Redis call instead of three, and a refusal takes
+        nothing (no slot to give back).
+
+        Returns:
+            False when the session is busy with another turn (nothing taken).
+
+        Raises:
+            LimitExceeded: ``backpressure`` or ``tenant_limit``, as the two checks do.
+        """
+        limit = tenant.limits.max_concurrent_turns
+        verdict, depth = self.registry.admit_turn(
+            queue, self.queue_depth_limit, tenant.name, limit, session_id, turn_id, ttl
+        )
+        if verdict == "backpressure":
+            raise self._backpressure(queue, depth)
+        if verdict == "tenant_limit":
+            raise _tenant_limit(tenant)
+        return verdict == "ok"
+
+    def _backpressure(self, queue: str, depth: int) -> LimitExceeded:
+        metrics.reject("backpressure")
+        return LimitExceeded(
+            f"queue {queue} holds {depth} turns (limit {self.queue_depth_limit}); retry later",
+            code=ErrorCode.BACKPRESSURE,
+            operation="admission",
+            context={"queue": queue, "depth": depth, "limit": self.queue_depth_limit},
+            retry_after=BACKPRESSURE_RETRY_AFTER_S,
+        )
+
+    def release_turn(self, tenant: Tenant, turn_id: str) -> None:
+        """Give the slot back."""
+        self.registry.release_turn_slot(tenant.name, turn_id)
+
+
+def _tenant_limit(tenant: Tenant) -> LimitExceeded:
+    metrics.reject("tenant_limit")
+    limit = tenant.limits.max_concurrent_turns
+    return LimitExceeded(
+        f"tenant {tenant.name!r} has {limit} turns in flight, its ceiling",
+        operation="admission",
+        context={"limit": "max_concurrent_turns", "max": limit},
+        retry_after=TURNS_RETRY_AFTER_S,
+    )

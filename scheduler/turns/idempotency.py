@@ -1,0 +1,250 @@
+"""Idempotent exec: a retried exec with the same key runs once and answers the same.
+
+The client sends an ``Idempotency-Key`` header with an exec (the SDK makes one
+per call and reuses it across its retries). The turn id is derived from
+(tenant, session, key), so every copy of the request names the same turn, and
+the turn's own dedupe holds across API processes and worker deaths: the turn
+record (``claim_turn`` refuses a second run of one turn) and the Celery task id
+(``turn_id.attempt``). Beside it, this module keeps one small record per key:
+
+    sg:idem:<turn id>   fp (the request's fingerprint), state (pending | done),
+                        outcome (the TurnOutcome JSON, once done)
+
+- ``reserve`` (one Lua script) either reserves the key (``new``: run the turn),
+  or finds it ``pending`` (a request with the key is in flight, or its turn was
+  sent: wait for the same outcome), ``done`` (answer the stored outcome, never
+  run again), or ``mismatch`` (the key was used for a different request: 422).
+- A pending reservation lives as long as its turn may (deadline + margin), so
+  that the key of an API process that died is not held forever; its turn
+  record stays, and a later retry waits for that turn's result, never runs it
+  again. A reservation whose request died before it sent the turn (no turn
+  record ``TAKE_OVER_S`` after it was made) is taken over by one waiting retry,
+  which runs the turn. A request that died after the turn record was written
+  but before the message was sent leaves its retries waiting until the turn's
+  deadline (503 ``turn_timeout``): a window of microseconds.
+- An outcome is kept ``IDEMPOTENCY_TTL_S`` (a day) after the turn finished:
+  within that window a retry gets it; after it, the key is forgotten.
+- A request refused before its turn could run (busy, limits, a retryable grid
+  error) releases the key, so the same key can run it later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import redis
+
+from sandgrid.errors import ErrorCode, InfrastructureError, InvalidInput, SandgridError
+from sandgrid.models import IDEMPOTENCY_HEADER
+from sandgrid.wire import names
+from sandgrid.wire.jobs import TurnJob, TurnOp, TurnOutcome
+from sandgrid.wire.redis_ledger import millis
+from scheduler.registry import lua_source
+from scheduler.registry.sessions import SessionRegistry
+from scheduler.turns.dispatch import Dispatcher
+
+__all__ = [
+    "IDEMPOTENCY_TTL_S",
+    "NOT_RUN_CODES",
+    "TAKE_OVER_S",
+    "IdempotencyStore",
+    "Reservation",
+    "TakeOver",
+    "check_key",
+    "fingerprint",
+    "turn_id_for",
+]
+
+#: How long the outcome of a finished turn is kept under its key (s).
+IDEMPOTENCY_TTL_S = 86400.0
+#: After how long a reservation without a turn record may be taken over (s).
+TAKE_OVER_S = 5.0
+_KEY = re.compile(r"^[A-Za-z0-9._:-]{8,128}$")
+_SCRIPTS = ("reserve_idempotency", "take_over_idempotency")
+
+#: Errors that prove a keyed exec's turn did not run: its key is released, so a
+#: retry with it may run the turn (any other error is kept under the key).
+NOT_RUN_CODES = frozenset(
+    {
+        ErrorCode.SESSION_BUSY,
+        ErrorCode.SESSION_CLOSED,
+        ErrorCode.NOT_FOUND,
+        ErrorCode.TENANT_LIMIT,
+        ErrorCode.BACKPRESSURE,
+        ErrorCode.INVALID_INPUT,
+        ErrorCode.PATH_OUTSIDE_WORKSPACE,
+        ErrorCode.NO_CAPACITY,
+        ErrorCode.STORE_UNAVAILABLE,  # the restore before the op (after it: a result)
+    }
+)
+
+
+def check_key(key: str) -> str:
+    """The key if it is well formed.
+
+    Raises:
+        InvalidInput: 422 naming the header, with the rule.
+    """
+    if not _KEY.match(key):
+        rule = "8 to 128 characters of A-Z a-z 0-9 . _ : - (a UUID will do)"
+        raise InvalidInput(
+            f"{IDEMPOTENCY_HEADER}: {rule}",
+            operation="exec",
+            context={"field": IDEMPOTENCY_HEADER, "in": "header", "rule": rule},
+        )
+    return key
+
+
+def turn_id_for(tenant: str, session_id: str, key: str) -> str:
+    """The turn id of an exec with ``key``: the same for every retry, unguessable
+    from another tenant's or session's key."""
+    digest = hashlib.sha256(f"{tenant}\x00{session_id}\x00{key}".encode()).hexdigest()
+    return "t-k" + digest[:32]
+
+
+def fingerprint(op: TurnOp) -> str:
+    """A hash of what the request asks for: a key reused for another request differs."""
+    body = json.dumps(op.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """What ``reserve`` found: run the turn, wait for it, replay it, or refuse."""
+
+    state: Literal["new", "pending", "done", "mismatch"]
+    outcome: TurnOutcome | None = None
+
+
+class TakeOver(Exception):
+    """``attach`` found the reservation abandoned before its turn was sent, and
+    took it over: the caller runs the turn."""
+
+
+class IdempotencyStore:
+    """The records of idempotency keys, in the registry's Redis.
+
+    Args:
+        client: a Redis client created with ``decode_responses=True``.
+        ttl_s: how long a finished turn's outcome is kept.
+        take_over_s: after how long a reservation without a turn record may be
+            taken over by a retry.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis[str],
+        *,
+        ttl_s: float = IDEMPOTENCY_TTL_S,
+        take_over_s: float = TAKE_OVER_S,
+    ) -> None:
+        self.redis = client
+        self.ttl_s = ttl_s
+        self.take_over_s = take_over_s
+        self._scripts = {n: client.register_script(lua_source(n)) for n in _SCRIPTS}
+
+    def reserve(self, turn_id: str, fp: str, pending_s: float) -> Reservation:
+        """Reserve the key of ``turn_id`` for ``pending_s`` seconds, or say what it holds."""
+        keys = [names.idempotency_key(turn_id), names.turn_key(turn_id)]
+        args = [fp, millis(pending_s), millis(time.time())]
+        found = self._scripts["reserve_idempotency"](keys=keys, args=args)
+        if found[0] == "done":
+            return Reservation("done", TurnOutcome.model_validate_json(found[1]))
+        state: Literal["new", "pending", "mismatch"] = found[0]
+        return Reservation(state)
+
+    def mismatch(self, key: str) -> InvalidInput:
+        """The 422 of a key reused with a different request."""
+        return InvalidInput(
+            f"{IDEMPOTENCY_HEADER}: the key {key!r} was used for a different request to this "
+            "session; a retry must send the same body, a new request a new key",
+            code=ErrorCode.IDEMPOTENCY_KEY_REUSED,
+            operation="exec",
+            context={
+                "field": IDEMPOTENCY_HEADER,
+                "in": "header",
+                "rule": "one key, one request body",
+            },
+        )
+
+    def settle(self, turn_id: str, outcome: TurnOutcome) -> None:
+        """Keep the turn's outcome under its key for ``ttl_s``."""
+        key = names.idempotency_key(turn_id)
+        pipe = self.redis.pipeline(transaction=True)
+        pipe.hset(key, mapping={"state": "done", "outcome": outcome.model_dump_json()})
+        pipe.expire(key, int(self.ttl_s))
+        pipe.execute()
+
+    def outcome(self, turn_id: str) -> TurnOutcome | None:
+        """The stored outcome of a finished turn, if any."""
+        raw = self.redis.hget(names.idempotency_key(turn_id), "outcome")
+        return TurnOutcome.model_validate_json(raw) if raw else None
+
+    def failed(self, turn_id: str, exc: SandgridError) -> None:
+        """A keyed turn ended in ``exc``: release the key when the turn did not run,
+        keep the error under it otherwise. With the registry down, neither: the
+        reservation lapses and a retry waits for the turn (it may have been sent)."""
+        if exc.code in NOT_RUN_CODES or exc.context.get("turn_sent") is False:
+            self.release(turn_id)
+        elif exc.code != ErrorCode.REGISTRY_UNAVAILABLE:
+            error = exc.to_body()["error"]
+            self.settle(turn_id, TurnOutcome(turn_id=turn_id, node="", ok=False, error=error))
+
+    def attach(
+        self,
+        dispatcher: Dispatcher,
+        registry: SessionRegistry,
+        job: TurnJob,
+        ttl: float,
+        poll_s: float,
+    ) -> TurnOutcome:
+        """Wait for the outcome of a keyed turn that another request sent: the one
+        stored under the key, or the turn's Celery result (its sender may be gone).
+        It never sends the turn: the request that holds the reservation does.
+
+        Raises:
+            TakeOver: the reservation was released (the turn did not run) or its
+                request died before sending the turn; this caller now holds it.
+            InvalidInput: the released key was taken by a different request.
+            InfrastructureError: ``turn_timeout``, no outcome within ``ttl``.
+        """
+        fp, pending_s = fingerprint(job.op), ttl + self.take_over_s
+        deadline = time.monotonic() + ttl
+        while (left := deadline - time.monotonic()) > 0:
+            found = self.reserve(job.turn_id, fp, pending_s)
+            if found.outcome is not None:
+                return found.outcome
+            if found.state == "mismatch":
+                raise self.mismatch("")
+            if found.state == "new" or self._take_over(job.turn_id, ttl):
+                raise TakeOver(job.turn_id)
+            attempt = int(registry.turn_state(job.turn_id).get("attempt") or 1)
+            handle = dispatcher.handle_of(job.model_copy(update={"attempt": attempt}))
+            outcome = dispatcher.wait(handle, min(poll_s, left))
+            if outcome is not None:
+                self.settle(job.turn_id, outcome)
+                return outcome
+        raise InfrastructureError(
+            f"no outcome for turn {job.turn_id} (sent by a request with the same idempotency "
+            f"key) within {ttl:.1f}s; it was not run again",
+            code=ErrorCode.TURN_TIMEOUT,
+            operation="exec",
+            context={"turn": job.turn_id, "session": job.session.id, "waited_s": ttl},
+            retryable=False,
+        )
+
+    def _take_over(self, turn_id: str, ttl: float) -> bool:
+        keys = [names.idempotency_key(turn_id), names.turn_key(turn_id)]
+        grace = self.take_over_s
+        args = [millis(time.time()), millis(grace), millis(ttl + grace)]
+        return bool(self._scripts["take_over_idempotency"](keys=keys, args=args))
+
+    def release(self, turn_id: str) -> None:
+        """Forget a key whose turn did not run, with its turn record: the same key
+        may run it later. Only for a turn that was refused or never sent."""
+        self.redis.delete(names.idempotency_key(turn_id), names.turn_key(turn_id))

@@ -1,0 +1,134 @@
+"""A turn that got no outcome: its worker was lost, or its deadline passed.
+
+``TurnRecovery`` is a collaborator of ``scheduler.turns.runner.TurnRunner``
+(see that module's docstring for the whole flow). It decides, from the
+registry's records, what becomes of such a turn: the next attempt to send when
+that cannot run it twice on one workspace, else a clear 503 that says whether
+it ran. It sends nothing and waits for nothing: the runner does both, so the
+two never call back into each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+from sandgrid.errors import ErrorCode, InfrastructureError
+from sandgrid.wire.jobs import ExecOp, TurnJob
+from scheduler.registry.sessions import SessionRegistry
+
+__all__ = ["MAX_ATTEMPTS", "MAX_RUNS", "TurnRecovery", "timeout_of"]
+
+#: Runs of one turn at most: the first, and one more after its worker died.
+MAX_RUNS = 2
+#: Sends of one turn at most: a message held by a process that died before it
+#: ran the turn is sent again without counting as a run.
+MAX_ATTEMPTS = 4
+
+
+class TurnRecovery:
+    """What becomes of a turn whose worker was lost or whose deadline passed.
+
+    Args:
+        registry: the session registry (the turn's record and the session's).
+    """
+
+    def __init__(self, registry: SessionRegistry) -> None:
+        self.registry = registry
+
+    def on_worker_lost(self, job: TurnJob, node: str, *, holder: str = "") -> TurnJob | None:
+        """The process holding the turn (or the queue it was on) is gone.
+
+        Exactly one run per turn on a workspace: the turn is sent again
+        (``attempt + 1``) to the session's owner if it lives (a node restarted
+        under the same name holds its leases), else to the shared queue of its
+        type, where another worker restores the session's last snapshot, the
+        one taken before this turn, and runs it. The older attempt can no longer
+        be claimed (``requeue_turn``). When the session's record shows that the
+        turn did complete (its worker died after saving the snapshot but before
+        reporting), that the workspace had changes no snapshot holds
+        (``unsaved``), or that the turn ran ``MAX_RUNS`` times already, it is
+        not run again: the caller gets a clear 503 instead.
+
+        Args:
+            job: the attempt that was lost.
+            node: the node that is gone (named in the error).
+            holder: the incarnation the turn record named ('' for none).
+
+        Returns:
+            The next attempt, for the runner to send (its session as the registry
+            has it now); None when a live process took the turn meanwhile (keep
+            waiting for the old one).
+
+        Raises:
+            InfrastructureError: ``worker_lost``, when the turn cannot be re-run
+                (it is abandoned: a late redelivery is refused).
+        """
+        fresh = self.registry.get_any(job.session.id)
+        runs = int(self.registry.turn_state(job.turn_id).get("runs") or 0)
+        completed = fresh is not None and fresh.last_turn == job.turn_id
+        unsaved = fresh is not None and fresh.unsaved
+        verdict = "final"
+        may_run = not (completed or unsaved or fresh is None) and runs < MAX_RUNS
+        if may_run and job.attempt < MAX_ATTEMPTS:
+            verdict = self.registry.requeue_turn(job.turn_id, job.attempt, holder)
+        if verdict == "held":
+            return None
+        if verdict != "requeued" or fresh is None:
+            self.registry.abandon_turn(job.turn_id)
+            raise _lost(job, node, completed, unsaved)
+        return job.model_copy(update={"attempt": job.attempt + 1, "session": fresh})
+
+    def on_turn_timeout(self, job: TurnJob, ttl: float) -> NoReturn:
+        """No outcome within the deadline plus margin: abandon the turn, answer 503.
+
+        Raises:
+            InfrastructureError: ``turn_timeout``, saying whether the turn ran.
+        """
+        self.registry.abandon_turn(job.turn_id)
+        context: dict[str, Any] = {"turn": job.turn_id, "session": job.session.id, "waited_s": ttl}
+        # Abandoned before any worker claimed it: no worker ever will, so it did not run.
+        # Claimed: it started, and whether it finished is not known here.
+        started = int(self.registry.turn_state(job.turn_id).get("runs") or 0) > 0
+        if not started:
+            context["ran"] = False
+        else:  # it ran to its end if the session records it (its result was lost)
+            fresh = self.registry.get_any(job.session.id)
+            if fresh is not None and fresh.last_turn == job.turn_id:
+                context["ran"] = True
+        raise InfrastructureError(
+            f"no outcome for turn {job.turn_id} within {ttl:.1f}s ("
+            + (
+                "it started and overran its deadline"
+                if started
+                else "no worker took it; it did not run"
+            )
+            + ")",
+            code=ErrorCode.TURN_TIMEOUT,
+            operation=job.op.kind,
+            context=context,
+            retryable=False,
+        )
+
+
+def timeout_of(job: TurnJob) -> float | None:
+    """The exec's own deadline, if the turn is an exec that set one."""
+    return job.op.request.timeout_s if isinstance(job.op, ExecOp) else None
+
+
+def _lost(job: TurnJob, node: str, completed: bool, unsaved: bool = False) -> InfrastructureError:
+    if completed:
+        why = "the turn completed and was saved, but its result was lost with the worker"
+    elif unsaved:
+        why = (
+            "the turn was not run again because the workspace had changes that no "
+            "snapshot holds; the session continues from its last snapshot"
+        )
+    else:
+        why = "the turn did not complete; the session continues from its last snapshot"
+    return InfrastructureError(
+        f"worker {node!r} stopped heartbeating during turn {job.turn_id}: {why}",
+        code=ErrorCode.WORKER_LOST,
+        operation=job.op.kind,
+        context={"node": node, "turn": job.turn_id, "session": job.session.id, "ran": completed},
+        retryable=False,
+    )

@@ -1,0 +1,450 @@
+"""The flow of one turn on the scheduler side.
+
+    lookup -> route -> backpressure -> tenant slot -> session turn lock (409 if busy)
+    -> send -> wait (watching the worker's heartbeat) -> unlock -> outcome
+    (backpressure, tenant slot and turn lock are one round trip: ``Admission.admit``)
+
+One session runs one turn at a time: a second concurrent turn is refused with
+409 ``session_busy`` instead of being queued behind the first, so that a client
+never waits an unbounded time for a slot it cannot see, and the order of turns
+is always the order the client chose.
+
+A type that no live worker serves is refused at once (503 ``no_capacity``).
+While waiting, the runner watches the process that holds the turn (it reserved
+or claimed the message), else the node whose direct queue has it, else the
+processes serving its type (``scheduler.turns.watch``). When that process is
+gone (its heartbeat lapsed, or its node restarted as a new incarnation) before
+an outcome arrives, ``TurnRecovery`` (``scheduler.turns.recovery``) decides,
+and the runner sends the turn again, to the session's owner if it lives, else
+to its type's shared queue, where a worker restores the session's last
+snapshot: at most ``MAX_RUNS`` runs of a turn, never two on one workspace.
+When that is not safe, the turn is abandoned (a late redelivery is refused by
+``claim_turn``) and the caller gets 503 ``worker_lost``.
+
+An exec with an idempotency key runs as the turn whose id the key names
+(``scheduler.turns.idempotency``): a retry finds the first one's outcome, or
+waits for it while it is in flight, and never sends the turn again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from sandgrid.errors import (
+    Conflict,
+    ErrorCode,
+    InfrastructureError,
+    SandboxError,
+    SandgridError,
+    error_from_body,
+)
+from sandgrid.models import ExecRequest, ExecResult, SessionInfo
+from sandgrid.wire import names
+from sandgrid.wire.jobs import CloseOp, ExecOp, TurnJob, TurnOp, TurnOutcome
+from scheduler import metrics
+from scheduler.audit.log import AuditLog
+from scheduler.expiry import is_due
+from scheduler.registry.sessions import SessionRegistry, new_turn_id
+from scheduler.tenants import Tenant
+from scheduler.turns.admission import Admission, check_exec
+from scheduler.turns.cancel import TurnCancels
+from scheduler.turns.dispatch import Dispatcher, result_key
+from scheduler.turns.idempotency import IdempotencyStore, TakeOver, fingerprint, turn_id_for
+from scheduler.turns.recovery import TurnRecovery, timeout_of
+from scheduler.turns.routing import route
+from scheduler.turns.watch import RESTART_GRACE_S, Lost, TurnWatch
+
+__all__ = [
+    "CLOSE_EXPIRES_S",
+    "TurnDone",
+    "TurnRunner",
+]
+
+#: How long a close message may wait in the owner's queue before it is dropped.
+CLOSE_EXPIRES_S = 120.0
+
+
+@dataclass(frozen=True)
+class TurnDone:
+    """A finished turn: the worker's outcome and the scheduler's timings (ms)."""
+
+    outcome: TurnOutcome
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class TurnRunner:
+    """Runs turns for the API: every step of the flow above, in one place.
+
+    Every part it uses is given here (``scheduler.api.deps`` wires them).
+
+    Args:
+        registry: the session registry.
+        admission: queue-depth and tenant slot checks.
+        dispatcher: sends jobs and waits for outcomes.
+        recovery: decides what becomes of a turn whose worker was lost or whose
+            deadline passed (``scheduler.turns.recovery``).
+        idempotency: an exec's idempotency keys (``scheduler.turns.idempotency``).
+        cancels: cancels turns by id (``scheduler.turns.cancel``); a close
+            during a turn uses it too.
+        audit: where finished turns and closes are recorded
+            (``scheduler.audit.log``); None: nowhere.
+        on_interactive: called at the start of every turn that is not a batch
+            turn: batches in this process yield while interactive traffic flows
+            (``scheduler.batch.capacity``).
+        turn_margin_s: wait beyond the exec deadline (queue, restore, snapshot).
+        lost_check_s: how often the waiter checks the worker's heartbeat.
+        restart_grace_s: see ``scheduler.turns.watch.RESTART_GRACE_S`` (the API
+            gives 3 heartbeats of the grid).
+    """
+
+    def __init__(
+        self,
+        registry: SessionRegistry,
+        admission: Admission,
+        dispatcher: Dispatcher,
+        *,
+        recovery: TurnRecovery,
+        idempotency: IdempotencyStore,
+        cancels: TurnCancels,
+        audit: AuditLog | None = None,
+        on_interactive: Callable[[], None] | None = None,
+        turn_margin_s: float = 30.0,
+        lost_check_s: float = 0.25,
+        restart_grace_s: float = RESTART_GRACE_S,
+    ) -> None:
+        self.registry = registry
+        self.admission = admission
+        self.dispatcher = dispatcher
+        self.recovery = recovery
+        self.idempotency = idempotency
+        self.cancels = cancels
+        self.audit = audit
+        self.on_interactive = on_interactive
+        self.turn_margin_s = turn_margin_s
+        self.lost_check_s = lost_check_s
+        self.restart_grace_s = restart_grace_s
+
+    def exec(
+        self,
+        tenant: Tenant,
+        session_id: str,
+        request: ExecRequest,
+        *,
+        t0: float | None = None,
+        idempotency_key: str | None = None,
+        turn_id: str | None = None,
+    ) -> ExecResult:
+        """Run one command; a non-zero exit is a result, not an error.
+
+        With ``idempotency_key`` (checked by the caller), the command runs at most
+        once for all requests with that key (see ``scheduler.turns.idempotency``).
+        ``turn_id`` is the turn's id when the caller chose it (a streamed exec
+        names its turn before it starts, for cancel and re-attach).
+
+        Raises:
+            InvalidInput: the key was used for another request (``idempotency_key_reused``).
+            SandgridError: the subclass the turn's error body names.
+        """
+        check_exec(tenant, request)
+        session = self.registry.get(tenant.name, session_id)
+        op = ExecOp(request=request)
+        if idempotency_key is None:
+            done = self.run(
+                tenant, session, op, timeout_s=request.timeout_s, t0=t0, turn_id=turn_id
+            )
+        else:
+            done = self._keyed(tenant, session, op, idempotency_key, t0)
+        try:
+            result = ExecResult.model_validate(done.outcome.result or {})
+        except ValidationError as exc:
+            raise SandboxError(
+                f"the worker returned a malformed exec result: {exc.errors()[0]['msg']}",
+                operation="exec",
+            ) from exc
+        sandbox_ms = done.outcome.timings.get("sandbox_ms", result.duration_ms)
+        timings = {**result.timings, **done.outcome.timings, **done.timings}
+        timings["sandbox_ms"] = round(sandbox_ms, 3)
+        return result.model_copy(update={"timings": timings, "node": done.outcome.node})
+
+    def _keyed(
+        self, tenant: Tenant, session: SessionInfo, op: ExecOp, key: str, t0: float | None
+    ) -> TurnDone:
+        """The turn of a keyed exec: run it once, or answer the first run's outcome."""
+        t0 = time.perf_counter() if t0 is None else t0
+        turn_id = turn_id_for(tenant.name, session.id, key)
+        ttl = (op.request.timeout_s or session.quotas.timeout_s) + self.turn_margin_s
+        found = self.idempotency.reserve(turn_id, fingerprint(op), ttl + self.turn_margin_s)
+        if found.state == "mismatch":
+            raise self.idempotency.mismatch(key)
+        if found.state != "new":
+            job = TurnJob(turn_id=turn_id, session=session, op=op)
+            try:
+                outcome = found.outcome or self.idempotency.attach(
+                    self.dispatcher, self.registry, job, ttl, self.lost_check_s
+                )
+            except TakeOver:
+                return self._keyed_run(tenant, session, op, turn_id, t0)
+            if not outcome.ok:
+                raise error_from_body(outcome.error or {})
+            return TurnDone(outcome, _timings(t0, 0.0, outcome))
+        return self._keyed_run(tenant, session, op, turn_id, t0)
+
+    def _keyed_run(
+        self, tenant: Tenant, session: SessionInfo, op: ExecOp, turn_id: str, t0: float
+    ) -> TurnDone:
+        """Run the turn of a key this request holds; keep its outcome under the key."""
+        try:
+            done = self.run(
+                tenant,
+                session,
+                op,
+                timeout_s=op.request.timeout_s,
+                t0=t0,
+                turn_id=turn_id,
+                settle=True,
+            )
+        except SandgridError as exc:
+            self.idempotency.failed(turn_id, exc)
+            raise
+        return done  # its outcome was kept under the key as the turn ended (_end)
+
+    def op(
+        self, tenant: Tenant, session_id: str, op: TurnOp, *, t0: float | None = None
+    ) -> dict[str, Any]:
+        """Run a file operation (write, read, list, delete, tar); its result dict."""
+        session = self.registry.get(tenant.name, session_id)
+        return self.run(tenant, session, op, timeout_s=None, t0=t0).outcome.result or {}
+
+    def run(
+        self,
+        tenant: Tenant,
+        session: SessionInfo,
+        op: TurnOp,
+        *,
+        timeout_s: float | None,
+        t0: float | None = None,
+        batch: bool = False,
+        close_after: bool = False,
+        turn_id: str | None = None,
+        settle: bool = False,
+    ) -> TurnDone:
+        """One turn of ``session``, end to end.
+
+        ``batch`` routes a session that is not live to its type's batch queue;
+        ``close_after`` asks the worker to destroy the sandbox after the turn
+        (a batch job's one-turn session; see ``TurnJob.close_after``);
+        ``turn_id`` is the turn's id when the caller chose it (a keyed exec);
+        ``settle`` keeps a successful outcome under the turn's idempotency key
+        (``IdempotencyStore.settle``) in the same round trip that ends the turn.
+
+        Raises:
+            Conflict: the session is closed, or busy with another turn.
+            LimitExceeded: backpressure, or the tenant's turns in flight.
+            InfrastructureError: the worker was lost, or the turn timed out.
+            SandgridError: the error the worker reported for the turn.
+        """
+        t0 = time.perf_counter() if t0 is None else t0
+        if not batch and self.on_interactive is not None:
+            self.on_interactive()
+        if session.state == "closed":
+            raise Conflict(
+                f"session {session.id!r} is closed",
+                code=ErrorCode.SESSION_CLOSED,
+                operation=op.kind,
+                context={"session": session.id},
+            )
+        if is_due(session):  # past its TTL: the sweeper closes it (scheduler.expiry)
+            raise Conflict(
+                f"session {session.id!r} has expired (its idle timeout or lifetime)",
+                code=ErrorCode.SESSION_CLOSED,
+                operation=op.kind,
+                context={"session": session.id, "expired": True},
+            )
+        ttl = (timeout_s or session.quotas.timeout_s) + self.turn_margin_s
+        self.admission.check_capacity(session.type, op.kind)
+        queue = route(self.registry, session, batch=batch)
+        job = TurnJob(
+            turn_id=turn_id or new_turn_id(),
+            session=session,
+            op=op,
+            batch=batch,
+            close_after=close_after,
+        )
+        if not self.admission.admit(tenant, queue, session.id, job.turn_id, ttl):
+            busy = _busy(session.id, op.kind)
+            self._finished(job, None, busy, _timings(t0, 0.0, None))
+            raise busy
+        try:
+            outcome, wait_ms = self._locked(tenant, job, queue, ttl, settle=settle)
+        except SandgridError as exc:
+            self._finished(job, None, exc, _timings(t0, 0.0, None))
+            raise
+        timings = _timings(t0, wait_ms, outcome)
+        self._finished(job, outcome, None, timings)
+        if not outcome.ok:
+            raise error_from_body(outcome.error or {})
+        # The worker counts the turn and stores its snapshot (record_turn) before
+        # it reports, so the next turn can run anywhere.
+        return TurnDone(outcome, timings)
+
+    def _finished(
+        self,
+        job: TurnJob,
+        outcome: TurnOutcome | None,
+        error: SandgridError | None,
+        timings: dict[str, float],
+    ) -> None:
+        """A turn's end, once per turn: its metrics, and its audit record."""
+        if error is not None:
+            result = error.code.value
+        else:
+            assert outcome is not None
+            result = "ok" if outcome.ok else str((outcome.error or {}).get("code"))
+        metrics.observe_turn(job.session.type, job.op.kind, result, timings)
+        if self.audit is not None:
+            self.audit.turn(job, outcome, error, timings["total_ms"])
+
+    def close(self, tenant: Tenant, session_id: str) -> SessionInfo:
+        """Close a session: mark it closed and tell its owner to destroy the container.
+
+        Raises:
+            NotFound: unknown session. Conflict: a turn is in flight.
+        """
+        session = self.registry.get(tenant.name, session_id)
+        if session.state == "closed":
+            return session
+        lock = new_turn_id()
+        if not self.cancels.lock_for_close(session, lock, self.turn_margin_s):
+            raise _busy(session.id, "sessions.close")
+        try:
+            self.registry.close(session.id)
+            if self.audit is not None:
+                self.audit.event(tenant.name, session.id, "session_close")
+            queue = self._close_queue(session)
+            if queue is not None:
+                job = TurnJob(turn_id=new_turn_id(), session=session, op=CloseOp())
+                self.dispatcher.send(job, queue, expires=CLOSE_EXPIRES_S)
+        finally:
+            self.registry.end_turn(session.id, lock)
+        return self.registry.get(tenant.name, session_id)
+
+    def _close_queue(self, session: SessionInfo) -> str | None:
+        """Where the close goes: the owner (it destroys the sandbox and deletes the
+        snapshots), else any worker of the type (it deletes the snapshots), else
+        nowhere when the session never had a sandbox or a snapshot. A close that
+        no worker handles is caught by the workers' snapshot collection."""
+        if session.owner and self.registry.node_alive(session.owner):
+            return names.node_queue(session.owner)
+        if session.snapshot or session.turns or session.forked_from:
+            return names.type_queue(session.type)
+        return None
+
+    def _locked(
+        self, tenant: Tenant, job: TurnJob, queue: str, ttl: float, *, settle: bool = False
+    ) -> tuple[TurnOutcome, float]:
+        """Send and wait under the session's turn lock and the tenant's slot
+        (``Admission.admit`` took both); release them; the wait in ms."""
+        try:
+            t_send = time.perf_counter()
+            handle = self.dispatcher.send(job, queue, expires=ttl)
+            outcome = self._wait(job, handle, queue, ttl)
+            wait_ms = (time.perf_counter() - t_send) * 1000
+        except BaseException:
+            try:
+                self.registry.end_turn(job.session.id, job.turn_id)
+            finally:
+                self.admission.release_turn(tenant, job.turn_id)
+            raise
+        self._end(tenant, job, handle, outcome if settle and outcome.ok else None)
+        return outcome, wait_ms
+
+    def _end(self, tenant: Tenant, job: TurnJob, handle: Any, settle: TurnOutcome | None) -> None:
+        """The writes that end a turn that answered, in one round trip
+        (``SessionRegistry.finish_turn``): its lock, its slot, its Celery result, and
+        ``settle`` under its idempotency key."""
+        key = result_key(self.dispatcher, handle, self.registry.redis)
+        if key is None:
+            self.dispatcher.forget(handle)
+        self.registry.finish_turn(
+            job.session.id,
+            job.turn_id,
+            tenant.name,
+            result_key=key,
+            outcome_json=settle.model_dump_json() if settle is not None else "",
+            keep_s=self.idempotency.ttl_s,
+        )
+
+    def _wait(self, job: TurnJob, handle: Any, queue: str, ttl: float) -> TurnOutcome:
+        """Wait for the outcome, checking every ``lost_check_s`` that its holder lives
+        (``scheduler.turns.watch``); when it is gone or time is up, ``recovery``
+        decides, and a next attempt is sent and waited for here."""
+        deadline = time.monotonic() + ttl
+        watch = TurnWatch(
+            self.registry,
+            self.admission.nodes,
+            job,
+            queue,
+            restart_grace_s=self.restart_grace_s,
+        )
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.dispatcher.forget(handle)
+                self.recovery.on_turn_timeout(job, ttl)
+            outcome = self.dispatcher.wait(handle, min(self.lost_check_s, left))
+            if outcome is not None:
+                return outcome
+            lost = watch.check()
+            if lost is not None:
+                last = self.dispatcher.wait(handle, self.lost_check_s / 10)
+                if last is not None:
+                    return last
+                retry = self._after_lost(job, handle, lost)
+                if retry is not None:
+                    return self._resend(retry)
+
+    def _after_lost(self, job: TurnJob, handle: Any, lost: Lost) -> TurnJob | None:
+        """Ask ``recovery`` about a turn whose holder is gone; forget the old attempt
+        unless a live process took it meanwhile (None: keep waiting for it)."""
+        try:
+            retry = self.recovery.on_worker_lost(job, lost.node, holder=lost.holder)
+        except InfrastructureError:
+            self.dispatcher.forget(handle)
+            raise
+        if retry is not None:
+            self.dispatcher.forget(handle)
+        return retry
+
+    def _resend(self, retry: TurnJob) -> TurnOutcome:
+        """Send the next attempt of a turn (to its session's owner if it lives, else
+        its type's queue) and wait for it like the first."""
+        queue = route(self.registry, retry.session, batch=retry.batch)
+        ttl = (timeout_of(retry) or retry.session.quotas.timeout_s) + self.turn_margin_s
+        return self._wait(retry, self.dispatcher.send(retry, queue, expires=ttl), queue, ttl)
+
+
+def _busy(session_id: str, operation: str) -> Conflict:
+    return Conflict(
+        f"session {session_id!r} is busy with another turn; turns of one session run "
+        "one at a time: retry when it finishes",
+        code=ErrorCode.SESSION_BUSY,
+        operation=operation,
+        context={"session": session_id},
+    )
+
+
+def _timings(t0: float, wait_ms: float, outcome: TurnOutcome | None) -> dict[str, float]:
+    """api_ms (scheduler), queue_ms (broker + result transport), worker_ms, total_ms."""
+    total_ms = (time.perf_counter() - t0) * 1000
+    worker_ms = outcome.timings.get("worker_ms", 0.0) if outcome is not None else 0.0
+    return {
+        "api_ms": round(total_ms - wait_ms, 3),
+        "queue_ms": round(max(0.0, wait_ms - worker_ms), 3),
+        "worker_ms": round(worker_ms, 3),
+        "total_ms": round(total_ms, 3),
+    }

@@ -1,0 +1,226 @@
+"""AgentScope Runtime's manager API in-process: the mapping, and the routes over a fake worker.
+
+The real client against a real grid is ``tests/integration/test_agentscope.py``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from sandgrid.models import ExecResult, FileEntry, Quotas, SessionInfo
+from sandgrid.wire.jobs import ExecOp, RunCodeOp
+from scheduler.api.compat import agentscope_files
+from scheduler.api.compat.agentscope_models import (
+    LABEL_CTX,
+    LABEL_TYPE,
+    CallToolBody,
+    CreateFromPoolBody,
+    IdentityBody,
+    container_info,
+    fs_entry,
+    labels_for,
+    tool_list,
+    tool_result,
+)
+from tests.support.fakes import Grid
+
+
+def _post(grid: Grid, path: str, body: dict[str, Any], token: str | None = None) -> Any:
+    r = grid.http.post(path, json=body, headers=grid.headers(token))
+    assert r.status_code == 200, r.text
+    return r.json()["data"]
+
+
+def _create(grid: Grid, ctx: str = "ctx-1", token: str | None = None) -> str:
+    body = {"sandbox_type": "base", "meta": {"session_ctx_id": ctx}}
+    sid: str = _post(grid, "/create_from_pool", body, token)
+    return sid
+
+
+# ---- the pure mapping ---------------------------------------------------------
+
+
+def test_async_twins_positional_args_fill_the_first_field() -> None:
+    assert IdentityBody.model_validate({"args": "s-1"}).identity == "s-1"
+    assert CreateFromPoolBody.model_validate({"args": "base"}).sandbox_type == "base"
+    body = CallToolBody.model_validate({"identity": "s-1", "tool_name": "t", "extra": 1})
+    assert body.arguments == {}
+
+
+def test_labels_carry_the_session_context() -> None:
+    body = CreateFromPoolBody(sandbox_type=None, meta={"session_ctx_id": "abc"})
+    assert labels_for(body) == {LABEL_TYPE: "base", LABEL_CTX: "abc"}
+    with pytest.raises(ValueError, match=r"meta\.session_ctx_id"):
+        labels_for(CreateFromPoolBody(sandbox_type="base", meta={"session_ctx_id": "x" * 300}))
+
+
+def test_container_info_is_a_container_model_with_the_type_in_version() -> None:
+    now = datetime.now(UTC)
+    info = SessionInfo(
+        id="s-abc",
+        tenant="t",
+        type="python",
+        quotas=Quotas(),
+        created_at=now,
+        last_used=now,
+        labels={LABEL_TYPE: "base", LABEL_CTX: "c"},
+    )
+    got = container_info(info, "http://h:1/")
+    assert got["container_name"] == got["session_id"] == "s-abc"
+    assert got["url"] == "http://h:1/proxy/s-abc" and "base" in got["version"]
+    assert got["meta"] == {"session_ctx_id": "c"} and got["state"] == "running"
+    assert {"session_id", "container_id", "container_name", "url", "ports"} <= set(got)
+
+
+def test_tool_result_is_split_like_the_runtime() -> None:
+    ok = tool_result(ExecResult(exit_code=0, stdout="hi\n"), returncode=True)
+    assert ok["isError"] is False
+    assert [(c["description"], c["text"]) for c in ok["content"]] == [
+        ("stdout", "hi\n"),
+        ("returncode", "0"),
+    ]
+    bad = tool_result(ExecResult(exit_code=None, stderr="boom", timed_out=True), returncode=False)
+    assert bad["isError"] is True
+    assert [c["description"] for c in bad["content"]] == ["stdout", "stderr", "error"]
+    assert "timed out" in bad["content"][-1]["text"]
+
+
+def test_tool_list_and_fs_entry() -> None:
+    assert set(tool_list(None)["generic"]) == {"run_ipython_cell", "run_shell_command"}
+    assert tool_list("mcp") == {"mcp": {}}
+    entry = fs_entry(FileEntry(path="a/b.txt", type="file", size=3, mtime=1.5))
+    assert entry == {
+        "path": "/workspace/a/b.txt",
+        "name": "b.txt",
+        "type": "file",
+        "size": 3,
+        "mtime_ms": 1500,
+    }
+
+
+# ---- the routes, over the fake worker -------------------------------------------
+
+
+def test_health_needs_no_token(grid: Grid) -> None:
+    assert grid.http.get("/health").json()["status"] == "healthy"
+
+
+def test_create_maps_onto_a_labelled_python_session(grid: Grid) -> None:
+    sid = _create(grid, "ctx-9")
+    info = grid.http.get(f"/v1/sessions/{sid}", headers=grid.headers()).json()
+    assert info["type"] == "python" and info["labels"][LABEL_CTX] == "ctx-9"
+    assert _post(grid, "/get_session_mapping", {"session_ctx_id": "ctx-9"}) == [sid]
+    assert _post(grid, "/get_session_mapping_async", {"args": "ctx-9"}) == [sid]
+    assert _post(grid, "/list_session_keys", {}) == ["ctx-9"]
+    assert _post(grid, "/get_info_async", {"args": sid})["container_name"] == sid
+    assert _post(grid, "/check_health", {"identity": sid}) is True
+
+
+def test_tokens_and_tenants(grid: Grid) -> None:
+    r = grid.http.post("/create_from_pool", json={}, headers={})
+    assert r.status_code == 401
+    sid = _create(grid)
+    theirs = grid.http.post("/get_info", json={"identity": sid}, headers=grid.headers(grid.token_b))
+    assert theirs.status_code == 404
+    assert _post(grid, "/get_session_mapping", {"session_ctx_id": "ctx-1"}, grid.token_b) == []
+    assert _post(grid, "/release", {"identity": sid}, grid.token_b) is False
+
+
+def test_call_tool_runs_turns(grid: Grid) -> None:
+    sid = _create(grid)
+    body = {"identity": sid, "tool_name": "run_shell_command", "arguments": {"command": "ls"}}
+    shell = _post(grid, "/call_tool", body)
+    assert shell["isError"] is False and shell["content"][0]["text"] == "ls\n"
+    cell = {"identity": sid, "tool_name": "run_ipython_cell", "arguments": {"code": "1+1"}}
+    assert _post(grid, "/call_tool_async", cell)["content"][0]["text"] == "1+1\n"
+    ops = [j.op for j, _ in grid.worker.sent]
+    assert [o.request.shell for o in ops if isinstance(o, ExecOp)] == ["ls"]
+    assert [o.request.code for o in ops if isinstance(o, RunCodeOp)] == ["1+1"]  # the kernel
+    unknown = _post(grid, "/call_tool", {"identity": sid, "tool_name": "browse"})
+    assert unknown["isError"] is True and "not served" in unknown["content"][0]["text"]
+
+
+def test_call_tool_bad_arguments_name_the_field(grid: Grid) -> None:
+    sid = _create(grid)
+    body = {"identity": sid, "tool_name": "run_shell_command", "arguments": {"cmd": "ls"}}
+    r = grid.http.post("/call_tool", json=body, headers=grid.headers())
+    assert r.status_code == 422
+    assert r.json()["error"]["context"]["field"] == "arguments.command"
+    huge = {
+        "identity": sid,
+        "tool_name": "run_ipython_cell",
+        "arguments": {"code": "x" * (2 << 20)},
+    }
+    r = grid.http.post("/call_tool", json=huge, headers=grid.headers())
+    assert r.status_code in (413, 422)
+    assert grid.worker.sent == []
+
+
+def test_release_closes_the_session(grid: Grid) -> None:
+    sid = _create(grid)
+    assert _post(grid, "/release_async", {"args": sid}) is True
+    assert _post(grid, "/check_health", {"identity": sid}) is False
+    assert _post(grid, "/get_session_mapping", {"session_ctx_id": "ctx-1"}) == []
+    assert _post(grid, "/release", {"identity": "s-" + "u" * 32}) is False
+
+
+def test_file_routes(grid: Grid) -> None:
+    sid = _create(grid)
+    base = f"/proxy/{sid}/workspace"
+    h = grid.headers()
+    put = grid.http.put(
+        f"{base}/file", params={"path": "/workspace/a.txt"}, content=b"hey", headers=h
+    )
+    assert put.status_code == 200 and put.json()["path"] == "/workspace/a.txt"
+    assert put.json()["size"] == 3
+    text = grid.http.get(f"{base}/file", params={"path": "a.txt"}, headers=h)
+    assert text.status_code == 200 and text.text == "hey"
+    files = [("files", ("b.txt", b"B", "text/plain"))]
+    batch = grid.http.post(
+        f"{base}/files:batch", files=files, data={"paths": ["d/b.txt"]}, headers=h
+    )
+    assert batch.status_code == 200 and batch.json()[0]["path"] == "/workspace/d/b.txt"
+    listed = grid.http.get(f"{base}/list", params={"path": "/workspace"}, headers=h).json()
+    assert {e["name"] for e in listed} == {"a.txt"}
+    deep = grid.http.get(f"{base}/list", params={"path": "/workspace", "depth": 2}, headers=h)
+    assert {e["path"] for e in deep.json()} == {"/workspace/a.txt", "/workspace/d/b.txt"}
+    gone = grid.http.delete(f"{base}/entry", params={"path": "a.txt"}, headers=h)
+    assert gone.status_code == 204
+    assert "a.txt" not in {p for s, p in grid.worker.files if s == sid}
+
+
+def test_file_paths_may_not_leave_the_workspace(grid: Grid) -> None:
+    sid = _create(grid)
+    h = grid.headers()
+    for params in ({"path": "/etc/passwd"}, {"path": "../x"}):
+        r = grid.http.get(f"/proxy/{sid}/workspace/file", params=params, headers=h)
+        assert r.status_code == 422 and r.json()["error"]["code"] == "path_outside_workspace"
+    r = grid.http.post(
+        f"/proxy/{sid}/workspace/move",
+        json={"source": "a", "destination": "/tmp/b"},
+        headers=h,
+    )
+    assert r.status_code == 422 and r.json()["error"]["context"]["field"] == "destination"
+    r = grid.http.delete(f"/proxy/{sid}/workspace/entry", params={"path": "/workspace"}, headers=h)
+    assert r.status_code == 422
+    assert grid.worker.sent == []
+
+
+def test_file_limits_hold(grid: Grid, monkeypatch: pytest.MonkeyPatch) -> None:
+    sid = _create(grid)
+    base, h = f"/proxy/{sid}/workspace", grid.headers()
+    monkeypatch.setattr(agentscope_files, "MAX_BATCH_FILES", 1)
+    two = [("files", ("a", b"A", "text/plain")), ("files", ("b", b"B", "text/plain"))]
+    r = grid.http.post(f"{base}/files:batch", files=two, headers=h)
+    assert r.status_code == 422 and r.json()["error"]["context"]["field"] == "files"
+    r = grid.http.post(f"{base}/files:batch", files=two[:1], data={"paths": ["x", "y"]}, headers=h)
+    assert r.status_code == 422 and r.json()["error"]["context"]["field"] == "paths"
+    monkeypatch.setattr(agentscope_files, "MAX_FILE_BYTES", 4)
+    r = grid.http.put(f"{base}/file", params={"path": "big"}, content=b"12345", headers=h)
+    assert r.status_code == 422 and r.json()["error"]["context"]["field"] == "content"
+    r = grid.http.get(f"{base}/list", params={"path": ".", "depth": 65}, headers=h)
+    assert r.status_code == 422 and r.json()["error"]["context"]["field"] == "depth"
+    assert grid.worker.sent == []

@@ -1,0 +1,112 @@
+"""Admission: quota ceilings (422), turn slots and queue depth (429)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from sandgrid.errors import ErrorCode, InvalidInput, LimitExceeded
+from sandgrid.models import ExecRequest, Quotas, SessionCreate
+from scheduler.registry.sessions import SessionRegistry
+from scheduler.tenants import Tenant, TenantLimits
+from scheduler.turns.admission import Admission, check_exec, check_quotas
+
+TENANT = Tenant(name="acme", limits=TenantLimits(max_cpus=2, max_concurrent_turns=2))
+
+
+@pytest.mark.parametrize(
+    ("quotas", "field"),
+    [
+        (Quotas(cpus=3), "quotas.cpus"),
+        (Quotas(memory_mb=9000), "quotas.memory_mb"),
+        (Quotas(timeout_s=3600, workspace_mb=5000), "quotas.workspace_mb"),
+        (Quotas(network=True), "quotas.network"),
+    ],
+)
+def test_quota_ceilings_name_the_field(quotas: Quotas, field: str) -> None:
+    with pytest.raises(InvalidInput) as exc:
+        check_quotas(TENANT, quotas)
+    assert exc.value.context["field"] == field and exc.value.context["rule"]
+
+
+def test_quotas_within_ceilings_pass() -> None:
+    check_quotas(TENANT, Quotas(cpus=2, memory_mb=8192))
+
+
+def test_exec_deadline_ceiling() -> None:
+    tenant = Tenant(name="t", limits=TenantLimits(max_timeout_s=10))
+    check_exec(tenant, ExecRequest(shell="x", timeout_s=10))
+    with pytest.raises(InvalidInput) as exc:
+        check_exec(tenant, ExecRequest(shell="x", timeout_s=11))
+    assert exc.value.context["field"] == "timeout_s"
+
+
+def test_allowed_types(redis_client: redis.Redis[str]) -> None:
+    adm = Admission(redis_client, SessionRegistry(redis_client), queue_depth_limit=10)
+    tenant = Tenant(name="t", limits=TenantLimits(types=["python"]))
+    adm.check_session(tenant, SessionCreate(type="python"))
+    with pytest.raises(InvalidInput) as exc:
+        adm.check_session(tenant, SessionCreate(type="python-gvisor"))
+    assert exc.value.context["field"] == "type"
+    with pytest.raises(InvalidInput, match="unknown sandbox type") as exc:
+        adm.check_session(Tenant(name="t"), SessionCreate(type="cobol"))
+    assert exc.value.context["field"] == "type"
+
+
+def test_queue_depth_backpressure(redis_client: redis.Redis[str]) -> None:
+    adm = Admission(redis_client, SessionRegistry(redis_client), queue_depth_limit=3)
+    redis_client.rpush("sbx.python", *"abc")
+    adm.check_queue("sbx.python")
+    redis_client.rpush("sbx.python", "d")
+    with pytest.raises(LimitExceeded) as exc:
+        adm.check_queue("sbx.python")
+    assert exc.value.code == ErrorCode.BACKPRESSURE and exc.value.retry_after > 0
+    assert exc.value.context["depth"] == 4
+
+
+def test_turn_slots(redis_client: redis.Redis[str]) -> None:
+    reg = SessionRegistry(redis_client)
+    adm = Admission(redis_client, reg, queue_depth_limit=3)
+    adm.acquire_turn(TENANT, "t1", 30)
+    adm.acquire_turn(TENANT, "t2", 30)
+    with pytest.raises(LimitExceeded) as exc:
+        adm.acquire_turn(TENANT, "t3", 30)
+    assert exc.value.code == ErrorCode.TENANT_LIMIT
+    adm.release_turn(TENANT, "t1")
+    adm.acquire_turn(TENANT, "t3", 30)
+    assert reg.turns_in_flight("acme") == 2
+
+
+def test_expired_slots_do_not_leak(redis_client: redis.Redis[str]) -> None:
+    reg = SessionRegistry(redis_client)
+    assert reg.acquire_turn_slot("acme", "t1", 1, 0.05)
+    assert not reg.acquire_turn_slot("acme", "t2", 1, 5)
+    import time
+
+    time.sleep(0.08)
+    assert reg.acquire_turn_slot("acme", "t2", 1, 5)
+
+
+def test_admit_takes_slot_lock_and_record_or_nothing(redis_client: redis.Redis[str]) -> None:
+    """One round trip for the three checks, in their order; a refusal takes nothing."""
+    reg = SessionRegistry(redis_client)
+    adm = Admission(redis_client, reg, queue_depth_limit=1)
+    assert adm.admit(TENANT, "sbx.python", "s-1", "t1", 30)
+    assert reg.turns_in_flight("acme") == 1
+    assert reg.turn_state("t1")["state"] == "queued"
+    assert not adm.admit(TENANT, "sbx.python", "s-1", "t2", 30)  # s-1 busy: nothing taken
+    assert reg.turns_in_flight("acme") == 1 and reg.turn_state("t2") == {}
+    assert adm.admit(TENANT, "sbx.python", "s-2", "t3", 30)
+    with pytest.raises(LimitExceeded) as exc:  # the tenant's 2 slots are taken
+        adm.admit(TENANT, "sbx.python", "s-3", "t4", 30)
+    assert exc.value.code == ErrorCode.TENANT_LIMIT and exc.value.context["max"] == 2
+    assert reg.begin_turn("s-3", "t5", 30)  # the refused admit left s-3's lock free
+    reg.end_turn("s-3", "t5")
+    redis_client.rpush("sbx.python", "a", "b")
+    with pytest.raises(LimitExceeded) as exc:  # checked before the tenant's slots
+        adm.admit(TENANT, "sbx.python", "s-3", "t6", 30)
+    assert exc.value.code == ErrorCode.BACKPRESSURE and exc.value.context["depth"] == 2
+    reg.end_turn("s-1", "t1")
+    adm.release_turn(TENANT, "t1")
+    redis_client.delete("sbx.python")
+    assert adm.admit(TENANT, "sbx.python", "s-1", "t7", 30)
