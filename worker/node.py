@@ -24,16 +24,16 @@ from worker.backends import backend_for
 from worker.backends.base import INCARNATION, SandboxBackend
 from worker.egress import EgressProxy, RedisBook, Resolver
 from worker.egress.handler import Handler
-from worker.executor import Executor
 from worker.heartbeat import Heartbeat
-from worker.interactive import TurnControl
-from worker.persistence import Persistence
+from worker.ops.terminal import TerminalBridge
 from worker.pool import SandboxPool, WarmPool
 from worker.reaper import Reaper
-from worker.residency import Residency
 from worker.session_table import SessionTable
 from worker.snapshots import SnapshotStore, open_store
-from worker.terminal import TerminalBridge
+from worker.turns.executor import Executor
+from worker.turns.interactive import TurnControl
+from worker.turns.residency import Residency
+from worker.turns.snapshot_policy import Persistence
 
 __all__ = ["Node", "get_node", "start_node", "stop_node"]
 

@@ -13,7 +13,7 @@ import pytest
 
 from sandgrid.models import CodeRequest, ExecRequest, Quotas
 from worker.backends import Sandbox, SandboxBackend
-from worker.code import run_code
+from worker.ops.code import run_code
 
 pytestmark = pytest.mark.integration
 

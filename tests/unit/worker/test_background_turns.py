@@ -1,4 +1,4 @@
-"""Quick ops on background processes (``worker.background.proc_turn``), without a sandbox:
+"""Quick ops on background processes (``worker.ops.processes.proc_turn``), without a sandbox:
 what they answer when the idle reaper releases the session under them, and that
 they count as the session's use."""
 
@@ -16,7 +16,7 @@ from sandgrid.models import Quotas, SessionInfo
 from sandgrid.processes import ProcessInfo
 from sandgrid.wire.jobs import ProcOp, TurnJob
 from worker.backends.base import Sandbox
-from worker.background import proc_turn
+from worker.ops.processes import proc_turn
 from worker.session_table import LocalSession, SessionTable
 
 

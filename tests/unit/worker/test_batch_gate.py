@@ -13,9 +13,9 @@ from celery.exceptions import Reject
 from sandgrid.models import ExecRequest, Quotas, SessionInfo
 from sandgrid.wire.capacity import batch_limit
 from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
-from worker.batch_gate import BatchGate, run_turn
-from worker.residency import Residency
 from worker.session_table import LocalSession, SessionTable
+from worker.turns.entry import BatchGate, run_turn
+from worker.turns.residency import Residency
 
 NOW = datetime.now(UTC)
 SESSION = SessionInfo(
@@ -79,7 +79,7 @@ def test_the_gate_counts_batch_turns_only() -> None:
 
 
 def test_a_batch_turn_over_the_limit_is_requeued_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    import worker.batch_gate as bg
+    import worker.turns.entry as bg
 
     monkeypatch.setattr(bg, "gate", BatchGate(concurrency=2))  # one batch thread
     executor, residency = FakeExecutor(), _residency(FakePool(), FakeLedger())

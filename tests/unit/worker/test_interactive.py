@@ -16,8 +16,8 @@ from sandgrid.models import ExecRequest, ExecResult
 from sandgrid.wire import turnstream
 from worker.agent.control import Control
 from worker.channel import AgentChannel
-from worker.interactive import EventBuffer, TurnControl
 from worker.session_table import SessionTable
+from worker.turns.interactive import EventBuffer, TurnControl
 
 
 def _events(client: redis.Redis[str], turn_id: str) -> list[dict[str, Any]]:

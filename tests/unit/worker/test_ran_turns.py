@@ -1,4 +1,4 @@
-"""A turn sent again to the process that ran it is answered, not run again (``worker.ran``).
+"""A turn sent again to the process that ran it is answered, not run again (``worker.turns.ran``).
 
 The API sends attempt 2 when it takes the holder of attempt 1 for dead; a holder
 that only looked dead (its heartbeat lapsed while Redis restarted) gets attempt 2
@@ -19,7 +19,7 @@ from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from tests.unit.worker.test_worker_snapshots import DirBackend, make_node, new_session
 from worker.node import Node
-from worker.ran import RanTurns
+from worker.turns.ran import RanTurns
 
 
 @pytest.fixture

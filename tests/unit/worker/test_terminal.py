@@ -14,8 +14,8 @@ from sandgrid.errors import SandboxLost
 from sandgrid.wire import names
 from sandgrid.wire.jobs import PtyOp
 from worker.channel import AgentChannel
+from worker.ops.terminal import OUT_MAXLEN, STREAM_TTL_S, TerminalBridge, agent_control
 from worker.protocol import FrameDecoder
-from worker.terminal import OUT_MAXLEN, STREAM_TTL_S, TerminalBridge, agent_control
 
 
 def test_notify_frames_never_interleave() -> None:

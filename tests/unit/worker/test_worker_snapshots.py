@@ -38,9 +38,9 @@ from sandgrid.wire.settings import Settings, SnapshotSettings, WorkerSettings
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from tests.support.hostdir import HostDirBackend
 from worker.node import Node
-from worker.persistence import Persistence
 from worker.snapshots import SnapshotStore
 from worker.snapshots import workspace as workspace_mod
+from worker.turns.snapshot_policy import Persistence
 
 TENANT = "acme"
 

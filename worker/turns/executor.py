@@ -8,7 +8,7 @@ Why snapshot before reporting: with the default policy ``after_turn`` the
 turn's result is only returned once its workspace is safe in the store, so the
 next turn can run on any worker, and a worker that dies mid-turn leaves the
 snapshot of the turn before it, from which the turn can run again exactly once
-(``worker.persistence`` decides when a snapshot is taken).
+(``worker.turns.snapshot_policy`` decides when a snapshot is taken).
 
 Two ops need no sandbox: a fork copies a snapshot in the store, and a close
 destroys the session's sandbox here (if any) and deletes its snapshots.
@@ -51,17 +51,17 @@ from sandgrid.wire.jobs import (
 )
 from sandgrid.wire.ledger import SessionLedger
 from worker.backends.base import Sandbox, SandboxBackend
-from worker.background import proc_turn, start_background
-from worker.code import run_code
 from worker.egress.env import session_env
-from worker.interactive import TurnControl
-from worker.lifecycle import SessionLifecycle
-from worker.persistence import Persistence, unsaved_result
+from worker.ops.code import run_code
+from worker.ops.lifecycle import SessionLifecycle
+from worker.ops.processes import proc_turn, start_background
+from worker.ops.terminal import TerminalBridge
 from worker.pool import BackendFor, SandboxPool
-from worker.ran import RanTurns
-from worker.residency import Residency
 from worker.session_table import LocalSession, SessionTable
-from worker.terminal import TerminalBridge
+from worker.turns.interactive import TurnControl
+from worker.turns.ran import RanTurns
+from worker.turns.residency import Residency
+from worker.turns.snapshot_policy import Persistence, unsaved_result
 
 __all__ = [
     "Executor",
@@ -107,9 +107,9 @@ class Executor:
         backend_for: the backend of a sandbox type (it runs the op).
         incarnation: this process's id, named in its claims (see ``NodeRecord``).
         terminal: serves terminal turns (``PtyOp``); None refuses them.
-        control: streams and cancels execs by turn id (``worker.interactive``);
+        control: streams and cancels execs by turn id (``worker.turns.interactive``);
             None runs them plain.
-        ran: the turns this process ran lately (``worker.ran``).
+        ran: the turns this process ran lately (``worker.turns.ran``).
     """
 
     node: str
@@ -222,7 +222,7 @@ class Executor:
         return {"closed": True, "snapshots_deleted": deleted}
 
     def _lifecycle(self) -> SessionLifecycle:
-        """Checkpoints, restore and pause (``worker.lifecycle``)."""
+        """Checkpoints, restore and pause (``worker.ops.lifecycle``)."""
         return SessionLifecycle(self.ledger, self.sessions, self.residency, self.persistence)
 
     def _failed(self, job: TurnJob, exc: SandgridError, turn: _Turn) -> TurnOutcome:

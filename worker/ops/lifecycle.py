@@ -29,10 +29,10 @@ from sandgrid.wire.jobs import (
     TurnJob,
 )
 from sandgrid.wire.ledger import SessionLedger
-from worker.persistence import Persistence
-from worker.residency import Residency
 from worker.session_table import LocalSession, SessionTable
 from worker.snapshots import checkpoints
+from worker.turns.residency import Residency
+from worker.turns.snapshot_policy import Persistence
 
 __all__ = ["SessionLifecycle"]
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from sandgrid.errors import SandgridError
 from sandgrid.wire.ledger import SessionLedger
-from worker.persistence import Persistence
 from worker.pool import SandboxPool
 from worker.session_table import LocalSession, SessionTable
+from worker.turns.snapshot_policy import Persistence
 
 __all__ = ["Residency"]
 
