@@ -25,6 +25,7 @@ from worker.backends.base import INCARNATION, SandboxBackend
 from worker.egress import EgressProxy, RedisBook, Resolver
 from worker.egress.handler import Handler
 from worker.heartbeat import Heartbeat
+from worker.ops.base import NodeParts
 from worker.ops.terminal import TerminalBridge
 from worker.pool import SandboxPool, WarmPool
 from worker.reaper import Reaper
@@ -96,18 +97,16 @@ class Node:
             ),
             self.sessions,
         )
-        self.executor = Executor(
-            name,
+        parts = NodeParts(
             self.ledger,
             self.sessions,
-            self.pool,
-            self.persistence,
             self.residency,
+            self.persistence,
             self.backend_for,
-            self.incarnation,
-            terminal=TerminalBridge.from_settings(self.settings),
             control=self.control,
+            terminal=TerminalBridge.from_settings(self.settings),
         )
+        self.executor = Executor(name, self.pool, parts, self.incarnation)
         self.heartbeat = Heartbeat(
             name,
             self.ledger,

@@ -16,88 +16,77 @@ store alone (``worker.snapshots.checkpoints``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from sandgrid.errors import SandgridError
 from sandgrid.wire.jobs import (
     CheckpointOp,
     DropCheckpointOp,
     ListCheckpointsOp,
     PauseOp,
     RestoreOp,
-    TurnJob,
 )
-from sandgrid.wire.ledger import SessionLedger
-from worker.session_table import LocalSession, SessionTable
+from worker.ops.base import NodeHandler, NodeParts, TurnContext
+from worker.session_table import LocalSession
 from worker.snapshots import checkpoints
-from worker.turns.residency import Residency
-from worker.turns.snapshot_policy import Persistence
 
-__all__ = ["SessionLifecycle"]
+__all__ = ["HANDLERS"]
 
 
-@dataclass(frozen=True)
-class SessionLifecycle:
-    """Runs the lifecycle ops (``sandgrid.wire.jobs.LIFECYCLE_OPS``) of this node.
+def _list(ctx: TurnContext, op: ListCheckpointsOp) -> dict[str, Any]:
+    info = ctx.session
+    found = checkpoints.checkpoints(ctx.parts.persistence.store, info.tenant, info.id)
+    return {"checkpoints": [{"name": n, "snapshot": s} for n, s in found.items()]}
 
-    Attributes:
-        ledger: the session ledger (the session's latest snapshot).
-        sessions: the node's session table (the resident sandbox, if any).
-        residency: how a sandbox is given up.
-        persistence: the snapshot policy and store.
-    """
 
-    ledger: SessionLedger
-    sessions: SessionTable
-    residency: Residency
-    persistence: Persistence
+def _drop(ctx: TurnContext, op: DropCheckpointOp) -> dict[str, Any]:
+    info = ctx.session
+    checkpoints.delete(ctx.parts.persistence.store, info.tenant, info.id, op.name)
+    return {"deleted": op.name}
 
-    def apply(self, job: TurnJob) -> dict[str, Any]:
-        """Run a lifecycle op; its JSON result.
 
-        Raises:
-            SandgridError: the op failed (a bad name, a quota, a missing checkpoint...).
-        """
-        op, info = job.op, job.session
-        store = self.persistence.store
-        if isinstance(op, ListCheckpointsOp):
-            found = checkpoints.checkpoints(store, info.tenant, info.id)
-            return {"checkpoints": [{"name": n, "snapshot": s} for n, s in found.items()]}
-        if isinstance(op, DropCheckpointOp):
-            checkpoints.delete(store, info.tenant, info.id, op.name)
-            return {"deleted": op.name}
-        if isinstance(op, CheckpointOp):
-            self._save(info.id)
-            ref = checkpoints.create(store, info.tenant, info.id, op.name)
-            return {"name": op.name, "snapshot": ref.name}
-        if isinstance(op, RestoreOp):
-            local = self.sessions.get(info.id)
-            if local is not None:
-                with local.lock:
-                    self.residency.discard(local)
-            ref = checkpoints.restore(store, info.tenant, info.id, op.checkpoint)
-            self.ledger.update(info.id, snapshot=ref.name, unsaved=False, last_turn=job.turn_id)
-            return {"session": info.id, "checkpoint": op.checkpoint, "snapshot": ref.name}
-        if isinstance(op, PauseOp):
-            return self._pause(info.id, info.snapshot)
-        raise SandgridError(f"not a lifecycle op: {op.kind}")
+def _checkpoint(ctx: TurnContext, op: CheckpointOp) -> dict[str, Any]:
+    info = ctx.session
+    _save(ctx.parts, info.id)
+    ref = checkpoints.create(ctx.parts.persistence.store, info.tenant, info.id, op.name)
+    return {"name": op.name, "snapshot": ref.name}
 
-    def _save(self, session_id: str) -> LocalSession | None:
-        """Save the resident sandbox's unsaved changes, whatever its policy."""
-        local = self.sessions.get(session_id)
-        if local is None:
-            return None
-        with local.lock:
-            if local.dirty:
-                self.persistence.save(local)
-                self.ledger.update(session_id, snapshot=local.snapshot, unsaved=False)
-        return local
 
-    def _pause(self, session_id: str, snapshot: str | None) -> dict[str, Any]:
-        local = self._save(session_id)
-        if local is None:
-            return {"session": session_id, "snapshot": snapshot, "released": False}
-        with local.lock:
-            self.residency.discard(local)
-        return {"session": session_id, "snapshot": local.snapshot, "released": True}
+def _restore(ctx: TurnContext, op: RestoreOp) -> dict[str, Any]:
+    info, parts = ctx.session, ctx.parts
+    parts.residency.discard_here(info.id)
+    ref = checkpoints.restore(parts.persistence.store, info.tenant, info.id, op.checkpoint)
+    parts.ledger.update(info.id, snapshot=ref.name, unsaved=False, last_turn=ctx.turn_id)
+    return {"session": info.id, "checkpoint": op.checkpoint, "snapshot": ref.name}
+
+
+def _pause(ctx: TurnContext, op: PauseOp) -> dict[str, Any]:
+    session_id = ctx.session.id
+    local = _save(ctx.parts, session_id)
+    if local is None:
+        return {"session": session_id, "snapshot": ctx.session.snapshot, "released": False}
+    with local.lock:
+        ctx.parts.residency.discard(local)
+    return {"session": session_id, "snapshot": local.snapshot, "released": True}
+
+
+def _save(parts: NodeParts, session_id: str) -> LocalSession | None:
+    """Save the resident sandbox's unsaved changes, whatever its policy."""
+    local = parts.sessions.get(session_id)
+    if local is None:
+        return None
+    with local.lock:
+        if local.dirty:
+            parts.persistence.save(local)
+            parts.ledger.update(session_id, snapshot=local.snapshot, unsaved=False)
+    return local
+
+
+HANDLERS = (
+    NodeHandler(ListCheckpointsOp, _list),
+    NodeHandler(DropCheckpointOp, _drop),
+    NodeHandler(CheckpointOp, _checkpoint),
+    NodeHandler(RestoreOp, _restore),
+    NodeHandler(PauseOp, _pause),
+)
+"""The lifecycle family's handlers: none needs the sandbox (a resident one is used
+when it is here)."""

@@ -1,5 +1,10 @@
 """Background-process turns on this node: start one, or a quick op on the running ones.
 
+Each op is one quick agent request (``proc_*``, docs/agent-protocol.md) over the
+backend's channel, checked here and turned into ``sandgrid.processes`` models.
+The per-sandbox limit (``Quotas.background_processes``) is enforced by the
+agent, which counts what runs; a refusal becomes ``LimitExceeded``.
+
 A start is an ordinary turn (it may bring the session here and restore its
 snapshot). The quick ops (``ProcOp``) never do: the processes live in one
 sandbox, so when this node does not hold the session, or holds it in another
@@ -18,16 +23,106 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sandgrid.errors import ErrorCode, SandboxLost, SandgridError
-from sandgrid.models import SessionInfo
+from sandgrid.errors import ErrorCode, LimitExceeded, SandboxLost, SandgridError
+from sandgrid.models import ExecRequest
+from sandgrid.processes import MAX_PROC_WAIT_S, ProcessInfo, ProcessLogs
 from sandgrid.wire.jobs import ProcOp, ProcStartOp, TurnJob
 from worker.backends.base import Sandbox, SandboxBackend
+from worker.ops.base import NodeHandler, OpResult, SandboxContext, SandboxHandler, TurnContext
+from worker.ops.exec import exec_fields
 from worker.pool import BackendFor
 from worker.session_table import LocalSession, SessionTable
 
-__all__ = ["keeps_resident", "proc_turn", "start_background"]
+__all__ = [
+    "HANDLERS",
+    "keeps_resident",
+    "live_processes",
+    "proc_turn",
+    "process_kill",
+    "process_logs",
+    "process_stdin",
+    "process_wait",
+    "processes",
+    "start_process",
+]
 
 log = logging.getLogger(__name__)
+
+_QUICK_S = 10.0
+"""The channel deadline of a quick op (a wait adds its own timeout)."""
+
+
+# ---- the agent's proc_* ops ---------------------------------------------------------
+
+
+def start_process(backend: SandboxBackend, sbx: Sandbox, request: ExecRequest) -> ProcessInfo:
+    """Start ``request`` in the background as the sandbox user; answer at once.
+
+    Raises:
+        LimitExceeded: ``quotas.background_processes`` already run.
+        InvalidInput: bad cwd or argv (the command cannot be started).
+    """
+    fields = exec_fields(request, sbx.quotas, stream=False)
+    fields.update(max_live=sbx.quotas.background_processes)
+    reply = backend.call(sbx, "proc_start", fields, timeout=_QUICK_S)
+    if not reply.pop("started"):
+        limit = int(reply["limit"])
+        raise LimitExceeded(
+            f"quotas.background_processes: {limit} background processes already run in "
+            "this sandbox; wait for or kill one first",
+            operation="processes.start",
+            context={"field": "quotas.background_processes", "limit": limit},
+            retry_after=1.0,
+        )
+    return _info(sbx, reply)
+
+
+def processes(backend: SandboxBackend, sbx: Sandbox) -> list[ProcessInfo]:
+    """Every background process the sandbox keeps, running or finished."""
+    reply = backend.call(sbx, "proc_list", {}, timeout=_QUICK_S)
+    return [_info(sbx, p) for p in reply["processes"]]
+
+
+def live_processes(backend: SandboxBackend, sbx: Sandbox) -> int:
+    """How many background processes still run (the idle reaper asks)."""
+    return sum(1 for p in processes(backend, sbx) if p.running)
+
+
+def process_logs(backend: SandboxBackend, sbx: Sandbox, pid: int, since: int = 0) -> ProcessLogs:
+    """Output from the absolute offset ``since`` (see ``ProcessLogs``)."""
+    reply = backend.call(sbx, "proc_logs", {"pid": pid, "since": since}, timeout=_QUICK_S)
+    return ProcessLogs(pid=pid, **reply)
+
+
+def process_stdin(
+    backend: SandboxBackend, sbx: Sandbox, pid: int, data: str, eof: bool = False
+) -> int:
+    """Write to the process's stdin (never blocking); how many bytes it took."""
+    fields = {"pid": pid, "data": data, "eof": eof}
+    return int(backend.call(sbx, "proc_stdin", fields, timeout=_QUICK_S)["written"])
+
+
+def process_kill(
+    backend: SandboxBackend, sbx: Sandbox, pid: int, signal: str = "TERM"
+) -> ProcessInfo:
+    """Send ``signal`` to the process's group."""
+    reply = backend.call(sbx, "proc_kill", {"pid": pid, "signal": signal}, timeout=_QUICK_S)
+    reply.pop("signalled", None)
+    return _info(sbx, reply)
+
+
+def process_wait(backend: SandboxBackend, sbx: Sandbox, pid: int, timeout: float) -> ProcessInfo:
+    """Wait up to ``timeout`` (at most ``MAX_PROC_WAIT_S``) for the process to end."""
+    timeout = min(max(timeout, 0.0), MAX_PROC_WAIT_S)
+    fields = {"pid": pid, "timeout": timeout}
+    return _info(sbx, backend.call(sbx, "proc_wait", fields, timeout=timeout + _QUICK_S))
+
+
+def _info(sbx: Sandbox, reply: dict[str, Any]) -> ProcessInfo:
+    return ProcessInfo(**reply, sandbox=sbx.id)
+
+
+# ---- the turns ---------------------------------------------------------------------
 
 
 def keeps_resident(backends: Sequence[SandboxBackend], local: LocalSession) -> bool:
@@ -41,22 +136,20 @@ def keeps_resident(backends: Sequence[SandboxBackend], local: LocalSession) -> b
     for backend in backends:
         if runtime is not None and getattr(backend, "runtime", None) == runtime:
             try:
-                return backend.live_processes(sbx) > 0
+                return live_processes(backend, sbx) > 0
             except SandgridError as exc:
                 log.warning("session %s: cannot list its processes: %s", local.session_id, exc)
                 return False
     return False
 
 
-def start_background(
-    backend: SandboxBackend, sbx: Sandbox, op: ProcStartOp, info: SessionInfo, node: str
-) -> dict[str, Any]:
+def _start(ctx: SandboxContext, op: ProcStartOp) -> ProcessInfo:
     """Start the op's command in the background (with the session's env); its handle."""
-    request = op.request
+    request, info = op.request, ctx.session
     if info.env:
         request = request.model_copy(update={"env": {**info.env, **request.env}})
-    started = backend.start_process(sbx, request)
-    return started.model_copy(update={"node": node}).model_dump(mode="json")
+    started = start_process(ctx.backend, ctx.sandbox, request)
+    return started.model_copy(update={"node": ctx.node})
 
 
 def proc_turn(
@@ -106,16 +199,16 @@ def _apply(backend: SandboxBackend, local: LocalSession, op: ProcOp, node: str) 
     sbx, pid = local.sandbox, op.pid or 0
     local.dirty = True
     if op.action == "list":
-        procs = [p.model_copy(update={"node": node}) for p in backend.processes(sbx)]
+        procs = [p.model_copy(update={"node": node}) for p in processes(backend, sbx)]
         return {"processes": [p.model_dump(mode="json") for p in procs]}
     if op.action == "logs":
-        return backend.process_logs(sbx, pid, op.since).model_dump(mode="json")
+        return process_logs(backend, sbx, pid, op.since).model_dump(mode="json")
     if op.action == "stdin":
-        return {"written": backend.process_stdin(sbx, pid, op.data, op.eof)}
+        return {"written": process_stdin(backend, sbx, pid, op.data, op.eof)}
     if op.action == "kill":
-        info = backend.process_kill(sbx, pid, op.signal)
+        info = process_kill(backend, sbx, pid, op.signal)
     else:
-        info = backend.process_wait(sbx, pid, op.timeout_s)
+        info = process_wait(backend, sbx, pid, op.timeout_s)
     return info.model_copy(update={"node": node}).model_dump(mode="json")
 
 
@@ -127,3 +220,11 @@ def _lost(job: TurnJob, op: ProcOp, node: str) -> SandboxLost:
         operation=f"processes.{op.action}",
         context={"pid": op.pid, "sandbox": op.sandbox, "node": node, "ran": False},
     )
+
+
+def _quick(ctx: TurnContext, op: ProcOp) -> OpResult:
+    return proc_turn(ctx.parts.sessions, ctx.parts.backend_for, ctx.job, ctx.node)
+
+
+HANDLERS = (SandboxHandler(ProcStartOp, _start), NodeHandler(ProcOp, _quick))
+"""The process family's handlers: a start needs the sandbox, a quick op never brings it."""

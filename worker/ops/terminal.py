@@ -1,7 +1,7 @@
 """The worker's side of a terminal turn: the agent's ``pty`` op bridged to Redis Streams.
 
 A ``PtyOp`` is one long turn of its session on the node that holds it. The
-executor hands it to ``TerminalBridge.run``, which sends the agent's ``pty``
+handler hands it to ``TerminalBridge.run``, which sends the agent's ``pty``
 request and, for as long as it runs:
 
 - appends each output chunk to ``names.pty_out_key(turn)``, a stream capped at
@@ -27,13 +27,21 @@ from typing import Any
 
 import redis
 
-from sandgrid.errors import SandboxError
+from sandgrid.errors import SandboxError, SandgridError
 from sandgrid.wire import names
 from sandgrid.wire.jobs import PtyOp
 from sandgrid.wire.settings import Settings
 from worker.backends.base import DEADLINE_MARGIN_S, Sandbox, SandboxBackend
+from worker.ops.base import SandboxContext, SandboxHandler
 
-__all__ = ["IN_BLOCK_MS", "OUT_MAXLEN", "STREAM_TTL_S", "TerminalBridge", "agent_control"]
+__all__ = [
+    "HANDLERS",
+    "IN_BLOCK_MS",
+    "OUT_MAXLEN",
+    "STREAM_TTL_S",
+    "TerminalBridge",
+    "agent_control",
+]
 
 log = logging.getLogger(__name__)
 
@@ -146,3 +154,14 @@ def _exit_entry(result: dict[str, Any]) -> dict[str, str]:
     if result.get("message"):
         entry["message"] = str(result["message"])
     return entry
+
+
+def _pty(ctx: SandboxContext, op: PtyOp) -> dict[str, Any]:
+    """A terminal turn, on a node that has the bridge (its Redis)."""
+    if ctx.parts.terminal is None:
+        raise SandgridError(f"unknown op {op!r}", operation="pty")
+    return ctx.parts.terminal.run(ctx.backend, ctx.sandbox, op)
+
+
+HANDLERS = (SandboxHandler(PtyOp, _pty),)
+"""The terminal family's handlers."""

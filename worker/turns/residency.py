@@ -76,6 +76,14 @@ class Residency:
         except Exception:
             log.exception("session %s: lease release failed", local.session_id)
 
+    def discard_here(self, session_id: str) -> None:
+        """Forget a session here under its lock, if this node holds it (a close, a
+        restore: what the sandbox holds since the last snapshot is not kept)."""
+        local = self.sessions.get(session_id)
+        if local is not None:
+            with local.lock:
+                self.discard(local)
+
     def close(self, session_id: str) -> None:
         """Destroy the session's sandbox here now (no snapshot) and release its lease;
         nothing to do when this node does not hold it (already closed). Never raises:

@@ -21,16 +21,21 @@ from worker.session_table import LocalSession, SessionTable
 
 
 class _Backend:
-    """The two calls a wait uses, refusing a sandbox that is not usable as the real one does."""
+    """The agent request a wait makes, refusing a sandbox that is not usable as the real
+    one does."""
 
     def __init__(self) -> None:
         self.waited = 0
 
-    def process_wait(self, sbx: Sandbox, pid: int, timeout: float) -> ProcessInfo:
+    def call(self, sbx: Sandbox, op: str, fields: dict[str, Any], **_: Any) -> dict[str, Any]:
         if sbx.state not in ("warm", "leased"):
             raise SandboxError(f"sandbox {sbx.name} is {sbx.state}, not usable")
+        assert op == "proc_wait"
         self.waited += 1
-        return ProcessInfo(pid=pid, argv=["sleep", "60"], running=False, signal=9, started_at=0)
+        info = ProcessInfo(
+            pid=fields["pid"], argv=["sleep", "60"], running=False, signal=9, started_at=0
+        )
+        return info.model_dump(mode="json", exclude={"sandbox", "node"})
 
 
 class _ReleasedWhileWaited:

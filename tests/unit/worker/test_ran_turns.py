@@ -34,18 +34,19 @@ def test_attempt_two_of_a_turn_this_process_ran_answers_the_first_run(
 ) -> None:
     runs: list[str] = []
     requeued: list[str] = []
-    real = DirBackend.exec
-    registry = node.executor.ledger
+    real = DirBackend.call
+    registry = node.ledger
     info = new_session(registry)  # type: ignore[arg-type]
     job = TurnJob(turn_id=new_turn_id(), session=info, op=ExecOp(request=ExecRequest(shell="a")))
 
-    def counted(self: DirBackend, sbx: Any, request: ExecRequest) -> Any:
-        runs.append(request.shell or "")
-        # While it runs, the API takes this node for dead and sends attempt 2.
-        requeued.append(registry.requeue_turn(job.turn_id, 1, node.incarnation))
-        return real(self, sbx, request)
+    def counted(self: DirBackend, sbx: Any, op: str, fields: dict[str, Any], **kw: Any) -> Any:
+        if op == "exec":
+            runs.append(fields["argv"][-1])  # the shell source
+            # While it runs, the API takes this node for dead and sends attempt 2.
+            requeued.append(registry.requeue_turn(job.turn_id, 1, node.incarnation))
+        return real(self, sbx, op, fields, **kw)
 
-    monkeypatch.setattr(DirBackend, "exec", counted)
+    monkeypatch.setattr(DirBackend, "call", counted)
     assert registry.begin_turn(info.id, job.turn_id, 60)  # type: ignore[attr-defined]
     first = node.executor.run(job)
     assert first.ok and runs == ["a"] and requeued == ["requeued"]
@@ -54,9 +55,9 @@ def test_attempt_two_of_a_turn_this_process_ran_answers_the_first_run(
 
 
 def test_a_turn_that_never_reached_the_sandbox_is_not_remembered(node: Node) -> None:
-    info = new_session(node.executor.ledger)  # type: ignore[arg-type]
+    info = new_session(node.ledger)  # type: ignore[arg-type]
     closed = info.model_copy(update={"state": "closed"})
-    node.executor.ledger.close(info.id)  # type: ignore[attr-defined]
+    node.ledger.close(info.id)  # type: ignore[attr-defined]
     job = TurnJob(turn_id=new_turn_id(), session=closed, op=ExecOp(request=ExecRequest(shell="a")))
     out = node.executor.run(job)
     assert not out.ok and node.executor.ran.get(job.turn_id) is None

@@ -9,11 +9,12 @@ idle reaper, close (snapshots deleted), fork, and the rate-limited collection.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ import pytest
 import redis
 
 from sandgrid.errors import ErrorCode, InfrastructureError
-from sandgrid.models import ExecRequest, ExecResult, FileRead, FileWrite, SessionCreate, SessionInfo
+from sandgrid.models import ExecRequest, ExecResult, FileWrite, Quotas, SessionCreate, SessionInfo
 from sandgrid.wire.jobs import (
     CloseOp,
     ExecOp,
@@ -53,10 +54,13 @@ class DirSandbox:
     id: str
     sandbox_type: str = "python"
     state: str = "leased"
+    quotas: Quotas = field(default_factory=Quotas)
 
 
 class DirBackend(HostDirBackend):
-    """The backend calls the executor makes, over a ``DirSandbox``."""
+    """The backend calls the executor and the op handlers make, over a ``DirSandbox``."""
+
+    node = "dir"
 
     def scan(self, sbx: Any, roots: list[str]) -> list[dict[str, Any]]:
         return super().scan(sbx.path, roots)
@@ -67,17 +71,21 @@ class DirBackend(HostDirBackend):
     def unpack(self, sbx: Any, data: bytes, roots: list[str], clear: bool) -> int:
         return super().unpack(sbx.path, data, roots, clear)
 
-    def write_files(self, sbx: DirSandbox, files: list[FileWrite]) -> int:
-        for f in files:
-            (sbx.path / "workspace" / f.path).write_text(f.content)
-        return len(files)
+    def call(self, sbx: DirSandbox, op: str, fields: dict[str, Any], **_: Any) -> dict[str, Any]:
+        """The agent requests of the write, read and exec handlers."""
+        workspace = sbx.path / "workspace"
+        if op == "write":
+            for f in fields["files"]:
+                (workspace / f["path"]).write_bytes(base64.b64decode(f["data_b64"]))
+            return {"written": len(fields["files"])}
+        if op == "read":
+            data = (workspace / fields["path"]).read_bytes()
+            return {"data_b64": base64.b64encode(data).decode()}
+        assert op == "exec", op
+        return {"exit_code": 0, "stdout": fields["argv"][-1]}  # the shell source
 
-    def read_file(self, sbx: DirSandbox, path: str, encoding: str = "utf-8") -> FileRead:
-        text = (sbx.path / "workspace" / path).read_text()
-        return FileRead(path=path, content=text, encoding="utf-8", size=len(text))
-
-    def exec(self, sbx: DirSandbox, request: ExecRequest) -> ExecResult:
-        return ExecResult(exit_code=0, stdout=request.shell or "")
+    def scan_then(self, sbx: DirSandbox) -> None:
+        return None  # the scan after an exec is a request of its own here
 
 
 class DirPool:
