@@ -126,9 +126,13 @@ class _Registered(Generic[OpT]):
 @dataclass(frozen=True)
 class SandboxHandler(_Registered[OpT]):
     """An op that runs in the session's sandbox: the executor brings the session
-    here, and ``run`` gets the sandbox and its backend in its context."""
+    here, and ``run`` gets the sandbox and its backend in its context. An op that
+    ``mutates`` the workspace marks it changed before it runs, and the snapshot
+    after it (the session's policy permitting) must succeed for its result to say
+    ``saved``."""
 
     run: Callable[[SandboxContext, OpT], OpResult]
+    mutates: bool = False
 
 
 @dataclass(frozen=True)

@@ -69,5 +69,5 @@ def _run_code(ctx: SandboxContext, op: RunCodeOp) -> CodeResult:
     return run_code(ctx.backend, ctx.sandbox, op.request, ctx.session.env)
 
 
-HANDLERS = (SandboxHandler(RunCodeOp, _run_code),)
+HANDLERS = (SandboxHandler(RunCodeOp, _run_code, mutates=True),)
 """The code family's handlers."""

@@ -192,5 +192,5 @@ def run_exec(ctx: SandboxContext, op: ExecOp) -> ExecResult:
     return result.model_copy(update={"node": ctx.node})
 
 
-HANDLERS = (SandboxHandler(ExecOp, run_exec),)
+HANDLERS = (SandboxHandler(ExecOp, run_exec, mutates=True),)
 """The exec family's handlers."""

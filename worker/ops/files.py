@@ -172,11 +172,11 @@ def _tar_download(ctx: SandboxContext, op: TarDownloadOp) -> dict[str, Any]:
 
 
 HANDLERS = (
-    SandboxHandler(WriteOp, _write),
+    SandboxHandler(WriteOp, _write, mutates=True),
     SandboxHandler(ReadOp, _read),
     SandboxHandler(ListOp, _list),
-    SandboxHandler(DeleteOp, _delete),
-    SandboxHandler(TarUploadOp, _tar_upload),
+    SandboxHandler(DeleteOp, _delete, mutates=True),
+    SandboxHandler(TarUploadOp, _tar_upload, mutates=True),
     SandboxHandler(TarDownloadOp, _tar_download),
 )
 """The file family's handlers."""

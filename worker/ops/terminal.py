@@ -163,5 +163,5 @@ def _pty(ctx: SandboxContext, op: PtyOp) -> dict[str, Any]:
     return ctx.parts.terminal.run(ctx.backend, ctx.sandbox, op)
 
 
-HANDLERS = (SandboxHandler(PtyOp, _pty),)
+HANDLERS = (SandboxHandler(PtyOp, _pty, mutates=True),)
 """The terminal family's handlers."""

@@ -174,12 +174,12 @@ class Executor:
             if (done := self.ran.get(job.turn_id)) is not None:  # ran while we waited
                 raise _AlreadyRan(done)
             t = time.perf_counter()
-            policy.before_turn(local, job.op.kind)
+            policy.before_turn(local, job.op.kind, mutates=handler.mutates)
             result = _json(self._apply(local, job, handler))
             turn.applied = True
             t = turn.mark("sandbox_ms", t)
             try:
-                policy.after_turn(local, job.op.kind)
+                policy.after_turn(local, mutates=handler.mutates)
             except SandgridError as exc:
                 log.warning("turn %s ran but was not saved: %s", job.turn_id, exc)
                 result = unsaved_result(exc, result)

@@ -54,12 +54,10 @@ from worker.snapshots import GcReport, Manifest, SnapshotStore, restore_sandbox,
 from worker.snapshots.checkpoints import checkpoint_id, drop_all, owner_of
 from worker.snapshots.store import DEFAULT_ROOTS
 
-__all__ = ["MUTATING_OPS", "Persistence", "unsaved_result"]
+__all__ = ["Persistence", "unsaved_result"]
 
 log = logging.getLogger(__name__)
 
-#: Ops that may change the workspace, hence need a snapshot afterwards.
-MUTATING_OPS = frozenset({"exec", "write", "delete", "tar_upload", "run_code", "pty"})
 _NOTE_EVERY_S = 60.0
 
 
@@ -130,17 +128,18 @@ class Persistence:
         local.dirty = False
         self.touch(local.tenant)
 
-    def before_turn(self, local: LocalSession, kind: str) -> None:
-        """Mark the workspace changed before a mutating op runs: one that fails
-        halfway may still have changed files. An exec that a snapshot follows
-        scans in the same request (``Sandbox.scan_after_exec``)."""
-        if kind in MUTATING_OPS:
+    def before_turn(self, local: LocalSession, kind: str, *, mutates: bool) -> None:
+        """Mark the workspace changed before an op that ``mutates`` it runs (its
+        handler says so): one that fails halfway may still have changed files. An
+        exec that a snapshot follows scans in the same request
+        (``Sandbox.scan_after_exec``)."""
+        if mutates:
             local.dirty = True
         if kind == "exec" and local.policy == "after_turn":
             local.sandbox.scan_after_exec = DEFAULT_ROOTS  # scanned with the exec
 
-    def after_turn(self, local: LocalSession, kind: str) -> None:
-        """Snapshot after a turn of kind ``kind`` as the session's policy says.
+    def after_turn(self, local: LocalSession, *, mutates: bool) -> None:
+        """Snapshot after a turn as the session's policy says.
 
         A turn that changed nothing still saves what an earlier failed snapshot
         left behind, but its own answer does not depend on that.
@@ -153,7 +152,7 @@ class Persistence:
         try:
             self.save(local)
         except SandgridError as exc:
-            if kind in MUTATING_OPS:
+            if mutates:
                 raise
             log.warning("session %s: pending snapshot failed again: %s", local.session_id, exc)
 
