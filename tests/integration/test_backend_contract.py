@@ -28,9 +28,8 @@ def run(backend: SandboxBackend, sbx: Sandbox, **kw: Any) -> Any:
     return exec_command(backend, sbx, ExecRequest(**kw))
 
 
-def tar_of(members: dict[str, bytes | str]) -> str:
-    """A tar, base64 as a tar upload carries it: bytes values are files,
-    ``"->target"`` strings are symlinks."""
+def tar_of(members: dict[str, bytes | str]) -> bytes:
+    """A tar: bytes values are files, ``"->target"`` strings are symlinks."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, value in members.items():
@@ -41,7 +40,12 @@ def tar_of(members: dict[str, bytes | str]) -> str:
             else:
                 info.size = len(value)
                 tar.addfile(info, io.BytesIO(value))
-    return base64.b64encode(buf.getvalue()).decode()
+    return buf.getvalue()
+
+
+def tar_b64(members: dict[str, bytes | str]) -> str:
+    """``tar_of`` as a tar upload carries it: base64."""
+    return base64.b64encode(tar_of(members)).decode()
 
 
 # ---- exec ----------------------------------------------------------------------
@@ -191,7 +195,7 @@ def test_symlink_out_is_refused(backend: SandboxBackend, shared: Sandbox) -> Non
         lambda: write_files(backend, shared, [FileWrite(path="tmpx", content="no")]),
         lambda: write_files(backend, shared, [FileWrite(path="out/new", content="no")]),
         lambda: get_tar(backend, shared, "out"),
-        lambda: put_tar(backend, shared, "out", tar_of({"f": b"no"})),
+        lambda: put_tar(backend, shared, "out", tar_b64({"f": b"no"})),
     ):
         with pytest.raises(InvalidInput) as err:
             op()
@@ -203,7 +207,7 @@ def test_symlink_out_is_refused(backend: SandboxBackend, shared: Sandbox) -> Non
 
 
 def test_tar_upload_download(backend: SandboxBackend, shared: Sandbox) -> None:
-    data = tar_of({"t/a.txt": b"A", "t/sub/b.txt": b"B", "t/link": "->sub/b.txt"})
+    data = tar_b64({"t/a.txt": b"A", "t/sub/b.txt": b"B", "t/link": "->sub/b.txt"})
     assert put_tar(backend, shared, "up", data) == 3
     assert run(backend, shared, shell="cat up/t/a.txt up/t/link").stdout == "AB"
     downloaded = base64.b64decode(get_tar(backend, shared, "up/t"))
@@ -229,7 +233,7 @@ def test_tar_upload_refuses_escapes(
     backend: SandboxBackend, shared: Sandbox, members: dict[str, bytes | str]
 ) -> None:
     with pytest.raises(InvalidInput):
-        put_tar(backend, shared, "refused", tar_of(members))
+        put_tar(backend, shared, "refused", tar_b64(members))
     assert run(backend, shared, argv=["test", "-e", "refused/ok"]).exit_code == 1
     assert run(backend, shared, argv=["ls", "/tmp"]).stdout == ""
 
@@ -238,7 +242,7 @@ def test_tar_upload_keeps_links_to_anywhere_as_links(
     backend: SandboxBackend, shared: Sandbox
 ) -> None:
     """A link's target is data; the file API still refuses to go through it."""
-    put_tar(backend, shared, "links", tar_of({"etc": "->/etc", "py": "->/usr/bin/python3"}))
+    put_tar(backend, shared, "links", tar_b64({"etc": "->/etc", "py": "->/usr/bin/python3"}))
     assert (
         run(backend, shared, shell="readlink links/etc links/py").stdout
         == "/etc\n/usr/bin/python3\n"
