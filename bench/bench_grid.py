@@ -7,7 +7,7 @@ then measures on this machine, in one run:
 
 1. a warm session's turn of ``true`` through SDK -> HTTP -> Celery -> worker ->
    sandbox, with the breakdown the API reports (api, queue, worker, sandbox),
-   against the backend channel alone (``SandboxBackend.exec`` of ``true`` on a
+   against the backend channel alone (``worker.ops.exec.exec_command`` of ``true`` on a
    warm sandbox): target p50 <= 2.5x the channel's;
 2. the Docker SDK's ``exec_run("true")`` on a warm container of the same image
    (what a ``docker exec`` grid pays per call);
