@@ -16,11 +16,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from sandgrid.errors import ErrorCode, SandboxLost, SandgridError
 from sandgrid.models import SessionInfo
-from sandgrid.wire.jobs import ProcOp, ProcStartOp, TurnJob
+from sandgrid.ops.processes import ProcOp, ProcStartOp, StdinResult
+from sandgrid.processes import ProcessInfo, ProcessList, ProcessLogs
+from sandgrid.wire.jobs import TurnJob
 from worker.backends.base import Sandbox, SandboxBackend
 from worker.pool import BackendFor
 from worker.session_table import LocalSession, SessionTable
@@ -28,6 +29,9 @@ from worker.session_table import LocalSession, SessionTable
 __all__ = ["keeps_resident", "proc_turn", "start_background"]
 
 log = logging.getLogger(__name__)
+
+_ProcResult = ProcessInfo | ProcessList | ProcessLogs | StdinResult
+"""What a quick op answers, by action (``sandgrid.ops.processes``)."""
 
 
 def keeps_resident(backends: Sequence[SandboxBackend], local: LocalSession) -> bool:
@@ -50,19 +54,19 @@ def keeps_resident(backends: Sequence[SandboxBackend], local: LocalSession) -> b
 
 def start_background(
     backend: SandboxBackend, sbx: Sandbox, op: ProcStartOp, info: SessionInfo, node: str
-) -> dict[str, Any]:
+) -> ProcessInfo:
     """Start the op's command in the background (with the session's env); its handle."""
     request = op.request
     if info.env:
         request = request.model_copy(update={"env": {**info.env, **request.env}})
     started = backend.start_process(sbx, request)
-    return started.model_copy(update={"node": node}).model_dump(mode="json")
+    return started.model_copy(update={"node": node})
 
 
 def proc_turn(
     sessions: SessionTable, backend_for: BackendFor, job: TurnJob, node: str
-) -> dict[str, Any]:
-    """Run a ``ProcOp`` in the session's sandbox here; its JSON result.
+) -> _ProcResult:
+    """Run a ``ProcOp`` in the session's sandbox here; its result.
 
     Raises:
         SandboxLost: ``process_lost``, the handle's sandbox is not here.
@@ -95,28 +99,28 @@ def _holds(sessions: SessionTable, local: LocalSession, op: ProcOp) -> bool:
     )
 
 
-def _gone(job: TurnJob, op: ProcOp, node: str) -> dict[str, Any]:
+def _gone(job: TurnJob, op: ProcOp, node: str) -> ProcessList:
     """The answer when the processes' sandbox is not here: an empty listing, or lost."""
     if op.action == "list":
-        return {"processes": []}
+        return ProcessList(processes=[])
     raise _lost(job, op, node)
 
 
-def _apply(backend: SandboxBackend, local: LocalSession, op: ProcOp, node: str) -> dict[str, Any]:
+def _apply(backend: SandboxBackend, local: LocalSession, op: ProcOp, node: str) -> _ProcResult:
     sbx, pid = local.sandbox, op.pid or 0
     local.dirty = True
     if op.action == "list":
         procs = [p.model_copy(update={"node": node}) for p in backend.processes(sbx)]
-        return {"processes": [p.model_dump(mode="json") for p in procs]}
+        return ProcessList(processes=procs)
     if op.action == "logs":
-        return backend.process_logs(sbx, pid, op.since).model_dump(mode="json")
+        return backend.process_logs(sbx, pid, op.since)
     if op.action == "stdin":
-        return {"written": backend.process_stdin(sbx, pid, op.data, op.eof)}
+        return StdinResult(written=backend.process_stdin(sbx, pid, op.data, op.eof))
     if op.action == "kill":
         info = backend.process_kill(sbx, pid, op.signal)
     else:
         info = backend.process_wait(sbx, pid, op.timeout_s)
-    return info.model_copy(update={"node": node}).model_dump(mode="json")
+    return info.model_copy(update={"node": node})
 
 
 def _lost(job: TurnJob, op: ProcOp, node: str) -> SandboxLost:

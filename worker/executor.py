@@ -20,7 +20,6 @@ import base64
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from sandgrid.errors import (
     Conflict,
@@ -30,25 +29,25 @@ from sandgrid.errors import (
     SandgridError,
 )
 from sandgrid.models import SessionInfo
-from sandgrid.wire.jobs import (
-    LIFECYCLE_OPS,
-    CloseOp,
+from sandgrid.ops.code import RunCodeOp
+from sandgrid.ops.exec import ExecOp
+from sandgrid.ops.files import (
     DeleteOp,
-    ExecOp,
-    ForkOp,
+    DeleteResult,
     ListOp,
-    ProcOp,
-    ProcStartOp,
-    PtyOp,
     ReadOp,
-    RunCodeOp,
     TarDownloadOp,
+    TarDownloadResult,
     TarUploadOp,
-    TurnJob,
-    TurnOp,
-    TurnOutcome,
+    TarUploadResult,
     WriteOp,
+    WriteResult,
 )
+from sandgrid.ops.lifecycle import LIFECYCLE_OPS
+from sandgrid.ops.processes import ProcOp, ProcStartOp
+from sandgrid.ops.session import CloseOp, CloseResult, ForkOp
+from sandgrid.ops.terminal import PtyOp
+from sandgrid.wire.jobs import TurnJob, TurnOp, TurnOutcome, TurnResult
 from sandgrid.wire.ledger import SessionLedger
 from worker.backends.base import Sandbox, SandboxBackend
 from worker.background import proc_turn, start_background
@@ -180,7 +179,7 @@ class Executor:
             timings=turn.marks,
         )
 
-    def _turn(self, job: TurnJob, turn: _Turn) -> tuple[LocalSession, dict[str, Any]]:
+    def _turn(self, job: TurnJob, turn: _Turn) -> tuple[LocalSession, TurnResult]:
         """Run the op in the session's sandbox, snapshot as the policy says, record it.
 
         An op that ran but whose snapshot failed is a result all the same,
@@ -209,7 +208,7 @@ class Executor:
         self._record(job, local)
         return local, result
 
-    def _control(self, job: TurnJob) -> dict[str, Any]:
+    def _control(self, job: TurnJob) -> TurnResult:
         """A fork (copy a snapshot) or a close (destroy the sandbox, delete snapshots)."""
         info = job.session
         if isinstance(job.op, ForkOp):
@@ -219,7 +218,7 @@ class Executor:
             with local.lock:
                 self.residency.discard(local)
         deleted = self.persistence.forget(info.tenant, info.id)
-        return {"closed": True, "snapshots_deleted": deleted}
+        return CloseResult(snapshots_deleted=deleted)
 
     def _lifecycle(self) -> SessionLifecycle:
         """Checkpoints, restore and pause (``worker.lifecycle``)."""
@@ -293,8 +292,8 @@ class Executor:
 
     # ---- the operation ----------------------------------------------------------------
 
-    def _apply(self, local: LocalSession, job: TurnJob) -> dict[str, Any]:
-        """Run the turn's op in the sandbox; the JSON result of the op."""
+    def _apply(self, local: LocalSession, job: TurnJob) -> TurnResult:
+        """Run the turn's op in the sandbox; the result of the op."""
         backend = self.backend_for(local.sandbox_type)
         try:
             out = self._dispatch(backend, local.sandbox, job.op, job.session, job.turn_id)
@@ -315,7 +314,7 @@ class Executor:
         op: TurnOp,
         info: SessionInfo,
         turn_id: str = "",
-    ) -> dict[str, Any]:
+    ) -> TurnResult:
         if isinstance(op, ExecOp):
             request = op.request
             if info.env or info.network is not None:
@@ -325,23 +324,25 @@ class Executor:
                 result = self.control.exec(backend, sbx, request, turn_id, info.id)
             else:
                 result = backend.exec(sbx, request)
-            return dict(result.model_copy(update={"node": self.node}).model_dump(mode="json"))
+            return result.model_copy(update={"node": self.node})
         if isinstance(op, ProcStartOp):
             return start_background(backend, sbx, op, info, self.node)
         if isinstance(op, WriteOp):
-            return {"written": backend.write_files(sbx, op.files)}
+            return WriteResult(written=backend.write_files(sbx, op.files))
         if isinstance(op, ReadOp):
-            return dict(backend.read_file(sbx, op.path, op.encoding).model_dump(mode="json"))
+            return backend.read_file(sbx, op.path, op.encoding)
         if isinstance(op, ListOp):
-            return dict(backend.list_files(sbx, op.path, op.recursive).model_dump(mode="json"))
+            return backend.list_files(sbx, op.path, op.recursive)
         if isinstance(op, DeleteOp):
-            return {"deleted": backend.delete(sbx, op.path, op.recursive)}
+            return DeleteResult(deleted=backend.delete(sbx, op.path, op.recursive))
         if isinstance(op, TarUploadOp):
-            return {"files": backend.put_tar(sbx, op.path, base64.b64decode(op.data_b64))}
+            files = backend.put_tar(sbx, op.path, base64.b64decode(op.data_b64))
+            return TarUploadResult(files=files)
         if isinstance(op, TarDownloadOp):
-            return {"data_b64": base64.b64encode(backend.get_tar(sbx, op.path)).decode()}
+            data = base64.b64encode(backend.get_tar(sbx, op.path)).decode()
+            return TarDownloadResult(data_b64=data)
         if isinstance(op, RunCodeOp):
-            return dict(run_code(backend, sbx, op.request, info.env).model_dump(mode="json"))
+            return run_code(backend, sbx, op.request, info.env)
         if isinstance(op, PtyOp) and self.terminal is not None:
             return self.terminal.run(backend, sbx, op)
         raise SandgridError(f"unknown op {op!r}")

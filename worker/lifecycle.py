@@ -17,17 +17,18 @@ store alone (``worker.snapshots.checkpoints``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sandgrid.errors import SandgridError
-from sandgrid.wire.jobs import (
+from sandgrid.lifecycle import CheckpointInfo, CheckpointList, PauseResult, RestoreResult
+from sandgrid.ops.lifecycle import (
     CheckpointOp,
     DropCheckpointOp,
+    DropCheckpointResult,
     ListCheckpointsOp,
     PauseOp,
     RestoreOp,
-    TurnJob,
 )
+from sandgrid.wire.jobs import TurnJob, TurnResult
 from sandgrid.wire.ledger import SessionLedger
 from worker.persistence import Persistence
 from worker.residency import Residency
@@ -39,7 +40,7 @@ __all__ = ["SessionLifecycle"]
 
 @dataclass(frozen=True)
 class SessionLifecycle:
-    """Runs the lifecycle ops (``sandgrid.wire.jobs.LIFECYCLE_OPS``) of this node.
+    """Runs the lifecycle ops (``sandgrid.ops.lifecycle.LIFECYCLE_OPS``) of this node.
 
     Attributes:
         ledger: the session ledger (the session's latest snapshot).
@@ -53,8 +54,8 @@ class SessionLifecycle:
     residency: Residency
     persistence: Persistence
 
-    def apply(self, job: TurnJob) -> dict[str, Any]:
-        """Run a lifecycle op; its JSON result.
+    def apply(self, job: TurnJob) -> TurnResult:
+        """Run a lifecycle op; its result.
 
         Raises:
             SandgridError: the op failed (a bad name, a quota, a missing checkpoint...).
@@ -63,14 +64,15 @@ class SessionLifecycle:
         store = self.persistence.store
         if isinstance(op, ListCheckpointsOp):
             found = checkpoints.checkpoints(store, info.tenant, info.id)
-            return {"checkpoints": [{"name": n, "snapshot": s} for n, s in found.items()]}
+            listed = [CheckpointInfo(name=n, snapshot=s) for n, s in found.items()]
+            return CheckpointList(checkpoints=listed)
         if isinstance(op, DropCheckpointOp):
             checkpoints.delete(store, info.tenant, info.id, op.name)
-            return {"deleted": op.name}
+            return DropCheckpointResult(deleted=op.name)
         if isinstance(op, CheckpointOp):
             self._save(info.id)
             ref = checkpoints.create(store, info.tenant, info.id, op.name)
-            return {"name": op.name, "snapshot": ref.name}
+            return CheckpointInfo(name=op.name, snapshot=ref.name)
         if isinstance(op, RestoreOp):
             local = self.sessions.get(info.id)
             if local is not None:
@@ -78,7 +80,7 @@ class SessionLifecycle:
                     self.residency.discard(local)
             ref = checkpoints.restore(store, info.tenant, info.id, op.checkpoint)
             self.ledger.update(info.id, snapshot=ref.name, unsaved=False, last_turn=job.turn_id)
-            return {"session": info.id, "checkpoint": op.checkpoint, "snapshot": ref.name}
+            return RestoreResult(session=info.id, checkpoint=op.checkpoint, snapshot=ref.name)
         if isinstance(op, PauseOp):
             return self._pause(info.id, info.snapshot)
         raise SandgridError(f"not a lifecycle op: {op.kind}")
@@ -94,10 +96,10 @@ class SessionLifecycle:
                 self.ledger.update(session_id, snapshot=local.snapshot, unsaved=False)
         return local
 
-    def _pause(self, session_id: str, snapshot: str | None) -> dict[str, Any]:
+    def _pause(self, session_id: str, snapshot: str | None) -> PauseResult:
         local = self._save(session_id)
         if local is None:
-            return {"session": session_id, "snapshot": snapshot, "released": False}
+            return PauseResult(session=session_id, snapshot=snapshot, released=False)
         with local.lock:
             self.residency.discard(local)
-        return {"session": session_id, "snapshot": local.snapshot, "released": True}
+        return PauseResult(session=session_id, snapshot=local.snapshot, released=True)
