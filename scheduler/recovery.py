@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from sandgrid.errors import ErrorCode, InfrastructureError
-from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
+from sandgrid.ops.exec import ExecOp
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from scheduler.dispatch import Dispatcher
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.routing import route

@@ -26,7 +26,8 @@ from typing import Any, Generic, Protocol, TypeVar
 from pydantic import BaseModel
 
 from sandgrid.models import SessionInfo
-from sandgrid.wire.jobs import PtyOp, TurnJob
+from sandgrid.ops.terminal import PtyOp, PtyResult
+from sandgrid.wire.jobs import TurnJob, TurnResult
 from sandgrid.wire.ledger import SessionLedger
 from worker.backends.base import Sandbox, SandboxBackend
 from worker.pool import BackendFor
@@ -47,14 +48,14 @@ __all__ = [
 ]
 
 OpT = TypeVar("OpT", bound=BaseModel)
-OpResult = BaseModel | dict[str, Any]
-"""What a handler answers: the op's result model."""
+OpResult = TurnResult
+"""What a handler answers: the op's result model (one of ``TurnResult``)."""
 
 
 class Terminals(Protocol):
     """Serves terminal turns (``worker.ops.terminal.TerminalBridge``)."""
 
-    def run(self, backend: SandboxBackend, sbx: Sandbox, op: PtyOp) -> dict[str, Any]: ...
+    def run(self, backend: SandboxBackend, sbx: Sandbox, op: PtyOp) -> PtyResult: ...
 
 
 @dataclass(frozen=True)

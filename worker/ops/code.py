@@ -15,7 +15,7 @@ from typing import Any
 
 from sandgrid.errors import SandboxError
 from sandgrid.models import CodeRequest, CodeResult, Quotas
-from sandgrid.wire.jobs import RunCodeOp
+from sandgrid.ops.code import RunCodeOp
 from worker.agent.kernel import reply_deadline
 from worker.backends.base import DEADLINE_MARGIN_S, Sandbox, SandboxBackend
 from worker.ops.base import SandboxContext, SandboxHandler

@@ -21,7 +21,7 @@ from typing import Any
 
 from sandgrid.errors import SandboxLost
 from sandgrid.models import ExecRequest, ExecResult, Quotas
-from sandgrid.wire.jobs import ExecOp
+from sandgrid.ops.exec import ExecOp
 from worker.backends.base import DEADLINE_MARGIN_S, Sandbox, SandboxBackend
 from worker.backends.snapshot_ops import ScanThen
 from worker.channel import ChunkCallback

@@ -21,7 +21,18 @@ from sandgrid.models import (
     FileWrite,
     workspace_path,
 )
-from sandgrid.wire.jobs import DeleteOp, ListOp, ReadOp, TarDownloadOp, TarUploadOp, WriteOp
+from sandgrid.ops.files import (
+    DeleteOp,
+    DeleteResult,
+    ListOp,
+    ReadOp,
+    TarDownloadOp,
+    TarDownloadResult,
+    TarUploadOp,
+    TarUploadResult,
+    WriteOp,
+    WriteResult,
+)
 from worker.backends.base import Sandbox, SandboxBackend
 from worker.ops.base import SandboxContext, SandboxHandler
 
@@ -147,8 +158,8 @@ def get_tar(backend: SandboxBackend, sbx: Sandbox, path: str = ".") -> str:
 # ---- the handlers -----------------------------------------------------------------
 
 
-def _write(ctx: SandboxContext, op: WriteOp) -> dict[str, Any]:
-    return {"written": write_files(ctx.backend, ctx.sandbox, op.files)}
+def _write(ctx: SandboxContext, op: WriteOp) -> WriteResult:
+    return WriteResult(written=write_files(ctx.backend, ctx.sandbox, op.files))
 
 
 def _read(ctx: SandboxContext, op: ReadOp) -> FileRead:
@@ -159,16 +170,16 @@ def _list(ctx: SandboxContext, op: ListOp) -> FileList:
     return list_files(ctx.backend, ctx.sandbox, op.path, op.recursive)
 
 
-def _delete(ctx: SandboxContext, op: DeleteOp) -> dict[str, Any]:
-    return {"deleted": delete(ctx.backend, ctx.sandbox, op.path, op.recursive)}
+def _delete(ctx: SandboxContext, op: DeleteOp) -> DeleteResult:
+    return DeleteResult(deleted=delete(ctx.backend, ctx.sandbox, op.path, op.recursive))
 
 
-def _tar_upload(ctx: SandboxContext, op: TarUploadOp) -> dict[str, Any]:
-    return {"files": put_tar(ctx.backend, ctx.sandbox, op.path, op.data_b64)}
+def _tar_upload(ctx: SandboxContext, op: TarUploadOp) -> TarUploadResult:
+    return TarUploadResult(files=put_tar(ctx.backend, ctx.sandbox, op.path, op.data_b64))
 
 
-def _tar_download(ctx: SandboxContext, op: TarDownloadOp) -> dict[str, Any]:
-    return {"data_b64": get_tar(ctx.backend, ctx.sandbox, op.path)}
+def _tar_download(ctx: SandboxContext, op: TarDownloadOp) -> TarDownloadResult:
+    return TarDownloadResult(data_b64=get_tar(ctx.backend, ctx.sandbox, op.path))
 
 
 HANDLERS = (

@@ -16,11 +16,11 @@ store alone (``worker.snapshots.checkpoints``).
 
 from __future__ import annotations
 
-from typing import Any
-
-from sandgrid.wire.jobs import (
+from sandgrid.lifecycle import CheckpointInfo, CheckpointList, PauseResult, RestoreResult
+from sandgrid.ops.lifecycle import (
     CheckpointOp,
     DropCheckpointOp,
+    DropCheckpointResult,
     ListCheckpointsOp,
     PauseOp,
     RestoreOp,
@@ -32,41 +32,43 @@ from worker.snapshots import checkpoints
 __all__ = ["HANDLERS"]
 
 
-def _list(ctx: TurnContext, op: ListCheckpointsOp) -> dict[str, Any]:
+def _list(ctx: TurnContext, op: ListCheckpointsOp) -> CheckpointList:
     info = ctx.session
     found = checkpoints.checkpoints(ctx.parts.persistence.store, info.tenant, info.id)
-    return {"checkpoints": [{"name": n, "snapshot": s} for n, s in found.items()]}
+    return CheckpointList(
+        checkpoints=[CheckpointInfo(name=n, snapshot=s) for n, s in found.items()]
+    )
 
 
-def _drop(ctx: TurnContext, op: DropCheckpointOp) -> dict[str, Any]:
+def _drop(ctx: TurnContext, op: DropCheckpointOp) -> DropCheckpointResult:
     info = ctx.session
     checkpoints.delete(ctx.parts.persistence.store, info.tenant, info.id, op.name)
-    return {"deleted": op.name}
+    return DropCheckpointResult(deleted=op.name)
 
 
-def _checkpoint(ctx: TurnContext, op: CheckpointOp) -> dict[str, Any]:
+def _checkpoint(ctx: TurnContext, op: CheckpointOp) -> CheckpointInfo:
     info = ctx.session
     _save(ctx.parts, info.id)
     ref = checkpoints.create(ctx.parts.persistence.store, info.tenant, info.id, op.name)
-    return {"name": op.name, "snapshot": ref.name}
+    return CheckpointInfo(name=op.name, snapshot=ref.name)
 
 
-def _restore(ctx: TurnContext, op: RestoreOp) -> dict[str, Any]:
+def _restore(ctx: TurnContext, op: RestoreOp) -> RestoreResult:
     info, parts = ctx.session, ctx.parts
     parts.residency.discard_here(info.id)
     ref = checkpoints.restore(parts.persistence.store, info.tenant, info.id, op.checkpoint)
     parts.ledger.update(info.id, snapshot=ref.name, unsaved=False, last_turn=ctx.turn_id)
-    return {"session": info.id, "checkpoint": op.checkpoint, "snapshot": ref.name}
+    return RestoreResult(session=info.id, checkpoint=op.checkpoint, snapshot=ref.name)
 
 
-def _pause(ctx: TurnContext, op: PauseOp) -> dict[str, Any]:
+def _pause(ctx: TurnContext, op: PauseOp) -> PauseResult:
     session_id = ctx.session.id
     local = _save(ctx.parts, session_id)
     if local is None:
-        return {"session": session_id, "snapshot": ctx.session.snapshot, "released": False}
+        return PauseResult(session=session_id, snapshot=ctx.session.snapshot, released=False)
     with local.lock:
         ctx.parts.residency.discard(local)
-    return {"session": session_id, "snapshot": local.snapshot, "released": True}
+    return PauseResult(session=session_id, snapshot=local.snapshot, released=True)
 
 
 def _save(parts: NodeParts, session_id: str) -> LocalSession | None:

@@ -25,10 +25,11 @@ from typing import Any
 
 from sandgrid.errors import ErrorCode, LimitExceeded, SandboxLost, SandgridError
 from sandgrid.models import ExecRequest
-from sandgrid.processes import MAX_PROC_WAIT_S, ProcessInfo, ProcessLogs
-from sandgrid.wire.jobs import ProcOp, ProcStartOp, TurnJob
+from sandgrid.ops.processes import ProcOp, ProcStartOp, StdinResult
+from sandgrid.processes import MAX_PROC_WAIT_S, ProcessInfo, ProcessList, ProcessLogs
+from sandgrid.wire.jobs import TurnJob
 from worker.backends.base import Sandbox, SandboxBackend
-from worker.ops.base import NodeHandler, OpResult, SandboxContext, SandboxHandler, TurnContext
+from worker.ops.base import NodeHandler, SandboxContext, SandboxHandler, TurnContext
 from worker.ops.exec import exec_fields
 from worker.pool import BackendFor
 from worker.session_table import LocalSession, SessionTable
@@ -50,6 +51,9 @@ log = logging.getLogger(__name__)
 
 _QUICK_S = 10.0
 """The channel deadline of a quick op (a wait adds its own timeout)."""
+
+_ProcResult = ProcessInfo | ProcessList | ProcessLogs | StdinResult
+"""What a quick op answers, by action (``sandgrid.ops.processes``)."""
 
 
 # ---- the agent's proc_* ops ---------------------------------------------------------
@@ -154,8 +158,8 @@ def _start(ctx: SandboxContext, op: ProcStartOp) -> ProcessInfo:
 
 def proc_turn(
     sessions: SessionTable, backend_for: BackendFor, job: TurnJob, node: str
-) -> dict[str, Any]:
-    """Run a ``ProcOp`` in the session's sandbox here; its JSON result.
+) -> _ProcResult:
+    """Run a ``ProcOp`` in the session's sandbox here; its result.
 
     Raises:
         SandboxLost: ``process_lost``, the handle's sandbox is not here.
@@ -188,28 +192,28 @@ def _holds(sessions: SessionTable, local: LocalSession, op: ProcOp) -> bool:
     )
 
 
-def _gone(job: TurnJob, op: ProcOp, node: str) -> dict[str, Any]:
+def _gone(job: TurnJob, op: ProcOp, node: str) -> ProcessList:
     """The answer when the processes' sandbox is not here: an empty listing, or lost."""
     if op.action == "list":
-        return {"processes": []}
+        return ProcessList(processes=[])
     raise _lost(job, op, node)
 
 
-def _apply(backend: SandboxBackend, local: LocalSession, op: ProcOp, node: str) -> dict[str, Any]:
+def _apply(backend: SandboxBackend, local: LocalSession, op: ProcOp, node: str) -> _ProcResult:
     sbx, pid = local.sandbox, op.pid or 0
     local.dirty = True
     if op.action == "list":
         procs = [p.model_copy(update={"node": node}) for p in processes(backend, sbx)]
-        return {"processes": [p.model_dump(mode="json") for p in procs]}
+        return ProcessList(processes=procs)
     if op.action == "logs":
-        return process_logs(backend, sbx, pid, op.since).model_dump(mode="json")
+        return process_logs(backend, sbx, pid, op.since)
     if op.action == "stdin":
-        return {"written": process_stdin(backend, sbx, pid, op.data, op.eof)}
+        return StdinResult(written=process_stdin(backend, sbx, pid, op.data, op.eof))
     if op.action == "kill":
         info = process_kill(backend, sbx, pid, op.signal)
     else:
         info = process_wait(backend, sbx, pid, op.timeout_s)
-    return info.model_copy(update={"node": node}).model_dump(mode="json")
+    return info.model_copy(update={"node": node})
 
 
 def _lost(job: TurnJob, op: ProcOp, node: str) -> SandboxLost:
@@ -222,7 +226,7 @@ def _lost(job: TurnJob, op: ProcOp, node: str) -> SandboxLost:
     )
 
 
-def _quick(ctx: TurnContext, op: ProcOp) -> OpResult:
+def _quick(ctx: TurnContext, op: ProcOp) -> _ProcResult:
     return proc_turn(ctx.parts.sessions, ctx.parts.backend_for, ctx.job, ctx.node)
 
 

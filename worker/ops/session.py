@@ -11,22 +11,20 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from sandgrid.wire.jobs import CloseOp, ForkOp
+from sandgrid.ops.session import CloseOp, CloseResult, ForkOp, ForkResult
 from worker.ops.base import NodeHandler, TurnContext
 
 __all__ = ["HANDLERS"]
 
 
-def _close(ctx: TurnContext, op: CloseOp) -> dict[str, Any]:
+def _close(ctx: TurnContext, op: CloseOp) -> CloseResult:
     info, parts = ctx.session, ctx.parts
     parts.residency.discard_here(info.id)
     deleted = parts.persistence.forget(info.tenant, info.id)
-    return {"closed": True, "snapshots_deleted": deleted}
+    return CloseResult(snapshots_deleted=deleted)
 
 
-def _fork(ctx: TurnContext, op: ForkOp) -> dict[str, Any]:
+def _fork(ctx: TurnContext, op: ForkOp) -> ForkResult:
     return ctx.parts.persistence.fork(ctx.job)
 
 

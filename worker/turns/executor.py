@@ -23,8 +23,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel
-
 from sandgrid.errors import (
     Conflict,
     ErrorCode,
@@ -33,15 +31,8 @@ from sandgrid.errors import (
     SandgridError,
 )
 from sandgrid.models import SessionInfo
-from sandgrid.wire.jobs import TurnJob, TurnOutcome
-from worker.ops.base import (
-    NodeHandler,
-    NodeParts,
-    OpResult,
-    SandboxContext,
-    SandboxHandler,
-    TurnContext,
-)
+from sandgrid.wire.jobs import TurnJob, TurnOutcome, TurnResult
+from worker.ops.base import NodeHandler, NodeParts, SandboxContext, SandboxHandler, TurnContext
 from worker.ops.registry import OPS, OpRegistry
 from worker.pool import SandboxPool
 from worker.session_table import LocalSession
@@ -135,7 +126,7 @@ class Executor:
             handler = self.ops.handler(job.op.kind)
             if isinstance(handler, NodeHandler):
                 snapshot = None
-                result = _json(handler.run(TurnContext(self.node, job, self.parts), job.op))
+                result = handler.run(TurnContext(self.node, job, self.parts), job.op)
             else:
                 local, result = self._turn(job, turn, handler)
                 snapshot = local.snapshot
@@ -158,7 +149,7 @@ class Executor:
 
     def _turn(
         self, job: TurnJob, turn: _Turn, handler: SandboxHandler[Any]
-    ) -> tuple[LocalSession, dict[str, Any]]:
+    ) -> tuple[LocalSession, TurnResult]:
         """Run the op in the session's sandbox, snapshot as the policy says, record it.
 
         An op that ran but whose snapshot failed is a result all the same,
@@ -175,7 +166,7 @@ class Executor:
                 raise _AlreadyRan(done)
             t = time.perf_counter()
             policy.before_turn(local, job.op.kind, mutates=handler.mutates)
-            result = _json(self._apply(local, job, handler))
+            result = self._apply(local, job, handler)
             turn.applied = True
             t = turn.mark("sandbox_ms", t)
             try:
@@ -257,7 +248,7 @@ class Executor:
 
     # ---- the operation ----------------------------------------------------------------
 
-    def _apply(self, local: LocalSession, job: TurnJob, handler: SandboxHandler[Any]) -> OpResult:
+    def _apply(self, local: LocalSession, job: TurnJob, handler: SandboxHandler[Any]) -> TurnResult:
         """Run the turn's op in the sandbox: its handler's result."""
         backend = self.parts.backend_for(local.sandbox_type)
         ctx = SandboxContext(self.node, job, self.parts, backend, local.sandbox)
@@ -279,9 +270,3 @@ class Executor:
         self.parts.ledger.record_turn(
             job.session.id, snapshot=local.snapshot, turn_id=job.turn_id, unsaved=local.dirty
         )
-
-
-def _json(result: OpResult) -> dict[str, Any]:
-    if isinstance(result, BaseModel):
-        return dict(result.model_dump(mode="json"))
-    return result

@@ -40,10 +40,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
 from sandgrid.errors import SandgridError, SnapshotError
-from sandgrid.wire.jobs import ForkOp, TurnJob
+from sandgrid.models import CodeResult, ExecResult, SaveError
+from sandgrid.ops.files import DeleteResult, TarUploadResult, WriteResult
+from sandgrid.ops.session import ForkOp, ForkResult
+from sandgrid.ops.terminal import PtyResult
+from sandgrid.wire.jobs import TurnJob, TurnResult
 from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.settings import SnapshotSettings
 from worker import metrics
@@ -58,6 +61,9 @@ __all__ = ["Persistence", "unsaved_result"]
 
 log = logging.getLogger(__name__)
 
+#: The results of the ops that change the workspace (``SandboxHandler.mutates``):
+#: each says whether the workspace was saved after it.
+_SAVED = (ExecResult, CodeResult, WriteResult, DeleteResult, TarUploadResult, PtyResult)
 _NOTE_EVERY_S = 60.0
 
 
@@ -174,7 +180,7 @@ class Persistence:
 
     # ---- fork and close ---------------------------------------------------------------
 
-    def fork(self, job: TurnJob) -> dict[str, Any]:
+    def fork(self, job: TurnJob) -> ForkResult:
         """Copy the latest snapshot of ``job.op.source`` into the new session ``job.session``.
 
         Both are the same tenant's: the API checked, and the store's keys are per
@@ -186,7 +192,7 @@ class Persistence:
         ref = self.store.fork(info.tenant, source, info.id)
         self.ledger.update(info.id, snapshot=ref.name, last_turn=job.turn_id)
         self.touch(info.tenant)
-        return {"snapshot": ref.name, "forked_from": op.source}
+        return ForkResult(snapshot=ref.name, forked_from=op.source)
 
     def forget(self, tenant: str, session_id: str) -> int:
         """Delete a closed session's snapshots (blobs are left to ``gc``); how many.
@@ -265,12 +271,15 @@ class Persistence:
         return report
 
 
-def unsaved_result(exc: SandgridError, result: dict[str, Any]) -> dict[str, Any]:
+def unsaved_result(exc: SandgridError, result: TurnResult) -> TurnResult:
     """The result of a turn that ran but whose workspace could not be saved.
 
     The op's own result, marked ``saved: false`` with the store's error (code and
     message): the caller sees the output of a command that did run, so it has no
-    reason to run it again.
+    reason to run it again. (Only a mutating op's snapshot failure reaches here,
+    and each of their results has the two fields.)
     """
-    error = {"code": str(exc.code), "message": exc.message}
-    return {**result, "saved": False, "saved_error": error}
+    if not isinstance(result, _SAVED):
+        return result
+    error = SaveError(code=str(exc.code), message=exc.message)
+    return result.model_copy(update={"saved": False, "saved_error": error})

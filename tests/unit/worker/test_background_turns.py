@@ -13,8 +13,9 @@ import pytest
 
 from sandgrid.errors import ErrorCode, SandboxError, SandboxLost
 from sandgrid.models import Quotas, SessionInfo
-from sandgrid.processes import ProcessInfo
-from sandgrid.wire.jobs import ProcOp, TurnJob
+from sandgrid.ops.processes import ProcOp
+from sandgrid.processes import ProcessInfo, ProcessList
+from sandgrid.wire.jobs import TurnJob
 from worker.backends.base import Sandbox
 from worker.ops.processes import proc_turn
 from worker.session_table import LocalSession, SessionTable
@@ -76,13 +77,14 @@ def test_a_session_released_while_the_op_waited_is_process_lost() -> None:
         proc_turn(sessions, lambda _type: backend, job, "n1")  # type: ignore[arg-type,return-value]
     assert err.value.code == ErrorCode.PROCESS_LOST and backend.waited == 0
     listing = job.model_copy(update={"op": ProcOp(action="list", sandbox="c1")})
-    assert proc_turn(sessions, lambda _type: backend, listing, "n1") == {"processes": []}  # type: ignore[arg-type,return-value]
+    assert proc_turn(sessions, lambda _type: backend, listing, "n1") == ProcessList(processes=[])  # type: ignore[arg-type,return-value]
 
 
 def test_a_quick_op_counts_as_the_sessions_use() -> None:
     sessions, local, job = _session()
     local.last_used = 0.0
     backend = _Backend()
-    answer: dict[str, Any] = proc_turn(sessions, lambda _type: backend, job, "n1")  # type: ignore[arg-type,return-value]
-    assert answer["signal"] == 9 and answer["node"] == "n1" and backend.waited == 1
+    answer = proc_turn(sessions, lambda _type: backend, job, "n1")  # type: ignore[arg-type,return-value]
+    assert isinstance(answer, ProcessInfo)
+    assert answer.signal == 9 and answer.node == "n1" and backend.waited == 1
     assert local not in sessions.idle_since(time.monotonic() - 1.0)  # the reaper passes it by

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from celery.exceptions import Reject
 
-from sandgrid.models import ExecRequest, Quotas, SessionInfo
+from sandgrid.models import ExecRequest, ExecResult, Quotas, SessionInfo
+from sandgrid.ops.exec import ExecOp
 from sandgrid.wire.capacity import batch_limit
-from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from worker.session_table import LocalSession, SessionTable
 from worker.turns.entry import BatchGate, run_turn
 from worker.turns.residency import Residency
@@ -35,7 +36,7 @@ class FakeExecutor:
 
     def run(self, job: TurnJob) -> TurnOutcome:
         self.release.wait(5)
-        return TurnOutcome(turn_id=job.turn_id, node="n1", ok=True, result={})
+        return TurnOutcome(turn_id=job.turn_id, node="n1", ok=True, result=ExecResult(exit_code=0))
 
 
 class FakePool:

@@ -15,7 +15,8 @@ import pytest
 import redis
 
 from sandgrid.models import ExecRequest
-from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
+from sandgrid.ops.exec import ExecOp
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from tests.unit.worker.test_worker_snapshots import DirBackend, make_node, new_session
 from worker.node import Node

@@ -23,17 +23,19 @@ import pytest
 import redis
 
 from sandgrid.errors import ErrorCode, InfrastructureError
-from sandgrid.models import ExecRequest, ExecResult, FileWrite, Quotas, SessionCreate, SessionInfo
-from sandgrid.wire.jobs import (
-    CloseOp,
-    ExecOp,
-    ForkOp,
-    ReadOp,
-    TurnJob,
-    TurnOp,
-    TurnOutcome,
-    WriteOp,
+from sandgrid.models import (
+    ExecRequest,
+    ExecResult,
+    FileRead,
+    FileWrite,
+    Quotas,
+    SessionCreate,
+    SessionInfo,
 )
+from sandgrid.ops.exec import ExecOp
+from sandgrid.ops.files import ReadOp, WriteOp, WriteResult
+from sandgrid.ops.session import CloseOp, CloseResult, ForkOp, ForkResult
+from sandgrid.wire.jobs import TurnJob, TurnOp, TurnOutcome, expect
 from sandgrid.wire.objects import LocalObjects, keys
 from sandgrid.wire.settings import Settings, SnapshotSettings, WorkerSettings
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
@@ -202,7 +204,7 @@ def write(node: Node, info: SessionInfo, path: str, content: str) -> TurnOutcome
 def read(node: Node, info: SessionInfo, path: str) -> str:
     out = turn(node, info, ReadOp(path=path))
     assert out.ok, out.error
-    return str((out.result or {})["content"])
+    return expect(out, FileRead, "read").content
 
 
 def release_all(node: Node) -> None:
@@ -259,9 +261,10 @@ def test_a_turn_whose_snapshot_fails_says_so_and_the_session_stays_usable(node: 
     store.down = True
     out = write(node, info, "b.txt", "not yet saved")
     assert out.ok and out.error is None and out.result is not None  # it ran: its result
-    assert out.result["written"] == 1 and out.result["saved"] is False
-    assert out.result["saved_error"]["code"] == "store_unavailable"
-    assert "unavailable" in out.result["saved_error"]["message"]
+    result = expect(out, WriteResult, "write")
+    assert result.written == 1 and result.saved is False and result.saved_error is not None
+    assert result.saved_error.code == "store_unavailable"
+    assert "unavailable" in result.saved_error.message
     fresh = reg(node).get(TENANT, info.id)
     assert fresh.turns == 2 and fresh.unsaved  # counted; a worker loss must not re-run
     assert read(node, info, "b.txt") == "not yet saved"  # usable, same sandbox
@@ -297,10 +300,10 @@ def test_everything_changed_while_down_is_in_the_next_snapshot(tmp_path: Path, n
     info = new_session(reg(node))
     store.down = True
     down = write(node, info, "a.txt", "1")
-    assert down.ok and down.result is not None and down.result["saved"] is False
+    assert down.ok and expect(down, WriteResult, "write").saved is False
     store.down = False
     up = write(node, info, "b.txt", "2")
-    assert up.ok and up.result is not None and "saved_error" not in up.result
+    assert up.ok and expect(up, WriteResult, "write").saved_error is None
     other = make_node(tmp_path / "other", reg(node), store=node.store)  # one store, as MinIO
     assert node.sessions.pop(info.id) is not None  # as if this worker died
     reg(node).release_lease(info.id, node.name)
@@ -315,7 +318,7 @@ def test_close_destroys_the_sandbox_and_deletes_the_snapshots(node: Node) -> Non
     assert write(node, info, "a.txt", "1").ok
     reg(node).close(info.id)
     out = turn(node, info, CloseOp())
-    assert out.ok and out.result == {"closed": True, "snapshots_deleted": 1}
+    assert out.ok and out.result == CloseResult(closed=True, snapshots_deleted=1)
     assert len(node.sessions) == 0 and node.pool.container_ids() == set()  # type: ignore[attr-defined]
     assert node.store.snapshots(TENANT, info.id) == []
 
@@ -325,7 +328,10 @@ def test_a_fork_starts_from_the_source_and_outlives_it(node: Node) -> None:
     assert write(node, src, "a.txt", "from the source").ok
     dst = reg(node).create(TENANT, SessionCreate(), forked_from=src.id)
     out = turn(node, dst, ForkOp(source=src.id))
-    assert out.ok and reg(node).get(TENANT, dst.id).snapshot == out.result["snapshot"]  # type: ignore[index]
+    assert (
+        out.ok
+        and reg(node).get(TENANT, dst.id).snapshot == expect(out, ForkResult, "fork").snapshot
+    )
     assert write(node, dst, "b.txt", "only in the fork").ok
     reg(node).close(src.id)
     assert turn(node, src, CloseOp()).ok

@@ -8,7 +8,8 @@ import typing
 import pytest
 
 from sandgrid.errors import SandgridError
-from sandgrid.wire.jobs import ExecOp, TurnOp
+from sandgrid.ops.exec import ExecOp
+from sandgrid.wire.jobs import TurnOp
 from worker.ops.base import NodeHandler, SandboxHandler
 from worker.ops.exec import run_exec
 from worker.ops.registry import OPS, OpRegistry
