@@ -40,7 +40,6 @@ __all__ = [
     "Handler",
     "NodeHandler",
     "NodeParts",
-    "OpResult",
     "SandboxContext",
     "SandboxHandler",
     "Terminals",
@@ -48,8 +47,6 @@ __all__ = [
 ]
 
 OpT = TypeVar("OpT", bound=BaseModel)
-OpResult = TurnResult
-"""What a handler answers: the op's result model (one of ``TurnResult``)."""
 
 
 class Terminals(Protocol):
@@ -132,7 +129,7 @@ class SandboxHandler(_Registered[OpT]):
     after it (the session's policy permitting) must succeed for its result to say
     ``saved``."""
 
-    run: Callable[[SandboxContext, OpT], OpResult]
+    run: Callable[[SandboxContext, OpT], TurnResult]
     mutates: bool = False
 
 
@@ -141,7 +138,7 @@ class NodeHandler(_Registered[OpT]):
     """An op that runs on the node without the session's sandbox (``run`` may use
     one that is here already, through the session table)."""
 
-    run: Callable[[TurnContext, OpT], OpResult]
+    run: Callable[[TurnContext, OpT], TurnResult]
 
 
 Handler = SandboxHandler[Any] | NodeHandler[Any]
