@@ -5,8 +5,8 @@
     python3 bench/bench_snapshots.py --only 100mb --reps 5
 
 For each workspace (1 MB, 100 MB, 10,000 files; host directories standing for
-a sandbox's /workspace, through ``HostDirBackend``'s scan/pack/unpack, the
-reference of what the in-sandbox agent does):
+a sandbox's /workspace, through ``HostDirBackend``'s scan/pack/unpack: the
+in-sandbox agent's own code, run on host directories):
 
 - full snapshot: scan (hashing every file), pack, verify, upload blobs, manifest,
   pointer, into a new tenant (nothing to dedupe against); vs ``tar -c | gzip -1``

@@ -20,8 +20,8 @@ from tests.support.snapshot_stores import local_store
 from worker.backends import Sandbox, SandboxBackend
 from worker.ops.exec import exec_command
 from worker.snapshots import restore_sandbox, snapshot_sandbox
-from worker.snapshots import workspace as workspace_mod
-from worker.snapshots.workspace import CHUNK_BYTES, LARGE_FILE_BYTES
+from worker.snapshots import sync as sync_mod
+from worker.snapshots.sync import CHUNK_BYTES, LARGE_FILE_BYTES
 
 pytestmark = pytest.mark.integration
 
@@ -86,7 +86,7 @@ def test_directory_modes_in_several_tars_reach_every_directory(
     snapshotted (the agent opens them for the walk and closes them again), and
     when there are too many directories for one modes tar, the tars go deepest
     first, so none is closed before everything below it has its mode."""
-    monkeypatch.setattr(workspace_mod, "MAX_TAR_BYTES", 8 << 10)  # ~14 headers a tar
+    monkeypatch.setattr(sync_mod, "MAX_TAR_BYTES", 8 << 10)  # ~14 headers a tar
     src = sandbox_factory()
     closed = "$([ $((i % 2)) = 1 ] && echo 100 || echo 555)"  # 100: x only, not listable
     run(backend, src, "for i in $(seq 0 11); do mkdir -p d$i/inner/leaf; "

@@ -32,7 +32,7 @@ from sandgrid.wire.settings import Settings
 from tests.support.hostdir import HostDirBackend
 from tests.support.snapshot_stores import local_store, minio_store
 from worker.snapshots import SnapshotStore, restore_sandbox, snapshot_sandbox
-from worker.snapshots import workspace as workspace_mod
+from worker.snapshots import sync as sync_mod
 from worker.snapshots.format.blobs import decode, encode
 
 pytestmark = pytest.mark.integration
@@ -189,8 +189,8 @@ def test_restore_in_parts(
 ) -> None:
     """Over ``STREAM_RESTORE_BYTES`` (made small here) a restore goes a tar at a
     time; a blob of a later part that does not verify says the sandbox is dirty."""
-    monkeypatch.setattr(workspace_mod, "STREAM_RESTORE_BYTES", 64 << 10)
-    monkeypatch.setattr(workspace_mod, "MAX_TAR_BYTES", 16 << 10)
+    monkeypatch.setattr(sync_mod, "STREAM_RESTORE_BYTES", 64 << 10)
+    monkeypatch.setattr(sync_mod, "MAX_TAR_BYTES", 16 << 10)
     sbx = sandbox(tmp_path, "sbx")
     fill(sbx)
     ref = take(store, sbx)

@@ -24,8 +24,12 @@ processes: start, run as, kill), ``exec``, ``files`` (workspace file ops),
 (snapshot pack, unpack and ranges), ``egress`` (the loopback proxy port relayed to
 the host's egress proxy; ``splice`` moves its allowed bytes), ``launcher`` and
 ``launcherhost`` (exec without a fork of the agent: a small root process
-spawns the commands), ``threadcreds`` (one thread's ids: how the scan and the
-launcher act as the user without a fork), ``main`` (the dispatch loop).
+spawns the commands), ``location`` (where this package lives: the command
+line of those helper hosts), ``threadcreds`` (one thread's ids: how the scan
+and the launcher act as the user without a fork), ``main`` (the dispatch
+loop). They import one way (an import-linter ``layers`` contract in
+pyproject.toml): the loop, the ops, the user's processes, the launcher, the
+pure helpers.
 
 Why it looks the way it does:
 

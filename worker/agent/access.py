@@ -33,14 +33,15 @@ def no_follow(path: str, flags: int) -> int:
     return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
 
 
-def open_own(path: str) -> IO[bytes]:
+def open_own(path: str, roots: tuple[str, ...] | None = None) -> IO[bytes]:
     """Open a file of the user for reading, even one they made unreadable or put
-    in a directory they closed (both opened for the moment, then put back)."""
+    in a directory they closed (both opened for the moment, then put back;
+    ``roots`` as for ``passable``)."""
     try:
         return open(path, "rb", opener=no_follow)
     except PermissionError:
         with lending() as lent:
-            passable(path, lent)
+            passable(path, lent, roots)
             mode = os.lstat(path).st_mode
             os.chmod(path, stat.S_IMODE(mode) | 0o400)
             try:
@@ -87,13 +88,17 @@ def listing(path: str, lent: list[tuple[str, int]]) -> list[tuple[str, os.stat_r
             return [(e.path, e.stat(follow_symlinks=False)) for e in it]
 
 
-def passable(path: str, lent: list[tuple[str, int]]) -> None:
+def passable(path: str, lent: list[tuple[str, int]], roots: tuple[str, ...] | None = None) -> None:
     """Give the owner x on the directories under the roots on the way to
-    ``path`` that lack it (noted in ``lent``), from the top down."""
+    ``path`` that lack it (noted in ``lent``), from the top down.
+
+    ``roots``: the sandbox's ``limits.ROOTS`` unless given (a test double
+    points them at a host directory)."""
+    within = limits.ROOTS if roots is None else roots
     parts = path.split("/")
     for i in range(3, len(parts)):
         d = "/".join(parts[:i])
-        if not limits.inside(d, limits.ROOTS):
+        if not limits.inside(d, within):
             continue
         st = os.lstat(d)
         if stat.S_ISDIR(st.st_mode) and not st.st_mode & 0o100:
@@ -101,13 +106,14 @@ def passable(path: str, lent: list[tuple[str, int]]) -> None:
             lent.append((d, stat.S_IMODE(st.st_mode)))
 
 
-def reaching(path: str, fn: Callable[[], Any]) -> Any:
-    """``fn()``, and again through closed directories if it was refused on the way."""
+def reaching(path: str, fn: Callable[[], Any], roots: tuple[str, ...] | None = None) -> Any:
+    """``fn()``, and again through closed directories if it was refused on the way
+    (``roots`` as for ``passable``)."""
     try:
         return fn()
     except PermissionError:
         with lending() as lent:
-            passable(path, lent)
+            passable(path, lent, roots)
             return fn()
 
 

@@ -19,12 +19,12 @@ import os
 import selectors
 import signal
 import subprocess
-import sys
 import time
 from typing import IO, Any
 
 from .errors import AgentError, Json, need
 from .limits import BASE_ENV, WORKSPACE
+from .location import module_command
 from .processes import spawn
 from .reaper import REAPER
 
@@ -58,11 +58,7 @@ def reply_deadline(timeout: float) -> float:
 
 def host_argv() -> tuple[list[str], str]:
     """The host's argv and the ``PYTHONPATH`` that finds this package (zipapp or checkout)."""
-    package = __package__ or "sandgrid_agent"
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for _ in range(package.count(".")):
-        root = os.path.dirname(root)
-    return [sys.executable, "-m", f"{package}.kernelhost"], root
+    return module_command("kernelhost")
 
 
 class Host:

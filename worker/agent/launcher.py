@@ -29,13 +29,13 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import threading
 from typing import Any
 
 from .errors import AgentError
 from .launcherhost import HEADER
 from .limits import GID, UID
+from .location import module_command
 from .reaper import REAPER
 from .threadcreds import supported
 
@@ -47,11 +47,7 @@ LAUNCH_TIMEOUT_S = 10.0
 
 def host_command() -> tuple[list[str], str]:
     """The host's argv and the ``PYTHONPATH`` that finds this package (zipapp or checkout)."""
-    from .kernel import host_argv  # the same lookup as the kernel host's
-
-    argv, path = host_argv()
-    module = argv[-1].rsplit(".", 1)[0] + ".launcherhost"
-    return [sys.executable, "-S", "-P", "-m", module], path  # -P: no cwd on sys.path
+    return module_command("launcherhost", "-S", "-P")  # -P: no cwd on sys.path
 
 
 class _NotLaunched(Exception):

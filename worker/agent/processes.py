@@ -31,6 +31,7 @@ __all__ = [
     "as_user_here",
     "finish_cleanup",
     "kill_new",
+    "reply_of",
     "spawn",
     "start_as_user",
     "tasks_besides_agent",
@@ -203,7 +204,7 @@ def user_child(wfd: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
     try:
         _become_user()
         os.umask(0o022)
-        reply = _reply_of(fn, args)
+        reply = reply_of(fn, args)
     except OSError as exc:
         reply = _error_reply(exc)
     try:
@@ -220,14 +221,17 @@ def as_user_here(fn: Callable[..., Any], *args: Any) -> Any:
     """
     try:
         with acting_as_user():
-            reply = _reply_of(fn, args)
+            reply = reply_of(fn, args)
     except OSError as exc:
         reply = _error_reply(exc)
     return _result(reply)
 
 
-def _reply_of(fn: Callable[..., Any], args: tuple[Any, ...]) -> Json:
-    """``fn(*args)`` as the reply ``as_user`` reads: its result, or its error's body."""
+def reply_of(fn: Callable[..., Any], args: tuple[Any, ...]) -> Json:
+    """``fn(*args)`` as the reply ``as_user`` reads: its result, or its error's body.
+
+    Also how the host-directory double of the tests (tests/support/hostdir.py)
+    turns the agent's own file functions into the replies the worker sees."""
     try:
         return {"ok": True, "result": fn(*args)}
     except AgentError as exc:

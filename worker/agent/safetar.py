@@ -42,6 +42,9 @@ def member_target(m: tarfile.TarInfo, base: str, roots: tuple[str, ...]) -> str:
     if not inside(target, roots):
         bad.message += "it lands outside " + ", ".join(roots)
         raise bad
+    if target in roots and not m.isdir():  # else a clear would empty it, then fail
+        bad.message += "a root can only be a directory"
+        raise bad
     return target
 
 

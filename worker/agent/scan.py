@@ -28,31 +28,35 @@ from .processes import as_user, as_user_here
 from .scanstate import ScanRow, ScanState
 from .threadcreds import supported
 
-__all__ = ["HASHES", "SCANNED", "op_scan", "scan_diff", "update"]
+__all__ = ["HASHES", "SCANNED", "Hashes", "op_scan", "scan_diff", "update"]
 
 # path -> (size, mtime_ns, ctime_ns, ino, sha256); ctime moves on any write, chmod or
 # utime, so a file rewritten with its old size and mtime is read again
-HASHES: dict[str, tuple[int, int, int, int, str]] = {}
+Hashes = dict[str, tuple[int, int, int, int, str]]
+HASHES: Hashes = {}
 SCANNED = ScanState()
 _IN_THREAD = os.geteuid() == 0 and supported()  # else fork (as_user)
 
 
-def scan_diff(roots: tuple[str, ...], prev: dict[str, ScanRow]) -> Json:
+def scan_diff(
+    roots: tuple[str, ...], prev: dict[str, ScanRow], hashes: Hashes | None = None
+) -> Json:
     """Walk ``roots`` (as the user) and compare what is there with ``prev``
     (PID 1's rows for a delta, empty for a full scan).
 
     Returns ``{"changed": rows new or different, "keys": [mtime_ns, ctime_ns, ino] per
     changed row (null unless a file), "removed": paths of ``prev`` gone}``, so
     only differences cross the pipe to PID 1. A file whose (size, mtime_ns,
-    ctime_ns, ino) is in ``HASHES`` is not read again, and if its mode is as before its
-    row is not even rebuilt. Symlinks are recorded, never followed; devices,
+    ctime_ns, ino) is in ``hashes`` (PID 1's ``HASHES``; a test double keeps its
+    own) is not read again, and if its mode is as before its row is not even
+    rebuilt. Symlinks are recorded, never followed; devices,
     fifos and sockets are skipped. Entries are those under each root, not the
     root itself.
     """
     changed: list[ScanRow] = []
     keys: list[list[int] | None] = []
     seen: set[str] = set()
-    old_row, cached, see = prev.get, HASHES.get, seen.add
+    old_row, cached, see = prev.get, (HASHES if hashes is None else hashes).get, seen.add
     is_reg, is_dir, is_link = stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK
     with lending() as lent:
         for root in roots:
@@ -93,22 +97,31 @@ def scan_diff(roots: tuple[str, ...], prev: dict[str, ScanRow]) -> Json:
     return {"changed": changed, "keys": keys, "removed": removed}
 
 
-def update(state: ScanState, roots: tuple[str, ...], diff: Json, *, delta: bool) -> Json:
+def update(
+    state: ScanState,
+    roots: tuple[str, ...],
+    diff: Json,
+    *,
+    delta: bool,
+    hashes: Hashes | None = None,
+) -> Json:
     """Take a ``scan_diff`` result as the new state (applied to the rows when
-    ``delta``, else in their place) and the hash cache; reply with the delta or
-    every row."""
+    ``delta``, else in their place) and the hash cache (``HASHES`` unless
+    given); reply with the delta or every row."""
+    if hashes is None:
+        hashes = HASHES
     if not delta:
         state.rows = {}
-        HASHES.clear()
+        hashes.clear()
     changed = [cast(ScanRow, tuple(row)) for row in diff["changed"]]
     state.apply(changed, diff["removed"])
     for path in diff["removed"]:
-        HASHES.pop(path, None)
+        hashes.pop(path, None)
     for row, key in zip(changed, diff["keys"], strict=True):
         if key is None:
-            HASHES.pop(row[0], None)
+            hashes.pop(row[0], None)
         else:
-            HASHES[row[0]] = (row[3], key[0], key[1], key[2], cast(str, row[4]))
+            hashes[row[0]] = (row[3], key[0], key[1], key[2], cast(str, row[4]))
     since, state.token, state.roots = state.token, secrets.token_hex(8), roots
     if not delta:
         return {"token": state.token, "entries": list(state.rows.values())}

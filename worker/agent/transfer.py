@@ -3,6 +3,12 @@
 Large files travel in ranges (``read_range``, ``write_range``) so no frame
 exceeds the cap; every path must stay below the snapshot roots, and no write
 ever goes through a symlink.
+
+``pack_tar`` and ``read_range`` return bytes; ``do_pack`` and ``do_read_range``
+are their replies. The roots are the sandbox's (``limits.ROOTS``) unless given:
+the host-directory double of the tests (tests/support/hostdir.py) runs these
+same functions with the roots, and the ``base`` that stands for ``/``, under
+a host directory.
 """
 
 from __future__ import annotations
@@ -22,35 +28,49 @@ from .errors import AgentError, Json
 from .limits import check_size, inside
 from .safetar import blocker, extract
 
-__all__ = ["do_pack", "do_read_range", "do_unpack", "do_write_range", "own_file"]
+__all__ = [
+    "do_pack",
+    "do_read_range",
+    "do_unpack",
+    "do_write_range",
+    "own_file",
+    "pack_tar",
+    "read_range",
+]
 
 
-def own_file(path: Any) -> str:
+def own_file(path: Any, roots: tuple[str, ...] | None = None) -> str:
     """A path ``pack`` and ``read_range`` may read: absolute, normalised, under the roots."""
+    within = limits.ROOTS if roots is None else roots
     if (
         not isinstance(path, str)
-        or not inside(os.path.realpath(path), limits.ROOTS)
+        or not inside(os.path.realpath(path), within)
         or path != os.path.normpath(path)
     ):
-        raise AgentError(
-            "invalid_input", f"file {path!r} is not inside {list(limits.ROOTS)}", path=path
-        )
+        raise AgentError("invalid_input", f"file {path!r} is not inside {list(within)}", path=path)
     return path
 
 
-def do_pack(files: list[str]) -> Json:
-    """A gzip tar (level 1: speed over size) of regular files under the roots."""
+def pack_tar(files: list[str], roots: tuple[str, ...] | None = None, base: str = "") -> bytes:
+    """A gzip tar (level 1: speed over size) of regular files under the roots,
+    each named by its path below ``base`` (``/``), without the leading ``/``."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
         for path in files:
-            st = reaching(own_file(path), functools.partial(os.lstat, path))
+            st = reaching(own_file(path, roots), functools.partial(os.lstat, path), roots)
             if not stat.S_ISREG(st.st_mode):
                 raise AgentError("invalid_input", f"{path!r} is not a regular file", path=path)
-            with open_own(path) as f:
-                tar.addfile(tar.gettarinfo(arcname=path.lstrip("/"), fileobj=f), f)
+            with open_own(path, roots) as f:
+                name = path[len(base) :].lstrip("/")
+                tar.addfile(tar.gettarinfo(arcname=name, fileobj=f), f)
             check_size(buf.tell(), "the packed tar")
     check_size(len(buf.getvalue()), "the packed tar")
-    return {"data_b64": base64.b64encode(buf.getvalue()).decode()}
+    return buf.getvalue()
+
+
+def do_pack(files: list[str]) -> Json:
+    """The ``pack`` reply: ``pack_tar`` of the files, base64."""
+    return {"data_b64": base64.b64encode(pack_tar(files)).decode()}
 
 
 def do_unpack(data: bytes, roots: tuple[str, ...], clear: bool) -> Json:
@@ -58,13 +78,15 @@ def do_unpack(data: bytes, roots: tuple[str, ...], clear: bool) -> Json:
     return {"files": extract(data, "/", roots, clear)}
 
 
-def do_read_range(path: Any, offset: int, length: int) -> Json:
+def read_range(
+    path: Any, offset: int, length: int, roots: tuple[str, ...] | None = None
+) -> tuple[bytes, int, int]:
     """Up to ``length`` bytes of a regular file from ``offset``, and the file's
-    size and mtime after the read (a change between two reads shows there)."""
+    size and mtime (ns) after the read (a change between two reads shows there)."""
     if offset < 0 or length < 0:
         raise AgentError("invalid_input", "offset and length must not be negative", field="offset")
     check_size(length, "the range asked for")
-    with open_own(own_file(path)) as f:
+    with open_own(own_file(path, roots), roots) as f:
         fd = f.fileno()
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise AgentError("invalid_input", f"{path!r} is not a regular file", path=path)
@@ -74,18 +96,19 @@ def do_read_range(path: Any, offset: int, length: int) -> Json:
             parts.append(block)
             done += len(block)
         st = os.fstat(fd)
-    data = b"".join(parts)
-    return {
-        "data_b64": base64.b64encode(data).decode(),
-        "size": st.st_size,
-        "mtime_ns": st.st_mtime_ns,
-    }
+    return b"".join(parts), st.st_size, st.st_mtime_ns
+
+
+def do_read_range(path: Any, offset: int, length: int) -> Json:
+    """The ``read_range`` reply: ``read_range``'s bytes (base64), size and mtime."""
+    data, size, mtime_ns = read_range(path, offset, length)
+    return {"data_b64": base64.b64encode(data).decode(), "size": size, "mtime_ns": mtime_ns}
 
 
 def do_write_range(
     path: Any,
     offset: int,
-    data: bytes,
+    data: bytes | memoryview,
     roots: tuple[str, ...],
     mode: int,
     final: bool,

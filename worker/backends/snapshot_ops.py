@@ -4,7 +4,7 @@ The production implementation of ``worker.snapshots.sandbox.SandboxFiles``
 (scan, pack, unpack, read_range, write_range); ``SandboxBackend`` inherits it,
 kept apart to keep ``base`` readable. Each method validates its input, makes
 one agent request over the backend's ``call`` (docs/agent-protocol.md) and
-checks the reply; ``worker.snapshots.workspace`` drives them. A file too
+checks the reply; ``worker.snapshots.sync`` drives them. A file too
 large for one frame travels in chunks of ``read_range`` and ``write_range``;
 everything else in ``pack`` and ``unpack`` tars.
 """

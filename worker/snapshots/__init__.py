@@ -1,6 +1,6 @@
 """Workspace snapshots: content-addressed, incremental, verified, per tenant.
 
-The modules import one way (.importlinter-snapshots holds it), bottom to top:
+The modules import one way (a layers contract in pyproject.toml holds it), bottom to top:
 
 - ``format/``: pure data (entries, manifests, deltas, tars, blob encoding);
 - ``sandgrid.wire.objects``: where the bytes live (shared with the control
@@ -13,7 +13,7 @@ The modules import one way (.importlinter-snapshots holds it), bottom to top:
 - ``transfer``, ``saving``, ``lifecycle``: the algorithm, in parts;
 - ``store``: ``SnapshotStore``, the algorithm's public operations;
 - ``sandbox``: ``SandboxFiles``, what snapshots need from a sandbox;
-- ``workspace``: ``snapshot_sandbox`` and ``restore_sandbox``, what the worker
+- ``sync``: ``snapshot_sandbox`` and ``restore_sandbox``, what the worker
   executor calls. ``open_store`` builds the store the settings name.
 """
 
@@ -27,7 +27,7 @@ from worker.snapshots.format.manifest import Location, Manifest
 from worker.snapshots.refs import GcReport, SnapshotDraft, SnapshotRef
 from worker.snapshots.sandbox import SandboxFiles
 from worker.snapshots.store import DEFAULT_ROOTS, SnapshotStore
-from worker.snapshots.workspace import restore_sandbox, snapshot_sandbox
+from worker.snapshots.sync import restore_sandbox, snapshot_sandbox
 
 __all__ = [
     "DEFAULT_ROOTS",

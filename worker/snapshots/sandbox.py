@@ -1,11 +1,11 @@
 """What snapshots need from a sandbox: five file operations, defined once.
 
-``SandboxFiles`` is the interface ``workspace.snapshot_sandbox`` and
-``workspace.restore_sandbox`` drive. The production implementation is the
+``SandboxFiles`` is the interface ``sync.snapshot_sandbox`` and
+``sync.restore_sandbox`` drive. The production implementation is the
 agent channel (``worker.backends.snapshot_ops.SnapshotOps``, which every
 ``SandboxBackend`` is): each call is one request to the in-sandbox agent
 (docs/agent-protocol.md). Tests use a double over a host directory
-(tests/support/hostdir.py) that keeps the same promises.
+(tests/support/hostdir.py) that runs the agent's own file code there.
 
 ``S`` is the implementation's handle of one sandbox (a ``Sandbox`` of the
 backend, a ``Path`` for the double); the snapshot code only passes it through.

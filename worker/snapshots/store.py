@@ -10,7 +10,7 @@ garbage collection (``lifecycle``). The bytes go to the ``ObjectStore`` it is
 given (``objects.local``, ``objects.minio``), through public methods only.
 
 A snapshot is two calls, so that the sandbox is asked only for what is missing
-(see ``workspace.snapshot_sandbox``): ``prepare`` validates a scan, compares it
+(see ``sync.snapshot_sandbox``): ``prepare`` validates a scan, compares it
 with the previous manifest (a turn that changed nothing stops there, without a
 round trip; one that changed a little costs about what it changed) and lists
 the files whose content is not stored yet; ``commit`` takes their bytes,

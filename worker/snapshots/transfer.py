@@ -211,7 +211,7 @@ def restore_plan(
     inflating and the hashing of every large restore, and the failure after
     the sandbox was touched would remain (the store can go down, a blob be
     damaged or collected, between the passes). Such a failure says
-    ``sandbox_dirty`` (``workspace.restore_sandbox``), and the executor
+    ``sandbox_dirty`` (``sync.restore_sandbox``), and the executor
     destroys the sandbox of any failed restore, touched or not; so nothing half
     restored is ever used. The first part is still verified before anything
     is sent.

@@ -42,7 +42,7 @@ from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from tests.support.hostdir import HostDirBackend
 from worker.node import Node
 from worker.snapshots import SnapshotStore
-from worker.snapshots import workspace as workspace_mod
+from worker.snapshots import sync as sync_mod
 from worker.turns.snapshot_policy import Persistence
 
 TENANT = "acme"
@@ -378,8 +378,8 @@ def test_a_restore_that_fails_after_touching_the_sandbox_destroys_it(
 ) -> None:
     """A restore in parts whose later part does not verify: the sandbox holds part
     of the snapshot, says so (``sandbox_dirty``), and is destroyed, never kept."""
-    monkeypatch.setattr(workspace_mod, "STREAM_RESTORE_BYTES", 8 << 10)
-    monkeypatch.setattr(workspace_mod, "MAX_TAR_BYTES", 8 << 10)
+    monkeypatch.setattr(sync_mod, "STREAM_RESTORE_BYTES", 8 << 10)
+    monkeypatch.setattr(sync_mod, "MAX_TAR_BYTES", 8 << 10)
     node.store.pack_bytes = 4 << 10  # a blob per file: the last one is in the last tar
     info = new_session(reg(node))
     files = [FileWrite(path=f"f{i:02d}.txt", content=f"{i:02d}" * 1500) for i in range(12)]

@@ -46,6 +46,14 @@ def test_unpack_members_accepted() -> None:
     assert member_target(member("x/y"), "/workspace/up", ("/workspace",)) == "/workspace/up/x/y"
 
 
+def test_a_root_itself_can_only_be_a_directory() -> None:
+    assert member_target(member("workspace", tarfile.DIRTYPE), "/", ROOTS) == "/workspace"
+    for info in (member("workspace"), member("home/sandbox", tarfile.SYMTYPE, "/etc")):
+        with pytest.raises(AgentError) as err:
+            member_target(info, "/", ROOTS)
+        assert "a root can only be a directory" in err.value.message
+
+
 def test_tar_of_data_rejects_garbage() -> None:
     with pytest.raises(AgentError):
         extract(b"not a tar at all" * 100, "/workspace", ("/workspace",))

@@ -31,7 +31,7 @@ from tests.support.snapshot_stores import local_store
 from worker.agent import limits, transfer
 from worker.agent_api import FileRange
 from worker.snapshots import SnapshotStore, WorkspaceChanged, restore_sandbox, snapshot_sandbox
-from worker.snapshots import workspace as workspace_mod
+from worker.snapshots import sync as sync_mod
 from worker.snapshots.format.archive import plan_restore
 from worker.snapshots.format.blobs import decode, encode
 from worker.snapshots.format.entries import Entry
@@ -43,8 +43,8 @@ CHUNK = 16 << 10
 
 @pytest.fixture(autouse=True)
 def small_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(workspace_mod, "LARGE_FILE_BYTES", LARGE)
-    monkeypatch.setattr(workspace_mod, "CHUNK_BYTES", CHUNK)
+    monkeypatch.setattr(sync_mod, "LARGE_FILE_BYTES", LARGE)
+    monkeypatch.setattr(sync_mod, "CHUNK_BYTES", CHUNK)
 
 
 @pytest.fixture
@@ -258,7 +258,7 @@ def test_a_chunk_is_never_written_through_a_link_or_outside_the_roots(sbx: Path,
 
 def test_a_link_where_the_file_goes_is_replaced_not_followed(sbx: Path) -> None:
     backend = HostDirBackend()
-    with pytest.raises(InvalidInput, match="symlink"):  # a later chunk: the file must be there
+    with pytest.raises(InvalidInput, match="symbolic link"):  # a later chunk: it must be there
         backend.write_range(sbx, "/workspace/to-secret", 9, b"pwned", ROOTS, mode=0o644, final=True)
     path = "/workspace/to-secret"
     assert backend.write_range(sbx, path, 0, b"new", ROOTS, mode=0o640, final=False) == 3

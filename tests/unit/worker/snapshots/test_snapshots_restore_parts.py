@@ -28,7 +28,7 @@ from sandgrid.wire.objects import keys as store_keys
 from tests.support.hostdir import HostDirBackend
 from tests.support.sandbox_trees import new_sandbox, tree, write
 from worker.snapshots import SnapshotStore, restore_sandbox, snapshot_sandbox
-from worker.snapshots import workspace as workspace_mod
+from worker.snapshots import sync as sync_mod
 from worker.snapshots.format.blobs import decode, encode
 from worker.snapshots.format.manifest import Manifest
 from worker.snapshots.refs import SnapshotRef
@@ -45,10 +45,10 @@ PACK = 16 * KIB
 
 @pytest.fixture(autouse=True)
 def small_thresholds(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(workspace_mod, "STREAM_RESTORE_BYTES", STREAM)
-    monkeypatch.setattr(workspace_mod, "MAX_TAR_BYTES", TAR)
-    monkeypatch.setattr(workspace_mod, "LARGE_FILE_BYTES", LARGE)
-    monkeypatch.setattr(workspace_mod, "CHUNK_BYTES", 32 * KIB)
+    monkeypatch.setattr(sync_mod, "STREAM_RESTORE_BYTES", STREAM)
+    monkeypatch.setattr(sync_mod, "MAX_TAR_BYTES", TAR)
+    monkeypatch.setattr(sync_mod, "LARGE_FILE_BYTES", LARGE)
+    monkeypatch.setattr(sync_mod, "CHUNK_BYTES", 32 * KIB)
 
 
 class Log:
@@ -227,7 +227,7 @@ def test_the_parts_are_the_tars_a_single_pass_sends(
     streamed = [e for e in log.events if e[0] != "get"]
     streamed_gets = log.count("get")
 
-    monkeypatch.setattr(workspace_mod, "STREAM_RESTORE_BYTES", 1 << 30)
+    monkeypatch.setattr(sync_mod, "STREAM_RESTORE_BYTES", 1 << 30)
     restore(store, log, dst, ref)
     assert [e for e in log.events if e[0] != "get"] == streamed
     assert log.last("get") < log.first("unpack")  # one pass: everything verified first
@@ -349,7 +349,7 @@ def test_a_restore_in_parts_holds_a_bounded_number_of_bytes(
     assert total > 5 * bound
 
     streamed = _peak_bytes(store, new_sandbox(tmp_path, "streamed"), ref)
-    monkeypatch.setattr(workspace_mod, "STREAM_RESTORE_BYTES", 1 << 30)
+    monkeypatch.setattr(sync_mod, "STREAM_RESTORE_BYTES", 1 << 30)
     whole = _peak_bytes(store, new_sandbox(tmp_path, "whole"), ref)
     print(f"workspace {total} B: one pass held {whole} B, in parts {streamed} B (bound {bound})")
     assert whole > total  # what the measure sees: one pass holds every blob and every tar

@@ -31,7 +31,7 @@ from worker.snapshots import (
     restore_sandbox,
     snapshot_sandbox,
 )
-from worker.snapshots import workspace as workspace_mod
+from worker.snapshots import sync as sync_mod
 from worker.snapshots.format.blobs import decode, encode
 from worker.snapshots.format.manifest import content_hash
 
@@ -217,7 +217,7 @@ def test_restore_latest_by_default_and_by_ref(
 def test_restore_in_several_tars_fills_read_only_dirs(
     tmp_path: Path, store: CountingStore, backend: SpyBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(workspace_mod, "MAX_TAR_BYTES", 16 << 10)
+    monkeypatch.setattr(sync_mod, "MAX_TAR_BYTES", 16 << 10)
     sbx = new_sandbox(tmp_path)
     populate(sbx)
     ref = snap(backend, sbx, store)
@@ -230,7 +230,7 @@ def test_restore_in_several_tars_fills_read_only_dirs(
 def test_directory_modes_too_many_for_one_tar_are_set_deepest_first(
     tmp_path: Path, store: CountingStore, backend: SpyBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(workspace_mod, "MAX_TAR_BYTES", 8 << 10)  # about 14 headers a tar
+    monkeypatch.setattr(sync_mod, "MAX_TAR_BYTES", 8 << 10)  # about 14 headers a tar
     sbx = new_sandbox(tmp_path)
     for i in range(12):  # nested read-only and untraversable directories
         deep = sbx / "workspace" / f"d{i}" / "inner" / "leaf"
@@ -251,7 +251,7 @@ def test_directory_modes_too_many_for_one_tar_are_set_deepest_first(
 def test_pack_is_asked_in_frame_sized_batches(
     tmp_path: Path, store: CountingStore, backend: SpyBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(workspace_mod, "PACK_BATCH_BYTES", 100 << 10)
+    monkeypatch.setattr(sync_mod, "PACK_BATCH_BYTES", 100 << 10)
     sbx = new_sandbox(tmp_path)
     for i in range(5):
         write(sbx, f"workspace/f{i}", os.urandom(60 << 10))

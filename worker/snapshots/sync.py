@@ -1,4 +1,4 @@
-"""The bridge between a sandbox and the snapshot store: what the worker executor calls.
+"""The sync between a sandbox and the snapshot store: what the worker executor calls.
 
 The sandbox side is the five calls of ``sandbox.SandboxFiles`` (served by the
 in-sandbox agent, see docs/agent-protocol.md): ``scan`` (the manifest entries, hashes cached by
