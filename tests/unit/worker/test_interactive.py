@@ -60,13 +60,13 @@ def test_a_turn_cancelled_before_it_starts_never_runs(redis_client: redis.Redis[
     backend = _Backend()
     turnstream.request_cancel(redis_client, "tc1")
     request = ExecRequest(shell="true")
-    r = control.exec(
-        lambda on_chunk: backend.exec(object(), request, on_chunk), request, "tc1", "s1"
-    )
+
+    def run(on_chunk: Any) -> ExecResult:
+        return backend.exec(object(), request, on_chunk)
+
+    r = control.exec(run, request, "tc1", "s1")
     assert r.cancelled and r.exit_code is None and backend.ran == 0
-    ok = control.exec(
-        lambda on_chunk: backend.exec(object(), request, on_chunk), request, "tc2", "s1"
-    )
+    ok = control.exec(run, request, "tc2", "s1")
     assert not ok.cancelled and backend.ran == 1
     assert control.cancel("tc2") == "not_running"  # finished: nothing to do
 
