@@ -34,6 +34,7 @@ from _stats import pct
 
 from sandgrid.models import ExecRequest
 from worker.backends import SandboxBackend, backend_for
+from worker.ops.exec import exec_command
 from worker.pool import WarmPool
 
 IMAGE = "sandgrid/sandbox-python:latest"
@@ -71,7 +72,7 @@ def warm_exec(
     sbx = backend.create("python")
     try:
         pings = timed(lambda: backend.ping(sbx), runs)
-        ours = timed(lambda: backend.exec(sbx, TRUE), runs)
+        ours = timed(lambda: exec_command(backend, sbx, TRUE), runs)
         container = client.containers.get(sbx.id)
         theirs = timed(lambda: container.exec_run("true"), runs)
     finally:
@@ -95,7 +96,7 @@ def pool_hit(backend: SandboxBackend, runtime: str, runs: int) -> None:
             pool.fill()  # untimed: the refill thread's work in production
             t0 = time.perf_counter()
             sbx = pool.acquire("python", session_id=f"s-bench{i:012d}", tenant="bench")
-            backend.exec(sbx, TRUE)
+            exec_command(backend, sbx, TRUE)
             starts.append((time.perf_counter() - t0) * 1000)
             pool.release(sbx)
     finally:

@@ -7,7 +7,7 @@ then measures on this machine, in one run:
 
 1. a warm session's turn of ``true`` through SDK -> HTTP -> Celery -> worker ->
    sandbox, with the breakdown the API reports (api, queue, worker, sandbox),
-   against the backend channel alone (``SandboxBackend.exec`` of ``true`` on a
+   against the backend channel alone (``worker.ops.exec.exec_command`` of ``true`` on a
    warm sandbox): target p50 <= 2.5x the channel's;
 2. the Docker SDK's ``exec_run("true")`` on a warm container of the same image
    (what a ``docker exec`` grid pays per call);
@@ -47,6 +47,7 @@ from sandgrid.wire import names
 from sandgrid.wire.celery_app import make_celery
 from sandgrid.wire.settings import Settings
 from worker.backends import backend_for
+from worker.ops.exec import exec_command
 
 PORT = 8731
 REDIS_URL = "redis://127.0.0.1:6379/13"
@@ -112,11 +113,11 @@ def channel_baseline(n: int) -> list[float]:
     sbx = backend.create("python")
     try:
         for _ in range(20):
-            backend.exec(sbx, ExecRequest(argv=["true"]))
+            exec_command(backend, sbx, ExecRequest(argv=["true"]))
         out = []
         for _ in range(n):
             t0 = time.perf_counter()
-            backend.exec(sbx, ExecRequest(argv=["true"]))
+            exec_command(backend, sbx, ExecRequest(argv=["true"]))
             out.append((time.perf_counter() - t0) * 1000)
         return out
     finally:
@@ -196,7 +197,7 @@ def exec_rate(sandboxes: int, seconds: float) -> float:
     boxes = [backend.create("python") for _ in range(sandboxes)]
     try:
         return rate_of(
-            lambda i: backend.exec(boxes[i], ExecRequest(argv=["true"])),
+            lambda i: exec_command(backend, boxes[i], ExecRequest(argv=["true"])),
             sandboxes,
             seconds,
         )

@@ -23,8 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import redis
 
 from sandgrid.models import ExecRequest, SessionInfo
+from sandgrid.ops.exec import ExecOp
 from sandgrid.wire import names
-from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from sandgrid.wire.objects.local import LocalObjects
 from scheduler import metrics as api_metrics
 from scheduler.audit.export import AuditExporter

@@ -28,6 +28,7 @@ from _stats import pct
 
 from sandgrid.models import ExecRequest
 from worker.backends import Sandbox, SandboxBackend, backend_for
+from worker.ops.exec import exec_command
 
 
 def _echo_times(backend: SandboxBackend, sbx: Sandbox, runs: int) -> list[float]:
@@ -79,7 +80,7 @@ def main() -> None:
             execs = []
             for _ in range(args.runs):
                 t0 = time.perf_counter()
-                backend.exec(sbx, ExecRequest(argv=["true"]))
+                exec_command(backend, sbx, ExecRequest(argv=["true"]))
                 execs.append((time.perf_counter() - t0) * 1000)
         finally:
             backend.destroy(sbx)

@@ -11,7 +11,7 @@ turn resumes it on any worker. See docs/lifecycle.md.
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -59,12 +59,16 @@ class CheckpointInfo(WireModel):
 
     name: str
     snapshot: str = Field(description="the snapshot it keeps (its name in the store)")
+    kind: Literal["checkpoint"] = Field("checkpoint", exclude=True, repr=False)
+    """The tag of the turn's result union (``sandgrid.wire.jobs.TurnResult``); never in a body."""
 
 
 class CheckpointList(WireModel):
     """Body of ``GET /v1/sessions/{id}/checkpoints``: sorted by name."""
 
     checkpoints: list[CheckpointInfo]
+    kind: Literal["list_checkpoints"] = Field("list_checkpoints", exclude=True, repr=False)
+    """The tag of the turn's result union (``sandgrid.wire.jobs.TurnResult``); never in a body."""
 
 
 class RestoreRequest(WireModel):
@@ -79,6 +83,8 @@ class RestoreResult(WireModel):
     session: str
     checkpoint: str
     snapshot: str = Field(description="the session's new latest snapshot")
+    kind: Literal["restore"] = Field("restore", exclude=True, repr=False)
+    """The tag of the turn's result union (``sandgrid.wire.jobs.TurnResult``); never in a body."""
 
 
 class PauseResult(WireModel):
@@ -87,3 +93,5 @@ class PauseResult(WireModel):
     session: str
     snapshot: str | None = Field(description="its latest snapshot (None: nothing saved yet)")
     released: bool = Field(description="a sandbox was given up (False: none was held)")
+    kind: Literal["pause"] = Field("pause", exclude=True, repr=False)
+    """The tag of the turn's result union (``sandgrid.wire.jobs.TurnResult``); never in a body."""

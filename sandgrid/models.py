@@ -291,6 +291,8 @@ class ExecResult(WireModel):
         description="the turn was cancelled: every process it started was killed "
         "(or, cancelled before it started, it never ran)",
     )
+    kind: Literal["exec"] = Field("exec", exclude=True, repr=False)
+    """The tag of the turn's result union (``sandgrid.wire.jobs.TurnResult``); never in a body."""
 
 
 class FileEntry(WireModel):
@@ -303,6 +305,8 @@ class FileEntry(WireModel):
 
 class FileList(WireModel):
     entries: list[FileEntry]
+    kind: Literal["list"] = Field("list", exclude=True, repr=False)
+    """The tag of the turn's result union (``sandgrid.wire.jobs.TurnResult``); never in a body."""
 
 
 class FileRead(WireModel):
@@ -310,6 +314,8 @@ class FileRead(WireModel):
     content: str
     encoding: Literal["utf-8", "base64"]
     size: int
+    kind: Literal["read"] = Field("read", exclude=True, repr=False)
+    """The tag of the turn's result union (``sandgrid.wire.jobs.TurnResult``); never in a body."""
 
 
 class SessionCreate(WireModel):
@@ -465,3 +471,5 @@ class CodeResult(WireModel):
     saved: bool = True
     saved_error: SaveError | None = None
     timings: dict[str, float] = Field(default_factory=dict)
+    kind: Literal["run_code"] = Field("run_code", exclude=True, repr=False)
+    """The tag of the turn's result union (``sandgrid.wire.jobs.TurnResult``); never in a body."""

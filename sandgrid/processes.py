@@ -50,12 +50,16 @@ class ProcessInfo(WireModel):
     )
     sandbox: str = Field("", description="the sandbox the process runs in (its table's life)")
     node: str = ""
+    kind: Literal["process"] = Field("process", exclude=True, repr=False)
+    """The tag of the turn's result union (``sandgrid.wire.jobs.TurnResult``); never in a body."""
 
 
 class ProcessList(WireModel):
     """Body of ``GET /v1/sessions/{id}/processes``."""
 
     processes: list[ProcessInfo]
+    kind: Literal["process_list"] = Field("process_list", exclude=True, repr=False)
+    """The tag of the turn's result union (``sandgrid.wire.jobs.TurnResult``); never in a body."""
 
 
 class ProcessLogs(WireModel):
@@ -72,6 +76,8 @@ class ProcessLogs(WireModel):
     skipped: int = 0
     end: int
     running: bool
+    kind: Literal["process_logs"] = Field("process_logs", exclude=True, repr=False)
+    """The tag of the turn's result union (``sandgrid.wire.jobs.TurnResult``); never in a body."""
 
 
 class ProcessStdin(WireModel):

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.periodic import Periodic
-from worker.residency import Residency
 from worker.session_table import SessionTable
+from worker.turns.residency import Residency
 
 __all__ = [
     "NODE_TTL_BEATS",

@@ -24,16 +24,17 @@ from worker.backends import backend_for
 from worker.backends.base import INCARNATION, SandboxBackend
 from worker.egress import EgressProxy, RedisBook, Resolver
 from worker.egress.handler import Handler
-from worker.executor import Executor
 from worker.heartbeat import Heartbeat
-from worker.interactive import TurnControl
-from worker.persistence import Persistence
+from worker.ops.base import NodeParts
+from worker.ops.terminal import TerminalBridge
 from worker.pool import SandboxPool, WarmPool
 from worker.reaper import Reaper
-from worker.residency import Residency
 from worker.session_table import SessionTable
 from worker.snapshots import SnapshotStore, open_store
-from worker.terminal import TerminalBridge
+from worker.turns.executor import Executor
+from worker.turns.interactive import TurnControl
+from worker.turns.residency import Residency
+from worker.turns.snapshot_policy import Persistence
 
 __all__ = ["Node", "get_node", "start_node", "stop_node"]
 
@@ -96,18 +97,16 @@ class Node:
             ),
             self.sessions,
         )
-        self.executor = Executor(
-            name,
+        parts = NodeParts(
             self.ledger,
             self.sessions,
-            self.pool,
-            self.persistence,
             self.residency,
+            self.persistence,
             self.backend_for,
-            self.incarnation,
-            terminal=TerminalBridge.from_settings(self.settings),
             control=self.control,
+            terminal=TerminalBridge.from_settings(self.settings),
         )
+        self.executor = Executor(name, self.pool, parts, self.incarnation)
         self.heartbeat = Heartbeat(
             name,
             self.ledger,

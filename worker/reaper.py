@@ -23,11 +23,11 @@ from collections.abc import Sequence
 
 from sandgrid.wire.periodic import Periodic
 from worker.backends.base import SandboxBackend
-from worker.background import keeps_resident
-from worker.persistence import Persistence
+from worker.ops.processes import keeps_resident
 from worker.pool import SandboxPool
-from worker.residency import Residency
 from worker.session_table import SessionTable
+from worker.turns.residency import Residency
+from worker.turns.snapshot_policy import Persistence
 
 __all__ = [
     "ORPHAN_GRACE_S",

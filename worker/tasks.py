@@ -18,8 +18,8 @@ from sandgrid.wire import names
 from sandgrid.wire.celery_app import app
 from sandgrid.wire.jobs import TurnJob
 from worker import metrics
-from worker.batch_gate import run_turn
 from worker.node import get_node
+from worker.turns.entry import run_turn
 
 __all__ = ["cancel", "note_received", "ping", "turn"]
 
@@ -47,7 +47,7 @@ def ping(value: int) -> int:
 
 @app.task(name=names.TASK_CANCEL, ignore_result=True)
 def cancel(turn_id: str) -> str:
-    """Kill the running exec of ``turn_id`` on this node (``worker.interactive``)."""
+    """Kill the running exec of ``turn_id`` on this node (``worker.turns.interactive``)."""
     return get_node().control.cancel(turn_id)
 
 

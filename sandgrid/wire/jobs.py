@@ -1,232 +1,82 @@
 """The Celery message of one turn and its result: what the control plane asks of a worker.
 
-A ``TurnJob`` carries the session record and one operation (a ``kind``-tagged
-union); the worker answers a ``TurnOutcome``: a result or an error body, never
-both. Both are JSON on the wire (never pickle) and frozen like every wire model.
+A ``TurnJob`` carries the session record and one operation (``TurnOp``, the
+``kind``-tagged union of the request models of ``sandgrid.ops``); the worker
+answers a ``TurnOutcome``: a result (``TurnResult``, the union of their result
+models) or an error body, never both. Both are JSON on the wire (never pickle)
+and frozen like every wire model.
+
+A result's ``kind`` is excluded from the models' own dumps, so that the public
+HTTP bodies stay what they were; ``TurnOutcome`` writes it into the Celery
+result, and the union is parsed by it where the result enters the scheduler
+(``scheduler.dispatch``). From there the result travels typed: a caller takes
+the model it expects with ``expect``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, TypeVar
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, field_serializer
 
-from sandgrid.lifecycle import CheckpointName
-from sandgrid.models import (
-    MAX_FILE_BYTES,
-    CodeRequest,
-    ExecRequest,
-    FileWrite,
-    SessionId,
-    SessionInfo,
-    WireModel,
-    WorkspacePath,
-)
-from sandgrid.terminal import (
-    PTY_DEFAULT_COLS,
-    PTY_DEFAULT_IDLE_S,
-    PTY_DEFAULT_MAX_S,
-    PTY_DEFAULT_ROWS,
-    PTY_MAX_DIM,
-    PTY_MAX_IDLE_S,
-    PTY_MAX_S,
-)
+from sandgrid.errors import SandboxError
+from sandgrid.lifecycle import CheckpointInfo, CheckpointList, PauseResult, RestoreResult
+from sandgrid.models import CodeResult, ExecResult, FileList, FileRead, SessionInfo, WireModel
+from sandgrid.ops import code, files, lifecycle, processes, session, terminal
+from sandgrid.ops.exec import ExecOp
+from sandgrid.processes import ProcessInfo, ProcessList, ProcessLogs
 
-__all__ = [
-    "LIFECYCLE_OPS",
-    "CheckpointOp",
-    "CloseOp",
-    "DeleteOp",
-    "DropCheckpointOp",
-    "ExecOp",
-    "ForkOp",
-    "ListCheckpointsOp",
-    "ListOp",
-    "PauseOp",
-    "ProcOp",
-    "ProcStartOp",
-    "PtyOp",
-    "ReadOp",
-    "RestoreOp",
-    "RunCodeOp",
-    "TarDownloadOp",
-    "TarUploadOp",
-    "TurnJob",
-    "TurnOp",
-    "TurnOutcome",
-    "WriteOp",
-]
+__all__ = ["TurnJob", "TurnOp", "TurnOutcome", "TurnResult", "expect"]
 
-
-# ---- turn operations: what a worker is asked to do for a session ----------
-
-
-class ExecOp(WireModel):
-    kind: Literal["exec"] = "exec"
-    request: ExecRequest
-
-
-class WriteOp(WireModel):
-    kind: Literal["write"] = "write"
-    files: list[FileWrite] = Field(min_length=1, max_length=1024)
-
-
-class ReadOp(WireModel):
-    kind: Literal["read"] = "read"
-    path: WorkspacePath
-    encoding: Literal["utf-8", "base64"] = "utf-8"
-
-
-class ListOp(WireModel):
-    kind: Literal["list"] = "list"
-    path: WorkspacePath = "."
-    recursive: bool = False
-
-
-class DeleteOp(WireModel):
-    kind: Literal["delete"] = "delete"
-    path: WorkspacePath
-    recursive: bool = False
-
-
-class TarUploadOp(WireModel):
-    kind: Literal["tar_upload"] = "tar_upload"
-    path: WorkspacePath = "."
-    data_b64: str = Field(max_length=MAX_FILE_BYTES * 4)
-
-
-class TarDownloadOp(WireModel):
-    kind: Literal["tar_download"] = "tar_download"
-    path: WorkspacePath = "."
-
-
-class CloseOp(WireModel):
-    """The session was closed: destroy its sandbox and delete its snapshots.
-
-    Sent to the owner's direct queue when a node holds the session, else to the
-    shared queue of its type (any worker can delete snapshots).
-    """
-
-    kind: Literal["close"] = "close"
-
-
-class ForkOp(WireModel):
-    """Start this (new) session from the latest snapshot of ``source``, a session
-    of the same tenant: the snapshot store copies the manifest and shares the blobs,
-    so the fork outlives its source. No sandbox is needed."""
-
-    kind: Literal["fork"] = "fork"
-    source: SessionId
-    checkpoint: CheckpointName | None = None
-    """Fork that named checkpoint of ``source`` instead of its latest snapshot."""
-
-
-# ---- the session's lifecycle (see sandgrid.lifecycle): on the owner, else any worker
-
-
-class CheckpointOp(WireModel):
-    """Save the workspace if it changed, then keep the latest snapshot as ``name``."""
-
-    kind: Literal["checkpoint"] = "checkpoint"
-    name: CheckpointName
-
-
-class ListCheckpointsOp(WireModel):
-    kind: Literal["list_checkpoints"] = "list_checkpoints"
-
-
-class DropCheckpointOp(WireModel):
-    kind: Literal["drop_checkpoint"] = "drop_checkpoint"
-    name: CheckpointName
-
-
-class RestoreOp(WireModel):
-    """Make checkpoint ``checkpoint`` the latest snapshot; drop the resident sandbox
-    (its unsaved changes are what an undo discards), so the next turn restores it."""
-
-    kind: Literal["restore"] = "restore"
-    checkpoint: CheckpointName
-
-
-class PauseOp(WireModel):
-    """Save the workspace (whatever the policy) and give the sandbox up."""
-
-    kind: Literal["pause"] = "pause"
-
-
-LIFECYCLE_OPS = (CheckpointOp, ListCheckpointsOp, DropCheckpointOp, RestoreOp, PauseOp)
-
-
-class RunCodeOp(WireModel):
-    """Run code in the session's Jupyter kernel (started in the sandbox on first use)."""
-
-    kind: Literal["run_code"] = "run_code"
-    request: CodeRequest
-
-
-class PtyOp(WireModel):
-    """An interactive terminal: a login shell on a pty, a long turn of the session.
-
-    Output and input travel on the Redis Streams of ``names.pty_out_key`` and
-    ``names.pty_in_key`` of ``pty_id`` (the turn's id), not in the job or outcome;
-    the turn ends when the shell exits, on close, or at its idle or absolute limit.
-    """
-
-    kind: Literal["pty"] = "pty"
-    pty_id: str = Field(pattern=r"^[A-Za-z0-9_-]{8,64}$")
-    rows: int = Field(PTY_DEFAULT_ROWS, ge=1, le=PTY_MAX_DIM)
-    cols: int = Field(PTY_DEFAULT_COLS, ge=1, le=PTY_MAX_DIM)
-    term: str = Field("xterm-256color", pattern=r"^[A-Za-z0-9._+-]{1,64}$")
-    idle_s: float = Field(PTY_DEFAULT_IDLE_S, gt=0, le=PTY_MAX_IDLE_S)
-    max_s: float = Field(PTY_DEFAULT_MAX_S, gt=0, le=PTY_MAX_S)
-
-
-class ProcStartOp(WireModel):
-    """Start ``request`` as a background process in the session's sandbox; answer at once."""
-
-    kind: Literal["proc_start"] = "proc_start"
-    request: ExecRequest
-
-
-class ProcOp(WireModel):
-    """A quick op on the background processes of the session's sandbox.
-
-    Never starts a sandbox: when the session is not here, or its sandbox is not
-    ``sandbox`` (the handle's), the worker answers ``process_lost``.
-    """
-
-    kind: Literal["proc"] = "proc"
-    action: Literal["list", "logs", "stdin", "kill", "wait"]
-    pid: int | None = None
-    sandbox: str | None = None
-    since: int = Field(0, ge=0)
-    data: str = ""
-    eof: bool = False
-    signal: str = "TERM"
-    timeout_s: float = Field(0.0, ge=0)
-
+R = TypeVar("R", bound=WireModel)
 
 TurnOp = Annotated[
     ExecOp
-    | WriteOp
-    | ReadOp
-    | ListOp
-    | DeleteOp
-    | TarUploadOp
-    | TarDownloadOp
-    | CloseOp
-    | ForkOp
-    | RunCodeOp
-    | PtyOp
-    | CheckpointOp
-    | ListCheckpointsOp
-    | DropCheckpointOp
-    | RestoreOp
-    | PauseOp
-    | ProcStartOp
-    | ProcOp,
+    | files.WriteOp
+    | files.ReadOp
+    | files.ListOp
+    | files.DeleteOp
+    | files.TarUploadOp
+    | files.TarDownloadOp
+    | session.CloseOp
+    | session.ForkOp
+    | code.RunCodeOp
+    | terminal.PtyOp
+    | lifecycle.CheckpointOp
+    | lifecycle.ListCheckpointsOp
+    | lifecycle.DropCheckpointOp
+    | lifecycle.RestoreOp
+    | lifecycle.PauseOp
+    | processes.ProcStartOp
+    | processes.ProcOp,
     Field(discriminator="kind"),
 ]
+"""What a worker is asked to do for a session: one request of ``sandgrid.ops``."""
+
+TurnResult = Annotated[
+    ExecResult
+    | files.WriteResult
+    | FileRead
+    | FileList
+    | files.DeleteResult
+    | files.TarUploadResult
+    | files.TarDownloadResult
+    | session.CloseResult
+    | session.ForkResult
+    | CodeResult
+    | terminal.PtyResult
+    | CheckpointInfo
+    | CheckpointList
+    | lifecycle.DropCheckpointResult
+    | RestoreResult
+    | PauseResult
+    | ProcessInfo
+    | ProcessList
+    | ProcessLogs
+    | processes.StdinResult,
+    Field(discriminator="kind"),
+]
+"""What a worker answers for a turn that succeeded: one result model, tagged by ``kind``."""
 
 
 class TurnJob(WireModel):
@@ -250,7 +100,34 @@ class TurnOutcome(WireModel):
     turn_id: str
     node: str
     ok: bool
-    result: dict[str, Any] | None = None
+    result: TurnResult | None = None
     error: dict[str, Any] | None = None
     snapshot: str | None = None
     timings: dict[str, float] = Field(default_factory=dict)
+
+    @field_serializer("result", mode="wrap")
+    def _tagged(self, result: TurnResult | None, dump: SerializerFunctionWrapHandler) -> Any:
+        """The result with its ``kind``, which its own dump leaves out (see the module doc)."""
+        body = dump(result)
+        if result is None:
+            return body
+        return {"kind": result.kind, **body}
+
+
+def expect(outcome: TurnOutcome, model: type[R], operation: str) -> R:
+    """The result of a successful turn, which must be a ``model``.
+
+    Raises:
+        SandboxError: the worker answered no result, or one of another kind (a
+            worker of another version, or a bug): named, never a 500 with a
+            ``KeyError``.
+    """
+    result = outcome.result
+    if isinstance(result, model):
+        return result
+    got = "no result" if result is None else f"a {type(result).__name__} ({result.kind})"
+    raise SandboxError(
+        f"the {operation} turn answered {got}, not a {model.__name__}",
+        operation=operation,
+        context={"turn": outcome.turn_id, "node": outcome.node},
+    )

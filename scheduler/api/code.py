@@ -8,11 +8,10 @@ on the first call and keeps between calls.
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from pydantic import ValidationError
 
-from sandgrid.errors import SandboxError
 from sandgrid.models import CodeRequest, CodeResult
-from sandgrid.wire.jobs import RunCodeOp
+from sandgrid.ops.code import RunCodeOp
+from sandgrid.wire.jobs import expect
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.tenants import Tenant
 from scheduler.turns.admission import check_timeout
@@ -46,12 +45,6 @@ def code_turn(
     session = svc.registry.get(tenant.name, session_id)
     wait_s = (body.timeout_s or session.quotas.timeout_s) + KERNEL_START_S
     done = svc.runner.run(tenant, session, RunCodeOp(request=body), timeout_s=wait_s, t0=t0)
-    try:
-        result = CodeResult.model_validate(done.outcome.result or {})
-    except ValidationError as exc:
-        raise SandboxError(
-            f"the worker returned a malformed code result: {exc.errors()[0]['msg']}",
-            operation="run_code",
-        ) from exc
+    result = expect(done.outcome, CodeResult, "run_code")
     timings = {**result.timings, **done.outcome.timings, **done.timings}
     return result.model_copy(update={"timings": timings, "node": done.outcome.node})

@@ -14,7 +14,8 @@ from pydantic import AfterValidator
 
 from sandgrid.errors import SandboxError
 from sandgrid.models import FileList, FileRead, workspace_path
-from sandgrid.wire.jobs import DeleteOp, ListOp, ReadOp, TarDownloadOp, TarUploadOp, WriteOp
+from sandgrid.ops import files as ops
+from sandgrid.ops.saved import bare_body
 from scheduler.api.deps import CurrentTenant, Svc
 
 __all__ = [
@@ -39,10 +40,10 @@ TAR = "application/x-tar"
 
 @router.post("/files")
 def write_files(
-    session_id: str, body: WriteOp, request: Request, svc: Svc, tenant: CurrentTenant
+    session_id: str, body: ops.WriteOp, request: Request, svc: Svc, tenant: CurrentTenant
 ) -> dict[str, Any]:
     """Write files (``{"files": [{"path", "content", "encoding", "mode"}]}``)."""
-    return svc.runner.op(tenant, session_id, body, t0=request.state.t0)
+    return bare_body(svc.runner.op(tenant, session_id, body, ops.WriteResult, t0=request.state.t0))
 
 
 @router.get("/files", response_model=FileRead)
@@ -54,8 +55,7 @@ def read_file(
     encoding: Literal["utf-8", "base64"] = "utf-8",
 ) -> FileRead:
     """Read one file; ``encoding=base64`` for binary content."""
-    result = svc.runner.op(tenant, session_id, ReadOp(path=path, encoding=encoding))
-    return FileRead.model_validate(result)
+    return svc.runner.op(tenant, session_id, ops.ReadOp(path=path, encoding=encoding), FileRead)
 
 
 @router.get("/files/list", response_model=FileList)
@@ -63,8 +63,7 @@ def list_files(
     session_id: str, svc: Svc, tenant: CurrentTenant, path: _RootQ = ".", recursive: bool = False
 ) -> FileList:
     """List a directory of the workspace."""
-    result = svc.runner.op(tenant, session_id, ListOp(path=path, recursive=recursive))
-    return FileList.model_validate(result)
+    return svc.runner.op(tenant, session_id, ops.ListOp(path=path, recursive=recursive), FileList)
 
 
 @router.delete("/files")
@@ -72,7 +71,8 @@ def delete_file(
     session_id: str, path: _PathQ, svc: Svc, tenant: CurrentTenant, recursive: bool = False
 ) -> dict[str, Any]:
     """Delete a file, or a directory with ``recursive=true``."""
-    return svc.runner.op(tenant, session_id, DeleteOp(path=path, recursive=recursive))
+    op = ops.DeleteOp(path=path, recursive=recursive)
+    return bare_body(svc.runner.op(tenant, session_id, op, ops.DeleteResult))
 
 
 @router.put("/tar")
@@ -84,16 +84,16 @@ def upload_tar(
     path: _RootQ = ".",
 ) -> dict[str, Any]:
     """Unpack a tar archive (the raw request body) into a workspace directory."""
-    op = TarUploadOp(path=path, data_b64=base64.b64encode(data).decode())
-    return svc.runner.op(tenant, session_id, op)
+    op = ops.TarUploadOp(path=path, data_b64=base64.b64encode(data).decode())
+    return bare_body(svc.runner.op(tenant, session_id, op, ops.TarUploadResult))
 
 
 @router.get("/tar", response_class=Response, responses={200: {"content": {TAR: {}}}})
 def download_tar(session_id: str, svc: Svc, tenant: CurrentTenant, path: _RootQ = ".") -> Response:
     """A tar archive of a workspace directory, paths relative to it."""
-    result = svc.runner.op(tenant, session_id, TarDownloadOp(path=path))
+    result = svc.runner.op(tenant, session_id, ops.TarDownloadOp(path=path), ops.TarDownloadResult)
     try:
-        data = base64.b64decode(result["data_b64"], validate=True)
-    except (KeyError, ValueError) as exc:
+        data = base64.b64decode(result.data_b64, validate=True)
+    except ValueError as exc:  # binascii.Error
         raise SandboxError("the worker returned no tar data", operation="tar_download") from exc
     return Response(content=data, media_type=TAR)

@@ -8,7 +8,7 @@ on its owner while the lease lives, else on any worker of its type
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import APIRouter, Depends, Request, status
 
@@ -22,15 +22,16 @@ from sandgrid.lifecycle import (
     RestoreRequest,
     RestoreResult,
 )
-from sandgrid.models import SessionInfo
-from sandgrid.wire.jobs import (
+from sandgrid.models import SessionInfo, WireModel
+from sandgrid.ops.lifecycle import (
     CheckpointOp,
     DropCheckpointOp,
+    DropCheckpointResult,
     ListCheckpointsOp,
     PauseOp,
     RestoreOp,
-    TurnOp,
 )
+from sandgrid.wire.jobs import TurnOp, expect
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.expiry import Expiry, shown
 from scheduler.tenants import Tenant
@@ -49,6 +50,8 @@ __all__ = [
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["lifecycle"])
 
+R = TypeVar("R", bound=WireModel)
+
 
 def get_expiry(request: Request) -> Expiry:
     """The API process's ``Expiry`` (built by ``create_app``)."""
@@ -59,9 +62,9 @@ def get_expiry(request: Request) -> Expiry:
 ExpiryDep = Annotated[Expiry, Depends(get_expiry)]
 
 
-def _turn(svc: Services, tenant: Tenant, session_id: str, op: TurnOp) -> dict[str, object]:
+def _turn(svc: Services, tenant: Tenant, session_id: str, op: TurnOp, model: type[R]) -> R:
     session = svc.registry.get(tenant.name, session_id)
-    return svc.runner.run(tenant, session, op, timeout_s=None).outcome.result or {}
+    return expect(svc.runner.run(tenant, session, op, timeout_s=None).outcome, model, op.kind)
 
 
 @router.post("/checkpoints", status_code=status.HTTP_201_CREATED, response_model=CheckpointInfo)
@@ -73,14 +76,13 @@ def create_checkpoint(
     409 ``checkpoint_exists`` for a name in use, ``no_snapshot`` when nothing
     was saved yet; 429 ``tenant_limit`` past ``MAX_CHECKPOINTS``.
     """
-    result = _turn(svc, tenant, session_id, CheckpointOp(name=body.name))
-    return CheckpointInfo.model_validate(result)
+    return _turn(svc, tenant, session_id, CheckpointOp(name=body.name), CheckpointInfo)
 
 
 @router.get("/checkpoints", response_model=CheckpointList)
 def list_checkpoints(session_id: str, svc: Svc, tenant: CurrentTenant) -> CheckpointList:
     """The session's checkpoints, by name."""
-    return CheckpointList.model_validate(_turn(svc, tenant, session_id, ListCheckpointsOp()))
+    return _turn(svc, tenant, session_id, ListCheckpointsOp(), CheckpointList)
 
 
 @router.delete("/checkpoints/{name}", status_code=status.HTTP_204_NO_CONTENT)
@@ -88,7 +90,7 @@ def delete_checkpoint(
     session_id: str, name: CheckpointName, svc: Svc, tenant: CurrentTenant
 ) -> None:
     """Delete a checkpoint (404 if there is none of that name)."""
-    _turn(svc, tenant, session_id, DropCheckpointOp(name=name))
+    _turn(svc, tenant, session_id, DropCheckpointOp(name=name), DropCheckpointResult)
 
 
 @router.post("/restore", response_model=RestoreResult)
@@ -96,8 +98,7 @@ def restore_checkpoint(
     session_id: str, body: RestoreRequest, svc: Svc, tenant: CurrentTenant
 ) -> RestoreResult:
     """Roll the workspace back to a checkpoint: the next turn sees it (changes since are gone)."""
-    result = _turn(svc, tenant, session_id, RestoreOp(checkpoint=body.checkpoint))
-    return RestoreResult.model_validate(result)
+    return _turn(svc, tenant, session_id, RestoreOp(checkpoint=body.checkpoint), RestoreResult)
 
 
 @router.post("/pause", response_model=PauseResult)
@@ -109,8 +110,8 @@ def pause_session(session_id: str, svc: Svc, tenant: CurrentTenant) -> PauseResu
     session = svc.registry.get(tenant.name, session_id)
     if session.owner is None and session.state != "closed":
         return PauseResult(session=session.id, snapshot=session.snapshot, released=False)
-    result = svc.runner.run(tenant, session, PauseOp(), timeout_s=None).outcome.result or {}
-    return PauseResult.model_validate(result)
+    done = svc.runner.run(tenant, session, PauseOp(), timeout_s=None)
+    return expect(done.outcome, PauseResult, "pause")
 
 
 def filter_sessions(

@@ -12,6 +12,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request, status
 
 from sandgrid.models import ExecRequest
+from sandgrid.ops.processes import ProcOp, StdinResult
+from sandgrid.ops.saved import bare_body
 from sandgrid.processes import (
     ProcessInfo,
     ProcessKill,
@@ -20,7 +22,6 @@ from sandgrid.processes import (
     ProcessStdin,
     ProcessWait,
 )
-from sandgrid.wire.jobs import ProcOp
 from scheduler.api.deps import CurrentTenant, Svc
 from scheduler.turns.processes import process_op, start_process
 
@@ -53,8 +54,7 @@ def start_background(
 @router.get("", response_model=ProcessList)
 def list_processes(session_id: str, svc: Svc, tenant: CurrentTenant) -> ProcessList:
     """The session's background processes, running or finished (empty when none lives)."""
-    result = process_op(svc.runner, tenant, session_id, ProcOp(action="list"))
-    return ProcessList.model_validate(result)
+    return process_op(svc.runner, tenant, session_id, ProcOp(action="list"), ProcessList)
 
 
 @router.get("/{pid}/logs", response_model=ProcessLogs)
@@ -68,7 +68,7 @@ def process_logs(
 ) -> ProcessLogs:
     """Output (stdout and stderr merged) from ``since``; ``offset`` is where to read on."""
     op = ProcOp(action="logs", pid=pid, since=since, sandbox=sandbox)
-    return ProcessLogs.model_validate(process_op(svc.runner, tenant, session_id, op))
+    return process_op(svc.runner, tenant, session_id, op, ProcessLogs)
 
 
 @router.post("/{pid}/stdin")
@@ -82,7 +82,7 @@ def process_stdin(
 ) -> dict[str, Any]:
     """Write to the process's stdin; ``written`` says how many bytes it took."""
     op = ProcOp(action="stdin", pid=pid, data=body.data, eof=body.eof, sandbox=sandbox)
-    return process_op(svc.runner, tenant, session_id, op)
+    return bare_body(process_op(svc.runner, tenant, session_id, op, StdinResult))
 
 
 @router.post("/{pid}/kill", response_model=ProcessInfo)
@@ -96,7 +96,7 @@ def kill_process(
 ) -> ProcessInfo:
     """Signal the process's group (its children too)."""
     op = ProcOp(action="kill", pid=pid, signal=body.signal, sandbox=sandbox)
-    return ProcessInfo.model_validate(process_op(svc.runner, tenant, session_id, op))
+    return process_op(svc.runner, tenant, session_id, op, ProcessInfo)
 
 
 @router.post("/{pid}/wait", response_model=ProcessInfo)
@@ -110,4 +110,4 @@ def wait_process(
 ) -> ProcessInfo:
     """Wait at most ``timeout_s`` (10 s) for the process to end; ``running`` says if it did."""
     op = ProcOp(action="wait", pid=pid, timeout_s=body.timeout_s, sandbox=sandbox)
-    return ProcessInfo.model_validate(process_op(svc.runner, tenant, session_id, op))
+    return process_op(svc.runner, tenant, session_id, op, ProcessInfo)

@@ -21,8 +21,9 @@ from sandgrid.models import (
     SessionList,
     SessionState,
 )
+from sandgrid.ops.files import WriteOp
+from sandgrid.ops.session import ForkOp
 from sandgrid.streaming import EVENT_STREAM
-from sandgrid.wire.jobs import ForkOp, WriteOp
 from scheduler.api import stream
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.api.lifecycle import ExpiryDep, filter_sessions

@@ -31,9 +31,11 @@ import redis as redis_lib
 
 from sandgrid.audit import MAX_AUDIT_LIMIT, MAX_AUDIT_SINCE, AuditAction, AuditPage, AuditRecord
 from sandgrid.errors import InvalidInput, SandgridError
-from sandgrid.models import ExecRequest
+from sandgrid.models import ExecRequest, ExecResult
+from sandgrid.ops.exec import ExecOp
+from sandgrid.ops.files import TarUploadOp, WriteOp
 from sandgrid.wire import names
-from sandgrid.wire.jobs import ExecOp, TarUploadOp, TurnJob, TurnOutcome, WriteOp
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from sandgrid.wire.objects import ObjectStore
 from sandgrid.wire.objects.keys import audit_day_of, audit_prefix
 from scheduler import metrics
@@ -130,12 +132,12 @@ class AuditLog:
             fields["outcome"] = "ok" if outcome.ok else str((outcome.error or {}).get("code"))
         if error is not None:
             fields["outcome"] = error.code.value
-        result = (outcome.result if outcome is not None else None) or {}
+        result = outcome.result if outcome is not None else None
         try:
             if isinstance(op, ExecOp):
-                fields["exit_code"] = result.get("exit_code")
-                out = len(str(result.get("stdout", ""))) + len(str(result.get("stderr", "")))
-                fields["bytes"] = out if outcome is not None and outcome.ok else None
+                ran = result if isinstance(result, ExecResult) else None
+                fields["exit_code"] = ran.exit_code if ran is not None else None
+                fields["bytes"] = len(ran.stdout) + len(ran.stderr) if ran is not None else None
                 self._safe(job, "exec", command=op.request, **fields)
             elif isinstance(op, WriteOp):
                 fields["bytes"] = sum(len(f.content) for f in op.files)

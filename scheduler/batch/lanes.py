@@ -26,12 +26,12 @@ import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from pydantic import ValidationError
-
 from sandgrid.batch.models import BatchJob
 from sandgrid.errors import SandboxError, SandgridError
 from sandgrid.models import ExecRequest, ExecResult, Quotas, SessionCreate, SessionInfo
-from sandgrid.wire.jobs import ExecOp, WriteOp
+from sandgrid.ops.exec import ExecOp
+from sandgrid.ops.files import WriteOp
+from sandgrid.wire.jobs import expect
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant
 from scheduler.turns.runner import TurnRunner
@@ -151,13 +151,7 @@ class Lane(ABC):
             batch=True,
             close_after=close_after,
         )
-        try:
-            result = ExecResult.model_validate(done.outcome.result or {})
-        except ValidationError as exc:
-            raise SandboxError(
-                f"the worker returned a malformed exec result: {exc.errors()[0]['msg']}",
-                operation="batch.exec",
-            ) from exc
+        result = expect(done.outcome, ExecResult, "batch.exec")
         self.node = done.outcome.node or result.node
         return result.model_copy(update={"node": self.node})
 

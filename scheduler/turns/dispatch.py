@@ -34,6 +34,7 @@ from celery.backends.asynchronous import Drainer
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
 from kombu.exceptions import OperationalError
+from pydantic import ValidationError
 
 from sandgrid.errors import ErrorCode, SandboxError, SandgridError, unavailable
 from sandgrid.wire import names
@@ -289,14 +290,26 @@ def _registry_down(exc: BaseException) -> bool:
 def outcome_from_result(handle: AsyncResult[Any], value: Any) -> TurnOutcome:
     """Map what the task returned (or raised) to a ``TurnOutcome``.
 
-    The worker's task returns a ``TurnOutcome`` dump; anything else means the task
-    itself failed (a bug or a crash in the worker glue), reported as a sandbox error.
+    The worker's task returns a ``TurnOutcome`` dump: this is where its result is
+    validated, once (``TurnResult``, by its ``kind``), to travel typed from here.
+    Anything else, or an outcome that does not fit, means the task itself failed
+    (a bug or a crash in the worker glue, a worker of another version), reported
+    as a sandbox error.
     """
     turn_id = str(handle.id).rsplit(".", 1)[0]
     if isinstance(value, dict) and "ok" in value:
-        return TurnOutcome.model_validate(value)
-    if isinstance(value, BaseException):
-        err: SandgridError = SandboxError(
+        try:
+            return TurnOutcome.model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            err: SandgridError = SandboxError(
+                f"the worker returned a malformed outcome: {where}: {first['msg']}",
+                operation="turn",
+                context={"task_id": str(handle.id)},
+            )
+    elif isinstance(value, BaseException):
+        err = SandboxError(
             f"the worker's task failed: {type(value).__name__}: {value}",
             operation="turn",
             context={"task_id": str(handle.id), "state": str(handle.state)},

@@ -38,8 +38,15 @@ from dataclasses import dataclass
 from typing import Literal
 
 import redis
+from pydantic import ValidationError
 
-from sandgrid.errors import ErrorCode, InfrastructureError, InvalidInput, SandgridError
+from sandgrid.errors import (
+    ErrorCode,
+    InfrastructureError,
+    InvalidInput,
+    SandboxError,
+    SandgridError,
+)
 from sandgrid.models import IDEMPOTENCY_HEADER
 from sandgrid.wire import names
 from sandgrid.wire.jobs import TurnJob, TurnOp, TurnOutcome
@@ -154,7 +161,7 @@ class IdempotencyStore:
         args = [fp, millis(pending_s), millis(time.time())]
         found = self._scripts["reserve_idempotency"](keys=keys, args=args)
         if found[0] == "done":
-            return Reservation("done", TurnOutcome.model_validate_json(found[1]))
+            return Reservation("done", _stored(turn_id, found[1]))
         state: Literal["new", "pending", "mismatch"] = found[0]
         return Reservation(state)
 
@@ -183,7 +190,7 @@ class IdempotencyStore:
     def outcome(self, turn_id: str) -> TurnOutcome | None:
         """The stored outcome of a finished turn, if any."""
         raw = self.redis.hget(names.idempotency_key(turn_id), "outcome")
-        return TurnOutcome.model_validate_json(raw) if raw else None
+        return _stored(turn_id, raw) if raw else None
 
     def failed(self, turn_id: str, exc: SandgridError) -> None:
         """A keyed turn ended in ``exc``: release the key when the turn did not run,
@@ -248,3 +255,20 @@ class IdempotencyStore:
         """Forget a key whose turn did not run, with its turn record: the same key
         may run it later. Only for a turn that was refused or never sent."""
         self.redis.delete(names.idempotency_key(turn_id), names.turn_key(turn_id))
+
+
+def _stored(turn_id: str, raw: str) -> TurnOutcome:
+    """The outcome kept under a key, validated (its result typed) as it enters.
+
+    Raises:
+        SandboxError: it does not fit this version's ``TurnOutcome`` (kept by
+            another version of the grid).
+    """
+    try:
+        return TurnOutcome.model_validate_json(raw)
+    except ValidationError as exc:
+        raise SandboxError(
+            f"the outcome kept for turn {turn_id} does not fit: {exc.errors()[0]['msg']}",
+            operation="exec",
+            context={"turn": turn_id},
+        ) from None

@@ -10,17 +10,20 @@ answers ``process_lost`` itself when the handle's sandbox is no longer there.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypeVar
 
 from sandgrid.errors import ErrorCode, SandboxLost
-from sandgrid.models import ExecRequest
-from sandgrid.processes import ProcessInfo
-from sandgrid.wire.jobs import ProcOp, ProcStartOp
+from sandgrid.models import ExecRequest, WireModel
+from sandgrid.ops.processes import ProcOp, ProcStartOp
+from sandgrid.processes import ProcessInfo, ProcessList
+from sandgrid.wire.jobs import expect
 from scheduler.tenants import Tenant
 from scheduler.turns.admission import check_exec
 from scheduler.turns.runner import TurnRunner
 
 __all__ = ["process_op", "start_process"]
+
+R = TypeVar("R", bound=WireModel)
 
 _QUICK_TTL_S = 5.0
 """The deadline of a quick op's turn, before the runner's margin."""
@@ -43,11 +46,13 @@ def start_process(
     check_exec(tenant, request)
     session = runner.registry.get(tenant.name, session_id)
     done = runner.run(tenant, session, ProcStartOp(request=request), timeout_s=None, t0=t0)
-    return ProcessInfo.model_validate(done.outcome.result or {})
+    return expect(done.outcome, ProcessInfo, "proc_start")
 
 
-def process_op(runner: TurnRunner, tenant: Tenant, session_id: str, op: ProcOp) -> dict[str, Any]:
-    """Run a quick op on the session's owning node; its JSON result.
+def process_op(
+    runner: TurnRunner, tenant: Tenant, session_id: str, op: ProcOp, model: type[R]
+) -> R:
+    """Run a quick op on the session's owning node; its result, a ``model``.
 
     Raises:
         SandboxLost: ``process_lost``, the session has no live owner (its node
@@ -57,8 +62,9 @@ def process_op(runner: TurnRunner, tenant: Tenant, session_id: str, op: ProcOp) 
     session = runner.registry.get(tenant.name, session_id)
     owner = session.owner
     if session.state != "closed" and not (owner and runner.registry.node_alive(owner)):
-        if op.action == "list":
-            return {"processes": []}
+        empty = ProcessList(processes=[])
+        if op.action == "list" and isinstance(empty, model):
+            return empty
         raise SandboxLost(
             f"background process {op.pid} of session {session_id} is lost: "
             + (f"its node {owner!r} is not alive" if owner else "no node holds the session"),
@@ -67,4 +73,5 @@ def process_op(runner: TurnRunner, tenant: Tenant, session_id: str, op: ProcOp) 
             context={"pid": op.pid, "sandbox": op.sandbox, "node": owner, "ran": False},
         )
     ttl = op.timeout_s + _QUICK_TTL_S
-    return runner.run(tenant, session, op, timeout_s=ttl).outcome.result or {}
+    done = runner.run(tenant, session, op, timeout_s=ttl)
+    return expect(done.outcome, model, f"processes.{op.action}")

@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from sandgrid.errors import ErrorCode, InfrastructureError
-from sandgrid.wire.jobs import ExecOp, TurnJob
+from sandgrid.ops.exec import ExecOp
+from sandgrid.wire.jobs import TurnJob
 from scheduler.registry.sessions import SessionRegistry
 
 __all__ = ["MAX_ATTEMPTS", "MAX_RUNS", "TurnRecovery", "timeout_of"]

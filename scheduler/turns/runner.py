@@ -31,21 +31,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from pydantic import ValidationError
+from typing import Any, TypeVar
 
 from sandgrid.errors import (
     Conflict,
     ErrorCode,
     InfrastructureError,
-    SandboxError,
     SandgridError,
     error_from_body,
 )
-from sandgrid.models import ExecRequest, ExecResult, SessionInfo
+from sandgrid.models import ExecRequest, ExecResult, SessionInfo, WireModel
+from sandgrid.ops.exec import ExecOp
+from sandgrid.ops.session import CloseOp
 from sandgrid.wire import names
-from sandgrid.wire.jobs import CloseOp, ExecOp, TurnJob, TurnOp, TurnOutcome
+from sandgrid.wire.jobs import TurnJob, TurnOp, TurnOutcome, expect
 from scheduler import metrics
 from scheduler.audit.log import AuditLog
 from scheduler.expiry import is_due
@@ -64,6 +63,8 @@ __all__ = [
     "TurnDone",
     "TurnRunner",
 ]
+
+R = TypeVar("R", bound=WireModel)
 
 #: How long a close message may wait in the owner's queue before it is dropped.
 CLOSE_EXPIRES_S = 120.0
@@ -159,13 +160,7 @@ class TurnRunner:
             )
         else:
             done = self._keyed(tenant, session, op, idempotency_key, t0)
-        try:
-            result = ExecResult.model_validate(done.outcome.result or {})
-        except ValidationError as exc:
-            raise SandboxError(
-                f"the worker returned a malformed exec result: {exc.errors()[0]['msg']}",
-                operation="exec",
-            ) from exc
+        result = expect(done.outcome, ExecResult, "exec")
         sandbox_ms = done.outcome.timings.get("sandbox_ms", result.duration_ms)
         timings = {**result.timings, **done.outcome.timings, **done.timings}
         timings["sandbox_ms"] = round(sandbox_ms, 3)
@@ -214,11 +209,18 @@ class TurnRunner:
         return done  # its outcome was kept under the key as the turn ended (_end)
 
     def op(
-        self, tenant: Tenant, session_id: str, op: TurnOp, *, t0: float | None = None
-    ) -> dict[str, Any]:
-        """Run a file operation (write, read, list, delete, tar); its result dict."""
+        self,
+        tenant: Tenant,
+        session_id: str,
+        op: TurnOp,
+        model: type[R],
+        *,
+        t0: float | None = None,
+    ) -> R:
+        """Run a file operation (write, read, list, delete, tar); its result, a ``model``."""
         session = self.registry.get(tenant.name, session_id)
-        return self.run(tenant, session, op, timeout_s=None, t0=t0).outcome.result or {}
+        done = self.run(tenant, session, op, timeout_s=None, t0=t0)
+        return expect(done.outcome, model, op.kind)
 
     def run(
         self,

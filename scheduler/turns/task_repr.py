@@ -10,16 +10,9 @@ length-stamped head of the command, file paths and counts, never a value.
 from __future__ import annotations
 
 from sandgrid.models import ExecRequest
-from sandgrid.wire.jobs import (
-    DeleteOp,
-    ExecOp,
-    ListOp,
-    ReadOp,
-    TarDownloadOp,
-    TarUploadOp,
-    TurnJob,
-    WriteOp,
-)
+from sandgrid.ops.exec import ExecOp
+from sandgrid.ops.files import DeleteOp, ListOp, ReadOp, TarDownloadOp, TarUploadOp, WriteOp
+from sandgrid.wire.jobs import TurnJob
 
 __all__ = ["HEAD_CHARS", "describe"]
 

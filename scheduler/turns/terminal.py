@@ -23,7 +23,8 @@ from pydantic import ValidationError
 
 from sandgrid.errors import Conflict, ErrorCode, InvalidInput, SandgridError, error_from_body
 from sandgrid.models import SessionInfo
-from sandgrid.wire.jobs import PtyOp, TurnJob
+from sandgrid.ops.terminal import PtyOp
+from sandgrid.wire.jobs import TurnJob
 from scheduler.registry.sessions import new_turn_id
 from scheduler.tenants import Tenant
 from scheduler.turns.dispatch import task_id_of

@@ -18,12 +18,14 @@ import pytest
 from sandgrid.errors import ErrorCode, InvalidInput, SandboxError, SandboxLost
 from sandgrid.models import ExecRequest, FileWrite, Quotas
 from worker.backends import Sandbox, SandboxBackend
+from worker.ops.exec import exec_command
+from worker.ops.files import delete, get_tar, list_files, put_tar, read_file, write_files
 
 pytestmark = pytest.mark.integration
 
 
 def run(backend: SandboxBackend, sbx: Sandbox, **kw: Any) -> Any:
-    return backend.exec(sbx, ExecRequest(**kw))
+    return exec_command(backend, sbx, ExecRequest(**kw))
 
 
 def tar_of(members: dict[str, bytes | str]) -> bytes:
@@ -39,6 +41,11 @@ def tar_of(members: dict[str, bytes | str]) -> bytes:
                 info.size = len(value)
                 tar.addfile(info, io.BytesIO(value))
     return buf.getvalue()
+
+
+def tar_b64(members: dict[str, bytes | str]) -> str:
+    """``tar_of`` as a tar upload carries it: base64."""
+    return base64.b64encode(tar_of(members)).decode()
 
 
 # ---- exec ----------------------------------------------------------------------
@@ -60,7 +67,7 @@ def test_exec_large_python_source(backend: SandboxBackend, shared: Sandbox) -> N
 
 
 def test_exec_env_cwd_stdin(backend: SandboxBackend, shared: Sandbox) -> None:
-    backend.write_files(shared, [FileWrite(path="sub/dir/f.txt", content="x")])
+    write_files(backend, shared, [FileWrite(path="sub/dir/f.txt", content="x")])
     r = run(backend, shared, shell="echo $FOO $HOME; pwd; cat", env={"FOO": "bar"}, cwd="sub/dir",
             stdin="from stdin")  # fmt: skip
     assert r.stdout == "bar /home/sandbox\n/workspace/sub/dir\nfrom stdin"
@@ -90,7 +97,8 @@ def test_output_cap_and_truncation(backend: SandboxBackend, shared: Sandbox) -> 
 def test_streaming_chunks(backend: SandboxBackend, shared: Sandbox) -> None:
     seen: list[tuple[str, str, float]] = []
     t0 = time.monotonic()
-    r = backend.exec(
+    r = exec_command(
+        backend,
         shared,
         ExecRequest(shell="echo one; sleep 0.3; echo two >&2; sleep 0.3; echo three"),
         on_chunk=lambda stream, text: seen.append((stream, text, time.monotonic() - t0)),
@@ -135,7 +143,7 @@ def test_background_process_survives_normal_exit(backend: SandboxBackend, shared
 
 def test_file_roundtrip(backend: SandboxBackend, shared: Sandbox) -> None:
     raw = bytes(range(256)) + b"\x10\x11"  # ctrl-p ctrl-q must not detach the attach stream
-    n = backend.write_files(
+    n = write_files(backend,
         shared,
         [
             FileWrite(path="files/a.txt", content="héllo\n"),
@@ -144,65 +152,66 @@ def test_file_roundtrip(backend: SandboxBackend, shared: Sandbox) -> None:
         ],
     )  # fmt: skip
     assert n == 2
-    a = backend.read_file(shared, "files/a.txt")
+    a = read_file(backend, shared, "files/a.txt")
     assert (a.content, a.encoding, a.size) == ("héllo\n", "utf-8", 7)
-    b = backend.read_file(shared, "files/b.bin")
+    b = read_file(backend, shared, "files/b.bin")
     assert b.encoding == "base64" and base64.b64decode(b.content) == raw
-    entries = {e.path: e for e in backend.list_files(shared, "files").entries}
+    entries = {e.path: e for e in list_files(backend, shared, "files").entries}
     assert set(entries) == {"files/a.txt", "files/b.bin"}
     assert entries["files/b.bin"].mode == 0o600 and entries["files/b.bin"].size == len(raw)
     owner = run(backend, shared, argv=["stat", "-c", "%u:%g", "files/a.txt"]).stdout
     assert owner == "1000:1000\n"
-    assert backend.delete(shared, "files", recursive=True) == 3
-    assert "files" not in [e.path for e in backend.list_files(shared, ".").entries]
+    assert delete(backend, shared, "files", recursive=True) == 3
+    assert "files" not in [e.path for e in list_files(backend, shared, ".").entries]
 
 
 def test_file_errors(backend: SandboxBackend, shared: Sandbox) -> None:
     with pytest.raises(InvalidInput):
-        backend.read_file(shared, "does/not/exist")
-    backend.write_files(shared, [FileWrite(path="big.txt", content="z" * 5000)])
+        read_file(backend, shared, "does/not/exist")
+    write_files(backend, shared, [FileWrite(path="big.txt", content="z" * 5000)])
     with pytest.raises(InvalidInput) as err:
-        backend.read_file(shared, "big.txt", max_bytes=1000)
+        read_file(backend, shared, "big.txt", max_bytes=1000)
     assert err.value.code == ErrorCode.PAYLOAD_TOO_LARGE
-    backend.write_files(shared, [FileWrite(path="d/x", content="")])
+    write_files(backend, shared, [FileWrite(path="d/x", content="")])
     with pytest.raises(InvalidInput):
-        backend.delete(shared, "d")  # not empty, not recursive
+        delete(backend, shared, "d")  # not empty, not recursive
     with pytest.raises(InvalidInput):
-        backend.delete(shared, ".", recursive=True)
+        delete(backend, shared, ".", recursive=True)
 
 
 @pytest.mark.parametrize("path", ["../etc/passwd", "/etc/passwd", "a/../../etc/passwd"])
 def test_paths_leaving_the_workspace(backend: SandboxBackend, shared: Sandbox, path: str) -> None:
     with pytest.raises(InvalidInput) as err:
-        backend.read_file(shared, path)
+        read_file(backend, shared, path)
     assert err.value.code == ErrorCode.PATH_OUTSIDE_WORKSPACE and path in str(err.value)
 
 
 def test_symlink_out_is_refused(backend: SandboxBackend, shared: Sandbox) -> None:
     run(backend, shared, shell="ln -sfn /etc out; ln -sfn /etc/passwd pw; ln -sfn /tmp/x tmpx")
     for op in (
-        lambda: backend.read_file(shared, "pw"),
-        lambda: backend.read_file(shared, "out/passwd"),
-        lambda: backend.list_files(shared, "out"),
-        lambda: backend.write_files(shared, [FileWrite(path="tmpx", content="no")]),
-        lambda: backend.write_files(shared, [FileWrite(path="out/new", content="no")]),
-        lambda: backend.get_tar(shared, "out"),
-        lambda: backend.put_tar(shared, "out", tar_of({"f": b"no"})),
+        lambda: read_file(backend, shared, "pw"),
+        lambda: read_file(backend, shared, "out/passwd"),
+        lambda: list_files(backend, shared, "out"),
+        lambda: write_files(backend, shared, [FileWrite(path="tmpx", content="no")]),
+        lambda: write_files(backend, shared, [FileWrite(path="out/new", content="no")]),
+        lambda: get_tar(backend, shared, "out"),
+        lambda: put_tar(backend, shared, "out", tar_b64({"f": b"no"})),
     ):
         with pytest.raises(InvalidInput) as err:
             op()
         assert err.value.code == ErrorCode.PATH_OUTSIDE_WORKSPACE
         assert "'pw'" in str(err.value) or "'out" in str(err.value) or "'tmpx'" in str(err.value)
     assert run(backend, shared, argv=["ls", "/tmp"]).stdout == ""
-    assert backend.delete(shared, "out") == 1  # the link itself, not /etc
+    assert delete(backend, shared, "out") == 1  # the link itself, not /etc
     assert run(backend, shared, argv=["test", "-d", "/etc"]).exit_code == 0
 
 
 def test_tar_upload_download(backend: SandboxBackend, shared: Sandbox) -> None:
-    data = tar_of({"t/a.txt": b"A", "t/sub/b.txt": b"B", "t/link": "->sub/b.txt"})
-    assert backend.put_tar(shared, "up", data) == 3
+    data = tar_b64({"t/a.txt": b"A", "t/sub/b.txt": b"B", "t/link": "->sub/b.txt"})
+    assert put_tar(backend, shared, "up", data) == 3
     assert run(backend, shared, shell="cat up/t/a.txt up/t/link").stdout == "AB"
-    with tarfile.open(fileobj=io.BytesIO(backend.get_tar(shared, "up/t"))) as tar:
+    downloaded = base64.b64decode(get_tar(backend, shared, "up/t"))
+    with tarfile.open(fileobj=io.BytesIO(downloaded)) as tar:
         names = {m.name: m for m in tar.getmembers()}
         assert set(names) == {"a.txt", "sub", "sub/b.txt", "link"}
         assert names["link"].issym() and names["link"].linkname == "sub/b.txt"
@@ -224,7 +233,7 @@ def test_tar_upload_refuses_escapes(
     backend: SandboxBackend, shared: Sandbox, members: dict[str, bytes | str]
 ) -> None:
     with pytest.raises(InvalidInput):
-        backend.put_tar(shared, "refused", tar_of(members))
+        put_tar(backend, shared, "refused", tar_b64(members))
     assert run(backend, shared, argv=["test", "-e", "refused/ok"]).exit_code == 1
     assert run(backend, shared, argv=["ls", "/tmp"]).stdout == ""
 
@@ -233,13 +242,13 @@ def test_tar_upload_keeps_links_to_anywhere_as_links(
     backend: SandboxBackend, shared: Sandbox
 ) -> None:
     """A link's target is data; the file API still refuses to go through it."""
-    backend.put_tar(shared, "links", tar_of({"etc": "->/etc", "py": "->/usr/bin/python3"}))
+    put_tar(backend, shared, "links", tar_b64({"etc": "->/etc", "py": "->/usr/bin/python3"}))
     assert (
         run(backend, shared, shell="readlink links/etc links/py").stdout
         == "/etc\n/usr/bin/python3\n"
     )
     with pytest.raises(InvalidInput):
-        backend.read_file(shared, "links/etc/passwd")
+        read_file(backend, shared, "links/etc/passwd")
 
 
 # ---- snapshots: scan, pack, unpack ------------------------------------------------
@@ -459,7 +468,8 @@ def test_cancel_kills_every_process_of_the_exec(backend: SandboxBackend, shared:
     started = threading.Event()
     canceller = threading.Thread(target=_cancel_when_started, args=(shared, started))
     canceller.start()
-    r = backend.exec(
+    r = exec_command(
+        backend,
         shared,
         ExecRequest(
             shell="sleep 1000 & setsid sleep 1000 & (sleep 1000 &) ; echo started; sleep 1000",
@@ -491,7 +501,8 @@ def test_cancel_of_another_request_or_none_is_a_no_op(
 
     t = threading.Thread(target=wrong_target)
     t.start()
-    r = backend.exec(
+    r = exec_command(
+        backend,
         shared,
         ExecRequest(shell="echo a; sleep 0.5; echo b"),
         on_chunk=lambda stream, text: started.set(),
@@ -526,6 +537,6 @@ def test_an_exec_asked_to_scan_after_it_saves_the_scan_round_trip(
     assert {r[0] for r in rows} == {"/workspace/d", "/workspace/d/f"}
     sbx.scan_after_exec = roots
     run(backend, sbx, shell="echo y > g")
-    backend.read_file(sbx, "g")  # a request between: the exec's scan is stale
+    read_file(backend, sbx, "g")  # a request between: the exec's scan is stale
     after = backend.scan(sbx, list(roots))
     assert ops[-1] == "scan" and "/workspace/g" in {r[0] for r in after}

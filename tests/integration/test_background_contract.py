@@ -14,47 +14,59 @@ from sandgrid.errors import LimitExceeded, NotFound
 from sandgrid.models import ExecRequest, Quotas
 from tests.integration.conftest import SandboxFactory
 from worker.backends import Sandbox, SandboxBackend
+from worker.ops.exec import exec_command
+from worker.ops.processes import (
+    live_processes,
+    process_kill,
+    process_logs,
+    process_stdin,
+    process_wait,
+    processes,
+    start_process,
+)
 
 pytestmark = pytest.mark.integration
 
 
 def start(backend: SandboxBackend, sbx: Sandbox, **kw: object) -> int:
-    return backend.start_process(sbx, ExecRequest.model_validate(kw)).pid
+    return start_process(backend, sbx, ExecRequest.model_validate(kw)).pid
 
 
 def test_start_answers_at_once_then_wait_and_logs(backend: SandboxBackend, shared: Sandbox) -> None:
-    info = backend.start_process(
-        shared, ExecRequest(shell="echo one; echo two >&2; sleep 2; echo three; exit 4")
+    info = start_process(
+        backend, shared, ExecRequest(shell="echo one; echo two >&2; sleep 2; echo three; exit 4")
     )
     assert info.running and info.sandbox == shared.id and info.pid > 1
-    assert backend.process_wait(shared, info.pid, 0).running  # still sleeping
-    done = backend.process_wait(shared, info.pid, 10)
+    assert process_wait(backend, shared, info.pid, 0).running  # still sleeping
+    done = process_wait(backend, shared, info.pid, 10)
     assert (done.running, done.exit_code, done.signal) == (False, 4, None)
-    logs = backend.process_logs(shared, info.pid, 0)
+    logs = process_logs(backend, shared, info.pid, 0)
     assert logs.data == "one\ntwo\nthree\n" and logs.offset == logs.end == 14 and not logs.running
-    again = backend.process_logs(shared, info.pid, 4)  # re-attach from an offset: no duplicate
+    again = process_logs(backend, shared, info.pid, 4)  # re-attach from an offset: no duplicate
     assert (again.data, again.skipped) == ("two\nthree\n", 0)
-    assert backend.process_logs(shared, info.pid, logs.offset).data == ""
-    assert info.pid in [p.pid for p in backend.processes(shared)]
+    assert process_logs(backend, shared, info.pid, logs.offset).data == ""
+    assert info.pid in [p.pid for p in processes(backend, shared)]
 
 
 def test_survives_later_execs_and_their_deadline_kill(
     backend: SandboxBackend, shared: Sandbox
 ) -> None:
     pid = start(backend, shared, shell="while :; do sleep 0.2; done")
-    assert backend.exec(shared, ExecRequest(shell="echo hi")).stdout == "hi\n"
-    timed = backend.exec(shared, ExecRequest(shell="sleep 30 & sleep 30", timeout_s=1))
+    assert exec_command(backend, shared, ExecRequest(shell="echo hi")).stdout == "hi\n"
+    timed = exec_command(backend, shared, ExecRequest(shell="sleep 30 & sleep 30", timeout_s=1))
     assert timed.timed_out
-    assert backend.process_wait(shared, pid, 0).running
-    killed = backend.process_kill(shared, pid, "KILL")
+    assert process_wait(backend, shared, pid, 0).running
+    killed = process_kill(backend, shared, pid, "KILL")
     assert killed.sandbox == shared.id
-    assert backend.process_wait(shared, pid, 10).signal == 9
+    assert process_wait(backend, shared, pid, 10).signal == 9
 
 
 def test_port_of_a_background_server_reachable_from_later_execs(
     backend: SandboxBackend, shared: Sandbox
 ) -> None:
-    backend.exec(shared, ExecRequest(shell="mkdir -p site && echo served > site/index.html"))
+    exec_command(
+        backend, shared, ExecRequest(shell="mkdir -p site && echo served > site/index.html")
+    )
     pid = start(backend, shared, argv=["python3", "-m", "http.server", "8765", "-b", "127.0.0.1"],
                 cwd="site")  # fmt: skip
     fetch = (
@@ -66,28 +78,30 @@ def test_port_of_a_background_server_reachable_from_later_execs(
         "    except OSError:\n"
         "        time.sleep(0.1)\n"
     )
-    assert backend.exec(shared, ExecRequest(python=fetch, timeout_s=20)).stdout == "served\n"
-    backend.process_kill(shared, pid)
-    assert not backend.process_wait(shared, pid, 10).running
+    assert (
+        exec_command(backend, shared, ExecRequest(python=fetch, timeout_s=20)).stdout == "served\n"
+    )
+    process_kill(backend, shared, pid)
+    assert not process_wait(backend, shared, pid, 10).running
 
 
 def test_stdin_and_signals(backend: SandboxBackend, shared: Sandbox) -> None:
     pid = start(backend, shared, argv=["cat"])
-    assert backend.process_stdin(shared, pid, "hello\n") == 6
-    assert backend.process_stdin(shared, pid, "bye\n", eof=True) == 4
-    done = backend.process_wait(shared, pid, 10)
-    assert done.exit_code == 0 and backend.process_logs(shared, pid).data == "hello\nbye\n"
+    assert process_stdin(backend, shared, pid, "hello\n") == 6
+    assert process_stdin(backend, shared, pid, "bye\n", eof=True) == 4
+    done = process_wait(backend, shared, pid, 10)
+    assert done.exit_code == 0 and process_logs(backend, shared, pid).data == "hello\nbye\n"
     pid = start(
         backend, shared, shell="trap 'echo got TERM; exit 3' TERM; while :; do sleep 0.1; done"
     )
     time.sleep(0.3)  # let the shell install its trap
-    backend.process_kill(shared, pid, "TERM")
-    assert backend.process_wait(shared, pid, 10).exit_code == 3
+    process_kill(backend, shared, pid, "TERM")
+    assert process_wait(backend, shared, pid, 10).exit_code == 3
 
 
 def test_unknown_pid_is_not_found(backend: SandboxBackend, shared: Sandbox) -> None:
     with pytest.raises(NotFound) as err:
-        backend.process_logs(shared, 999_999)
+        process_logs(backend, shared, 999_999)
     assert err.value.context["field"] == "pid"
 
 
@@ -96,17 +110,17 @@ def test_output_buffer_and_live_count_are_bounded(
 ) -> None:
     sbx = sandbox_factory(quotas=Quotas(output_bytes=1024, background_processes=2))
     pid = start(backend, sbx, python="import sys; sys.stdout.write('x' * 5000 + 'END')")
-    backend.process_wait(sbx, pid, 10)
-    logs = backend.process_logs(sbx, pid, 0)
+    process_wait(backend, sbx, pid, 10)
+    logs = process_logs(backend, sbx, pid, 0)
     assert (logs.skipped, logs.offset, len(logs.data)) == (5003 - 1024, 5003, 1024)
     assert logs.data.endswith("END")
-    assert backend.process_logs(sbx, pid, 5000).data == "END"  # still kept: exact
+    assert process_logs(backend, sbx, pid, 5000).data == "END"  # still kept: exact
     a = start(backend, sbx, argv=["sleep", "60"])
     start(backend, sbx, argv=["sleep", "60"])
     with pytest.raises(LimitExceeded) as err:
         start(backend, sbx, argv=["sleep", "60"])
     assert err.value.context["field"] == "quotas.background_processes"
-    assert backend.live_processes(sbx) == 2
-    backend.process_kill(sbx, a, "KILL")
-    backend.process_wait(sbx, a, 10)
+    assert live_processes(backend, sbx) == 2
+    process_kill(backend, sbx, a, "KILL")
+    process_wait(backend, sbx, a, 10)
     start(backend, sbx, argv=["true"])  # room again

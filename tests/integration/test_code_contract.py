@@ -13,7 +13,8 @@ import pytest
 
 from sandgrid.models import CodeRequest, ExecRequest, Quotas
 from worker.backends import Sandbox, SandboxBackend
-from worker.code import run_code
+from worker.ops.code import run_code
+from worker.ops.exec import exec_command
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +81,7 @@ def test_kernel_that_dies_is_reported(backend: SandboxBackend, sandbox_factory: 
 def test_exec_deadline_spares_the_kernel(backend: SandboxBackend, sandbox_factory: Any) -> None:
     sbx = sandbox_factory()
     code(backend, sbx, "z = 3")
-    t = backend.exec(sbx, ExecRequest(shell="sleep 30 & sleep 30", timeout_s=0.5))
+    t = exec_command(backend, sbx, ExecRequest(shell="sleep 30 & sleep 30", timeout_s=0.5))
     assert t.timed_out
     r = code(backend, sbx, "z")
     assert r.result == "3" and not r.kernel_restarted

@@ -17,6 +17,8 @@ import pytest
 from sandgrid.errors import SandboxError
 from sandgrid.models import ExecRequest, FileWrite
 from worker.backends import Sandbox, SandboxBackend
+from worker.ops.exec import exec_command
+from worker.ops.files import write_files
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +61,7 @@ os.rename("spam.tmp", "spam.json")
 
 
 def run(backend: SandboxBackend, sbx: Sandbox, **kw: Any) -> Any:
-    return backend.exec(sbx, ExecRequest(**kw))
+    return exec_command(backend, sbx, ExecRequest(**kw))
 
 
 def host_parent(backend: SandboxBackend, sbx: Sandbox) -> str:
@@ -105,7 +107,7 @@ def test_user_racing_to_kill_the_launcher_costs_only_a_fork(
     sbx = sandbox_factory()
     host_parent(backend, sbx)
     limits = run(backend, sbx, shell="ulimit -a; nice").stdout
-    backend.write_files(sbx, [FileWrite(path="spam.py", content=SPAM)])
+    write_files(backend, sbx, [FileWrite(path="spam.py", content=SPAM)])
     run(backend, sbx, shell="python3 spam.py 3 > spam.log 2>&1 &")
     outcomes = {"ok": 0, "killed by the user": 0, "launcher died": 0}
     end = time.monotonic() + 3.5

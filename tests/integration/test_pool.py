@@ -11,6 +11,7 @@ import pytest
 
 from sandgrid.models import ExecRequest, Quotas
 from worker.backends import Sandbox, SandboxBackend
+from worker.ops.exec import exec_command
 from worker.pool import WarmPool
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,7 @@ def test_hit_lease_and_release(pool: WarmPool, backend: SandboxBackend, docker_c
     assert pool.stats()["python"]["warm"] == 2
     t0 = time.perf_counter()
     sbx = pool.acquire("python", session_id="s-aaaaaaaaaaaaaaaa", tenant="t1")
-    first = backend.exec(sbx, ExecRequest(argv=["true"]))
+    first = exec_command(backend, sbx, ExecRequest(argv=["true"]))
     elapsed_ms = (time.perf_counter() - t0) * 1000
     assert first.exit_code == 0 and elapsed_ms < 500  # no cold create on the way
     assert (sbx.state, sbx.session_id, sbx.tenant) == ("leased", "s-aaaaaaaaaaaaaaaa", "t1")

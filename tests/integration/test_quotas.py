@@ -10,6 +10,7 @@ import pytest
 
 from sandgrid.models import ExecRequest, Quotas
 from worker.backends import Sandbox, SandboxBackend
+from worker.ops.exec import exec_command
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +24,7 @@ def limited(module_factory: Any) -> Sandbox:
 
 
 def run(backend: SandboxBackend, sbx: Sandbox, **kw: Any) -> Any:
-    return backend.exec(sbx, ExecRequest(**kw))
+    return exec_command(backend, sbx, ExecRequest(**kw))
 
 
 def wait_gone(backend: SandboxBackend, sbx: Sandbox, within_s: float = 10.0) -> None:

@@ -17,6 +17,8 @@ import pytest
 
 from sandgrid.models import ExecRequest, FileWrite
 from worker.backends import Sandbox, SandboxBackend
+from worker.ops.exec import exec_command
+from worker.ops.files import write_files
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +53,7 @@ os.rename("spam.tmp", "spam.json")
 
 
 def run(backend: SandboxBackend, sbx: Sandbox, shell: str) -> Any:
-    return backend.exec(sbx, ExecRequest(shell=shell))
+    return exec_command(backend, sbx, ExecRequest(shell=shell))
 
 
 def test_a_user_aiming_at_pid_1_during_scans_gets_nothing_through(
@@ -59,7 +61,7 @@ def test_a_user_aiming_at_pid_1_during_scans_gets_nothing_through(
 ) -> None:
     sbx = sandbox_factory()
     files = [FileWrite(path=f"tree/f{i}.txt", content=f"{i}\n" * 50) for i in range(200)]
-    backend.write_files(sbx, [*files, FileWrite(path="spam.py", content=SPAM)])
+    write_files(backend, sbx, [*files, FileWrite(path="spam.py", content=SPAM)])
     limits = run(backend, sbx, "ulimit -a; nice").stdout
     run(backend, sbx, "python3 spam.py 3 > spam.log 2>&1 &")
     scans, end = 0, time.monotonic() + 3.5

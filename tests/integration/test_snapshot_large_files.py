@@ -18,6 +18,7 @@ from sandgrid.errors import ErrorCode, SnapshotError
 from sandgrid.models import ExecRequest, Quotas
 from tests.support.snapshot_stores import local_store
 from worker.backends import Sandbox, SandboxBackend
+from worker.ops.exec import exec_command
 from worker.snapshots import restore_sandbox, snapshot_sandbox
 from worker.snapshots import sync as sync_mod
 from worker.snapshots.sync import CHUNK_BYTES, LARGE_FILE_BYTES
@@ -29,7 +30,7 @@ TENANT = "acme"
 
 
 def run(backend: SandboxBackend, sbx: Sandbox, shell: str) -> str:
-    result = backend.exec(sbx, ExecRequest(shell=shell, timeout_s=60))
+    result = exec_command(backend, sbx, ExecRequest(shell=shell, timeout_s=60))
     assert result.exit_code == 0, result.stderr
     return result.stdout
 

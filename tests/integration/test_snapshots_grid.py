@@ -44,6 +44,7 @@ from sandgrid.models import ExecResult
 from sandgrid.wire import names
 from sandgrid.wire.objects import keys as store_keys
 from tests.support.snapshot_stores import minio_store
+from worker.ops.exec import exec_command
 from worker.quotas import LABEL_SESSION, LABEL_WORKER
 from worker.snapshots.format.blobs import decode, encode
 from worker.snapshots.format.entries import Entry
@@ -438,7 +439,7 @@ def test_the_agents_unpack_refuses_traversal_and_writes_through_links(grid: Grid
     backend = backend_for("runc", node=UNPACK_NODE)
     sbx = backend.create("python")
     try:
-        ok(backend.exec(sbx, _req("echo kept > keep.txt && ln -s /tmp tmplink")))
+        ok(exec_command(backend, sbx, _req("echo kept > keep.txt && ln -s /tmp tmplink")))
         roots = ["/workspace", "/home/sandbox"]
         through = (
             ("workspace/l", tarfile.SYMTYPE, "/tmp"),
@@ -458,10 +459,10 @@ def test_the_agents_unpack_refuses_traversal_and_writes_through_links(grid: Grid
                 sbx, _tar(("workspace/tmplink/evil", tarfile.REGTYPE, "x")), roots, False
             )
         check = "cat keep.txt; readlink tmplink; test -e /tmp/evil && echo WRITTEN || echo clean"
-        assert ok(backend.exec(sbx, _req(check))).stdout == "kept\n/tmp\nclean\n"
+        assert ok(exec_command(backend, sbx, _req(check))).stdout == "kept\n/tmp\nclean\n"
         links = _tar(("workspace/py", tarfile.SYMTYPE, "/usr/bin/python3"))
         assert backend.unpack(sbx, links, roots, True) == 1  # a link's target is data
-        assert ok(backend.exec(sbx, _req("./py -c 'print(42)'"))).stdout == "42\n"
+        assert ok(exec_command(backend, sbx, _req("./py -c 'print(42)'"))).stdout == "42\n"
     finally:
         backend.destroy(sbx)
 

@@ -16,6 +16,7 @@ import pytest
 
 from sandgrid.models import ExecRequest
 from worker.backends import Sandbox, SandboxBackend
+from worker.ops.exec import exec_command
 
 pytestmark = pytest.mark.integration
 
@@ -101,7 +102,7 @@ def test_pty_close_kills_what_the_shell_started(backend: SandboxBackend, shared:
     p.control("pty_close")
     result = p.join()
     assert result["reason"] == "closed" and result["exit_code"] is None
-    left = backend.exec(shared, ExecRequest(shell="pgrep -f 'sleep 100[01]' || echo none"))
+    left = exec_command(backend, shared, ExecRequest(shell="pgrep -f 'sleep 100[01]' || echo none"))
     assert left.stdout == "none\n"
 
 
@@ -132,4 +133,4 @@ def test_late_notifications_get_no_reply(backend: SandboxBackend, shared: Sandbo
     assert shared.channel is not None
     shared.channel.notify("pty_input", {"data_b64": ""})
     shared.channel.notify("pty_close", {})
-    assert backend.exec(shared, ExecRequest(argv=["echo", "ok"])).stdout == "ok\n"
+    assert exec_command(backend, shared, ExecRequest(argv=["echo", "ok"])).stdout == "ok\n"

@@ -16,9 +16,11 @@ from typing import Any
 from celery import signals
 
 from sandgrid.errors import ErrorCode, InfrastructureError
+from sandgrid.models import ExecResult
+from sandgrid.ops.exec import ExecOp
 from sandgrid.wire import names
 from sandgrid.wire.celery_app import make_celery
-from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from sandgrid.wire.redis_ledger import RedisLedger
 from sandgrid.wire.settings import get_settings
 
@@ -55,7 +57,7 @@ def turn(self: Any, job: dict[str, Any]) -> dict[str, Any]:
     stdout = queue
     if isinstance(j.op, ExecOp) and j.op.request.shell == "hang" and j.attempt == 1:
         time.sleep(60)  # the first run hangs (its node gets killed); a re-run answers
-    result = {"exit_code": 0, "stdout": stdout, "duration_ms": 0.1, "node": NODE}
+    result = ExecResult(exit_code=0, stdout=stdout, duration_ms=0.1, node=NODE)
     ledger.record_turn(j.session.id)
     worker_ms = (time.perf_counter() - t0) * 1000
     return TurnOutcome(

@@ -6,18 +6,23 @@ tested against a real grid (tests/integration/test_lifecycle_grid.py).
 
 from __future__ import annotations
 
-from typing import Any
-
 from sandgrid.errors import Conflict, ErrorCode, LimitExceeded, NotFound
-from sandgrid.lifecycle import MAX_CHECKPOINTS
-from sandgrid.wire.jobs import (
+from sandgrid.lifecycle import (
+    MAX_CHECKPOINTS,
+    CheckpointInfo,
+    CheckpointList,
+    PauseResult,
+    RestoreResult,
+)
+from sandgrid.ops.lifecycle import (
     CheckpointOp,
     DropCheckpointOp,
+    DropCheckpointResult,
     ListCheckpointsOp,
     PauseOp,
     RestoreOp,
-    TurnJob,
 )
+from sandgrid.wire.jobs import TurnJob, TurnResult
 
 __all__ = ["FakeCheckpoints"]
 
@@ -29,11 +34,13 @@ class FakeCheckpoints:
         self.files = files
         self.kept: dict[tuple[str, str], dict[str, str]] = {}
 
-    def apply(self, job: TurnJob) -> dict[str, Any]:
+    def apply(self, job: TurnJob) -> TurnResult:
         op, sid = job.op, job.session.id
         if isinstance(op, ListCheckpointsOp):
             names = sorted(n for s, n in self.kept if s == sid)
-            return {"checkpoints": [{"name": n, "snapshot": f"ck-{n}"} for n in names]}
+            return CheckpointList(
+                checkpoints=[CheckpointInfo(name=n, snapshot=f"ck-{n}") for n in names]
+            )
         if isinstance(op, CheckpointOp):
             if (sid, op.name) in self.kept:
                 raise Conflict(
@@ -42,17 +49,17 @@ class FakeCheckpoints:
             if sum(s == sid for s, _ in self.kept) >= MAX_CHECKPOINTS:
                 raise LimitExceeded("too many", context={"max": MAX_CHECKPOINTS})
             self.kept[(sid, op.name)] = {p: c for (s, p), c in self.files.items() if s == sid}
-            return {"name": op.name, "snapshot": f"ck-{op.name}"}
+            return CheckpointInfo(name=op.name, snapshot=f"ck-{op.name}")
         if isinstance(op, DropCheckpointOp | RestoreOp):
             name = op.name if isinstance(op, DropCheckpointOp) else op.checkpoint
             if (sid, name) not in self.kept:
                 raise NotFound(f"no checkpoint {name!r}", operation="checkpoints")
             if isinstance(op, DropCheckpointOp):
                 del self.kept[(sid, name)]
-                return {"deleted": name}
+                return DropCheckpointResult(deleted=name)
             for key in [k for k in self.files if k[0] == sid]:
                 del self.files[key]
             self.files.update({(sid, p): c for p, c in self.kept[(sid, name)].items()})
-            return {"session": sid, "checkpoint": name, "snapshot": f"ck-{name}"}
+            return RestoreResult(session=sid, checkpoint=name, snapshot=f"ck-{name}")
         assert isinstance(op, PauseOp)
-        return {"session": sid, "snapshot": job.session.snapshot, "released": True}
+        return PauseResult(session=sid, snapshot=job.session.snapshot, released=True)

@@ -21,21 +21,24 @@ from fastapi.testclient import TestClient
 
 from sandgrid.client import Client
 from sandgrid.errors import SandboxLost, SandgridError
-from sandgrid.wire.jobs import (
-    LIFECYCLE_OPS,
-    CloseOp,
+from sandgrid.models import CodeResult, ExecResult, FileEntry, FileList, FileRead
+from sandgrid.ops.code import RunCodeOp
+from sandgrid.ops.exec import ExecOp
+from sandgrid.ops.files import (
     DeleteOp,
-    ExecOp,
-    ForkOp,
+    DeleteResult,
     ListOp,
     ReadOp,
-    RunCodeOp,
     TarDownloadOp,
+    TarDownloadResult,
     TarUploadOp,
-    TurnJob,
-    TurnOutcome,
+    TarUploadResult,
     WriteOp,
+    WriteResult,
 )
+from sandgrid.ops.lifecycle import LIFECYCLE_OPS
+from sandgrid.ops.session import CloseOp, CloseResult, ForkOp, ForkResult
+from sandgrid.wire.jobs import TurnJob, TurnOutcome, TurnResult
 from sandgrid.wire.ledger import NodeRecord, SessionLedger
 from sandgrid.wire.objects import LocalObjects, ObjectStore
 from sandgrid.wire.redis_ledger import RedisLedger
@@ -113,7 +116,7 @@ class FakeWorker:
             turn_id=job.turn_id, node=self.node, ok=True, result=result, timings=timings
         )
 
-    def _apply(self, job: TurnJob) -> dict[str, Any]:
+    def _apply(self, job: TurnJob) -> TurnResult:
         op, sid = job.op, job.session.id
         if isinstance(op, ExecOp):
             req = op.request
@@ -121,38 +124,39 @@ class FakeWorker:
                 raise SandboxLost("the sandbox agent's channel broke", operation="exec")
             out = " ".join(req.argv) if req.argv else (req.shell or req.python or "")
             code = 3 if req.argv and req.argv[0] == "false" else 0
-            return {"exit_code": code, "stdout": out + "\n", "duration_ms": 1.0, "node": self.node}
+            return ExecResult(exit_code=code, stdout=out + "\n", duration_ms=1.0, node=self.node)
         if isinstance(op, WriteOp):
             for f in op.files:
                 raw = f.content
                 self.files[(sid, f.path)] = (
                     base64.b64decode(raw).decode() if f.encoding == "base64" else raw
                 )
-            return {"written": len(op.files)}
+            return WriteResult(written=len(op.files))
         if isinstance(op, ReadOp):
             content = self.files[(sid, op.path)]
-            return {"path": op.path, "content": content, "encoding": "utf-8", "size": len(content)}
+            return FileRead(path=op.path, content=content, encoding="utf-8", size=len(content))
         if isinstance(op, ListOp):
-            entries = [{"path": p, "type": "file"} for (s, p) in self.files if s == sid]
-            return {"entries": entries}
+            entries = [FileEntry(path=p, type="file") for (s, p) in self.files if s == sid]
+            return FileList(entries=entries)
         if isinstance(op, DeleteOp):
-            return {"deleted": int(self.files.pop((sid, op.path), None) is not None)}
+            return DeleteResult(deleted=int(self.files.pop((sid, op.path), None) is not None))
         if isinstance(op, TarUploadOp):
             self.files[(sid, "tar")] = op.data_b64
-            return {"files": 1}
+            return TarUploadResult(files=1)
         if isinstance(op, ForkOp):  # the store copies the source's latest snapshot
             for (owner, path), content in list(self.files.items()):
                 if owner == op.source:
                     self.files[(sid, path)] = content
             self.registry.update(sid, snapshot=f"fork-of-{op.source}", last_turn=job.turn_id)
-            return {"snapshot": f"fork-of-{op.source}", "forked_from": op.source}
+            return ForkResult(snapshot=f"fork-of-{op.source}", forked_from=op.source)
         if isinstance(op, LIFECYCLE_OPS):
             return self.checkpoints.apply(job)
         if isinstance(op, RunCodeOp):  # the kernel's answer: what was run, as Out
-            return {"result": op.request.code, "execution_count": 1, "node": self.node}
+            return CodeResult(result=op.request.code, execution_count=1, node=self.node)
         if isinstance(op, TarDownloadOp):
-            return {"data_b64": self.files.get((sid, "tar"), base64.b64encode(b"").decode())}
-        return {"closed": True}
+            data = self.files.get((sid, "tar"), base64.b64encode(b"").decode())
+            return TarDownloadResult(data_b64=data)
+        return CloseResult()
 
 
 #: The node that ``FakeNodes`` adds: it serves every type and never holds a turn.

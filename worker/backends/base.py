@@ -2,9 +2,9 @@
 
 ``SandboxBackend`` does everything that must be the same for every runtime:
 validating input, building the container's limits and labels, opening the
-agent channel and checking it answers, deadlines (the exec timeout plus a
-margin for the channel), output caps, state changes, and turning agent replies
-into ``sandgrid.models`` results and ``sandgrid.errors`` errors. A backend
+agent channel and checking it answers, state changes, and ``call``, the one
+agent request that the op handlers (``worker.ops``) make their requests over
+(a broken channel marks the sandbox ``lost``). A backend
 implements six small primitives: create, attach, start, remove, inspect, list.
 
 A ``Sandbox`` is the handle of one container. Its life:
@@ -15,7 +15,6 @@ its channel broke. Nothing but ``warm`` and ``leased`` sandboxes accept work.
 
 from __future__ import annotations
 
-import base64
 import logging
 import re
 import socket
@@ -27,26 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from sandgrid.errors import CapacityError, InvalidInput, SandboxError, SandboxLost
-from sandgrid.models import (
-    MAX_FILE_BYTES,
-    ExecRequest,
-    ExecResult,
-    FileList,
-    FileRead,
-    FileWrite,
-    Quotas,
-)
+from sandgrid.models import Quotas
 from sandgrid.wire.settings import get_settings
 from worker.agent.scanstate import ScanState
-from worker.agent_api import (
-    check_path,
-    exec_fields,
-    exec_result,
-    file_list,
-    file_read,
-    write_fields,
-)
-from worker.backends.background_ops import BackgroundOps
 from worker.backends.snapshot_ops import SnapshotOps
 from worker.channel import AgentChannel, ChunkCallback
 from worker.egress.proxy import EgressProxy
@@ -111,7 +93,7 @@ class Sandbox:
     """That scan, until the next request: ``scan`` of the same roots answers with it."""
 
 
-class SandboxBackend(SnapshotOps, BackgroundOps, ABC):
+class SandboxBackend(SnapshotOps, ABC):
     """One container runtime. Subclasses set ``runtime`` and fill the primitives.
 
     The snapshot operations (scan, pack, unpack, read_range, write_range) come
@@ -319,101 +301,15 @@ class SandboxBackend(SnapshotOps, BackgroundOps, ABC):
             filters["sandgrid.worker"] = node
         return self._list(filters)
 
-    # ---- operations ----------------------------------------------------------
+    # ---- deadlines ------------------------------------------------------------
 
-    def exec(
-        self, sbx: Sandbox, request: ExecRequest, on_chunk: ChunkCallback | None = None
-    ) -> ExecResult:
-        """Run one command in the sandbox under its quotas.
-
-        The deadline is ``request.timeout_s`` (else the quotas' ``timeout_s``);
-        the agent kills everything the command started when it passes, and the
-        channel waits ``DEADLINE_MARGIN_S`` longer before giving the sandbox up.
-
-        Args:
-            sbx: a warm or leased sandbox.
-            request: the command.
-            on_chunk: if given, output is streamed to it as ``(stream, text)``
-                while the command runs (within the output cap).
-
-        Returns:
-            The result, with the truncation, timeout, OOM and workspace flags.
-
-        Raises:
-            SandboxLost: the channel broke (the user's code may have broken it).
-            InvalidInput: bad cwd (outside the workspace), oversized request.
-        """
-        fields = exec_fields(request, sbx.quotas, stream=on_chunk is not None)
-        deadline = float(fields["timeout"])
-        then = self.scan_then(sbx)
-        if then is not None:
-            fields["then"] = {"op": "scan", **then.fields}
-        t0 = time.perf_counter()
-        try:
-            reply = self.call(
-                sbx, "exec", fields, timeout=deadline + DEADLINE_MARGIN_S, on_chunk=on_chunk
-            )
-        except SandboxLost:
-            if time.perf_counter() - t0 < deadline:
-                raise  # broke before its time: not a deadline, the sandbox is lost
-            return self._deadline_kill(sbx, t0)
-        timings = {"exec_ms": (time.perf_counter() - t0) * 1000}
-        if then is not None:
-            self.keep_scan(sbx, then, reply.pop("then", None))
-        return exec_result(reply, node=self.node, timings=timings)
-
-    def _deadline_kill(self, sbx: Sandbox, t0: float) -> ExecResult:
-        """The agent missed the deadline: kill the sandbox at once, then destroy it.
+    def kill_at_deadline(self, sbx: Sandbox) -> None:
+        """The agent missed an exec's deadline: kill the sandbox at once, then destroy it.
 
         Once its processes are dead the deadline is held, so the container is
         removed in the background (the reaper collects it if the worker dies
         first); if the backend cannot kill at once, removal is the kill."""
         self.destroy(sbx, remove_later=self._kill(sbx.id))
-        ms = (time.perf_counter() - t0) * 1000
-        return ExecResult(
-            exit_code=None,
-            stderr="sandgrid: the sandbox did not answer by the deadline and was destroyed; "
-            "the session continues from its last snapshot\n",
-            duration_ms=ms,
-            timed_out=True,
-            signal=9,
-            node=self.node,
-            timings={"exec_ms": ms},
-        )
-
-    def write_files(self, sbx: Sandbox, files: list[FileWrite]) -> int:
-        """Write files in the workspace as the sandbox user; return how many."""
-        return int(self.call(sbx, "write", write_fields(files))["written"])
-
-    def read_file(
-        self, sbx: Sandbox, path: str, encoding: str = "utf-8", max_bytes: int = MAX_FILE_BYTES
-    ) -> FileRead:
-        """Read one file. Raises ``InvalidInput`` (``payload_too_large``) over ``max_bytes``."""
-        rel = check_path(path, operation="files.read")
-        reply = self.call(sbx, "read", {"path": rel, "max_bytes": max_bytes})
-        return file_read(rel, reply, encoding)
-
-    def list_files(self, sbx: Sandbox, path: str = ".", recursive: bool = False) -> FileList:
-        """List a directory of the workspace (symlinks are listed, not followed)."""
-        rel = check_path(path, operation="files.list")
-        return file_list(self.call(sbx, "list", {"path": rel, "recursive": recursive}))
-
-    def delete(self, sbx: Sandbox, path: str, recursive: bool = False) -> int:
-        """Delete a file, a symlink (not its target) or a directory; return the count."""
-        rel = check_path(path, operation="files.delete")
-        return int(self.call(sbx, "delete", {"path": rel, "recursive": recursive})["deleted"])
-
-    def put_tar(self, sbx: Sandbox, path: str, data: bytes) -> int:
-        """Extract a tar under a workspace directory; every member must stay inside
-        the workspace (no absolute paths, ``..``, devices, links out)."""
-        rel = check_path(path, operation="files.tar_upload")
-        fields = {"path": rel, "data_b64": base64.b64encode(data).decode()}
-        return int(self.call(sbx, "tar_put", fields)["files"])
-
-    def get_tar(self, sbx: Sandbox, path: str = ".") -> bytes:
-        """A tar of a workspace path, member names relative to it."""
-        rel = check_path(path, operation="files.tar_download")
-        return base64.b64decode(self.call(sbx, "tar_get", {"path": rel})["data_b64"])
 
     # ---- the channel ---------------------------------------------------------
 

@@ -36,7 +36,7 @@ from sandgrid.models import (
     FileWrite,
     workspace_path,
 )
-from sandgrid.wire.jobs import DeleteOp, ListOp, ReadOp, WriteOp
+from sandgrid.ops.files import DeleteOp, DeleteResult, ListOp, ReadOp, WriteOp, WriteResult
 from scheduler.api.compat.agentscope_models import MoveBody, PathBody, fs_entry
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.tenants import Tenant
@@ -100,9 +100,7 @@ def read_file(
 ) -> Response:
     """A file's content: text as ``text/plain``, bytes as ``application/octet-stream``."""
     encoding: Literal["utf-8", "base64"] = "utf-8" if fmt == "text" else "base64"
-    read = FileRead.model_validate(
-        svc.runner.op(tenant, identity, ReadOp(path=path, encoding=encoding))
-    )
+    read = svc.runner.op(tenant, identity, ReadOp(path=path, encoding=encoding), FileRead)
     if fmt == "text":
         return PlainTextResponse(read.content)
     return Response(base64.b64decode(read.content), media_type="application/octet-stream")
@@ -155,7 +153,7 @@ def list_dir(
 ) -> list[dict[str, Any]]:
     """Entries under a directory, ``depth`` levels deep."""
     op = ListOp(path=path, recursive=depth > 1)
-    listed = FileList.model_validate(svc.runner.op(tenant, identity, op))
+    listed = svc.runner.op(tenant, identity, op, FileList)
     base = "" if path == "." else path + "/"
     return [
         fs_entry(e)
@@ -181,7 +179,7 @@ def remove(identity: str, path: _Path, svc: Svc, tenant: CurrentTenant) -> Respo
         )
     svc.registry.get(tenant.name, identity)  # an unknown sandbox is 404, a missing path not
     with suppress(NotFound):
-        svc.runner.op(tenant, identity, DeleteOp(path=path, recursive=True))
+        svc.runner.op(tenant, identity, DeleteOp(path=path, recursive=True), DeleteResult)
     return Response(status_code=204)
 
 
@@ -222,7 +220,7 @@ def _write(svc: Services, tenant: Tenant, identity: str, items: list[tuple[str, 
     files = [
         FileWrite(path=p, content=base64.b64encode(d).decode(), encoding="base64") for p, d in items
     ]
-    svc.runner.op(tenant, identity, WriteOp(files=files))
+    svc.runner.op(tenant, identity, WriteOp(files=files), WriteResult)
 
 
 def _written(path: str, size: int) -> dict[str, Any]:

@@ -40,8 +40,17 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sandgrid.errors import AuthError, SandgridError
-from sandgrid.models import CodeRequest, ExecRequest, FileWrite, Quotas, SessionCreate
-from sandgrid.wire.jobs import ListOp, ReadOp, WriteOp
+from sandgrid.models import (
+    CodeRequest,
+    ExecRequest,
+    FileList,
+    FileRead,
+    FileWrite,
+    Quotas,
+    SessionCreate,
+)
+from sandgrid.ops.files import ListOp, ReadOp, WriteOp, WriteResult
+from sandgrid.ops.saved import bare_body
 from scheduler.api import sessions
 from scheduler.api.code import code_turn
 from scheduler.api.deps import Services
@@ -221,7 +230,9 @@ def _file_tools(server: MCPServer, svc: Services) -> None:
         """Read one file of the workspace."""
         tenant = _tenant_of(ctx)
         return await _call(
-            lambda: svc.runner.op(tenant, session_id, ReadOp(path=path, encoding=encoding))
+            lambda: svc.runner.op(
+                tenant, session_id, ReadOp(path=path, encoding=encoding), FileRead
+            ).model_dump(mode="json")
         )
 
     @server.tool()
@@ -240,7 +251,7 @@ def _file_tools(server: MCPServer, svc: Services) -> None:
 
         def write() -> dict[str, Any]:
             one = FileWrite(path=path, content=content, encoding=encoding, mode=mode)
-            return svc.runner.op(tenant, session_id, WriteOp(files=[one]))
+            return bare_body(svc.runner.op(tenant, session_id, WriteOp(files=[one]), WriteResult))
 
         return await _call(write)
 
@@ -254,7 +265,9 @@ def _file_tools(server: MCPServer, svc: Services) -> None:
         """List a directory of the workspace."""
         tenant = _tenant_of(ctx)
         return await _call(
-            lambda: svc.runner.op(tenant, session_id, ListOp(path=path, recursive=recursive))
+            lambda: svc.runner.op(
+                tenant, session_id, ListOp(path=path, recursive=recursive), FileList
+            ).model_dump(mode="json")
         )
 
 

@@ -15,7 +15,7 @@ import sandgrid.cli.batch
 from sandgrid.batch.journal import Sidecar, SidecarState, file_sha256
 from sandgrid.batch.models import BatchResult
 from sandgrid.cli import main
-from sandgrid.wire.jobs import ExecOp
+from sandgrid.ops.exec import ExecOp
 from sandgrid.wire.settings import Settings, get_settings
 from scheduler.batch.capacity import StaticCapacity
 from scheduler.batch.run import RetryPolicy

@@ -8,6 +8,7 @@ import pytest
 
 from sandgrid.client._pty import TerminalState, pty_url
 from sandgrid.errors import AuthError, InvalidInput
+from sandgrid.ops.terminal import PtyOp
 from sandgrid.terminal import (
     PTY_MAX_INPUT,
     exit_message,
@@ -15,7 +16,6 @@ from sandgrid.terminal import (
     resize_message,
     stdin_message,
 )
-from sandgrid.wire.jobs import PtyOp
 
 
 def test_client_messages() -> None:

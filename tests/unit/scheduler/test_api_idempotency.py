@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sandgrid.models import ExecRequest
-from sandgrid.wire.jobs import ExecOp
+from sandgrid.ops.exec import ExecOp
 from scheduler.turns.idempotency import fingerprint, turn_id_for
 from tests.support.fakes import Grid
 

@@ -16,8 +16,9 @@ from fastapi.testclient import TestClient
 
 from sandgrid.errors import ErrorCode, SandgridError
 from sandgrid.models import ExecRequest, SessionInfo
+from sandgrid.ops.exec import ExecOp
 from sandgrid.wire.celery_app import make_celery
-from sandgrid.wire.jobs import ExecOp, TurnJob
+from sandgrid.wire.jobs import TurnJob
 from sandgrid.wire.settings import Settings
 from scheduler.api import create_app
 from scheduler.api.deps import current_tenant

@@ -14,7 +14,8 @@ from sandgrid.batch.models import BatchCreate, BatchInfo, BatchJob, BatchResult
 from sandgrid.client import Client
 from sandgrid.errors import CapacityError, InvalidInput, NotFound, SandgridError
 from sandgrid.models import ExecRequest
-from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
+from sandgrid.ops.exec import ExecOp
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from sandgrid.wire.settings import Settings
 from scheduler.batch.capacity import StaticCapacity
 from scheduler.batch.lanes import RESET_ARGV, RUN_THEN_RESET, then_reset

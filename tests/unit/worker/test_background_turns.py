@@ -1,4 +1,4 @@
-"""Quick ops on background processes (``worker.background.proc_turn``), without a sandbox:
+"""Quick ops on background processes (``worker.ops.processes.proc_turn``), without a sandbox:
 what they answer when the idle reaper releases the session under them, and that
 they count as the session's use."""
 
@@ -13,24 +13,30 @@ import pytest
 
 from sandgrid.errors import ErrorCode, SandboxError, SandboxLost
 from sandgrid.models import Quotas, SessionInfo
-from sandgrid.processes import ProcessInfo
-from sandgrid.wire.jobs import ProcOp, TurnJob
+from sandgrid.ops.processes import ProcOp
+from sandgrid.processes import ProcessInfo, ProcessList
+from sandgrid.wire.jobs import TurnJob
 from worker.backends.base import Sandbox
-from worker.background import proc_turn
+from worker.ops.processes import proc_turn
 from worker.session_table import LocalSession, SessionTable
 
 
 class _Backend:
-    """The two calls a wait uses, refusing a sandbox that is not usable as the real one does."""
+    """The agent request a wait makes, refusing a sandbox that is not usable as the real
+    one does."""
 
     def __init__(self) -> None:
         self.waited = 0
 
-    def process_wait(self, sbx: Sandbox, pid: int, timeout: float) -> ProcessInfo:
+    def call(self, sbx: Sandbox, op: str, fields: dict[str, Any], **_: Any) -> dict[str, Any]:
         if sbx.state not in ("warm", "leased"):
             raise SandboxError(f"sandbox {sbx.name} is {sbx.state}, not usable")
+        assert op == "proc_wait"
         self.waited += 1
-        return ProcessInfo(pid=pid, argv=["sleep", "60"], running=False, signal=9, started_at=0)
+        info = ProcessInfo(
+            pid=fields["pid"], argv=["sleep", "60"], running=False, signal=9, started_at=0
+        )
+        return info.model_dump(mode="json", exclude={"sandbox", "node"})
 
 
 class _ReleasedWhileWaited:
@@ -71,13 +77,14 @@ def test_a_session_released_while_the_op_waited_is_process_lost() -> None:
         proc_turn(sessions, lambda _type: backend, job, "n1")  # type: ignore[arg-type,return-value]
     assert err.value.code == ErrorCode.PROCESS_LOST and backend.waited == 0
     listing = job.model_copy(update={"op": ProcOp(action="list", sandbox="c1")})
-    assert proc_turn(sessions, lambda _type: backend, listing, "n1") == {"processes": []}  # type: ignore[arg-type,return-value]
+    assert proc_turn(sessions, lambda _type: backend, listing, "n1") == ProcessList(processes=[])  # type: ignore[arg-type,return-value]
 
 
 def test_a_quick_op_counts_as_the_sessions_use() -> None:
     sessions, local, job = _session()
     local.last_used = 0.0
     backend = _Backend()
-    answer: dict[str, Any] = proc_turn(sessions, lambda _type: backend, job, "n1")  # type: ignore[arg-type,return-value]
-    assert answer["signal"] == 9 and answer["node"] == "n1" and backend.waited == 1
+    answer = proc_turn(sessions, lambda _type: backend, job, "n1")  # type: ignore[arg-type,return-value]
+    assert isinstance(answer, ProcessInfo)
+    assert answer.signal == 9 and answer.node == "n1" and backend.waited == 1
     assert local not in sessions.idle_since(time.monotonic() - 1.0)  # the reaper passes it by

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 from celery.exceptions import Reject
 
-from sandgrid.models import ExecRequest, Quotas, SessionInfo
+from sandgrid.models import ExecRequest, ExecResult, Quotas, SessionInfo
+from sandgrid.ops.exec import ExecOp
 from sandgrid.wire.batch_limit import batch_limit
-from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
-from worker.batch_gate import BatchGate, run_turn
-from worker.residency import Residency
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from worker.session_table import LocalSession, SessionTable
+from worker.turns.entry import BatchGate, run_turn
+from worker.turns.residency import Residency
 
 NOW = datetime.now(UTC)
 SESSION = SessionInfo(
@@ -35,7 +36,7 @@ class FakeExecutor:
 
     def run(self, job: TurnJob) -> TurnOutcome:
         self.release.wait(5)
-        return TurnOutcome(turn_id=job.turn_id, node="n1", ok=True, result={})
+        return TurnOutcome(turn_id=job.turn_id, node="n1", ok=True, result=ExecResult(exit_code=0))
 
 
 class FakePool:
@@ -79,7 +80,7 @@ def test_the_gate_counts_batch_turns_only() -> None:
 
 
 def test_a_batch_turn_over_the_limit_is_requeued_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    import worker.batch_gate as bg
+    import worker.turns.entry as bg
 
     monkeypatch.setattr(bg, "gate", BatchGate(concurrency=2))  # one batch thread
     executor, residency = FakeExecutor(), _residency(FakePool(), FakeLedger())

@@ -16,8 +16,8 @@ from sandgrid.models import ExecRequest, ExecResult
 from sandgrid.wire import turnstream
 from worker.agent.control import Control
 from worker.channel import AgentChannel
-from worker.interactive import EventBuffer, TurnControl
 from worker.session_table import SessionTable
+from worker.turns.interactive import EventBuffer, TurnControl
 
 
 def _events(client: redis.Redis[str], turn_id: str) -> list[dict[str, Any]]:
@@ -59,9 +59,14 @@ def test_a_turn_cancelled_before_it_starts_never_runs(redis_client: redis.Redis[
     control = TurnControl(redis_client, SessionTable())
     backend = _Backend()
     turnstream.request_cancel(redis_client, "tc1")
-    r = control.exec(backend, object(), ExecRequest(shell="true"), "tc1", "s1")  # type: ignore[arg-type]
+    request = ExecRequest(shell="true")
+
+    def run(on_chunk: Any) -> ExecResult:
+        return backend.exec(object(), request, on_chunk)
+
+    r = control.exec(run, request, "tc1", "s1")
     assert r.cancelled and r.exit_code is None and backend.ran == 0
-    ok = control.exec(backend, object(), ExecRequest(shell="true"), "tc2", "s1")  # type: ignore[arg-type]
+    ok = control.exec(run, request, "tc2", "s1")
     assert not ok.cancelled and backend.ran == 1
     assert control.cancel("tc2") == "not_running"  # finished: nothing to do
 

@@ -6,7 +6,8 @@ import httpx
 from prometheus_client import CollectorRegistry, generate_latest
 
 from sandgrid.models import SessionInfo
-from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
+from sandgrid.ops.exec import ExecOp
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from worker import metrics
 
 

@@ -1,4 +1,4 @@
-"""A turn sent again to the process that ran it is answered, not run again (``worker.ran``).
+"""A turn sent again to the process that ran it is answered, not run again (``worker.turns.ran``).
 
 The API sends attempt 2 when it takes the holder of attempt 1 for dead; a holder
 that only looked dead (its heartbeat lapsed while Redis restarted) gets attempt 2
@@ -15,11 +15,12 @@ import pytest
 import redis
 
 from sandgrid.models import ExecRequest
-from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
+from sandgrid.ops.exec import ExecOp
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from tests.unit.worker.test_worker_snapshots import DirBackend, make_node, new_session, reg
 from worker.node import Node
-from worker.ran import RanTurns
+from worker.turns.ran import RanTurns
 
 
 @pytest.fixture
@@ -34,18 +35,19 @@ def test_attempt_two_of_a_turn_this_process_ran_answers_the_first_run(
 ) -> None:
     runs: list[str] = []
     requeued: list[str] = []
-    real = DirBackend.exec
+    real = DirBackend.call
     registry = reg(node)
     info = new_session(registry)
     job = TurnJob(turn_id=new_turn_id(), session=info, op=ExecOp(request=ExecRequest(shell="a")))
 
-    def counted(self: DirBackend, sbx: Any, request: ExecRequest) -> Any:
-        runs.append(request.shell or "")
-        # While it runs, the API takes this node for dead and sends attempt 2.
-        requeued.append(registry.requeue_turn(job.turn_id, 1, node.incarnation))
-        return real(self, sbx, request)
+    def counted(self: DirBackend, sbx: Any, op: str, fields: dict[str, Any], **kw: Any) -> Any:
+        if op == "exec":
+            runs.append(fields["argv"][-1])  # the shell source
+            # While it runs, the API takes this node for dead and sends attempt 2.
+            requeued.append(registry.requeue_turn(job.turn_id, 1, node.incarnation))
+        return real(self, sbx, op, fields, **kw)
 
-    monkeypatch.setattr(DirBackend, "exec", counted)
+    monkeypatch.setattr(DirBackend, "call", counted)
     assert registry.begin_turn(info.id, job.turn_id, 60)
     first = node.executor.run(job)
     assert first.ok and runs == ["a"] and requeued == ["requeued"]

@@ -12,11 +12,11 @@ import pytest
 from sandgrid.errors import SandgridError
 from sandgrid.models import Quotas
 from worker.backends.base import Sandbox, SandboxBackend
-from worker.persistence import Persistence
 from worker.pool import WarmPool
 from worker.reaper import Reaper
-from worker.residency import Residency
 from worker.session_table import LocalSession, SessionTable
+from worker.turns.residency import Residency
+from worker.turns.snapshot_policy import Persistence
 
 
 class VanishingBackend:

@@ -11,11 +11,11 @@ import pytest
 import redis
 
 from sandgrid.errors import SandboxLost
+from sandgrid.ops.terminal import PtyOp
 from sandgrid.wire import names
-from sandgrid.wire.jobs import PtyOp
 from worker.channel import AgentChannel
+from worker.ops.terminal import OUT_MAXLEN, STREAM_TTL_S, TerminalBridge, agent_control
 from worker.protocol import FrameDecoder
-from worker.terminal import OUT_MAXLEN, STREAM_TTL_S, TerminalBridge, agent_control
 
 
 def test_notify_frames_never_interleave() -> None:
@@ -105,7 +105,7 @@ def test_output_stream_is_bounded_and_expires(redis_client: redis.Redis[str]) ->
         _FakeBackend(chunks=3 * OUT_MAXLEN), _FakeSandbox(), op
     )  # type: ignore[arg-type]
     key = names.pty_out_key(op.pty_id)
-    assert result["exit_code"] == 0
+    assert result.exit_code == 0
     assert OUT_MAXLEN <= redis_client.xlen(key) < OUT_MAXLEN + 200  # trimmed, not 3x
     _, last = redis_client.xrevrange(key, count=1)[0]
     assert last == {"t": "exit", "code": "0", "reason": "exited"}
@@ -120,7 +120,7 @@ def test_input_stream_reaches_the_agent(redis_client: redis.Redis[str]) -> None:
     redis_client.xadd(in_key, {"t": "close"})
     sbx, backend = _FakeSandbox(), _FakeBackend()
     result = TerminalBridge(redis_client).run(backend, sbx, op)  # type: ignore[arg-type]
-    assert result["reason"] == "closed"
+    assert result.reason == "closed"
     assert backend.fields == {
         "rows": 10,
         "cols": 20,

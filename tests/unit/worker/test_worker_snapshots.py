@@ -9,11 +9,12 @@ idle reaper, close (snapshots deleted), fork, and the rate-limited collection.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import shutil
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -22,26 +23,28 @@ import pytest
 import redis
 
 from sandgrid.errors import ErrorCode, InfrastructureError
-from sandgrid.models import ExecRequest, ExecResult, FileRead, FileWrite, SessionCreate, SessionInfo
-from sandgrid.wire.jobs import (
-    CloseOp,
-    ExecOp,
-    ForkOp,
-    ReadOp,
-    TurnJob,
-    TurnOp,
-    TurnOutcome,
-    WriteOp,
+from sandgrid.models import (
+    ExecRequest,
+    ExecResult,
+    FileRead,
+    FileWrite,
+    Quotas,
+    SessionCreate,
+    SessionInfo,
 )
+from sandgrid.ops.exec import ExecOp
+from sandgrid.ops.files import ReadOp, WriteOp, WriteResult
+from sandgrid.ops.session import CloseOp, CloseResult, ForkOp, ForkResult
+from sandgrid.wire.jobs import TurnJob, TurnOp, TurnOutcome, expect
 from sandgrid.wire.objects import LocalObjects, keys
 from sandgrid.wire.redis_ledger import RedisLedger
 from sandgrid.wire.settings import Settings, SnapshotSettings, WorkerSettings
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from tests.support.hostdir import HostDirBackend
 from worker.node import Node
-from worker.persistence import Persistence
 from worker.snapshots import SnapshotStore
 from worker.snapshots import sync as sync_mod
+from worker.turns.snapshot_policy import Persistence
 
 TENANT = "acme"
 
@@ -54,10 +57,13 @@ class DirSandbox:
     id: str
     sandbox_type: str = "python"
     state: str = "leased"
+    quotas: Quotas = field(default_factory=Quotas)
 
 
 class DirBackend(HostDirBackend):
-    """The backend calls the executor makes, over a ``DirSandbox``."""
+    """The backend calls the executor and the op handlers make, over a ``DirSandbox``."""
+
+    node = "dir"
 
     def scan(self, sbx: Any, roots: list[str]) -> list[dict[str, Any]]:
         return super().scan(sbx.path, roots)
@@ -68,17 +74,21 @@ class DirBackend(HostDirBackend):
     def unpack(self, sbx: Any, data: bytes, roots: list[str], clear: bool) -> int:
         return super().unpack(sbx.path, data, roots, clear)
 
-    def write_files(self, sbx: DirSandbox, files: list[FileWrite]) -> int:
-        for f in files:
-            (sbx.path / "workspace" / f.path).write_text(f.content)
-        return len(files)
+    def call(self, sbx: DirSandbox, op: str, fields: dict[str, Any], **_: Any) -> dict[str, Any]:
+        """The agent requests of the write, read and exec handlers."""
+        workspace = sbx.path / "workspace"
+        if op == "write":
+            for f in fields["files"]:
+                (workspace / f["path"]).write_bytes(base64.b64decode(f["data_b64"]))
+            return {"written": len(fields["files"])}
+        if op == "read":
+            data = (workspace / fields["path"]).read_bytes()
+            return {"data_b64": base64.b64encode(data).decode()}
+        assert op == "exec", op
+        return {"exit_code": 0, "stdout": fields["argv"][-1]}  # the shell source
 
-    def read_file(self, sbx: DirSandbox, path: str, encoding: str = "utf-8") -> FileRead:
-        text = (sbx.path / "workspace" / path).read_text()
-        return FileRead(path=path, content=text, encoding="utf-8", size=len(text))
-
-    def exec(self, sbx: DirSandbox, request: ExecRequest) -> ExecResult:
-        return ExecResult(exit_code=0, stdout=request.shell or "")
+    def scan_then(self, sbx: DirSandbox) -> None:
+        return None  # the scan after an exec is a request of its own here
 
 
 class DirPool:
@@ -196,7 +206,7 @@ def write(node: Node, info: SessionInfo, path: str, content: str) -> TurnOutcome
 def read(node: Node, info: SessionInfo, path: str) -> str:
     out = turn(node, info, ReadOp(path=path))
     assert out.ok, out.error
-    return str((out.result or {})["content"])
+    return expect(out, FileRead, "read").content
 
 
 def release_all(node: Node) -> None:
@@ -253,9 +263,10 @@ def test_a_turn_whose_snapshot_fails_says_so_and_the_session_stays_usable(node: 
     store.down = True
     out = write(node, info, "b.txt", "not yet saved")
     assert out.ok and out.error is None and out.result is not None  # it ran: its result
-    assert out.result["written"] == 1 and out.result["saved"] is False
-    assert out.result["saved_error"]["code"] == "store_unavailable"
-    assert "unavailable" in out.result["saved_error"]["message"]
+    result = expect(out, WriteResult, "write")
+    assert result.written == 1 and result.saved is False and result.saved_error is not None
+    assert result.saved_error.code == "store_unavailable"
+    assert "unavailable" in result.saved_error.message
     fresh = reg(node).get(TENANT, info.id)
     assert fresh.turns == 2 and fresh.unsaved  # counted; a worker loss must not re-run
     assert read(node, info, "b.txt") == "not yet saved"  # usable, same sandbox
@@ -291,10 +302,10 @@ def test_everything_changed_while_down_is_in_the_next_snapshot(tmp_path: Path, n
     info = new_session(reg(node))
     store.down = True
     down = write(node, info, "a.txt", "1")
-    assert down.ok and down.result is not None and down.result["saved"] is False
+    assert down.ok and expect(down, WriteResult, "write").saved is False
     store.down = False
     up = write(node, info, "b.txt", "2")
-    assert up.ok and up.result is not None and "saved_error" not in up.result
+    assert up.ok and expect(up, WriteResult, "write").saved_error is None
     other = make_node(tmp_path / "other", reg(node), store=node.store)  # one store, as MinIO
     assert node.sessions.pop(info.id) is not None  # as if this worker died
     node.ledger.release_lease(info.id, node.name)
@@ -309,7 +320,7 @@ def test_close_destroys_the_sandbox_and_deletes_the_snapshots(node: Node) -> Non
     assert write(node, info, "a.txt", "1").ok
     reg(node).close(info.id)
     out = turn(node, info, CloseOp())
-    assert out.ok and out.result == {"closed": True, "snapshots_deleted": 1}
+    assert out.ok and out.result == CloseResult(closed=True, snapshots_deleted=1)
     assert len(node.sessions) == 0 and node.pool.container_ids() == set()  # type: ignore[attr-defined]
     assert node.store.snapshots(TENANT, info.id) == []
 
@@ -319,7 +330,10 @@ def test_a_fork_starts_from_the_source_and_outlives_it(node: Node) -> None:
     assert write(node, src, "a.txt", "from the source").ok
     dst = reg(node).create(TENANT, SessionCreate(), forked_from=src.id)
     out = turn(node, dst, ForkOp(source=src.id))
-    assert out.ok and reg(node).get(TENANT, dst.id).snapshot == out.result["snapshot"]  # type: ignore[index]
+    assert (
+        out.ok
+        and reg(node).get(TENANT, dst.id).snapshot == expect(out, ForkResult, "fork").snapshot
+    )
     assert write(node, dst, "b.txt", "only in the fork").ok
     reg(node).close(src.id)
     assert turn(node, src, CloseOp()).ok

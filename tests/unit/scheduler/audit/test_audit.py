@@ -12,9 +12,11 @@ import redis
 
 from sandgrid.audit import MAX_AUDIT_LIMIT
 from sandgrid.errors import InvalidInput
-from sandgrid.models import ExecRequest, SessionInfo
+from sandgrid.models import ExecRequest, ExecResult, SessionInfo
+from sandgrid.ops.exec import ExecOp
+from sandgrid.ops.files import WriteOp, WriteResult
 from sandgrid.wire import names
-from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome, WriteOp
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from sandgrid.wire.objects.local import LocalObjects
 from scheduler.audit.export import AuditExporter
 from scheduler.audit.log import AuditLog, command_fields
@@ -52,12 +54,19 @@ def test_a_command_is_kept_as_its_digest_and_its_first_characters() -> None:
 def test_a_turn_is_recorded_without_env_or_contents(log: AuditLog) -> None:
     request = ExecRequest(shell="cat /etc/passwd", env={"KEY": "env-value"})
     job = TurnJob(turn_id="t-1", session=_session(), op=ExecOp(request=request))
-    out = TurnOutcome(turn_id="t-1", node="w1", ok=True, result={"exit_code": 2, "stdout": "ab"})
+    out = TurnOutcome(
+        turn_id="t-1", node="w1", ok=True, result=ExecResult(exit_code=2, stdout="ab")
+    )
     log.turn(job, out, None, 12.5)
     write = TurnJob(
         turn_id="t-2", session=_session(), op=WriteOp(files=[{"path": "f", "content": "file-body"}])
     )
-    log.turn(write, TurnOutcome(turn_id="t-2", node="w1", ok=True, result={}), None, 3.0)
+    log.turn(
+        write,
+        TurnOutcome(turn_id="t-2", node="w1", ok=True, result=WriteResult(written=1)),
+        None,
+        3.0,
+    )
     records = log.query("acme").records
     assert [r.action for r in records] == ["exec", "write"]
     assert (

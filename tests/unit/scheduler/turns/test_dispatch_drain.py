@@ -65,7 +65,13 @@ def test_a_result_the_consumer_missed_is_read_from_its_key(monkeypatch: Any) -> 
     import scheduler.turns.dispatch as dispatch
 
     monkeypatch.setattr(dispatch, "STORED_CHECK_S", 0.0)
-    outcome = {"v": 1, "turn_id": "t-1", "node": "w1", "ok": True, "result": {"exit_code": 0}}
+    outcome = {
+        "v": 1,
+        "turn_id": "t-1",
+        "node": "w1",
+        "ok": True,
+        "result": {"kind": "exec", "exit_code": 0},
+    }
     reads: list[str] = []
 
     def get_task_meta(task_id: str) -> dict[str, Any]:

@@ -5,7 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from sandgrid.models import ExecRequest, FileWrite, Quotas, SessionInfo
-from sandgrid.wire.jobs import CloseOp, ExecOp, ReadOp, TurnJob, TurnOp, WriteOp
+from sandgrid.ops.exec import ExecOp
+from sandgrid.ops.files import ReadOp, WriteOp
+from sandgrid.ops.session import CloseOp
+from sandgrid.wire.jobs import TurnJob, TurnOp
 from scheduler.turns.task_repr import describe
 
 NOW = datetime.now(UTC)

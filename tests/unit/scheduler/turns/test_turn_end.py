@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import redis
 
+from sandgrid.models import ExecResult
 from sandgrid.wire import names
 from sandgrid.wire.celery_app import make_celery
 from sandgrid.wire.jobs import TurnOutcome
@@ -20,7 +21,7 @@ def test_finish_turn_releases_lock_slot_result_and_keeps_the_outcome(
     reg = SessionRegistry(redis_client)
     assert reg.admit_turn("q", 10, "acme", 2, "s-1", "t-1", 30)[0] == "ok"
     redis_client.set("celery-task-meta-t-1.1", "{}")
-    outcome = TurnOutcome(turn_id="t-1", node="w1", ok=True, result={"exit_code": 0})
+    outcome = TurnOutcome(turn_id="t-1", node="w1", ok=True, result=ExecResult(exit_code=0))
     reg.finish_turn(
         "s-1",
         "t-1",

@@ -11,7 +11,7 @@ from sandgrid.errors import SandboxError
 from sandgrid.models import CodeRequest, CodeResult, Quotas
 from worker.agent.kernel import INTERRUPT_GRACE_S, host_argv, reply_deadline
 from worker.agent.kernelhost import Collector, strip_ansi
-from worker.code import code_fields, code_result
+from worker.ops.code import code_fields, code_result
 
 
 def msg(kind: str, **content: Any) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from sandgrid.models import ExecResult, FileEntry, Quotas, SessionInfo
-from sandgrid.wire.jobs import ExecOp, RunCodeOp
+from sandgrid.ops.code import RunCodeOp
+from sandgrid.ops.exec import ExecOp
 from scheduler.api.compat import agentscope_files
 from scheduler.api.compat.agentscope_models import (
     LABEL_CTX,

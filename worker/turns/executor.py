@@ -8,15 +8,16 @@ Why snapshot before reporting: with the default policy ``after_turn`` the
 turn's result is only returned once its workspace is safe in the store, so the
 next turn can run on any worker, and a worker that dies mid-turn leaves the
 snapshot of the turn before it, from which the turn can run again exactly once
-(``worker.persistence`` decides when a snapshot is taken).
+(``worker.turns.snapshot_policy`` decides when a snapshot is taken).
 
-Two ops need no sandbox: a fork copies a snapshot in the store, and a close
-destroys the session's sandbox here (if any) and deletes its snapshots.
+The op itself is its handler's (``worker.ops``), found by the op's kind in the
+registry; the handler's type says whether the op needs the session's sandbox
+(exec, files, code, pty, a process start) or not (close, fork, the lifecycle
+ops, the quick process ops), and only the first bring the session here.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 import time
 from dataclasses import dataclass, field
@@ -30,38 +31,13 @@ from sandgrid.errors import (
     SandgridError,
 )
 from sandgrid.models import SessionInfo
-from sandgrid.wire.jobs import (
-    LIFECYCLE_OPS,
-    CloseOp,
-    DeleteOp,
-    ExecOp,
-    ForkOp,
-    ListOp,
-    ProcOp,
-    ProcStartOp,
-    PtyOp,
-    ReadOp,
-    RunCodeOp,
-    TarDownloadOp,
-    TarUploadOp,
-    TurnJob,
-    TurnOp,
-    TurnOutcome,
-    WriteOp,
-)
-from sandgrid.wire.ledger import SessionLedger
-from worker.backends.base import Sandbox, SandboxBackend
-from worker.background import proc_turn, start_background
-from worker.code import run_code
-from worker.egress.env import session_env
-from worker.interactive import TurnControl
-from worker.lifecycle import SessionLifecycle
-from worker.persistence import Persistence, unsaved_result
-from worker.pool import BackendFor, SandboxPool
-from worker.ran import RanTurns
-from worker.residency import Residency
-from worker.session_table import LocalSession, SessionTable
-from worker.terminal import TerminalBridge
+from sandgrid.wire.jobs import TurnJob, TurnOutcome, TurnResult
+from worker.ops.base import NodeHandler, NodeParts, SandboxContext, SandboxHandler, TurnContext
+from worker.ops.registry import OPS, OpRegistry
+from worker.pool import SandboxPool
+from worker.session_table import LocalSession
+from worker.turns.ran import RanTurns
+from worker.turns.snapshot_policy import unsaved_result
 
 __all__ = [
     "Executor",
@@ -99,30 +75,22 @@ class Executor:
 
     Attributes:
         node: the node's name (it claims turns and holds leases as this name).
-        ledger: the session ledger (turn claims, leases, records).
-        sessions: the node's session table.
         pool: where a session's sandbox comes from.
-        persistence: the snapshot policy (restore, save around a turn, fork, forget).
-        residency: how a session leaves the node (a lost sandbox, a close).
-        backend_for: the backend of a sandbox type (it runs the op).
+        parts: the node's parts the turn and its op use (the session ledger for
+            turn claims, leases and records; the session table; the snapshot
+            policy; residency; the backend of a sandbox type; the exec control
+            and the terminal bridge).
         incarnation: this process's id, named in its claims (see ``NodeRecord``).
-        terminal: serves terminal turns (``PtyOp``); None refuses them.
-        control: streams and cancels execs by turn id (``worker.interactive``);
-            None runs them plain.
-        ran: the turns this process ran lately (``worker.ran``).
+        ran: the turns this process ran lately (``worker.turns.ran``).
+        ops: the op handlers by kind (``worker.ops.registry``).
     """
 
     node: str
-    ledger: SessionLedger
-    sessions: SessionTable
     pool: SandboxPool
-    persistence: Persistence
-    residency: Residency
-    backend_for: BackendFor
+    parts: NodeParts
     incarnation: str = ""
-    terminal: TerminalBridge | None = None
-    control: TurnControl | None = None
     ran: RanTurns = field(default_factory=RanTurns)
+    ops: OpRegistry = OPS
 
     # ---- the turn --------------------------------------------------------------
 
@@ -133,7 +101,8 @@ class Executor:
         took this node for dead) is answered with that run's outcome.
         """
         turn = _Turn(time.perf_counter(), {})
-        if not self.ledger.claim_turn(job.turn_id, self.node, job.attempt, self.incarnation):
+        ledger = self.parts.ledger
+        if not ledger.claim_turn(job.turn_id, self.node, job.attempt, self.incarnation):
             log.info("turn %s: already claimed, abandoned or done; skipped", job.turn_id)
             err = InfrastructureError(
                 "turn was abandoned or already ran", code=ErrorCode.WORKER_LOST
@@ -149,19 +118,17 @@ class Executor:
         return outcome
 
     def _run(self, job: TurnJob, turn: _Turn) -> TurnOutcome:
-        """The op of the turn, by kind; a failure of the turn is its outcome."""
-        name = self.node
+        """The op's handler, with the session's sandbox when it needs one; a failure
+        of the turn is its outcome."""
         if (done := self.ran.get(job.turn_id)) is not None:
             raise _AlreadyRan(done)
         try:
-            if isinstance(job.op, CloseOp | ForkOp):
-                snapshot, result = None, self._control(job)
-            elif isinstance(job.op, LIFECYCLE_OPS):
-                snapshot, result = None, self._lifecycle().apply(job)
-            elif isinstance(job.op, ProcOp):
-                snapshot, result = None, proc_turn(self.sessions, self.backend_for, job, name)
+            handler = self.ops.handler(job.op.kind)
+            if isinstance(handler, NodeHandler):
+                snapshot = None
+                result = handler.run(TurnContext(self.node, job, self.parts), job.op)
             else:
-                local, result = self._turn(job, turn)
+                local, result = self._turn(job, turn, handler)
                 snapshot = local.snapshot
         except SandgridError as exc:
             return self._failed(job, exc, turn)
@@ -173,14 +140,16 @@ class Executor:
         turn.mark("worker_ms", turn.started)
         return TurnOutcome(
             turn_id=job.turn_id,
-            node=name,
+            node=self.node,
             ok=True,
             result=result,
             snapshot=snapshot,
             timings=turn.marks,
         )
 
-    def _turn(self, job: TurnJob, turn: _Turn) -> tuple[LocalSession, dict[str, Any]]:
+    def _turn(
+        self, job: TurnJob, turn: _Turn, handler: SandboxHandler[Any]
+    ) -> tuple[LocalSession, TurnResult]:
         """Run the op in the session's sandbox, snapshot as the policy says, record it.
 
         An op that ran but whose snapshot failed is a result all the same,
@@ -191,16 +160,17 @@ class Executor:
             SandgridError: the op failed.
         """
         local = self._session_for(job, turn)
+        policy = self.parts.persistence
         with local.lock:
             if (done := self.ran.get(job.turn_id)) is not None:  # ran while we waited
                 raise _AlreadyRan(done)
             t = time.perf_counter()
-            self.persistence.before_turn(local, job.op.kind)
-            result = self._apply(local, job)
+            policy.before_turn(local, job.op.kind, mutates=handler.mutates)
+            result = self._apply(local, job, handler)
             turn.applied = True
             t = turn.mark("sandbox_ms", t)
             try:
-                self.persistence.after_turn(local, job.op.kind)
+                policy.after_turn(local, mutates=handler.mutates)
             except SandgridError as exc:
                 log.warning("turn %s ran but was not saved: %s", job.turn_id, exc)
                 result = unsaved_result(exc, result)
@@ -208,22 +178,6 @@ class Executor:
                 turn.mark("snapshot_ms", t)
         self._record(job, local)
         return local, result
-
-    def _control(self, job: TurnJob) -> dict[str, Any]:
-        """A fork (copy a snapshot) or a close (destroy the sandbox, delete snapshots)."""
-        info = job.session
-        if isinstance(job.op, ForkOp):
-            return self.persistence.fork(job)
-        local = self.sessions.get(info.id)
-        if local is not None:
-            with local.lock:
-                self.residency.discard(local)
-        deleted = self.persistence.forget(info.tenant, info.id)
-        return {"closed": True, "snapshots_deleted": deleted}
-
-    def _lifecycle(self) -> SessionLifecycle:
-        """Checkpoints, restore and pause (``worker.lifecycle``)."""
-        return SessionLifecycle(self.ledger, self.sessions, self.residency, self.persistence)
 
     def _failed(self, job: TurnJob, exc: SandgridError, turn: _Turn) -> TurnOutcome:
         turn.mark("worker_ms", turn.started)
@@ -239,17 +193,17 @@ class Executor:
 
     def _session_for(self, job: TurnJob, turn: _Turn) -> LocalSession:
         """The local sandbox of the session: here already, or leased and restored."""
-        sid, node = job.session.id, self.node
+        sid, node, parts = job.session.id, self.node, self.parts
         t = time.perf_counter()
-        local = self.sessions.get(sid)
+        local = parts.sessions.get(sid)
         if local is not None and local.sandbox.state not in ("lost", "error", "destroyed"):
             # Ours already: the heartbeat renews the lease and drops the session
             # here if the lease was ever lost, so no round trip on the hot path.
             return local
         if local is not None:  # its sandbox was lost: start again from the snapshot
-            self.residency.discard(local)
-        if not self.ledger.acquire_lease(sid, node):
-            owner = self.ledger.lease_owner(sid)
+            parts.residency.discard(local)
+        if not parts.ledger.acquire_lease(sid, node):
+            owner = parts.ledger.lease_owner(sid)
             raise Conflict(
                 f"session {sid} is held by node {owner}",
                 code=ErrorCode.SESSION_BUSY,
@@ -259,14 +213,14 @@ class Executor:
             )
         t = turn.mark("lease_ms", t)
         try:
-            info = self.ledger.get_any(sid) or job.session
+            info = parts.ledger.get_any(sid) or job.session
             if info.state == "closed":
                 raise Conflict(
                     f"session {sid} is closed", code=ErrorCode.SESSION_CLOSED, operation="turn"
                 )
             local = self._materialise(info)
         except BaseException:  # no sandbox here: leave the session free for any node
-            self.ledger.release_lease(sid, node)
+            parts.ledger.release_lease(sid, node)
             raise
         turn.mark("acquire_ms", t)
         return local
@@ -283,72 +237,36 @@ class Executor:
         )
         try:
             if info.snapshot:
-                local.manifest = self.persistence.restore(sbx, info.tenant, info.id, info.snapshot)
+                policy = self.parts.persistence
+                local.manifest = policy.restore(sbx, info.tenant, info.id, info.snapshot)
                 local.snapshot = info.snapshot
         except BaseException:
             self.pool.discard(sbx)
             raise
-        self.sessions.put(local)
+        self.parts.sessions.put(local)
         return local
 
     # ---- the operation ----------------------------------------------------------------
 
-    def _apply(self, local: LocalSession, job: TurnJob) -> dict[str, Any]:
-        """Run the turn's op in the sandbox; the JSON result of the op."""
-        backend = self.backend_for(local.sandbox_type)
+    def _apply(self, local: LocalSession, job: TurnJob, handler: SandboxHandler[Any]) -> TurnResult:
+        """Run the turn's op in the sandbox: its handler's result."""
+        backend = self.parts.backend_for(local.sandbox_type)
+        ctx = SandboxContext(self.node, job, self.parts, backend, local.sandbox)
         try:
-            out = self._dispatch(backend, local.sandbox, job.op, job.session, job.turn_id)
+            out = handler.run(ctx, job.op)
         except SandboxLost:
-            self.residency.discard(local)
+            self.parts.residency.discard(local)
             raise
         if local.sandbox.state in ("lost", "destroyed"):
             # Destroyed to hold a deadline: nothing of this turn is kept, the next
             # turn starts from the last snapshot in a fresh container.
-            self.residency.discard(local)
+            self.parts.residency.discard(local)
             local.dirty = False
         return out
-
-    def _dispatch(
-        self,
-        backend: SandboxBackend,
-        sbx: Sandbox,
-        op: TurnOp,
-        info: SessionInfo,
-        turn_id: str = "",
-    ) -> dict[str, Any]:
-        if isinstance(op, ExecOp):
-            request = op.request
-            if info.env or info.network is not None:
-                env = {**session_env(info), **info.env, **request.env}
-                request = request.model_copy(update={"env": env})
-            if self.control is not None and turn_id:
-                result = self.control.exec(backend, sbx, request, turn_id, info.id)
-            else:
-                result = backend.exec(sbx, request)
-            return dict(result.model_copy(update={"node": self.node}).model_dump(mode="json"))
-        if isinstance(op, ProcStartOp):
-            return start_background(backend, sbx, op, info, self.node)
-        if isinstance(op, WriteOp):
-            return {"written": backend.write_files(sbx, op.files)}
-        if isinstance(op, ReadOp):
-            return dict(backend.read_file(sbx, op.path, op.encoding).model_dump(mode="json"))
-        if isinstance(op, ListOp):
-            return dict(backend.list_files(sbx, op.path, op.recursive).model_dump(mode="json"))
-        if isinstance(op, DeleteOp):
-            return {"deleted": backend.delete(sbx, op.path, op.recursive)}
-        if isinstance(op, TarUploadOp):
-            return {"files": backend.put_tar(sbx, op.path, base64.b64decode(op.data_b64))}
-        if isinstance(op, TarDownloadOp):
-            return {"data_b64": base64.b64encode(backend.get_tar(sbx, op.path)).decode()}
-        if isinstance(op, RunCodeOp):
-            return dict(run_code(backend, sbx, op.request, info.env).model_dump(mode="json"))
-        if isinstance(op, PtyOp) and self.terminal is not None:
-            return self.terminal.run(backend, sbx, op)
-        raise SandgridError(f"unknown op {op!r}")
 
     def _record(self, job: TurnJob, local: LocalSession) -> None:
         """Count the turn; ``unsaved`` when the workspace has changes no snapshot holds."""
         local.last_used = time.monotonic()
-        self.ledger.record_turn(
+        self.parts.ledger.record_turn(
             job.session.id, snapshot=local.snapshot, turn_id=job.turn_id, unsaved=local.dirty
         )

@@ -1,4 +1,8 @@
-"""The worker's side of batch runs: a per-node gate, and one-turn sessions.
+"""The entry of every turn on this node: the batch gate, then the executor, then a close.
+
+Every turn the Celery task receives goes through ``run_turn``: an interactive
+turn passes the gate at once, a batch turn takes one of the node's batch
+slots, and a one-turn session is closed after its turn.
 
 A node runs its direct queue, ``sbx.<type>`` and ``sbx.<type>.batch`` in one
 Celery worker with N threads. The scheduler keeps the grid's batch turns in
@@ -18,7 +22,7 @@ snapshot, and its lease released: it never waits for the reaper.
 
 Where the worker calls it (``worker/tasks.py``, the task body)::
 
-    from worker.batch_gate import run_turn
+    from worker.turns.entry import run_turn
 
     @app.task(name=names.TASK_TURN, acks_late=True, ignore_result=False)
     def turn(job: dict[str, Any]) -> dict[str, Any]:
@@ -67,13 +71,13 @@ REJECT_PAUSE_S = 0.025
 
 
 class TurnRunner(Protocol):
-    """Runs one turn (``worker.executor.Executor``)."""
+    """Runs one turn (``worker.turns.executor.Executor``)."""
 
     def run(self, job: TurnJob) -> TurnOutcome: ...
 
 
 class SessionCloser(Protocol):
-    """Lets a session go from this node (``worker.residency.Residency``)."""
+    """Lets a session go from this node (``worker.turns.residency.Residency``)."""
 
     def close(self, session_id: str) -> None: ...
 

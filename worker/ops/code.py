@@ -15,10 +15,12 @@ from typing import Any
 
 from sandgrid.errors import SandboxError
 from sandgrid.models import CodeRequest, CodeResult, Quotas
+from sandgrid.ops.code import RunCodeOp
 from worker.agent.kernel import reply_deadline
 from worker.backends.base import DEADLINE_MARGIN_S, Sandbox, SandboxBackend
+from worker.ops.base import SandboxContext, SandboxHandler
 
-__all__ = ["code_fields", "code_result", "run_code"]
+__all__ = ["HANDLERS", "code_fields", "code_result", "run_code"]
 
 
 def code_fields(req: CodeRequest, quotas: Quotas, env: dict[str, str]) -> dict[str, Any]:
@@ -61,3 +63,11 @@ def run_code(
     reply = backend.call(sbx, "run_code", fields, timeout=wait)
     timings = {"code_ms": round((time.perf_counter() - t0) * 1000, 3)}
     return code_result(reply, node=backend.node, timings=timings)
+
+
+def _run_code(ctx: SandboxContext, op: RunCodeOp) -> CodeResult:
+    return run_code(ctx.backend, ctx.sandbox, op.request, ctx.session.env)
+
+
+HANDLERS = (SandboxHandler(RunCodeOp, _run_code, mutates=True),)
+"""The code family's handlers."""

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from sandgrid.errors import SandgridError
 from sandgrid.wire.ledger import SessionLedger
-from worker.persistence import Persistence
 from worker.pool import SandboxPool
 from worker.session_table import LocalSession, SessionTable
+from worker.turns.snapshot_policy import Persistence
 
 __all__ = ["Residency"]
 
@@ -75,6 +75,14 @@ class Residency:
             self.ledger.release_lease(local.session_id, self.node)
         except Exception:
             log.exception("session %s: lease release failed", local.session_id)
+
+    def discard_here(self, session_id: str) -> None:
+        """Forget a session here under its lock, if this node holds it (a close, a
+        restore: what the sandbox holds since the last snapshot is not kept)."""
+        local = self.sessions.get(session_id)
+        if local is not None:
+            with local.lock:
+                self.discard(local)
 
     def close(self, session_id: str) -> None:
         """Destroy the session's sandbox here now (no snapshot) and release its lease;

@@ -1,6 +1,6 @@
 """The worker's side of interactive turns: streamed output and cancel.
 
-``TurnControl`` wraps one exec of a turn (``Executor._dispatch`` calls it):
+``TurnControl`` wraps one exec of a turn (the exec handler, ``worker.ops.exec``, calls it):
 
 - before it runs, a turn that was cancelled already answers ``cancelled``
   without running (the API sets the flag before it tells the worker);
@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,7 @@ import redis
 
 from sandgrid.models import ExecRequest, ExecResult
 from sandgrid.wire import turnstream
-from worker.backends.base import Sandbox, SandboxBackend
+from worker.channel import ChunkCallback
 from worker.session_table import SessionTable
 
 __all__ = ["BUFFER_BYTES", "CANCEL_FIND_S", "EventBuffer", "TurnControl"]
@@ -117,22 +118,20 @@ class TurnControl:
 
     def exec(
         self,
-        backend: SandboxBackend,
-        sbx: Sandbox,
+        run: Callable[[ChunkCallback | None], ExecResult],
         request: ExecRequest,
         turn_id: str,
         session_id: str,
     ) -> ExecResult:
-        """Run the exec of ``turn_id``: streamed when asked, cancellable by turn id."""
+        """Run the exec of ``turn_id`` (``run``, given the chunk callback when
+        ``request.stream``): streamed when asked, cancellable by turn id."""
         with self._lock:
             self._running[turn_id] = session_id
         buffer = EventBuffer(self.client, turn_id) if request.stream else None
         try:
             if turnstream.cancel_requested(self.client, turn_id):
-                return _not_started(backend.node)
-            if buffer is None:
-                return backend.exec(sbx, request)
-            return backend.exec(sbx, request, on_chunk=buffer)
+                return _not_started()
+            return run(buffer)
         finally:
             with self._lock:
                 self._running.pop(turn_id, None)
@@ -163,10 +162,10 @@ class TurnControl:
         return "not_running"
 
 
-def _not_started(node: str) -> ExecResult:
+def _not_started() -> ExecResult:
+    """The result of a turn cancelled before its exec started (the handler names the node)."""
     return ExecResult(
         exit_code=None,
         stderr="sandgrid: the turn was cancelled before it started\n",
         cancelled=True,
-        node=node,
     )

@@ -1,7 +1,7 @@
 """The worker's side of a terminal turn: the agent's ``pty`` op bridged to Redis Streams.
 
 A ``PtyOp`` is one long turn of its session on the node that holds it. The
-executor hands it to ``TerminalBridge.run``, which sends the agent's ``pty``
+handler hands it to ``TerminalBridge.run``, which sends the agent's ``pty``
 request and, for as long as it runs:
 
 - appends each output chunk to ``names.pty_out_key(turn)``, a stream capped at
@@ -27,13 +27,22 @@ from typing import Any
 
 import redis
 
-from sandgrid.errors import SandboxError
+from sandgrid.errors import SandboxError, SandgridError
+from sandgrid.ops.terminal import PtyOp, PtyResult
 from sandgrid.wire import names
-from sandgrid.wire.jobs import PtyOp
 from sandgrid.wire.settings import Settings
 from worker.backends.base import DEADLINE_MARGIN_S, Sandbox, SandboxBackend
+from worker.ops.base import SandboxContext, SandboxHandler
 
-__all__ = ["IN_BLOCK_MS", "OUT_MAXLEN", "STREAM_TTL_S", "TerminalBridge", "agent_control"]
+__all__ = [
+    "HANDLERS",
+    "IN_BLOCK_MS",
+    "OUT_MAXLEN",
+    "STREAM_TTL_S",
+    "TerminalBridge",
+    "agent_control",
+    "pty_result",
+]
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +83,7 @@ class TerminalBridge:
         """A bridge on its own connection pool to the grid's Redis."""
         return cls(redis.Redis.from_url(settings.redis_url, decode_responses=True))
 
-    def run(self, backend: SandboxBackend, sbx: Sandbox, op: PtyOp) -> dict[str, Any]:
+    def run(self, backend: SandboxBackend, sbx: Sandbox, op: PtyOp) -> PtyResult:
         """Serve one terminal until the agent answers; the turn's result.
 
         Raises:
@@ -100,7 +109,7 @@ class TerminalBridge:
                 timeout=op.max_s + _REPLY_MARGIN_S,
                 on_chunk=lambda _stream, text: self._append(out_key, {"t": "out", "d": text}),
             )
-            return result
+            return pty_result(result)
         except SandboxError as exc:
             result = {"exit_code": None, "reason": "error", "message": exc.message}
             raise
@@ -139,6 +148,19 @@ class TerminalBridge:
                         return  # the channel broke: the pty request fails too
 
 
+def pty_result(reply: dict[str, Any]) -> PtyResult:
+    """The ``PtyResult`` of the agent's ``pty`` reply (unknown keys are ignored).
+
+    Raises:
+        SandboxError: the reply does not fit the model.
+    """
+    known = {k: reply[k] for k in PtyResult.model_fields if k in reply and k != "kind"}
+    try:
+        return PtyResult(**known)
+    except ValueError as exc:
+        raise SandboxError(f"malformed pty reply from the agent: {exc}", operation="pty") from None
+
+
 def _exit_entry(result: dict[str, Any]) -> dict[str, str]:
     code = result.get("exit_code")
     entry = {"t": "exit", "code": "" if code is None else str(code)}
@@ -146,3 +168,14 @@ def _exit_entry(result: dict[str, Any]) -> dict[str, str]:
     if result.get("message"):
         entry["message"] = str(result["message"])
     return entry
+
+
+def _pty(ctx: SandboxContext, op: PtyOp) -> PtyResult:
+    """A terminal turn, on a node that has the bridge (its Redis)."""
+    if ctx.parts.terminal is None:
+        raise SandgridError(f"unknown op {op!r}", operation="pty")
+    return ctx.parts.terminal.run(ctx.backend, ctx.sandbox, op)
+
+
+HANDLERS = (SandboxHandler(PtyOp, _pty, mutates=True),)
+"""The terminal family's handlers."""

@@ -40,10 +40,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
 from sandgrid.errors import SandgridError, SnapshotError
-from sandgrid.wire.jobs import ForkOp, TurnJob
+from sandgrid.models import CodeResult, ExecResult, SaveError
+from sandgrid.ops.files import DeleteResult, TarUploadResult, WriteResult
+from sandgrid.ops.session import ForkOp, ForkResult
+from sandgrid.ops.terminal import PtyResult
+from sandgrid.wire.jobs import TurnJob, TurnResult
 from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.settings import SnapshotSettings
 from worker import metrics
@@ -54,12 +57,13 @@ from worker.snapshots import GcReport, Manifest, SnapshotStore, restore_sandbox,
 from worker.snapshots.checkpoints import checkpoint_id, drop_all, owner_of
 from worker.snapshots.store import DEFAULT_ROOTS
 
-__all__ = ["MUTATING_OPS", "Persistence", "unsaved_result"]
+__all__ = ["Persistence", "unsaved_result"]
 
 log = logging.getLogger(__name__)
 
-#: Ops that may change the workspace, hence need a snapshot afterwards.
-MUTATING_OPS = frozenset({"exec", "write", "delete", "tar_upload", "run_code", "pty"})
+#: The results of the ops that change the workspace (``SandboxHandler.mutates``):
+#: each says whether the workspace was saved after it.
+_SAVED = (ExecResult, CodeResult, WriteResult, DeleteResult, TarUploadResult, PtyResult)
 _NOTE_EVERY_S = 60.0
 
 
@@ -130,17 +134,18 @@ class Persistence:
         local.dirty = False
         self.touch(local.tenant)
 
-    def before_turn(self, local: LocalSession, kind: str) -> None:
-        """Mark the workspace changed before a mutating op runs: one that fails
-        halfway may still have changed files. An exec that a snapshot follows
-        scans in the same request (``Sandbox.scan_after_exec``)."""
-        if kind in MUTATING_OPS:
+    def before_turn(self, local: LocalSession, kind: str, *, mutates: bool) -> None:
+        """Mark the workspace changed before an op that ``mutates`` it runs (its
+        handler says so): one that fails halfway may still have changed files. An
+        exec that a snapshot follows scans in the same request
+        (``Sandbox.scan_after_exec``)."""
+        if mutates:
             local.dirty = True
         if kind == "exec" and local.policy == "after_turn":
             local.sandbox.scan_after_exec = DEFAULT_ROOTS  # scanned with the exec
 
-    def after_turn(self, local: LocalSession, kind: str) -> None:
-        """Snapshot after a turn of kind ``kind`` as the session's policy says.
+    def after_turn(self, local: LocalSession, *, mutates: bool) -> None:
+        """Snapshot after a turn as the session's policy says.
 
         A turn that changed nothing still saves what an earlier failed snapshot
         left behind, but its own answer does not depend on that.
@@ -153,7 +158,7 @@ class Persistence:
         try:
             self.save(local)
         except SandgridError as exc:
-            if kind in MUTATING_OPS:
+            if mutates:
                 raise
             log.warning("session %s: pending snapshot failed again: %s", local.session_id, exc)
 
@@ -175,7 +180,7 @@ class Persistence:
 
     # ---- fork and close ---------------------------------------------------------------
 
-    def fork(self, job: TurnJob) -> dict[str, Any]:
+    def fork(self, job: TurnJob) -> ForkResult:
         """Copy the latest snapshot of ``job.op.source`` into the new session ``job.session``.
 
         Both are the same tenant's: the API checked, and the store's keys are per
@@ -187,7 +192,7 @@ class Persistence:
         ref = self.store.fork(info.tenant, source, info.id)
         self.ledger.update(info.id, snapshot=ref.name, last_turn=job.turn_id)
         self.touch(info.tenant)
-        return {"snapshot": ref.name, "forked_from": op.source}
+        return ForkResult(snapshot=ref.name, forked_from=op.source)
 
     def forget(self, tenant: str, session_id: str) -> int:
         """Delete a closed session's snapshots (blobs are left to ``gc``); how many.
@@ -266,12 +271,15 @@ class Persistence:
         return report
 
 
-def unsaved_result(exc: SandgridError, result: dict[str, Any]) -> dict[str, Any]:
+def unsaved_result(exc: SandgridError, result: TurnResult) -> TurnResult:
     """The result of a turn that ran but whose workspace could not be saved.
 
     The op's own result, marked ``saved: false`` with the store's error (code and
     message): the caller sees the output of a command that did run, so it has no
-    reason to run it again.
+    reason to run it again. (Only a mutating op's snapshot failure reaches here,
+    and each of their results has the two fields.)
     """
-    error = {"code": str(exc.code), "message": exc.message}
-    return {**result, "saved": False, "saved_error": error}
+    if not isinstance(result, _SAVED):
+        return result
+    error = SaveError(code=str(exc.code), message=exc.message)
+    return result.model_copy(update={"saved": False, "saved_error": error})
