@@ -45,12 +45,7 @@ class AsyncClient(BaseClient[httpx.AsyncBaseTransport], AsyncShell, AsyncClosing
     """
 
     def _connect(self, transport: httpx.AsyncBaseTransport | None) -> None:
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=self._headers(),
-            timeout=self.timeout,
-            transport=transport,
-        )
+        self._http = httpx.AsyncClient(transport=transport, **self._http_options())
 
     async def _send(self, call: Call[T]) -> T:
         """Send ``call``, retrying as ``self.retry`` says (the decision is the base's)."""

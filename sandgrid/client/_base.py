@@ -14,7 +14,7 @@ httpx, pydantic and the contract modules: never ``docker``, ``minio``,
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sandgrid.client import _lifecycle as lifecycle
 from sandgrid.client import _process_calls as procs
@@ -67,8 +67,11 @@ class BaseClient(Generic[Transport]):
         self._connect(transport)
 
     def _connect(self, transport: Transport | None) -> None:
-        """Open the shell's pooled HTTP client (``self._http``)."""
+        """Open the shell's pooled HTTP client (``self._http``) with ``_http_options``."""
         raise NotImplementedError
+
+    def _http_options(self) -> dict[str, Any]:
+        return {"base_url": self.base_url, "headers": self._headers(), "timeout": self.timeout}
 
     def _headers(self) -> dict[str, str]:
         headers = {"User-Agent": "sandgrid-sdk/0.1"}
@@ -127,12 +130,6 @@ class SessionHandle(_Handle[C]):
         self.client = client
         self.info = info
 
-    @property
-    def id(self) -> str:
-        return self.info.id
-
-    _ref = id
-
     run_code = BoundOp(api.run_code)
     cancel = BoundOp(api.cancel)
     processes = BoundOp(procs.list_call)
@@ -148,6 +145,12 @@ class SessionHandle(_Handle[C]):
     delete_checkpoint = BoundOp(lifecycle.delete_checkpoint)
     restore = BoundOp(lifecycle.restore)
     pause = BoundOp(lifecycle.pause)
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    _ref = id
 
 
 class ProcessHandle(_Handle[C]):

@@ -30,6 +30,7 @@ __all__ = [
     "AsyncShell",
     "BoundOp",
     "Closing",
+    "Handle",
     "Op",
     "SyncHandle",
     "SyncShell",
@@ -38,6 +39,7 @@ __all__ = [
 P = ParamSpec("P")
 T = TypeVar("T")
 R = TypeVar("R")
+S = TypeVar("S")
 _Make = Callable[[Any, tuple[Any, ...], dict[str, Any]], Call[Any]]
 
 
@@ -55,32 +57,28 @@ class AsyncShell:
         raise NotImplementedError
 
 
-class SyncHandle(SyncShell, Generic[R]):
-    """A handle on a thing of the grid (a session, a process) over a ``SyncShell``:
-    its calls start with its reference ``_ref`` and go through its ``_client``."""
+class Handle(Generic[S, R]):
+    """A handle on a thing of the grid (a session, a process): its calls start with its
+    reference ``_ref`` and go through its ``_client``."""
 
     @property
-    def _client(self) -> SyncShell:
+    def _client(self) -> S:
         raise NotImplementedError
 
     @property
     def _ref(self) -> R:
         raise NotImplementedError
+
+
+class SyncHandle(Handle[SyncShell, R], SyncShell):
+    """A ``Handle`` over a ``SyncShell``."""
 
     def _send(self, call: Call[T]) -> T:
         return self._client._send(call)
 
 
-class AsyncHandle(AsyncShell, Generic[R]):
-    """``SyncHandle`` over an ``AsyncShell``."""
-
-    @property
-    def _client(self) -> AsyncShell:
-        raise NotImplementedError
-
-    @property
-    def _ref(self) -> R:
-        raise NotImplementedError
+class AsyncHandle(Handle[AsyncShell, R], AsyncShell):
+    """A ``Handle`` over an ``AsyncShell``."""
 
     async def _send(self, call: Call[T]) -> T:
         return await self._client._send(call)

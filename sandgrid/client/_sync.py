@@ -41,12 +41,7 @@ class Client(BaseClient[httpx.BaseTransport], SyncShell, Closing):
     """
 
     def _connect(self, transport: httpx.BaseTransport | None) -> None:
-        self._http = httpx.Client(
-            base_url=self.base_url,
-            headers=self._headers(),
-            timeout=self.timeout,
-            transport=transport,
-        )
+        self._http = httpx.Client(transport=transport, **self._http_options())
 
     def _send(self, call: Call[T]) -> T:
         """Send ``call``, retrying as ``self.retry`` says (the decision is the base's)."""
