@@ -4,18 +4,20 @@
 ``BaseClient``; ``Session`` and ``AsyncSession`` over ``SessionHandle``;
 ``BackgroundProcess`` and ``AsyncBackgroundProcess`` over ``ProcessHandle``. The
 tables below list every method that sends one call, each once for both shells
-(``_shell``: an ``Op`` is a plain method on a sync shell and a coroutine method on
-an async one); the builders they name (``_requests``, ``_lifecycle``,
-``_process_calls``) hold the signatures and docstrings. A shell writes only how
-a call is sent, and the methods whose I/O is more than one send. Imports only
-httpx, pydantic and the contract modules: never ``docker``, ``minio``,
-``celery`` or ``redis``.
+(``_shell``: an ``Op`` is a plain method on a sync shell and a coroutine method
+on an async one); the builders they name (``_requests``, ``_files``,
+``_batches``, ``_lifecycle``, ``_process_calls``) hold the signatures and
+docstrings. A shell writes only how a call is sent, and the methods whose I/O
+is more than one send. Imports only httpx, pydantic and the contract modules:
+never ``docker``, ``minio``, ``celery`` or ``redis``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Generic, TypeVar
 
+from sandgrid.client import _batches as batches
+from sandgrid.client import _files as files
 from sandgrid.client import _lifecycle as lifecycle
 from sandgrid.client import _process_calls as procs
 from sandgrid.client import _requests as api
@@ -94,12 +96,12 @@ class BaseClient(Generic[Transport]):
     cancel = Op(api.cancel)
     processes = Op(procs.list_call)
     # files
-    write_files = Op(api.write_files)
-    read_file = Op(api.read_file)
-    list_files = Op(api.list_files)
-    delete_file = Op(api.delete_file)
-    upload_tar = Op(api.upload_tar)
-    download_tar = Op(api.download_tar)
+    write_files = Op(files.write_files)
+    read_file = Op(files.read_file)
+    list_files = Op(files.list_files)
+    delete_file = Op(files.delete_file)
+    upload_tar = Op(files.upload_tar)
+    download_tar = Op(files.download_tar)
     # the lifecycle
     checkpoint = Op(lifecycle.checkpoint)
     checkpoints = Op(lifecycle.checkpoints)
@@ -107,11 +109,11 @@ class BaseClient(Generic[Transport]):
     restore = Op(lifecycle.restore)
     pause = Op(lifecycle.pause)
     # batches
-    create_batch = Op(api.create_batch)
-    get_batch = Op(api.get_batch)
-    batch_results = Op(api.batch_results)
-    cancel_batch = Op(api.cancel_batch)
-    resume_batch = Op(api.resume_batch)
+    create_batch = Op(batches.create_batch)
+    get_batch = Op(batches.get_batch)
+    batch_results = Op(batches.batch_results)
+    cancel_batch = Op(batches.cancel_batch)
+    resume_batch = Op(batches.resume_batch)
 
 
 class _Handle(Generic[C]):
@@ -133,13 +135,13 @@ class SessionHandle(_Handle[C]):
     run_code = BoundOp(api.run_code)
     cancel = BoundOp(api.cancel)
     processes = BoundOp(procs.list_call)
-    write_file = BoundOp(api.write_file)
-    write_files = BoundOp(api.write_files)
-    read_file = BoundOp(api.read_file)
-    list_files = BoundOp(api.list_files)
-    delete = BoundOp(api.delete_file)
-    upload_tar = BoundOp(api.upload_tar)
-    download_tar = BoundOp(api.download_tar)
+    write_file = BoundOp(files.write_file)
+    write_files = BoundOp(files.write_files)
+    read_file = BoundOp(files.read_file)
+    list_files = BoundOp(files.list_files)
+    delete = BoundOp(files.delete_file)
+    upload_tar = BoundOp(files.upload_tar)
+    download_tar = BoundOp(files.download_tar)
     checkpoint = BoundOp(lifecycle.checkpoint)
     checkpoints = BoundOp(lifecycle.checkpoints)
     delete_checkpoint = BoundOp(lifecycle.delete_checkpoint)

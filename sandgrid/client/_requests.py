@@ -1,4 +1,4 @@
-"""The requests of the API's session, turn, file, batch and audit routes: one builder a call.
+"""The requests of the API's session, turn and audit routes: one builder a call.
 
 Each builder is the one definition of a public SDK method: its signature, its
 defaults and its docstring are what ``Client``/``AsyncClient`` (and, with the
@@ -6,33 +6,26 @@ session id filled in, ``Session``/``AsyncSession``) show; it validates the input
 client-side (an ``InvalidInput`` before any round trip) and returns the ``Call``
 a shell sends. Methods with many keywords take them as a ``TypedDict``
 (``SessionOptions``, ``ExecOptions``...), so that each keyword is named once for
-every method that takes it. Pure: no I/O.
+every method that takes it. The file and batch routes: ``_files``, ``_batches``.
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
-import httpx
-
 from sandgrid.audit import AuditPage
-from sandgrid.batch.models import BatchCreate, BatchInfo, BatchIsolation, BatchJob, BatchResult
 from sandgrid.client._call import Call, FileContent, model, parse_as, parse_json
+from sandgrid.client._files import file_write
 from sandgrid.models import (
     IDEMPOTENCY_HEADER,
-    NEXT_OFFSET_HEADER,
     CodeRequest,
     CodeResult,
     ExecRequest,
     ExecResult,
-    FileEntry,
-    FileList,
-    FileRead,
-    FileWrite,
     Quotas,
     SandboxTypeInfo,
     SessionCreate,
@@ -47,39 +40,26 @@ __all__ = [
     "EXEC_DEFAULT_WAIT_S",
     "EXEC_MARGIN_S",
     "Argv",
-    "BatchPage",
     "ChunkHandler",
     "CommandOptions",
     "ExecOptions",
     "OutputOptions",
     "SessionOptions",
     "audit",
-    "batch_results",
     "cancel",
-    "cancel_batch",
     "check_keywords",
     "close_session",
     "command_request",
-    "create_batch",
     "create_session",
-    "delete_file",
-    "download_tar",
     "events_call",
     "exec_call",
     "exec_stream_call",
-    "get_batch",
     "get_session",
     "health",
-    "list_files",
     "list_sessions",
-    "read_file",
-    "resume_batch",
     "run_code",
     "streamed",
     "types",
-    "upload_tar",
-    "write_file",
-    "write_files",
 ]
 
 #: Added to an exec's own deadline for the HTTP wait (queue, restore, snapshot).
@@ -87,8 +67,6 @@ EXEC_MARGIN_S = 60.0
 #: The HTTP wait of an exec without its own deadline (the session's applies).
 EXEC_DEFAULT_WAIT_S = 3600.0 + EXEC_MARGIN_S
 
-#: Result lines of a batch and the offset to read on from.
-BatchPage = tuple[list[BatchResult], int]
 #: A command as a list of words (exactly one of it, ``shell``, ``python``).
 Argv = Sequence[str] | None
 ChunkHandler = Callable[[str], None]
@@ -157,24 +135,6 @@ class OutputOptions(ExecOptions, total=False):
     on_stderr: ChunkHandler | None
 
 
-def _file_write(path: str, content: FileContent, mode: int) -> FileWrite:
-    if isinstance(content, bytes):
-        encoded = base64.b64encode(content).decode()
-        return model(FileWrite, path=path, content=encoded, encoding="base64", mode=mode)
-    return model(FileWrite, path=path, content=content, encoding="utf-8", mode=mode)
-
-
-def _read(binary: bool) -> Callable[[httpx.Response], FileContent]:
-    def parse(r: httpx.Response) -> FileContent:
-        read = FileRead.model_validate_json(r.content)
-        if read.encoding == "base64":
-            raw = base64.b64decode(read.content)
-            return raw if binary else raw.decode()
-        return read.content.encode() if binary else read.content
-
-    return parse
-
-
 def check_keywords(method: str, options: Mapping[str, object], allowed: type) -> None:
     """Refuse a keyword that the ``TypedDict`` ``allowed`` does not name, as Python
     refuses one a signature does not (a typo must not pass unnoticed)."""
@@ -182,10 +142,6 @@ def check_keywords(method: str, options: Mapping[str, object], allowed: type) ->
     for name in options:
         if name not in names:
             raise TypeError(f"{method}() got an unexpected keyword argument {name!r}")
-
-
-def _flag(value: bool) -> str:
-    return "true" if value else "false"
 
 
 def _deadline(timeout_s: float | None) -> float:
@@ -205,7 +161,7 @@ def create_session(type: str = "python", **options: Unpack[SessionOptions]) -> C
         type=type,
         quotas=options.get("quotas"),
         env=dict(options.get("env") or {}),
-        files=[_file_write(p, c, 0o644) for p, c in files.items()],
+        files=[file_write(p, c, 0o644) for p, c in files.items()],
         snapshot_policy=options.get("snapshot_policy"),
         labels=dict(options.get("labels") or {}),
         fork_from=options.get("fork_from"),
@@ -325,117 +281,3 @@ def cancel(session_id: str, turn_id: str) -> Call[TurnCancel]:
     a finished turn is left alone (``state: finished``)."""
     path = f"/v1/sessions/{session_id}/turns/{turn_id}/cancel"
     return Call("POST", path, parse_as(TurnCancel), idempotent=True)
-
-
-# ---- files ----------------------------------------------------------------------------
-
-
-def write_files(
-    session_id: str, files: Mapping[str, FileContent], *, mode: int = 0o644
-) -> Call[dict[str, Any]]:
-    """Write files (text, or bytes) into the workspace."""
-    writes = [_file_write(p, c, mode).model_dump(mode="json") for p, c in files.items()]
-    return Call("POST", f"/v1/sessions/{session_id}/files", parse_json, json={"files": writes})
-
-
-def write_file(
-    session_id: str, path: str, content: FileContent, *, mode: int = 0o644
-) -> Call[dict[str, Any]]:
-    """Write one file (text, or bytes) into the workspace."""
-    return write_files(session_id, {path: content}, mode=mode)
-
-
-def read_file(session_id: str, path: str, *, binary: bool = False) -> Call[FileContent]:
-    """A file's content: text, or bytes with ``binary=True``."""
-    params = {"path": path, "encoding": "base64" if binary else "utf-8"}
-    return Call("GET", f"/v1/sessions/{session_id}/files", _read(binary), params=params)
-
-
-def list_files(
-    session_id: str, path: str = ".", *, recursive: bool = False
-) -> Call[list[FileEntry]]:
-    """The entries of a directory of the workspace (all below it with ``recursive``)."""
-    params = {"path": path, "recursive": _flag(recursive)}
-    parse: Callable[[httpx.Response], list[FileEntry]] = lambda r: (  # noqa: E731
-        FileList.model_validate_json(r.content).entries
-    )
-    return Call("GET", f"/v1/sessions/{session_id}/files/list", parse, params=params)
-
-
-def delete_file(session_id: str, path: str, *, recursive: bool = False) -> Call[dict[str, Any]]:
-    """Delete a file (or a directory with ``recursive=True``) in the workspace."""
-    params = {"path": path, "recursive": _flag(recursive)}
-    return Call("DELETE", f"/v1/sessions/{session_id}/files", parse_json, params=params)
-
-
-def upload_tar(session_id: str, data: bytes, path: str = ".") -> Call[dict[str, Any]]:
-    """Unpack a tar archive into the workspace at ``path``."""
-    return Call(
-        "PUT",
-        f"/v1/sessions/{session_id}/tar",
-        parse_json,
-        params={"path": path},
-        content=data,
-        headers={"Content-Type": "application/x-tar"},
-    )
-
-
-def download_tar(session_id: str, path: str = ".") -> Call[bytes]:
-    """A tar archive of ``path`` in the workspace."""
-    params = {"path": path}
-    return Call("GET", f"/v1/sessions/{session_id}/tar", lambda r: r.content, params=params)
-
-
-# ---- batches --------------------------------------------------------------------------
-
-
-def create_batch(
-    jobs: Sequence[BatchJob | Mapping[str, Any]],
-    *,
-    type: str = "python",
-    concurrency: int = 8,
-    isolation: BatchIsolation = "job",
-    max_attempts: int = 4,
-    quotas: Quotas | Mapping[str, Any] | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> Call[BatchInfo]:
-    """Submit a batch (it starts at once); read its progress with ``get_batch``."""
-    spec = model(
-        BatchCreate,
-        type=type,
-        jobs=[j if isinstance(j, BatchJob) else model(BatchJob, **j) for j in jobs],
-        concurrency=concurrency,
-        isolation=isolation,
-        max_attempts=max_attempts,
-        quotas=quotas,
-        labels=dict(labels or {}),
-    )
-    body = spec.model_dump(mode="json", exclude_defaults=True)
-    body["jobs"] = [j.model_dump(mode="json", exclude_defaults=True) for j in spec.jobs]
-    return Call("POST", "/v1/batches", parse_as(BatchInfo), json=body)
-
-
-def get_batch(batch_id: str) -> Call[BatchInfo]:
-    """The batch's state and counts."""
-    return Call("GET", f"/v1/batches/{batch_id}", parse_as(BatchInfo))
-
-
-def batch_results(batch_id: str, offset: int = 0, limit: int = 10_000) -> Call[BatchPage]:
-    """Result lines from ``offset`` in completion order, and the offset to read on from."""
-
-    def parse(r: httpx.Response) -> BatchPage:
-        lines = [BatchResult.model_validate_json(x) for x in r.text.splitlines() if x]
-        return lines, int(r.headers.get(NEXT_OFFSET_HEADER, offset + len(lines)))
-
-    params = {"offset": offset, "limit": limit}
-    return Call("GET", f"/v1/batches/{batch_id}/results", parse, params=params)
-
-
-def cancel_batch(batch_id: str) -> Call[BatchInfo]:
-    """Cancel the batch's jobs not yet run."""
-    return Call("DELETE", f"/v1/batches/{batch_id}", parse_as(BatchInfo))
-
-
-def resume_batch(batch_id: str) -> Call[BatchInfo]:
-    """Run on a batch whose runner stopped."""
-    return Call("POST", f"/v1/batches/{batch_id}/resume", parse_as(BatchInfo))
