@@ -1,8 +1,8 @@
 """How one definition of a call serves as a method of both the sync and the async SDK.
 
 A public call is written once, as a pure builder that returns a ``Call``
-(``_requests``, ``_lifecycle``, ``_process_calls``): its signature and docstring
-are the method's. The method tables (``BaseClient``, ``SessionHandle``,
+(``_requests``, ``_files``, ``_batches``, ``_lifecycle``, ``_process_calls``): its
+signature and docstring are the method's. The method tables (``BaseClient``, ``SessionHandle``,
 ``ProcessHandle``) list each builder once, as an ``Op`` (a client's call) or a
 ``BoundOp`` (a handle's call: the handle's reference goes first). Read from a
 sync shell (``SyncShell``) an op is a plain method that sends its call; read from
