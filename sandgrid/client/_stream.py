@@ -11,7 +11,7 @@ how to re-attach) is the pure ``StreamState``; a shell only reads lines.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +67,10 @@ class StreamState:
             if event.final:
                 self.final = event
         return event
+
+    def events(self, lines: Iterable[str]) -> Iterator[TurnEvent]:
+        """The events that ``lines`` complete (``feed`` over each)."""
+        return (event for line in lines if (event := self.feed(line)) is not None)
 
     def restart(self) -> None:
         """A new connection: drop a half-read event (it is sent again after ``last_id``)."""
@@ -126,18 +130,21 @@ class TurnStream(Closing):
         tries = 0
         while self.state.final is None:
             try:
-                for line in self._lines:
-                    if (event := self.state.feed(line)) is not None:
-                        yield event
-                    if self.state.final is not None:
-                        break
-                self.state.ended()
+                yield from self._read()
             except httpx.TransportError as exc:
                 tries += 1
                 call = self.state.broke(exc, tries, self._client)
                 self._response.close()
                 self._response = self._open(call)
         self.close()
+
+    def _read(self) -> Iterator[TurnEvent]:
+        """The open response's events, up to the final one."""
+        for event in self.state.events(self._lines):
+            yield event
+            if event.final:
+                return
+        self.state.ended()
 
     def wait(self) -> ExecResult:
         """Read to the end; the turn's result (its error raised)."""
@@ -184,20 +191,25 @@ class AsyncTurnStream:
     async def _events(self) -> AsyncIterator[TurnEvent]:
         tries = 0
         while self.state.final is None and self._response is not None:
-            assert self._lines is not None
             try:
-                async for line in self._lines:
-                    if (event := self.state.feed(line)) is not None:
-                        yield event
-                    if self.state.final is not None:
-                        break
-                self.state.ended()
+                async for event in self._read():
+                    yield event
             except httpx.TransportError as exc:
                 tries += 1
                 call = self.state.broke(exc, tries, self._client)
                 await self._response.aclose()
                 await self._open(call)
         await self.aclose()
+
+    async def _read(self) -> AsyncIterator[TurnEvent]:
+        """The open response's events, up to the final one."""
+        assert self._lines is not None
+        async for line in self._lines:
+            if (event := self.state.feed(line)) is not None:
+                yield event
+                if event.final:
+                    return
+        self.state.ended()
 
     async def wait(self) -> ExecResult:
         """Read to the end; the turn's result (its error raised)."""
