@@ -26,7 +26,13 @@ from sandgrid.client._base import BaseClient, ProcessHandle, SessionHandle
 from sandgrid.client._call import Call, transport_errors
 from sandgrid.client._process_calls import ProcessRef
 from sandgrid.client._pty import AsyncTerminal, TerminalOptions, terminal_url
-from sandgrid.client._requests import Argv, CommandOptions, ExecOptions, OutputOptions
+from sandgrid.client._requests import (
+    Argv,
+    CommandOptions,
+    ExecOptions,
+    OutputOptions,
+    SessionOptions,
+)
 from sandgrid.client._shell import AsyncClosing, AsyncHandle, AsyncShell
 from sandgrid.client._stream import AsyncTurnStream, deliver
 from sandgrid.errors import SandgridError
@@ -62,7 +68,7 @@ class AsyncClient(BaseClient[httpx.AsyncBaseTransport], AsyncShell, AsyncClosing
         return call.read(response)
 
     def session(
-        self, type: str = "python", **options: Unpack[api.SessionOptions]
+        self, type: str = "python", **options: Unpack[SessionOptions]
     ) -> AsyncSessionOpener:
         """Create a session: ``await`` it for the handle, or ``async with`` it to close on exit."""
         return AsyncSessionOpener(self.create_session(type, **options), self)

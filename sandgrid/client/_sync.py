@@ -22,7 +22,13 @@ from sandgrid.client._base import BaseClient, ProcessHandle, SessionHandle
 from sandgrid.client._call import Call, transport_errors
 from sandgrid.client._process_calls import ProcessRef
 from sandgrid.client._pty import Terminal, TerminalOptions, terminal_url
-from sandgrid.client._requests import Argv, CommandOptions, ExecOptions, OutputOptions
+from sandgrid.client._requests import (
+    Argv,
+    CommandOptions,
+    ExecOptions,
+    OutputOptions,
+    SessionOptions,
+)
 from sandgrid.client._shell import Closing, SyncHandle, SyncShell
 from sandgrid.client._stream import TurnStream, deliver
 from sandgrid.errors import SandgridError
@@ -57,7 +63,7 @@ class Client(BaseClient[httpx.BaseTransport], SyncShell, Closing):
             response = self._http.send(call.build(self._http, call.timeout))
         return call.read(response)
 
-    def session(self, type: str = "python", **options: Unpack[api.SessionOptions]) -> Session:
+    def session(self, type: str = "python", **options: Unpack[SessionOptions]) -> Session:
         """Create a session and return its handle; ``with`` closes it on exit."""
         return Session(self, self.create_session(type, **options))
 
