@@ -11,12 +11,16 @@ error bodies. Imports only httpx, pydantic and the contract modules.
 
 from __future__ import annotations
 
-from sandgrid.client._async import AsyncClient, AsyncSession, AsyncSessionOpener
-from sandgrid.client._base import RetryPolicy
-from sandgrid.client._process_handles import AsyncBackgroundProcess, BackgroundProcess
+from sandgrid.client._async import (
+    AsyncBackgroundProcess,
+    AsyncClient,
+    AsyncSession,
+    AsyncSessionOpener,
+)
 from sandgrid.client._pty import AsyncTerminal, Terminal
+from sandgrid.client._retry import RetryPolicy
 from sandgrid.client._stream import AsyncTurnStream, TurnStream
-from sandgrid.client._sync import Client, Session
+from sandgrid.client._sync import BackgroundProcess, Client, Session
 
 __all__ = [
     "AsyncBackgroundProcess",

@@ -1,533 +1,170 @@
-"""The asynchronous SDK: ``AsyncClient`` and its ``AsyncSession`` handle.
+"""The asynchronous SDK: ``AsyncClient``, its ``AsyncSession`` and ``AsyncBackgroundProcess``.
 
     async with AsyncClient() as client, client.session(type="python") as s:
         await s.write_file("a.py", "print(6 * 7)")
         print((await s.exec(["python3", "a.py"])).stdout)
 
-Same methods and signatures as the synchronous ``Client`` (a test checks).
+Same methods and signatures as the synchronous ``Client`` (a test checks): the
+one-call methods are the base's tables, read as coroutine methods; what is
+written here is how a call is sent, and the methods that do more I/O than one
+send (streams, terminals, handles).
 """
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Generator, Mapping, Sequence
+import asyncio
+from collections.abc import Coroutine, Generator
 from types import TracebackType
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, Unpack, overload
 
 import anyio
 import httpx
 
-from sandgrid.audit import AuditPage
-from sandgrid.batch.models import BatchInfo, BatchIsolation, BatchJob, BatchResult
-from sandgrid.client import _process_calls as calls
-from sandgrid.client._base import (
-    DEFAULT_RETRIES,
-    DEFAULT_TIMEOUT_S,
-    BaseClient,
-    Call,
-    FileContent,
-    RetryPolicy,
-    transport_error,
+from sandgrid.client import _process_calls as procs
+from sandgrid.client import _requests as api
+from sandgrid.client._base import BaseClient, ProcessHandle, SessionHandle
+from sandgrid.client._call import Call, transport_errors
+from sandgrid.client._process_calls import ProcessRef
+from sandgrid.client._pty import AsyncTerminal, TerminalOptions, terminal_url
+from sandgrid.client._requests import (
+    Argv,
+    CommandOptions,
+    ExecOptions,
+    OutputOptions,
+    SessionOptions,
 )
-from sandgrid.client._lifecycle_async import AsyncLifecycleMethods, AsyncSessionLifecycle
-from sandgrid.client._process_handles import AsyncBackgroundProcess
-from sandgrid.client._pty import AsyncTerminal
-from sandgrid.client._stream import AsyncTurnStream, ChunkHandler, deliver
+from sandgrid.client._shell import AsyncClosing, AsyncHandle, AsyncShell
+from sandgrid.client._stream import AsyncTurnStream, deliver
 from sandgrid.errors import SandgridError
-from sandgrid.models import (
-    CodeResult,
-    ExecResult,
-    FileEntry,
-    Quotas,
-    SandboxTypeInfo,
-    SessionInfo,
-    SnapshotPolicy,
-)
+from sandgrid.models import ExecResult, SessionInfo
 from sandgrid.processes import ProcessInfo
-from sandgrid.streaming import TurnCancel
-from sandgrid.terminal import PTY_DEFAULT_COLS, PTY_DEFAULT_ROWS
 
-__all__ = ["AsyncClient", "AsyncSession", "AsyncSessionOpener"]
+__all__ = ["AsyncBackgroundProcess", "AsyncClient", "AsyncSession", "AsyncSessionOpener"]
 
 T = TypeVar("T")
 
 
-class AsyncClient(AsyncLifecycleMethods, BaseClient):
+class AsyncClient(BaseClient[httpx.AsyncBaseTransport], AsyncShell, AsyncClosing):
     """An asyncio client of the sandgrid API over one pooled HTTP connection set.
 
-    Args:
-        base_url: the API; ``SANDGRID_API_URL`` when omitted.
-        token: the tenant's bearer token; ``SANDGRID_TOKEN`` when omitted.
-        timeout: seconds for calls other than exec.
-        retries: retries of a call when safe, or a ``RetryPolicy`` (0: none).
-        transport: an httpx transport (tests mount the app in-process).
+    Args: as ``BaseClient``'s; ``transport`` is an ``httpx.AsyncBaseTransport``.
     """
 
-    def __init__(
-        self,
-        base_url: str | None = None,
-        token: str | None = None,
-        *,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        retries: RetryPolicy | int = DEFAULT_RETRIES,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        super().__init__(base_url, token, timeout=timeout, retries=retries)
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=self._headers(), timeout=timeout, transport=transport
-        )
+    def _connect(self, transport: httpx.AsyncBaseTransport | None) -> None:
+        self._http = httpx.AsyncClient(transport=transport, **self._http_options())
 
     async def _send(self, call: Call[T]) -> T:
         """Send ``call``, retrying as ``self.retry`` says (the decision is the base's)."""
-        tries, waited = 1, 0.0
+        retrying = self.retry.retrying(call)
         while True:
             try:
                 return await self._send_once(call)
             except SandgridError as exc:
-                delay = self.retry.delay(call, exc, tries, waited)
-                if delay is None:
-                    raise
-            await anyio.sleep(delay)
-            tries, waited = tries + 1, waited + delay
+                await anyio.sleep(retrying.wait_after(exc))
 
     async def _send_once(self, call: Call[T]) -> T:
-        try:
-            response = await self._http.request(
-                call.method,
-                call.path,
-                params=call.params,
-                json=call.json,
-                content=call.content,
-                headers=call.headers,
-                timeout=call.timeout if call.timeout is not None else self.timeout,
-            )
-        except httpx.HTTPError as exc:
-            raise transport_error(exc, self.base_url) from exc
+        with transport_errors(self.base_url):
+            response = await self._http.send(call.build(self._http, call.timeout))
         return call.read(response)
 
-    async def create_session(
-        self,
-        type: str = "python",
-        *,
-        quotas: Quotas | Mapping[str, Any] | None = None,
-        env: Mapping[str, str] | None = None,
-        files: Mapping[str, FileContent] | None = None,
-        snapshot_policy: SnapshotPolicy = "after_turn",
-        labels: Mapping[str, str] | None = None,
-        fork_from: str | None = None,
-    ) -> SessionInfo:
-        """Create a session; ``files`` are written before it is returned."""
-        return await self._send(
-            self._create_session_call(type, quotas, env, files, snapshot_policy, labels, fork_from)
-        )
-
     def session(
-        self,
-        type: str = "python",
-        *,
-        quotas: Quotas | Mapping[str, Any] | None = None,
-        env: Mapping[str, str] | None = None,
-        files: Mapping[str, FileContent] | None = None,
-        snapshot_policy: SnapshotPolicy = "after_turn",
-        labels: Mapping[str, str] | None = None,
-        fork_from: str | None = None,
+        self, type: str = "python", **options: Unpack[SessionOptions]
     ) -> AsyncSessionOpener:
         """Create a session: ``await`` it for the handle, or ``async with`` it to close on exit."""
-        return AsyncSessionOpener(
-            self.create_session(
-                type,
-                quotas=quotas,
-                env=env,
-                files=files,
-                snapshot_policy=snapshot_policy,
-                labels=labels,
-                fork_from=fork_from,
-            ),
-            self,
-        )
+        return AsyncSessionOpener(self.create_session(type, **options), self)
 
     async def attach(self, session_id: str) -> AsyncSession:
         """A handle on an existing session of the caller's tenant."""
         return AsyncSession(self, await self.get_session(session_id))
 
-    async def get_session(self, session_id: str) -> SessionInfo:
-        return await self._send(self._get_session_call(session_id))
-
-    async def list_sessions(self) -> list[SessionInfo]:
-        return await self._send(self._list_sessions_call())
-
-    async def types(self) -> list[SandboxTypeInfo]:
-        """The catalog's sandbox types, each with the live nodes that serve it."""
-        return await self._send(self._types_call())
-
-    async def close_session(self, session_id: str) -> SessionInfo:
-        return await self._send(self._close_session_call(session_id))
-
-    async def audit(
-        self, *, session: str | None = None, since: float | None = None, limit: int | None = None
-    ) -> AuditPage:
-        """The tenant's audit trail from ``since`` (epoch s), oldest first (docs/operations.md)."""
-        return await self._send(self._audit_call(session, since, limit))
-
     async def exec(
-        self,
-        session_id: str,
-        argv: Sequence[str] | None = None,
-        *,
-        shell: str | None = None,
-        python: str | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str = ".",
-        stdin: str | None = None,
-        timeout_s: float | None = None,
-        idempotency_key: str | None = None,
-        on_stdout: ChunkHandler | None = None,
-        on_stderr: ChunkHandler | None = None,
+        self, session_id: str, argv: Argv = None, **options: Unpack[OutputOptions]
     ) -> ExecResult:
-        """Run one command: exactly one of ``argv``, ``shell``, ``python``.
-
-        Retried when safe, under an ``idempotency_key`` (a new one per call when
-        omitted): it runs at most once, whatever the retries. With ``on_stdout``
-        or ``on_stderr``, the output is streamed to them as it is written.
-        """
-        if on_stdout is not None or on_stderr is not None:
-            stream = await self.exec_stream(
-                session_id,
-                argv,
-                shell=shell,
-                python=python,
-                env=env,
-                cwd=cwd,
-                stdin=stdin,
-                timeout_s=timeout_s,
-                idempotency_key=idempotency_key,
-            )
-            async for event in stream:
-                deliver(event, on_stdout, on_stderr)
-            return await stream.wait()
-        call = self._exec_call(
-            session_id, argv, shell, python, env, cwd, stdin, timeout_s, idempotency_key
-        )
-        return await self._send(call)
-
-    async def run_code(
-        self,
-        session_id: str,
-        code: str,
-        *,
-        language: str = "python",
-        timeout_s: float | None = None,
-    ) -> CodeResult:
-        """Run code in the session's Jupyter kernel; variables and imports stay between calls.
-
-        An error in the code is in ``result.error``; ``kernel_restarted`` says that the
-        state of earlier calls is gone. Not retried once sent: code has effects.
-        """
-        return await self._send(self._run_code_call(session_id, code, language, timeout_s))
+        """See ``Client.exec``."""
+        call = api.exec_call(session_id, argv, **options)
+        out, err = options.get("on_stdout"), options.get("on_stderr")
+        if out is None and err is None:
+            return await self._send(call)
+        stream = await AsyncTurnStream(self, session_id)._open(api.streamed(call))
+        async for event in stream:
+            deliver(event, out, err)
+        return await stream.wait()
 
     async def exec_stream(
-        self,
-        session_id: str,
-        argv: Sequence[str] | None = None,
-        *,
-        shell: str | None = None,
-        python: str | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str = ".",
-        stdin: str | None = None,
-        timeout_s: float | None = None,
-        idempotency_key: str | None = None,
+        self, session_id: str, argv: Argv = None, **options: Unpack[ExecOptions]
     ) -> AsyncTurnStream:
-        """Start one command and answer its events as they happen (a ``AsyncTurnStream``:
-        iterate it, ``wait()`` for the result, ``cancel()`` it)."""
-        call = self._exec_call(
-            session_id, argv, shell, python, env, cwd, stdin, timeout_s, idempotency_key
-        )
-        return await AsyncTurnStream(self, session_id)._open(self._exec_stream_call(call))
+        """Start one command and answer its events as they happen (an ``AsyncTurnStream``:
+        iterate it, ``await wait()`` for the result, ``await cancel()`` it)."""
+        call = api.exec_stream_call(session_id, argv, **options)
+        return await AsyncTurnStream(self, session_id)._open(call)
 
     async def events(self, session_id: str, turn_id: str, *, after: str = "0") -> AsyncTurnStream:
         """Re-attach to a streamed turn: its events after offset ``after`` (an event id)."""
-        call = self._events_call(session_id, turn_id, after)
+        call = api.events_call(session_id, turn_id, after)
         return await AsyncTurnStream(self, session_id)._open(call)
 
-    async def cancel(self, session_id: str, turn_id: str) -> TurnCancel:
-        """Cancel a turn by id: its processes are killed and its result says ``cancelled``;
-        a finished turn is left alone (``state: finished``)."""
-        return await self._send(self._cancel_call(session_id, turn_id))
-
     async def start_process(
-        self,
-        session_id: str,
-        argv: Sequence[str] | None = None,
-        *,
-        shell: str | None = None,
-        python: str | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str = ".",
+        self, session_id: str, argv: Argv = None, **command: Unpack[CommandOptions]
     ) -> AsyncBackgroundProcess:
-        """Start a command in the background; answers at once with its handle."""
-        call = calls.start_call(session_id, argv, shell, python, env, cwd)
-        return AsyncBackgroundProcess(self, session_id, await self._send(call))
-
-    async def processes(self, session_id: str) -> list[ProcessInfo]:
-        """The session's background processes, running or finished."""
-        return await self._send(calls.list_call(session_id))
+        """See ``Client.start_process``."""
+        info = await self._send(procs.start_call(session_id, argv, **command))
+        return AsyncBackgroundProcess(self, session_id, info)
 
     async def process(self, session_id: str, pid: int, sandbox: str = "") -> AsyncBackgroundProcess:
-        """A handle on a process another client started (its session, pid and sandbox)."""
+        """See ``Client.process``."""
         info = ProcessInfo(pid=pid, argv=[], running=True, started_at=0.0, sandbox=sandbox)
         return AsyncBackgroundProcess(self, session_id, info)
 
-    async def write_files(
-        self, session_id: str, files: Mapping[str, FileContent], *, mode: int = 0o644
-    ) -> dict[str, Any]:
-        return await self._send(self._write_files_call(session_id, files, mode))
-
-    async def read_file(self, session_id: str, path: str, *, binary: bool = False) -> FileContent:
-        return await self._send(self._read_file_call(session_id, path, binary))
-
-    async def list_files(
-        self, session_id: str, path: str = ".", *, recursive: bool = False
-    ) -> list[FileEntry]:
-        return await self._send(self._list_files_call(session_id, path, recursive))
-
-    async def delete_file(
-        self, session_id: str, path: str, *, recursive: bool = False
-    ) -> dict[str, Any]:
-        return await self._send(self._delete_file_call(session_id, path, recursive))
-
-    async def upload_tar(self, session_id: str, data: bytes, path: str = ".") -> dict[str, Any]:
-        return await self._send(self._upload_tar_call(session_id, data, path))
-
-    async def download_tar(self, session_id: str, path: str = ".") -> bytes:
-        return await self._send(self._download_tar_call(session_id, path))
-
-    async def create_batch(
-        self,
-        jobs: Sequence[BatchJob | Mapping[str, Any]],
-        *,
-        type: str = "python",
-        concurrency: int = 8,
-        isolation: BatchIsolation = "job",
-        max_attempts: int = 4,
-        quotas: Quotas | Mapping[str, Any] | None = None,
-        labels: Mapping[str, str] | None = None,
-    ) -> BatchInfo:
-        """Submit a batch (it starts at once); read its progress with ``get_batch``."""
-        call = self._create_batch_call(
-            jobs, type, concurrency, isolation, max_attempts, quotas, labels
-        )
-        return await self._send(call)
-
-    async def get_batch(self, batch_id: str) -> BatchInfo:
-        return await self._send(self._get_batch_call(batch_id))
-
-    async def batch_results(
-        self, batch_id: str, offset: int = 0, limit: int = 10_000
-    ) -> tuple[list[BatchResult], int]:
-        """Result lines from ``offset`` in completion order, and the offset to read on from."""
-        return await self._send(self._batch_results_call(batch_id, offset, limit))
-
-    async def cancel_batch(self, batch_id: str) -> BatchInfo:
-        return await self._send(self._cancel_batch_call(batch_id))
-
-    async def resume_batch(self, batch_id: str) -> BatchInfo:
-        return await self._send(self._resume_batch_call(batch_id))
-
-    async def pty(
-        self,
-        session_id: str,
-        *,
-        rows: int = PTY_DEFAULT_ROWS,
-        cols: int = PTY_DEFAULT_COLS,
-        term: str = "xterm-256color",
-        idle_s: float | None = None,
-        max_s: float | None = None,
-    ) -> AsyncTerminal:
-        """Open an interactive terminal (a login shell) on the session.
-
-        The shell runs as the sandbox user in /workspace; it ends when it exits,
-        when the terminal is closed, or after ``idle_s`` without input or output
-        or ``max_s`` in all (the grid's defaults when None).
-        """
-        url, headers = self._pty_target(session_id, rows, cols, term, idle_s, max_s)
-        return await AsyncTerminal.open(url, headers)
-
-    async def health(self) -> dict[str, Any]:
-        return await self._send(self._health_call())
+    async def pty(self, session_id: str, **options: Unpack[TerminalOptions]) -> AsyncTerminal:
+        """See ``Client.pty``."""
+        url = terminal_url(self.base_url, session_id, options)
+        return await AsyncTerminal.open(url, self._headers())
 
     async def close(self) -> None:
         """Close the HTTP connections (sessions stay open on the grid)."""
         await self._http.aclose()
 
-    async def __aenter__(self) -> AsyncClient:
-        return self
 
-    async def __aexit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-
-class AsyncSession(AsyncSessionLifecycle):
-    """A handle on one session; as a context manager it closes the session on exit."""
-
-    def __init__(self, client: AsyncClient, info: SessionInfo) -> None:
-        self.client = client
-        self.info = info
-
-    @property
-    def id(self) -> str:
-        return self.info.id
+class AsyncSession(SessionHandle[AsyncClient], AsyncHandle[str], AsyncClosing):
+    """A handle on one session; ``async with`` closes the session on exit."""
 
     @overload
     async def exec(
         self,
-        argv: Sequence[str] | None = None,
+        argv: Argv = None,
         *,
-        shell: str | None = None,
-        python: str | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str = ".",
-        stdin: str | None = None,
-        timeout_s: float | None = None,
-        idempotency_key: str | None = None,
-        on_stdout: ChunkHandler | None = None,
-        on_stderr: ChunkHandler | None = None,
         background: Literal[False] = False,
+        **options: Unpack[OutputOptions],
     ) -> ExecResult: ...
 
     @overload
     async def exec(
-        self,
-        argv: Sequence[str] | None = None,
-        *,
-        shell: str | None = None,
-        python: str | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str = ".",
-        stdin: str | None = None,
-        timeout_s: float | None = None,
-        idempotency_key: str | None = None,
-        background: Literal[True],
+        self, argv: Argv = None, *, background: Literal[True], **options: Unpack[ExecOptions]
     ) -> AsyncBackgroundProcess: ...
 
     async def exec(
-        self,
-        argv: Sequence[str] | None = None,
-        *,
-        shell: str | None = None,
-        python: str | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str = ".",
-        stdin: str | None = None,
-        timeout_s: float | None = None,
-        idempotency_key: str | None = None,
-        on_stdout: ChunkHandler | None = None,
-        on_stderr: ChunkHandler | None = None,
-        background: bool = False,
+        self, argv: Argv = None, *, background: bool = False, **options: Unpack[OutputOptions]
     ) -> ExecResult | AsyncBackgroundProcess:
-        """Run one command; with ``background=True``, start it and answer at once with a
-        ``AsyncBackgroundProcess`` (``stdin`` is then sent to it; no ``timeout_s`` or key)."""
-        if background:
-            calls.check_background(timeout_s, idempotency_key)
-            proc = await self.client.start_process(
-                self.id, argv, shell=shell, python=python, env=env, cwd=cwd
-            )
-            if stdin is not None:
-                await proc.send_stdin(stdin)
-            return proc
-        return await self.client.exec(
-            self.id,
-            argv,
-            shell=shell,
-            python=python,
-            env=env,
-            cwd=cwd,
-            stdin=stdin,
-            timeout_s=timeout_s,
-            idempotency_key=idempotency_key,
-            on_stdout=on_stdout,
-            on_stderr=on_stderr,
-        )
-
-    async def run_code(
-        self, code: str, *, language: str = "python", timeout_s: float | None = None
-    ) -> CodeResult:
-        return await self.client.run_code(self.id, code, language=language, timeout_s=timeout_s)
+        """See ``Session.exec``."""
+        if not background:
+            return await self.client.exec(self.id, argv, **options)
+        command = procs.background_command(options)
+        proc = await self.client.start_process(self.id, argv, **command)
+        if (stdin := options.get("stdin")) is not None:
+            await proc.send_stdin(stdin)
+        return proc
 
     async def exec_stream(
-        self,
-        argv: Sequence[str] | None = None,
-        *,
-        shell: str | None = None,
-        python: str | None = None,
-        env: Mapping[str, str] | None = None,
-        cwd: str = ".",
-        stdin: str | None = None,
-        timeout_s: float | None = None,
-        idempotency_key: str | None = None,
+        self, argv: Argv = None, **options: Unpack[ExecOptions]
     ) -> AsyncTurnStream:
-        return await self.client.exec_stream(
-            self.id,
-            argv,
-            shell=shell,
-            python=python,
-            env=env,
-            cwd=cwd,
-            stdin=stdin,
-            timeout_s=timeout_s,
-            idempotency_key=idempotency_key,
-        )
+        return await self.client.exec_stream(self.id, argv, **options)
 
     async def events(self, turn_id: str, *, after: str = "0") -> AsyncTurnStream:
         return await self.client.events(self.id, turn_id, after=after)
 
-    async def cancel(self, turn_id: str) -> TurnCancel:
-        return await self.client.cancel(self.id, turn_id)
-
-    async def processes(self) -> list[ProcessInfo]:
-        """This session's background processes, running or finished."""
-        return await self.client.processes(self.id)
-
-    async def write_file(
-        self, path: str, content: FileContent, *, mode: int = 0o644
-    ) -> dict[str, Any]:
-        return await self.client.write_files(self.id, {path: content}, mode=mode)
-
-    async def write_files(
-        self, files: Mapping[str, FileContent], *, mode: int = 0o644
-    ) -> dict[str, Any]:
-        return await self.client.write_files(self.id, files, mode=mode)
-
-    async def read_file(self, path: str, *, binary: bool = False) -> FileContent:
-        return await self.client.read_file(self.id, path, binary=binary)
-
-    async def list_files(self, path: str = ".", *, recursive: bool = False) -> list[FileEntry]:
-        return await self.client.list_files(self.id, path, recursive=recursive)
-
-    async def delete(self, path: str, *, recursive: bool = False) -> dict[str, Any]:
-        """Delete a file (or a directory with ``recursive=True``) in the workspace."""
-        return await self.client.delete_file(self.id, path, recursive=recursive)
-
-    async def upload_tar(self, data: bytes, path: str = ".") -> dict[str, Any]:
-        return await self.client.upload_tar(self.id, data, path)
-
-    async def download_tar(self, path: str = ".") -> bytes:
-        return await self.client.download_tar(self.id, path)
-
-    async def pty(
-        self,
-        *,
-        rows: int = PTY_DEFAULT_ROWS,
-        cols: int = PTY_DEFAULT_COLS,
-        term: str = "xterm-256color",
-        idle_s: float | None = None,
-        max_s: float | None = None,
-    ) -> AsyncTerminal:
-        """Open an interactive terminal on this session (see ``AsyncClient.pty``)."""
-        return await self.client.pty(
-            self.id, rows=rows, cols=cols, term=term, idle_s=idle_s, max_s=max_s
-        )
+    async def pty(self, **options: Unpack[TerminalOptions]) -> AsyncTerminal:
+        """Open an interactive terminal on this session (see ``Client.pty``)."""
+        return await self.client.pty(self.id, **options)
 
     async def refresh(self) -> SessionInfo:
         self.info = await self.client.get_session(self.id)
@@ -537,14 +174,6 @@ class AsyncSession(AsyncSessionLifecycle):
         """Close the session on the grid; its container is destroyed."""
         self.info = await self.client.close_session(self.id)
         return self.info
-
-    async def __aenter__(self) -> AsyncSession:
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
 
 
 class AsyncSessionOpener:
@@ -575,3 +204,23 @@ class AsyncSessionOpener:
     ) -> None:
         if self._session is not None:
             await self._session.close()
+
+
+class AsyncBackgroundProcess(ProcessHandle[AsyncClient], AsyncHandle[ProcessRef]):
+    """``BackgroundProcess`` for ``AsyncClient``: the same methods, awaited."""
+
+    async def wait(self, timeout: float | None = None) -> ProcessInfo:
+        """See ``BackgroundProcess.wait``."""
+        waiting = procs.Waiting(self._ref, timeout)
+        while True:
+            try:
+                self.info = await self._send(waiting.call())
+            except SandgridError as exc:
+                await asyncio.sleep(waiting.pause(exc))
+            if waiting.done(self.info):
+                return self.info
+
+    async def kill(self, signal: str = "TERM") -> ProcessInfo:
+        """See ``BackgroundProcess.kill``."""
+        self.info = await self._send(procs.kill_call(self._ref, signal))
+        return self.info

@@ -14,16 +14,46 @@ not need it.
 from __future__ import annotations
 
 import json
-from types import TracebackType
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypedDict
 from urllib.parse import urlencode
 
+from sandgrid.client._requests import check_keywords
+from sandgrid.client._shell import AsyncClosing, Closing
 from sandgrid.errors import SandgridError, error_from_body
-from sandgrid.terminal import resize_message, stdin_message
+from sandgrid.terminal import PTY_DEFAULT_COLS, PTY_DEFAULT_ROWS, resize_message, stdin_message
 
-__all__ = ["OPEN_TIMEOUT_S", "AsyncTerminal", "Terminal", "TerminalState", "pty_url"]
+__all__ = [
+    "OPEN_TIMEOUT_S",
+    "AsyncTerminal",
+    "Terminal",
+    "TerminalOptions",
+    "TerminalState",
+    "pty_url",
+    "terminal_url",
+]
 
 OPEN_TIMEOUT_S = 30.0
+
+
+class TerminalOptions(TypedDict, total=False):
+    """The keywords of ``pty`` (client and session, sync and async).
+
+    Attributes:
+        rows: the terminal's height; 24 by default.
+        cols: its width; 80 by default.
+        term: its ``TERM``; ``xterm-256color`` by default.
+        idle_s: it ends after this long without input or output (the grid's default
+            when None).
+        max_s: it ends after this long in all (the grid's default when None).
+    """
+
+    rows: int
+    cols: int
+    term: str
+    idle_s: float | None
+    max_s: float | None
 
 
 def pty_url(base_url: str, session_id: str, params: dict[str, Any]) -> str:
@@ -32,6 +62,19 @@ def pty_url(base_url: str, session_id: str, params: dict[str, Any]) -> str:
     ws = {"http": "ws", "https": "wss"}.get(scheme, scheme)
     query = urlencode({k: v for k, v in params.items() if v is not None})
     return f"{ws}://{rest}/v1/sessions/{session_id}/pty" + (f"?{query}" if query else "")
+
+
+def terminal_url(base_url: str, session_id: str, options: TerminalOptions) -> str:
+    """The URL of a session's terminal opened with ``options`` (their defaults filled)."""
+    check_keywords("pty", options, TerminalOptions)
+    params = {
+        "rows": options.get("rows", PTY_DEFAULT_ROWS),
+        "cols": options.get("cols", PTY_DEFAULT_COLS),
+        "term": options.get("term", "xterm-256color"),
+        "idle_s": options.get("idle_s"),
+        "max_s": options.get("max_s"),
+    }
+    return pty_url(base_url, session_id, params)
 
 
 def _websockets_missing() -> SandgridError:
@@ -76,6 +119,14 @@ class TerminalState:
         if self.reason is None:
             self.reason = "disconnected"
 
+    @contextmanager
+    def hang_up_on(self, closed: type[Exception]) -> Iterator[None]:
+        """Take the socket's ``closed`` error inside as its hang-up (``hung_up``)."""
+        try:
+            yield
+        except closed:
+            self.hung_up()
+
 
 class _Common:
     state: TerminalState
@@ -91,7 +142,7 @@ class _Common:
         return self.state.reason
 
 
-class Terminal(_Common):
+class Terminal(_Common, Closing):
     """A terminal on a session (sync). Use as a context manager, or ``close()`` it."""
 
     def __init__(self, url: str, headers: dict[str, str]) -> None:
@@ -120,14 +171,9 @@ class Terminal(_Common):
         from websockets.exceptions import ConnectionClosed
 
         while not self.state.ended:
-            try:
-                raw = self._ws.recv(timeout=timeout)
-            except ConnectionClosed:
-                self.state.hung_up()
-                break
-            text = self.state.feed(raw)
-            if text:
-                return text
+            with self.state.hang_up_on(ConnectionClosed):
+                if text := self.state.feed(self._ws.recv(timeout=timeout)):
+                    return text
         return None
 
     def read_until(self, needle: str, timeout: float) -> str:
@@ -150,16 +196,8 @@ class Terminal(_Common):
         """Hang up: the shell and everything it started are killed."""
         self._ws.close()
 
-    def __enter__(self) -> Terminal:
-        return self
 
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-class AsyncTerminal(_Common):
+class AsyncTerminal(_Common, AsyncClosing):
     """A terminal on a session (asyncio): ``await AsyncSession.pty()``."""
 
     def __init__(self, ws: Any) -> None:
@@ -191,24 +229,11 @@ class AsyncTerminal(_Common):
         from websockets.exceptions import ConnectionClosed
 
         while not self.state.ended:
-            try:
-                raw = await asyncio.wait_for(self._ws.recv(), timeout)
-            except ConnectionClosed:
-                self.state.hung_up()
-                break
-            text = self.state.feed(raw)
-            if text:
-                return text
+            with self.state.hang_up_on(ConnectionClosed):
+                if text := self.state.feed(await asyncio.wait_for(self._ws.recv(), timeout)):
+                    return text
         return None
 
     async def close(self) -> None:
         """Hang up."""
         await self._ws.close()
-
-    async def __aenter__(self) -> AsyncTerminal:
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()

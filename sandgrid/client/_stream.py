@@ -5,19 +5,22 @@ turn produces them, ``wait()`` for its ``ExecResult`` (the error the turn
 ended with is raised, as by ``exec``), ``cancel()`` it by its ``turn_id``. When
 the connection breaks mid-turn, the handle re-attaches after the last event
 it saw (``GET .../turns/{turn_id}/events?after=``): no event is lost or
-repeated. What both shells share (the bookkeeping and the SSE parsing) is the
-pure ``StreamState``.
+repeated. What both shells share (the bookkeeping, the SSE parsing, when and
+how to re-attach) is the pure ``StreamState``; a shell only reads lines.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from sandgrid.client._base import Call, raise_for_error, transport_error
+from sandgrid.client._base import BaseClient
+from sandgrid.client._call import Call, raise_for_error, transport_error, transport_errors
+from sandgrid.client._requests import ChunkHandler, events_call
+from sandgrid.client._shell import Closing
 from sandgrid.errors import ErrorCode, InfrastructureError, error_from_body
 from sandgrid.models import ExecResult
 from sandgrid.streaming import TURN_ID_HEADER, SSEParser, TurnCancel, TurnEvent
@@ -26,10 +29,7 @@ if TYPE_CHECKING:
     from sandgrid.client._async import AsyncClient
     from sandgrid.client._sync import Client
 
-__all__ = ["AsyncTurnStream", "ChunkHandler", "StreamState", "TurnStream", "deliver"]
-
-ChunkHandler = Callable[[str], None]
-"""Receives each chunk of output text (``on_stdout``, ``on_stderr``)."""
+__all__ = ["AsyncTurnStream", "StreamState", "TurnStream", "deliver"]
 
 
 def deliver(
@@ -53,7 +53,10 @@ class StreamState:
         self._parser = SSEParser()
 
     def opened(self, response: httpx.Response) -> None:
-        """A response began: learn the turn id from its header."""
+        """A response began: learn the turn id from its header; an error answer (its
+        body read) is raised."""
+        if response.status_code >= 300:
+            raise_for_error(response)
         self.turn_id = response.headers.get(TURN_ID_HEADER, self.turn_id)
 
     def feed(self, line: str) -> TurnEvent | None:
@@ -65,9 +68,26 @@ class StreamState:
                 self.final = event
         return event
 
+    def events(self, lines: Iterable[str]) -> Iterator[TurnEvent]:
+        """The events that ``lines`` complete (``feed`` over each)."""
+        return (event for line in lines if (event := self.feed(line)) is not None)
+
     def restart(self) -> None:
         """A new connection: drop a half-read event (it is sent again after ``last_id``)."""
         self._parser = SSEParser()
+
+    def ended(self) -> None:
+        """The response ended: before the final event, that is a broken stream."""
+        if self.final is None:
+            raise httpx.RemoteProtocolError("the event stream ended early")
+
+    def broke(self, exc: httpx.TransportError, tries: int, client: BaseClient[Any]) -> Call[None]:
+        """The connection broke (the ``tries``-th time): the call that re-attaches after
+        the last event seen, or the transport error once the client's retries are spent."""
+        if tries > client.retry.attempts:
+            raise transport_error(exc, client.base_url) from exc
+        self.restart()
+        return events_call(self.session_id, self.turn_id, self.last_id)
 
     def outcome(self) -> ExecResult:
         """The turn's result, or the error it ended with raised."""
@@ -84,12 +104,7 @@ class StreamState:
         return self.final.result
 
 
-def _check(response: httpx.Response) -> None:
-    if response.status_code >= 300:
-        raise_for_error(response)
-
-
-class TurnStream:
+class TurnStream(Closing):
     """A streamed exec (``Client.exec_stream``), or a re-attached turn (``Client.events``)."""
 
     def __init__(self, client: Client, session_id: str, call: Call[Any]) -> None:
@@ -103,17 +118,10 @@ class TurnStream:
 
     def _open(self, call: Call[Any]) -> httpx.Response:
         http = self._client._http
-        request = http.build_request(
-            call.method, call.path, json=call.json, headers=call.headers, params=call.params
-        )
-        try:
-            response = http.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            raise transport_error(exc, self._client.base_url) from exc
+        with transport_errors(self._client.base_url):
+            response = http.send(call.build(http), stream=True)
         if response.status_code >= 300:
-            response.read()
-            response.close()
-            _check(response)
+            response.read()  # for the error's body; the response is closed at its end
         self.state.opened(response)
         self._lines = response.iter_lines()  # one per response: a handle may be iterated again
         return response
@@ -122,28 +130,21 @@ class TurnStream:
         tries = 0
         while self.state.final is None:
             try:
-                for line in self._lines:
-                    event = self.state.feed(line)
-                    if event is not None:
-                        yield event
-                        if event.final:
-                            break
-                else:
-                    raise httpx.RemoteProtocolError("the event stream ended early")
+                yield from self._read()
             except httpx.TransportError as exc:
                 tries += 1
-                if tries > self._client.retry.attempts:
-                    raise transport_error(exc, self._client.base_url) from exc
-                self._reattach()
+                call = self.state.broke(exc, tries, self._client)
+                self._response.close()
+                self._response = self._open(call)
         self.close()
 
-    def _reattach(self) -> None:
-        self._response.close()
-        self.state.restart()
-        state = self.state
-        self._response = self._open(
-            self._client._events_call(state.session_id, state.turn_id, state.last_id)
-        )
+    def _read(self) -> Iterator[TurnEvent]:
+        """The open response's events, up to the final one."""
+        for event in self.state.events(self._lines):
+            yield event
+            if event.final:
+                return
+        self.state.ended()
 
     def wait(self) -> ExecResult:
         """Read to the end; the turn's result (its error raised)."""
@@ -158,14 +159,6 @@ class TurnStream:
     def close(self) -> None:
         """Stop reading (the turn runs on; ``Client.events`` re-attaches)."""
         self._response.close()
-
-    def __enter__(self) -> TurnStream:
-        return self
-
-    def __exit__(
-        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 class AsyncTurnStream:
@@ -183,17 +176,10 @@ class AsyncTurnStream:
 
     async def _open(self, call: Call[Any]) -> AsyncTurnStream:
         http = self._client._http
-        request = http.build_request(
-            call.method, call.path, json=call.json, headers=call.headers, params=call.params
-        )
-        try:
-            response = await http.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            raise transport_error(exc, self._client.base_url) from exc
+        with transport_errors(self._client.base_url):
+            response = await http.send(call.build(http), stream=True)
         if response.status_code >= 300:
             await response.aread()
-            await response.aclose()
-            _check(response)
         self.state.opened(response)
         self._response = response
         self._lines = response.aiter_lines()  # one per response: iterated again, it goes on
@@ -205,25 +191,25 @@ class AsyncTurnStream:
     async def _events(self) -> AsyncIterator[TurnEvent]:
         tries = 0
         while self.state.final is None and self._response is not None:
-            assert self._lines is not None
             try:
-                async for line in self._lines:
-                    event = self.state.feed(line)
-                    if event is not None:
-                        yield event
-                        if event.final:
-                            break
-                else:
-                    raise httpx.RemoteProtocolError("the event stream ended early")
+                async for event in self._read():
+                    yield event
             except httpx.TransportError as exc:
                 tries += 1
-                if tries > self._client.retry.attempts:
-                    raise transport_error(exc, self._client.base_url) from exc
+                call = self.state.broke(exc, tries, self._client)
                 await self._response.aclose()
-                self.state.restart()
-                s = self.state
-                await self._open(self._client._events_call(s.session_id, s.turn_id, s.last_id))
+                await self._open(call)
         await self.aclose()
+
+    async def _read(self) -> AsyncIterator[TurnEvent]:
+        """The open response's events, up to the final one."""
+        assert self._lines is not None
+        async for line in self._lines:
+            if (event := self.state.feed(line)) is not None:
+                yield event
+                if event.final:
+                    return
+        self.state.ended()
 
     async def wait(self) -> ExecResult:
         """Read to the end; the turn's result (its error raised)."""

@@ -1,4 +1,5 @@
-"""Client and AsyncClient (and their sessions) expose the same methods and signatures."""
+"""Client and AsyncClient (their sessions, streams, terminals) expose the same methods and
+signatures."""
 
 from __future__ import annotations
 
@@ -6,7 +7,18 @@ import inspect
 
 import pytest
 
-from sandgrid.client import AsyncClient, AsyncSession, Client, Session
+from sandgrid.client import (
+    AsyncClient,
+    AsyncSession,
+    AsyncTerminal,
+    AsyncTurnStream,
+    Client,
+    Session,
+    Terminal,
+    TurnStream,
+)
+from sandgrid.client._pty import TerminalOptions
+from sandgrid.client._requests import ExecOptions, OutputOptions, SessionOptions, exec_call
 
 
 def _public(cls: type) -> dict[str, inspect.Signature]:
@@ -46,3 +58,58 @@ def test_same_annotations_except_transport() -> None:
 def test_context_managers() -> None:
     assert hasattr(Client, "__enter__") and hasattr(AsyncClient, "__aenter__")
     assert hasattr(Session, "__exit__") and hasattr(AsyncSession, "__aexit__")
+
+
+def _methods(cls: type) -> dict[str, list[tuple[str, object, object]]]:
+    return {
+        name: _params(inspect.signature(member))
+        for name, member in inspect.getmembers(cls, inspect.isfunction)
+        if not name.startswith("_")
+    }
+
+
+@pytest.mark.parametrize(
+    ("sync", "async_", "only_sync", "renamed"),
+    [
+        (TurnStream, AsyncTurnStream, set(), {"close": "aclose"}),
+        (Terminal, AsyncTerminal, {"read_until"}, {}),
+    ],
+)
+def test_streams_and_terminals_are_twins(
+    sync: type, async_: type, only_sync: set[str], renamed: dict[str, str]
+) -> None:
+    """The handles beside the clients: the same methods (but the differences named here)."""
+    s, a = _methods(sync), _methods(async_)
+    s = {renamed.get(n, n): p for n, p in s.items() if n not in only_sync}
+    assert s == a
+    for name in a:
+        assert inspect.iscoroutinefunction(getattr(async_, name)), name
+
+
+def test_the_wide_keywords_are_the_ones_users_pass() -> None:
+    """exec, session and pty take their keywords from one ``TypedDict`` each: same names
+    as ever, and an unknown one is refused as Python refuses it."""
+    keys = OutputOptions.__optional_keys__
+    assert keys == {
+        "shell",
+        "python",
+        "env",
+        "cwd",
+        "stdin",
+        "timeout_s",
+        "idempotency_key",
+        "on_stdout",
+        "on_stderr",
+    }
+    assert ExecOptions.__optional_keys__ == keys - {"on_stdout", "on_stderr"}
+    assert SessionOptions.__optional_keys__ == {
+        "quotas",
+        "env",
+        "files",
+        "snapshot_policy",
+        "labels",
+        "fork_from",
+    }
+    assert TerminalOptions.__optional_keys__ == {"rows", "cols", "term", "idle_s", "max_s"}
+    with pytest.raises(TypeError, match="unexpected keyword argument 'shel'"):
+        exec_call("s-1", shel="true")  # type: ignore[call-arg]

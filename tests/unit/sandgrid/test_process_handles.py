@@ -7,7 +7,7 @@ import inspect
 import pytest
 
 from sandgrid.client import AsyncBackgroundProcess, BackgroundProcess
-from sandgrid.client._process_calls import check_background, logs_call, wait_step
+from sandgrid.client._process_calls import ProcessRef, check_background, logs_call, wait_step
 from sandgrid.errors import InvalidInput
 
 
@@ -35,10 +35,10 @@ def test_background_refuses_a_deadline_or_a_key() -> None:
 
 
 def test_calls_carry_the_sandbox_and_bounded_waits() -> None:
-    call = logs_call("s-1", 7, "sbx", 12)
+    call = logs_call(ProcessRef("s-1", 7, "sbx"), 12)
     assert (call.path, call.params) == (
         "/v1/sessions/s-1/processes/7/logs",
         {"since": 12, "sandbox": "sbx"},
     )
-    assert logs_call("s-1", 7, "", 0).params == {"since": 0}
+    assert logs_call(ProcessRef("s-1", 7, ""), 0).params == {"since": 0}
     assert (wait_step(None), wait_step(3.0), wait_step(-1.0)) == (10.0, 3.0, 0.0)

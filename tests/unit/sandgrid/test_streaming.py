@@ -1,16 +1,21 @@
 """The pure parts of streamed turns: the SSE parser, the SDK's stream bookkeeping,
-and the turn stream in Redis (offsets, trimming flagged, the cancel flag)."""
+and the turn stream in Redis (offsets, trimming flagged, the cancel flag); the
+SDK's streams re-attaching after a broken connection (a mock API)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Iterator
 
+import anyio
+import httpx
 import pytest
 import redis
 
+from sandgrid.client import AsyncClient, Client
 from sandgrid.client._stream import StreamState, deliver
 from sandgrid.errors import Conflict, InvalidInput
-from sandgrid.streaming import SSEParser, TurnEvent
+from sandgrid.streaming import EVENT_STREAM, TURN_ID_HEADER, SSEParser, TurnEvent
 from sandgrid.wire import turnstream
 
 
@@ -106,3 +111,63 @@ def test_the_cancel_check_never_fails_a_turn() -> None:
 
     down = redis_lib.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
     assert turnstream.cancel_requested(down, "t-any") is False  # unreachable: run it
+
+
+class _Broken(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A body that sends ``chunks`` and then breaks, as a dropped connection does."""
+
+    def __init__(self, *chunks: str) -> None:
+        self.chunks = [c.encode() for c in chunks]
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.chunks
+        raise httpx.ReadError("connection dropped")
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+        raise httpx.ReadError("connection dropped")
+
+
+def _sse(eid: str, body: dict[str, object]) -> str:
+    return "\n".join(_lines((eid, body))[2:]) + "\n"
+
+
+RESULT = {"type": "result", "result": {"exit_code": 0, "stdout": "ab"}}
+
+
+def _api(seen: list[str]) -> httpx.MockTransport:
+    """The exec's stream breaks after its first event; the re-attach sends the rest."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(f"{request.method} {request.url.path} {request.url.params.get('after', '')}")
+        headers = {TURN_ID_HEADER: "t-1", "Content-Type": EVENT_STREAM}
+        if request.method == "POST":
+            return httpx.Response(
+                200, headers=headers, stream=_Broken(_sse("1-0", {"type": "stdout", "data": "a"}))
+            )
+        rest = _sse("2-0", {"type": "stdout", "data": "b"}) + _sse("3-0", RESULT)
+        return httpx.Response(200, headers=headers, content=rest.encode())
+
+    return httpx.MockTransport(answer)
+
+
+def test_a_broken_stream_reattaches_after_the_last_event_sync() -> None:
+    seen: list[str] = []
+    with Client("http://api", "tok", transport=_api(seen)) as client:
+        stream = client.exec_stream("s-1", shell="echo")
+        ids = [e.id for e in stream]
+    assert ids == ["1-0", "2-0", "3-0"] and stream.state.outcome().stdout == "ab"
+    assert seen == ["POST /v1/sessions/s-1/exec ", "GET /v1/sessions/s-1/turns/t-1/events 1-0"]
+
+
+def test_a_broken_stream_reattaches_after_the_last_event_async() -> None:
+    seen: list[str] = []
+
+    async def run() -> list[str]:
+        async with AsyncClient("http://api", "tok", transport=_api(seen)) as client:
+            stream = await client.exec_stream("s-1", shell="echo")
+            return [e.id async for e in stream]
+
+    assert anyio.run(run) == ["1-0", "2-0", "3-0"]
+    assert seen == ["POST /v1/sessions/s-1/exec ", "GET /v1/sessions/s-1/turns/t-1/events 1-0"]
