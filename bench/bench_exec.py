@@ -34,7 +34,7 @@ from _stats import pct
 
 from sandgrid.models import ExecRequest
 from worker.backends import SandboxBackend, backend_for
-from worker.pool import WarmPool
+from worker.sessions.pool import WarmPool
 
 IMAGE = "sandgrid/sandbox-python:latest"
 TRUE = ExecRequest(argv=["true"])

@@ -22,8 +22,8 @@ from sandgrid.errors import ErrorCode, SandboxLost, SandgridError
 from sandgrid.models import SessionInfo
 from sandgrid.wire.jobs import ProcOp, ProcStartOp, TurnJob
 from worker.backends.base import Sandbox, SandboxBackend
-from worker.pool import BackendFor
-from worker.session_table import LocalSession, SessionTable
+from worker.sessions.pool import BackendFor
+from worker.sessions.table import LocalSession, SessionTable
 
 __all__ = ["keeps_resident", "proc_turn", "start_background"]
 

@@ -57,10 +57,10 @@ from worker.egress.env import session_env
 from worker.interactive import TurnControl
 from worker.lifecycle import SessionLifecycle
 from worker.persistence import Persistence, unsaved_result
-from worker.pool import BackendFor, SandboxPool
 from worker.ran import RanTurns
 from worker.residency import Residency
-from worker.session_table import LocalSession, SessionTable
+from worker.sessions.pool import BackendFor, SandboxPool
+from worker.sessions.table import LocalSession, SessionTable
 from worker.terminal import TerminalBridge
 
 __all__ = [

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from sandgrid.wire.ledger import SessionLedger
 from worker.residency import Residency
-from worker.session_table import SessionTable
+from worker.sessions.table import SessionTable
 
 __all__ = [
     "NODE_TTL_BEATS",

@@ -29,7 +29,7 @@ import redis
 from sandgrid.models import ExecRequest, ExecResult
 from sandgrid.wire import turnstream
 from worker.backends.base import Sandbox, SandboxBackend
-from worker.session_table import SessionTable
+from worker.sessions.table import SessionTable
 
 __all__ = ["BUFFER_BYTES", "CANCEL_FIND_S", "EventBuffer", "TurnControl"]
 

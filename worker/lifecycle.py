@@ -31,7 +31,7 @@ from sandgrid.wire.jobs import (
 from sandgrid.wire.ledger import SessionLedger
 from worker.persistence import Persistence
 from worker.residency import Residency
-from worker.session_table import LocalSession, SessionTable
+from worker.sessions.table import LocalSession, SessionTable
 from worker.snapshots import checkpoints
 
 __all__ = ["SessionLifecycle"]

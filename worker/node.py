@@ -28,10 +28,10 @@ from worker.executor import Executor
 from worker.heartbeat import Heartbeat
 from worker.interactive import TurnControl
 from worker.persistence import Persistence
-from worker.pool import SandboxPool, WarmPool
 from worker.reaper import Reaper
 from worker.residency import Residency
-from worker.session_table import SessionTable
+from worker.sessions.pool import SandboxPool, WarmPool
+from worker.sessions.table import SessionTable
 from worker.snapshots import SnapshotStore, open_store
 from worker.terminal import TerminalBridge
 

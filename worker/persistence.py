@@ -48,8 +48,8 @@ from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.settings import SnapshotSettings
 from worker import metrics
 from worker.backends.base import Sandbox
-from worker.pool import BackendFor
-from worker.session_table import LocalSession
+from worker.sessions.pool import BackendFor
+from worker.sessions.table import LocalSession
 from worker.snapshots import GcReport, Manifest, SnapshotStore, restore_sandbox, snapshot_sandbox
 from worker.snapshots.checkpoints import checkpoint_id, drop_all, owner_of
 from worker.snapshots.store import DEFAULT_ROOTS

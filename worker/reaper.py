@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from worker.backends.base import SandboxBackend
 from worker.background import keeps_resident
 from worker.persistence import Persistence
-from worker.pool import SandboxPool
 from worker.residency import Residency
-from worker.session_table import SessionTable
+from worker.sessions.pool import SandboxPool
+from worker.sessions.table import SessionTable
 
 __all__ = [
     "ORPHAN_GRACE_S",

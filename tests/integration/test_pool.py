@@ -11,7 +11,7 @@ import pytest
 
 from sandgrid.models import ExecRequest, Quotas
 from worker.backends import Sandbox, SandboxBackend
-from worker.pool import WarmPool
+from worker.sessions.pool import WarmPool
 
 pytestmark = pytest.mark.integration
 

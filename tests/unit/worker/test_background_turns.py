@@ -17,7 +17,7 @@ from sandgrid.processes import ProcessInfo
 from sandgrid.wire.jobs import ProcOp, TurnJob
 from worker.backends.base import Sandbox
 from worker.background import proc_turn
-from worker.session_table import LocalSession, SessionTable
+from worker.sessions.table import LocalSession, SessionTable
 
 
 class _Backend:

@@ -15,7 +15,7 @@ from sandgrid.wire.capacity import batch_limit
 from sandgrid.wire.jobs import ExecOp, TurnJob, TurnOutcome
 from worker.batch_gate import BatchGate, run_turn
 from worker.residency import Residency
-from worker.session_table import LocalSession, SessionTable
+from worker.sessions.table import LocalSession, SessionTable
 
 NOW = datetime.now(UTC)
 SESSION = SessionInfo(

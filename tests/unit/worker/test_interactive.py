@@ -17,7 +17,7 @@ from sandgrid.wire import turnstream
 from worker.agent.control import Control
 from worker.channel import AgentChannel
 from worker.interactive import EventBuffer, TurnControl
-from worker.session_table import SessionTable
+from worker.sessions.table import SessionTable
 
 
 def _events(client: redis.Redis[str], turn_id: str) -> list[dict[str, Any]]:

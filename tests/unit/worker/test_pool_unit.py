@@ -11,7 +11,7 @@ import pytest
 from sandgrid.errors import CapacityError, SandboxLost
 from sandgrid.models import Quotas
 from worker.backends.base import Sandbox
-from worker.pool import WarmPool
+from worker.sessions.pool import WarmPool
 
 
 class FakeBackend:

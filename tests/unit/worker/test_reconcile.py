@@ -13,10 +13,10 @@ from sandgrid.errors import SandgridError
 from sandgrid.models import Quotas
 from worker.backends.base import Sandbox, SandboxBackend
 from worker.persistence import Persistence
-from worker.pool import WarmPool
 from worker.reaper import Reaper
 from worker.residency import Residency
-from worker.session_table import LocalSession, SessionTable
+from worker.sessions.pool import WarmPool
+from worker.sessions.table import LocalSession, SessionTable
 
 
 class VanishingBackend:
