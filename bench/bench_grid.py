@@ -7,7 +7,7 @@ then measures on this machine, in one run:
 
 1. a warm session's turn of ``true`` through SDK -> HTTP -> Celery -> worker ->
    sandbox, with the breakdown the API reports (api, queue, worker, sandbox),
-   against the backend channel alone (``SandboxBackend.exec`` of ``true`` on a
+   against the backend channel alone (``SandboxManager.exec`` of ``true`` on a
    warm sandbox): target p50 <= 2.5x the channel's;
 2. the Docker SDK's ``exec_run("true")`` on a warm container of the same image
    (what a ``docker exec`` grid pays per call);
@@ -46,7 +46,8 @@ from sandgrid.models import ExecRequest
 from sandgrid.wire import names
 from sandgrid.wire.celery_app import make_celery
 from sandgrid.wire.settings import Settings
-from worker.backends import backend_for
+from worker.runtimes import runtime_for
+from worker.sandboxes import SandboxManager
 
 PORT = 8731
 REDIS_URL = "redis://127.0.0.1:6379/13"
@@ -108,7 +109,7 @@ def exec_run_baseline(n: int) -> list[float]:
 
 def channel_baseline(n: int) -> list[float]:
     """``true`` through the backend's channel on a warm sandbox: no API, no queue."""
-    backend = backend_for("runc", node="bench-channel")
+    backend = SandboxManager(runtime_for("runc"), node="bench-channel")
     sbx = backend.create("python")
     try:
         for _ in range(20):
@@ -192,7 +193,7 @@ def http_floor(api: str, n: int, threads: int, seconds: float) -> tuple[list[flo
 
 def exec_rate(sandboxes: int, seconds: float) -> float:
     """Execs of ``true`` per second through the channel, one thread per warm sandbox."""
-    backend = backend_for("runc", node="bench-channel")
+    backend = SandboxManager(runtime_for("runc"), node="bench-channel")
     boxes = [backend.create("python") for _ in range(sandboxes)]
     try:
         return rate_of(

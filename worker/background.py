@@ -21,7 +21,7 @@ from typing import Any
 from sandgrid.errors import ErrorCode, SandboxLost, SandgridError
 from sandgrid.models import SessionInfo
 from sandgrid.wire.jobs import ProcOp, ProcStartOp, TurnJob
-from worker.backends.base import Sandbox, SandboxBackend
+from worker.sandboxes import Sandbox, SandboxManager
 from worker.sessions.pool import BackendFor
 from worker.sessions.table import LocalSession, SessionTable
 
@@ -30,7 +30,7 @@ __all__ = ["keeps_resident", "proc_turn", "start_background"]
 log = logging.getLogger(__name__)
 
 
-def keeps_resident(backends: Sequence[SandboxBackend], local: LocalSession) -> bool:
+def keeps_resident(backends: Sequence[SandboxManager], local: LocalSession) -> bool:
     """Whether an idle session must stay here: a background process still runs in it.
 
     The idle reaper asks (under the session's lock) before it releases a
@@ -49,7 +49,7 @@ def keeps_resident(backends: Sequence[SandboxBackend], local: LocalSession) -> b
 
 
 def start_background(
-    backend: SandboxBackend, sbx: Sandbox, op: ProcStartOp, info: SessionInfo, node: str
+    backend: SandboxManager, sbx: Sandbox, op: ProcStartOp, info: SessionInfo, node: str
 ) -> dict[str, Any]:
     """Start the op's command in the background (with the session's env); its handle."""
     request = op.request
@@ -102,7 +102,7 @@ def _gone(job: TurnJob, op: ProcOp, node: str) -> dict[str, Any]:
     raise _lost(job, op, node)
 
 
-def _apply(backend: SandboxBackend, local: LocalSession, op: ProcOp, node: str) -> dict[str, Any]:
+def _apply(backend: SandboxManager, local: LocalSession, op: ProcOp, node: str) -> dict[str, Any]:
     sbx, pid = local.sandbox, op.pid or 0
     local.dirty = True
     if op.action == "list":

@@ -50,7 +50,6 @@ from sandgrid.wire.jobs import (
     WriteOp,
 )
 from sandgrid.wire.ledger import SessionLedger
-from worker.backends.base import Sandbox, SandboxBackend
 from worker.background import proc_turn, start_background
 from worker.code import run_code
 from worker.egress.env import session_env
@@ -59,6 +58,7 @@ from worker.lifecycle import SessionLifecycle
 from worker.persistence import Persistence, unsaved_result
 from worker.ran import RanTurns
 from worker.residency import Residency
+from worker.sandboxes import Sandbox, SandboxManager
 from worker.sessions.pool import BackendFor, SandboxPool
 from worker.sessions.table import LocalSession, SessionTable
 from worker.terminal import TerminalBridge
@@ -310,7 +310,7 @@ class Executor:
 
     def _dispatch(
         self,
-        backend: SandboxBackend,
+        backend: SandboxManager,
         sbx: Sandbox,
         op: TurnOp,
         info: SessionInfo,

@@ -7,7 +7,7 @@
 - while it runs, it is in the node's table of running turns, so that the
   ``cancel`` task (``worker.tasks.cancel``, on the node's direct queue) finds
   the turn's session, and so its sandbox, and sends the agent a ``cancel``
-  notification (``AgentChannel.notify``) naming the exec's frame;
+  notification (``AgentClient.notify``) naming the exec's frame;
 - with ``request.stream``, each chunk goes to an ``EventBuffer``: a bounded
   buffer that a thread drains into the turn's Redis Stream
   (``sandgrid.wire.turnstream``), so the channel's pump never waits on Redis;
@@ -28,7 +28,7 @@ import redis
 
 from sandgrid.models import ExecRequest, ExecResult
 from sandgrid.wire import turnstream
-from worker.backends.base import Sandbox, SandboxBackend
+from worker.sandboxes import Sandbox, SandboxManager
 from worker.sessions.table import SessionTable
 
 __all__ = ["BUFFER_BYTES", "CANCEL_FIND_S", "EventBuffer", "TurnControl"]
@@ -117,7 +117,7 @@ class TurnControl:
 
     def exec(
         self,
-        backend: SandboxBackend,
+        backend: SandboxManager,
         sbx: Sandbox,
         request: ExecRequest,
         turn_id: str,

@@ -47,7 +47,7 @@ from sandgrid.wire.jobs import ForkOp, TurnJob
 from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.settings import SnapshotSettings
 from worker import metrics
-from worker.backends.base import Sandbox
+from worker.sandboxes import Sandbox
 from worker.sessions.pool import BackendFor
 from worker.sessions.table import LocalSession
 from worker.snapshots import GcReport, Manifest, SnapshotStore, restore_sandbox, snapshot_sandbox
@@ -91,18 +91,18 @@ class Persistence:
 
     def restore(self, sbx: Sandbox, tenant: str, session_id: str, ref: str) -> Manifest:
         """Restore snapshot ``ref`` into ``sbx``; the manifest restored."""
-        backend = self.backend_for(sbx.sandbox_type)
+        files = self.backend_for(sbx.sandbox_type).files
         with metrics.SNAPSHOT_SECONDS.labels(direction="restore").time():
-            manifest = restore_sandbox(backend, sbx, self.store, tenant, session_id, ref)
+            manifest = restore_sandbox(files, sbx, self.store, tenant, session_id, ref)
         metrics.SNAPSHOT_BYTES.labels(direction="restore").inc(sum(manifest.blobs.values()))
         return manifest
 
     def _snapshot(self, local: LocalSession) -> tuple[str, Manifest | None] | None:
         """Snapshot the session; ``(ref, manifest)``, or None when nothing changed."""
-        backend = self.backend_for(local.sandbox_type)
+        files = self.backend_for(local.sandbox_type).files
         with metrics.SNAPSHOT_SECONDS.labels(direction="save").time():
             ref = snapshot_sandbox(
-                backend, local.sandbox, self.store, local.tenant, local.session_id, local.manifest
+                files, local.sandbox, self.store, local.tenant, local.session_id, local.manifest
             )
         if ref is None:
             return None

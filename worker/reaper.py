@@ -22,10 +22,10 @@ import threading
 import time
 from collections.abc import Sequence
 
-from worker.backends.base import SandboxBackend
 from worker.background import keeps_resident
 from worker.persistence import Persistence
 from worker.residency import Residency
+from worker.sandboxes import SandboxManager
 from worker.sessions.pool import SandboxPool
 from worker.sessions.table import SessionTable
 
@@ -61,7 +61,7 @@ class Reaper:
         node: str,
         sessions: SessionTable,
         pool: SandboxPool,
-        backends: Sequence[SandboxBackend],
+        backends: Sequence[SandboxManager],
         residency: Residency,
         persistence: Persistence,
         *,

@@ -9,7 +9,7 @@ request and, for as long as it runs:
   expiring ``STREAM_TTL_S`` after its last write; its last entry is the exit;
 - reads ``names.pty_in_key(turn)`` in a thread (``XREAD BLOCK``) and forwards
   each entry to the agent as a notification on the channel
-  (``AgentChannel.notify``), which is allowed while the ``pty`` request is in flight.
+  (``AgentClient.notify``), which is allowed while the ``pty`` request is in flight.
 
 The API never talks to the worker directly: both ends meet on the two streams,
 so the socket can be served by any API process.
@@ -31,7 +31,8 @@ from sandgrid.errors import SandboxError
 from sandgrid.wire import names
 from sandgrid.wire.jobs import PtyOp
 from sandgrid.wire.settings import Settings
-from worker.backends.base import DEADLINE_MARGIN_S, Sandbox, SandboxBackend
+from worker.sandboxes import Sandbox, SandboxManager
+from worker.sandboxes.manager import DEADLINE_MARGIN_S
 
 __all__ = ["IN_BLOCK_MS", "OUT_MAXLEN", "STREAM_TTL_S", "TerminalBridge", "agent_control"]
 
@@ -74,7 +75,7 @@ class TerminalBridge:
         """A bridge on its own connection pool to the grid's Redis."""
         return cls(redis.Redis.from_url(settings.redis_url, decode_responses=True))
 
-    def run(self, backend: SandboxBackend, sbx: Sandbox, op: PtyOp) -> dict[str, Any]:
+    def run(self, backend: SandboxManager, sbx: Sandbox, op: PtyOp) -> dict[str, Any]:
         """Serve one terminal until the agent answers; the turn's result.
 
         Raises:

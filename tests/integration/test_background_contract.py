@@ -13,16 +13,16 @@ import pytest
 from sandgrid.errors import LimitExceeded, NotFound
 from sandgrid.models import ExecRequest, Quotas
 from tests.integration.conftest import SandboxFactory
-from worker.backends import Sandbox, SandboxBackend
+from worker.sandboxes import Sandbox, SandboxManager
 
 pytestmark = pytest.mark.integration
 
 
-def start(backend: SandboxBackend, sbx: Sandbox, **kw: object) -> int:
+def start(backend: SandboxManager, sbx: Sandbox, **kw: object) -> int:
     return backend.start_process(sbx, ExecRequest.model_validate(kw)).pid
 
 
-def test_start_answers_at_once_then_wait_and_logs(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_start_answers_at_once_then_wait_and_logs(backend: SandboxManager, shared: Sandbox) -> None:
     info = backend.start_process(
         shared, ExecRequest(shell="echo one; echo two >&2; sleep 2; echo three; exit 4")
     )
@@ -39,7 +39,7 @@ def test_start_answers_at_once_then_wait_and_logs(backend: SandboxBackend, share
 
 
 def test_survives_later_execs_and_their_deadline_kill(
-    backend: SandboxBackend, shared: Sandbox
+    backend: SandboxManager, shared: Sandbox
 ) -> None:
     pid = start(backend, shared, shell="while :; do sleep 0.2; done")
     assert backend.exec(shared, ExecRequest(shell="echo hi")).stdout == "hi\n"
@@ -52,7 +52,7 @@ def test_survives_later_execs_and_their_deadline_kill(
 
 
 def test_port_of_a_background_server_reachable_from_later_execs(
-    backend: SandboxBackend, shared: Sandbox
+    backend: SandboxManager, shared: Sandbox
 ) -> None:
     backend.exec(shared, ExecRequest(shell="mkdir -p site && echo served > site/index.html"))
     pid = start(backend, shared, argv=["python3", "-m", "http.server", "8765", "-b", "127.0.0.1"],
@@ -71,7 +71,7 @@ def test_port_of_a_background_server_reachable_from_later_execs(
     assert not backend.process_wait(shared, pid, 10).running
 
 
-def test_stdin_and_signals(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_stdin_and_signals(backend: SandboxManager, shared: Sandbox) -> None:
     pid = start(backend, shared, argv=["cat"])
     assert backend.process_stdin(shared, pid, "hello\n") == 6
     assert backend.process_stdin(shared, pid, "bye\n", eof=True) == 4
@@ -85,14 +85,14 @@ def test_stdin_and_signals(backend: SandboxBackend, shared: Sandbox) -> None:
     assert backend.process_wait(shared, pid, 10).exit_code == 3
 
 
-def test_unknown_pid_is_not_found(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_unknown_pid_is_not_found(backend: SandboxManager, shared: Sandbox) -> None:
     with pytest.raises(NotFound) as err:
         backend.process_logs(shared, 999_999)
     assert err.value.context["field"] == "pid"
 
 
 def test_output_buffer_and_live_count_are_bounded(
-    backend: SandboxBackend, sandbox_factory: SandboxFactory
+    backend: SandboxManager, sandbox_factory: SandboxFactory
 ) -> None:
     sbx = sandbox_factory(quotas=Quotas(output_bytes=1024, background_processes=2))
     pid = start(backend, sbx, python="import sys; sys.stdout.write('x' * 5000 + 'END')")

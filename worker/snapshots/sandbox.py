@@ -2,13 +2,13 @@
 
 ``SandboxFiles`` is the interface ``workspace.snapshot_sandbox`` and
 ``workspace.restore_sandbox`` drive. The production implementation is the
-agent channel (``worker.backends.snapshot_ops.SnapshotOps``, which every
-``SandboxBackend`` is): each call is one request to the in-sandbox agent
+agent (``worker.sandboxes.files.AgentFiles``, every ``SandboxManager``'s
+``files``): each call is one request to the in-sandbox agent
 (docs/agent-protocol.md). Tests use a double over a host directory
 (tests/support/hostdir.py) that keeps the same promises.
 
 ``S`` is the implementation's handle of one sandbox (a ``Sandbox`` of the
-backend, a ``Path`` for the double); the snapshot code only passes it through.
+manager, a ``Path`` for the double); the snapshot code only passes it through.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from sandgrid.errors import ErrorCode, SandboxError, SandboxLost
 from sandgrid.models import Quotas, SessionInfo
 from sandgrid.processes import ProcessInfo
 from sandgrid.wire.jobs import ProcOp, TurnJob
-from worker.backends.base import Sandbox
 from worker.background import proc_turn
+from worker.sandboxes import Sandbox
 from worker.sessions.table import LocalSession, SessionTable
 
 

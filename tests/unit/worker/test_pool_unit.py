@@ -10,7 +10,7 @@ import pytest
 
 from sandgrid.errors import CapacityError, SandboxLost
 from sandgrid.models import Quotas
-from worker.backends.base import Sandbox
+from worker.sandboxes import Sandbox
 from worker.sessions.pool import WarmPool
 
 

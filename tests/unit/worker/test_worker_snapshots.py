@@ -58,6 +58,11 @@ class DirSandbox:
 class DirBackend(HostDirBackend):
     """The backend calls the executor makes, over a ``DirSandbox``."""
 
+    @property
+    def files(self) -> DirBackend:
+        """Its snapshot operations (``SandboxManager.files``): the double itself."""
+        return self
+
     def scan(self, sbx: Any, roots: list[str]) -> list[dict[str, Any]]:
         return super().scan(sbx.path, roots)
 

@@ -1,31 +1,37 @@
-"""The snapshot half of a sandbox backend: ``SandboxFiles`` over the agent channel.
+"""A sandbox's files as snapshots see them: ``SandboxFiles`` over the agent.
 
-The production implementation of ``worker.snapshots.sandbox.SandboxFiles``
-(scan, pack, unpack, read_range, write_range); ``SandboxBackend`` inherits it,
-kept apart to keep ``base`` readable. Each method validates its input, makes
-one agent request over the backend's ``call`` (docs/agent-protocol.md) and
-checks the reply; ``worker.snapshots.workspace`` drives them. A file too
-large for one frame travels in chunks of ``read_range`` and ``write_range``;
-everything else in ``pack`` and ``unpack`` tars.
+``AgentFiles`` is the production implementation of
+``worker.snapshots.sandbox.SandboxFiles`` (scan, pack, unpack, read_range,
+write_range), composed into every ``SandboxManager`` as its ``files``. Each
+method validates its input, makes one agent request through the manager's
+``call`` (its state checks, a lost sandbox marked lost; docs/agent-protocol.md)
+and checks the reply; ``worker.snapshots.workspace`` drives them.
+A file too large for one frame travels in chunks of ``read_range`` and
+``write_range``; everything else in ``pack`` and ``unpack`` tars.
+``scan_then`` and ``keep_scan`` fold the scan into the exec before it; they act
+on the handle's scan state alone.
 """
 
 from __future__ import annotations
 
 import base64
-from abc import abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sandgrid.errors import SandboxError
 from worker.agent.scanstate import ScanRow, ScanState
 from worker.agent_api import FileRange, check_roots, file_range
-from worker.backends.scan import apply_reply
+from worker.sandboxes.handle import Sandbox
+from worker.sandboxes.scan import apply_reply
 from worker.snapshots.sandbox import SandboxFiles
 
-if TYPE_CHECKING:
-    from worker.backends.base import Sandbox
+__all__ = ["AgentCaller", "AgentFiles", "ScanThen", "keep_scan", "scan_then"]
 
-__all__ = ["ScanThen", "SnapshotOps"]
+
+class AgentCaller(Protocol):
+    """What makes one agent request on a usable sandbox: ``SandboxManager``."""
+
+    def call(self, sbx: Sandbox, op: str, fields: dict[str, Any]) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -50,12 +56,38 @@ def _scan_request(sbx: Sandbox, checked: list[str]) -> ScanThen:
     return ScanThen(fields, tuple(checked), prior)
 
 
-class SnapshotOps(SandboxFiles["Sandbox"]):
-    """``scan``, ``pack``, ``unpack``, ``read_range``, ``write_range`` over ``call``."""
+def scan_then(sbx: Sandbox) -> ScanThen | None:
+    """The scan the next exec makes after its command (``Sandbox.scan_after_exec``),
+    as the ``then`` of its request; None when none was asked for."""
+    roots, sbx.scan_after_exec = sbx.scan_after_exec, None
+    if not roots:
+        return None
+    return _scan_request(sbx, check_roots(list(roots), "snapshot.scan"))
 
-    @abstractmethod
-    def call(self, sbx: Sandbox, op: str, fields: dict[str, Any]) -> dict[str, Any]:
-        """One agent request (``SandboxBackend.call``)."""
+
+def keep_scan(sbx: Sandbox, then: ScanThen, reply: Any) -> None:
+    """Keep the exec's scan for the snapshot after it (``scan`` answers with it).
+
+    A missing, failed or malformed one is dropped: the snapshot then scans in
+    full, as after any failed scan."""
+    if not isinstance(reply, dict) or reply.get("ok") is not True:
+        return
+    try:
+        sbx.scan_ready = apply_reply(reply.get("result") or {}, then.roots, then.prior)
+    except SandboxError:
+        sbx.scan_ready = None
+
+
+class AgentFiles(SandboxFiles[Sandbox]):
+    """``scan``, ``pack``, ``unpack``, ``read_range``, ``write_range`` over ``call``.
+
+    Args:
+        sandboxes: makes each request (``SandboxManager.call``: its state
+            checks, a broken channel marking the sandbox lost).
+    """
+
+    def __init__(self, sandboxes: AgentCaller) -> None:
+        self.sandboxes = sandboxes
 
     def scan(self, sbx: Sandbox, roots: list[str]) -> list[ScanRow]:
         """``SandboxFiles.scan``, incremental: after the first scan of a sandbox,
@@ -68,33 +100,15 @@ class SnapshotOps(SandboxFiles["Sandbox"]):
             sbx.scan_state = ready
             return list(ready.ordered)
         then = _scan_request(sbx, checked)
-        state = apply_reply(self.call(sbx, "scan", then.fields), then.roots, then.prior)
+        state = apply_reply(self.sandboxes.call(sbx, "scan", then.fields), then.roots, then.prior)
         sbx.scan_state = state
         return list(state.ordered)
 
-    def scan_then(self, sbx: Sandbox) -> ScanThen | None:
-        """The scan the next exec makes after its command (``Sandbox.scan_after_exec``),
-        as the ``then`` of its request; None when none was asked for."""
-        roots, sbx.scan_after_exec = sbx.scan_after_exec, None
-        if not roots:
-            return None
-        return _scan_request(sbx, check_roots(list(roots), "snapshot.scan"))
-
-    def keep_scan(self, sbx: Sandbox, then: ScanThen, reply: Any) -> None:
-        """Keep the exec's scan for the snapshot after it (``scan`` answers with it).
-
-        A missing, failed or malformed one is dropped: the snapshot then scans in
-        full, as after any failed scan."""
-        if not isinstance(reply, dict) or reply.get("ok") is not True:
-            return
-        try:
-            sbx.scan_ready = apply_reply(reply.get("result") or {}, then.roots, then.prior)
-        except SandboxError:
-            sbx.scan_ready = None
-
     def pack(self, sbx: Sandbox, paths: list[str]) -> bytes:
         """``SandboxFiles.pack``: the agent's tar.gz is level 1."""
-        return base64.b64decode(self.call(sbx, "pack", {"files": list(paths)})["data_b64"])
+        return base64.b64decode(
+            self.sandboxes.call(sbx, "pack", {"files": list(paths)})["data_b64"]
+        )
 
     def unpack(self, sbx: Sandbox, data: bytes, roots: list[str], clear: bool) -> int:
         """``SandboxFiles.unpack``, one agent request per tar."""
@@ -103,12 +117,12 @@ class SnapshotOps(SandboxFiles["Sandbox"]):
             "roots": check_roots(roots, "snapshot.unpack"),
             "clear": clear,
         }
-        return int(self.call(sbx, "unpack", fields)["files"])
+        return int(self.sandboxes.call(sbx, "unpack", fields)["files"])
 
     def read_range(self, sbx: Sandbox, path: str, offset: int, length: int) -> FileRange:
         """``SandboxFiles.read_range``; ``length`` is at most what one frame carries."""
         fields = {"path": path, "offset": offset, "length": length}
-        return file_range(self.call(sbx, "read_range", fields))
+        return file_range(self.sandboxes.call(sbx, "read_range", fields))
 
     def write_range(
         self,
@@ -133,7 +147,7 @@ class SnapshotOps(SandboxFiles["Sandbox"]):
             "final": final,
             "mtime": mtime,
         }
-        size = self.call(sbx, "write_range", fields).get("size")
+        size = self.sandboxes.call(sbx, "write_range", fields).get("size")
         if type(size) is not int:
             raise SandboxError("malformed write_range reply from the agent", operation="snapshot")
         return size

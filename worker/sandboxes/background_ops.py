@@ -1,6 +1,6 @@
 """The worker side of background processes: the agent's ``proc_*`` ops over ``call``.
 
-A mixin of ``SandboxBackend`` (like ``SnapshotOps``): each method is one quick
+A mixin of ``SandboxManager`` (like ``SnapshotOps``): each method is one quick
 agent request, checked here and turned into ``sandgrid.processes`` models.
 The per-sandbox limit (``Quotas.background_processes``) is enforced by the
 agent, which counts what runs; a refusal becomes ``LimitExceeded``.
@@ -17,7 +17,7 @@ from sandgrid.processes import MAX_PROC_WAIT_S, ProcessInfo, ProcessLogs
 from worker.agent_api import exec_fields
 
 if TYPE_CHECKING:
-    from worker.backends.base import Sandbox
+    from worker.sandboxes.handle import Sandbox
 
 __all__ = ["BackgroundOps"]
 
@@ -33,7 +33,7 @@ class BackgroundOps:
     def call(
         self, sbx: Sandbox, op: str, fields: dict[str, Any], *, timeout: float = ...
     ) -> dict[str, Any]:
-        """One agent request (``SandboxBackend.call``)."""
+        """One agent request (``SandboxManager.call``)."""
 
     def start_process(self, sbx: Sandbox, request: ExecRequest) -> ProcessInfo:
         """Start ``request`` in the background as the sandbox user; answer at once.
