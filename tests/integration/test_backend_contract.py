@@ -1,4 +1,8 @@
-"""The contract every sandbox backend keeps, run against each real runtime (runc, runsc).
+"""The runtime contract: what every registered runtime keeps, through ``SandboxManager``.
+
+Run against each runtime of ``worker.runtimes.RUNTIMES`` (runc, runsc today; the
+``backend`` fixture of ``conftest.py``); a new runtime passes it unchanged
+(docs/architecture.md, "A new runtime").
 
 Most tests share one sandbox per runtime (creating one is the slow part); the
 tests that break or fill a sandbox make their own.
