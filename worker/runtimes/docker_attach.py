@@ -69,7 +69,7 @@ class AttachStream:
         self._sock = sock
         self._timeout: float | None = None
         self._demux = AttachDemux()
-        self._stdout = bytearray()
+        self._stdout: list[bytes] = []  # payloads not handed out yet
         self._stderr = bytearray()
 
     def settimeout(self, value: float | None, /) -> None:
@@ -93,8 +93,11 @@ class AttachStream:
                 self._sock.settimeout(_until(deadline))
             if not self._pump(bufsize):
                 return b""
-        out = bytes(self._stdout[:bufsize])
-        del self._stdout[:bufsize]
+        out = b"".join(self._stdout)  # one payload: no copy
+        self._stdout.clear()
+        if len(out) > bufsize:
+            out, rest = out[:bufsize], out[bufsize:]
+            self._stdout.append(rest)
         return out
 
     def shutdown(self, how: int, /) -> None:
@@ -107,8 +110,8 @@ class AttachStream:
         """One read of the socket, sorted by stream; False at EOF."""
         data = self._sock.recv(bufsize)
         for stream, payload in self._demux.feed(data):
-            if stream == STDOUT:
-                self._stdout += payload
+            if stream == STDOUT and payload:
+                self._stdout.append(payload)
             elif stream == STDERR:
                 self._log_stderr(payload)
         return bool(data)
