@@ -33,9 +33,10 @@ import docker
 from _stats import pct
 
 from sandgrid.models import ExecRequest
-from worker.backends import SandboxBackend, backend_for
 from worker.ops.exec import exec_command
-from worker.pool import WarmPool
+from worker.runtimes import runtime_for
+from worker.sandboxes import SandboxManager
+from worker.sessions.pool import WarmPool
 
 IMAGE = "sandgrid/sandbox-python:latest"
 TRUE = ExecRequest(argv=["true"])
@@ -67,7 +68,7 @@ def verdict(ok: bool) -> str:
 
 
 def warm_exec(
-    backend: SandboxBackend, client: docker.DockerClient, runtime: str, runs: int
+    backend: SandboxManager, client: docker.DockerClient, runtime: str, runs: int
 ) -> None:
     sbx = backend.create("python")
     try:
@@ -88,7 +89,7 @@ def warm_exec(
     )
 
 
-def pool_hit(backend: SandboxBackend, runtime: str, runs: int) -> None:
+def pool_hit(backend: SandboxManager, runtime: str, runs: int) -> None:
     pool = WarmPool(backend, {"python": 1})
     starts = []
     try:
@@ -109,7 +110,7 @@ def pool_hit(backend: SandboxBackend, runtime: str, runs: int) -> None:
     print(line(f"`docker run --rm ... true` ({runtime})", runs_cli))
 
 
-def cold_create(backend: SandboxBackend, runs: int) -> None:
+def cold_create(backend: SandboxManager, runs: int) -> None:
     totals: list[float] = []
     parts: dict[str, list[float]] = {
         "create_ms": [],
@@ -148,7 +149,7 @@ def main() -> int:
         if runtime not in available:
             print(f"== {runtime}: not registered with Docker, skipped")
             continue
-        backend = backend_for(runtime, client=client, node="bench")
+        backend = SandboxManager(runtime_for(runtime, client=client), node="bench")
         print(f"== runtime {runtime}")
         warm_exec(backend, client, runtime, args.runs)
         pool_hit(backend, runtime, args.starts)

@@ -46,8 +46,9 @@ from sandgrid.models import ExecRequest
 from sandgrid.wire import names
 from sandgrid.wire.celery_app import make_celery
 from sandgrid.wire.settings import Settings
-from worker.backends import backend_for
 from worker.ops.exec import exec_command
+from worker.runtimes import runtime_for
+from worker.sandboxes import SandboxManager
 
 PORT = 8731
 REDIS_URL = "redis://127.0.0.1:6379/13"
@@ -109,7 +110,7 @@ def exec_run_baseline(n: int) -> list[float]:
 
 def channel_baseline(n: int) -> list[float]:
     """``true`` through the backend's channel on a warm sandbox: no API, no queue."""
-    backend = backend_for("runc", node="bench-channel")
+    backend = SandboxManager(runtime_for("runc"), node="bench-channel")
     sbx = backend.create("python")
     try:
         for _ in range(20):
@@ -193,7 +194,7 @@ def http_floor(api: str, n: int, threads: int, seconds: float) -> tuple[list[flo
 
 def exec_rate(sandboxes: int, seconds: float) -> float:
     """Execs of ``true`` per second through the channel, one thread per warm sandbox."""
-    backend = backend_for("runc", node="bench-channel")
+    backend = SandboxManager(runtime_for("runc"), node="bench-channel")
     boxes = [backend.create("python") for _ in range(sandboxes)]
     try:
         return rate_of(

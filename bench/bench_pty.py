@@ -4,7 +4,7 @@ Run: ``python3 bench/bench_pty.py [--runtimes runc,runsc] [--runs 200]``.
 
 Prints, per runtime, p50/p99 of:
 
-- echo: one character typed (``AgentChannel.notify`` of ``pty_input``) until
+- echo: one character typed (``AgentClient.notify`` of ``pty_input``) until
   the terminal's echo of it comes back as a chunk (``cat`` in raw mode runs in
   the shell, so the echo is the pty's own);
 - exec: a warm exec of ``true`` on the same sandbox (the channel's round trip);
@@ -27,11 +27,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from _stats import pct
 
 from sandgrid.models import ExecRequest
-from worker.backends import Sandbox, SandboxBackend, backend_for
 from worker.ops.exec import exec_command
+from worker.runtimes import runtime_for
+from worker.sandboxes import Sandbox, SandboxManager
 
 
-def _echo_times(backend: SandboxBackend, sbx: Sandbox, runs: int) -> list[float]:
+def _echo_times(backend: SandboxManager, sbx: Sandbox, runs: int) -> list[float]:
     got = threading.Event()
     seen: list[str] = []
 
@@ -73,7 +74,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=200)
     args = ap.parse_args()
     for runtime in args.runtimes.split(","):
-        backend = backend_for(runtime, node="bench-pty")
+        backend = SandboxManager(runtime_for(runtime), node="bench-pty")
         sbx = backend.create("python")
         try:
             echo = _echo_times(backend, sbx, args.runs)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.periodic import Periodic
-from worker.session_table import SessionTable
+from worker.sessions.table import SessionTable
 from worker.turns.residency import Residency
 
 __all__ = [

@@ -20,16 +20,17 @@ from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.redis_ledger import WORKER_OUTAGE_WAIT_S, RedisLedger
 from sandgrid.wire.settings import Settings, get_settings
 from worker import metrics
-from worker.backends import backend_for
-from worker.backends.base import INCARNATION, SandboxBackend
 from worker.egress import EgressProxy, RedisBook, Resolver
 from worker.egress.handler import Handler
 from worker.heartbeat import Heartbeat
 from worker.ops.base import NodeParts
 from worker.ops.terminal import TerminalBridge
-from worker.pool import SandboxPool, WarmPool
 from worker.reaper import Reaper
-from worker.session_table import SessionTable
+from worker.runtimes import runtime_for
+from worker.sandboxes import SandboxManager
+from worker.sandboxes.manager import INCARNATION
+from worker.sessions.pool import SandboxPool, WarmPool
+from worker.sessions.table import SessionTable
 from worker.snapshots import SnapshotStore, open_store
 from worker.turns.executor import Executor
 from worker.turns.interactive import TurnControl
@@ -50,7 +51,7 @@ class Node:
         settings: the process settings.
         ledger: the session ledger; a ``RedisLedger`` on ``settings`` when omitted.
         store: the snapshot store; made from settings when omitted.
-        backends: the backend of each runtime; Docker backends when omitted.
+        backends: the sandbox manager of each runtime; the registry's runtimes when omitted.
         pool: the sandbox pool; a ``WarmPool`` over the backends when omitted.
     """
 
@@ -62,7 +63,7 @@ class Node:
         ledger: SessionLedger | None = None,
         store: SnapshotStore | None = None,
         *,
-        backends: Mapping[str, SandboxBackend] | None = None,
+        backends: Mapping[str, SandboxManager] | None = None,
         pool: SandboxPool | None = None,
     ) -> None:
         self.name = name
@@ -79,7 +80,9 @@ class Node:
         if backends is None:
             self.egress = _egress_proxy(name, self.settings)
             runtimes = {CATALOG[t].runtime for t in self.types}
-            backends = {r: backend_for(r, node=name, egress=self.egress) for r in runtimes}
+            backends = {
+                r: SandboxManager(runtime_for(r), node=name, egress=self.egress) for r in runtimes
+            }
         self.backends = dict(backends)
         self.sessions = SessionTable()
         targets = {t: self.settings.worker.pool_size for t in self.types}
@@ -127,8 +130,8 @@ class Node:
             interval_s=worker.reap_interval_s,
         )
 
-    def backend_for(self, sandbox_type: str) -> SandboxBackend:
-        """The backend of a sandbox type: the one of its runtime."""
+    def backend_for(self, sandbox_type: str) -> SandboxManager:
+        """The sandbox manager of a sandbox type: the one of its runtime."""
         return self.backends[CATALOG[sandbox_type].runtime]
 
     # ---- life cycle ---------------------------------------------------------------

@@ -1,36 +1,21 @@
-"""Quotas -> the arguments of Docker's ``create_container``, hardened by default.
+"""Quotas -> a runtime-neutral ``SandboxSpec``, and the labels of a sandbox.
 
-What every sandbox gets, and why:
+The half of a sandbox's limits that holds on every runtime; each runtime turns
+the spec into its own terms (Docker: ``worker.runtimes.docker.container_kwargs``,
+which says what every container gets and why). Here:
 
-- The agent (PID 1) runs as root with only ``SETUID``, ``SETGID`` (to start
-  user commands and file operations as uid/gid 1000 with no supplementary
-  groups) and ``KILL`` (to signal the user's processes at a deadline). No
-  ``CHOWN``, ``DAC_OVERRIDE``, ``FOWNER``: the agent cannot even read the
-  user's private files, it forks and drops to uid 1000 for file operations.
-  User code runs as uid 1000 with an empty capability set; ``no-new-privileges``
-  makes setuid binaries useless.
-- A read-only root filesystem; writable tmpfs only at ``/workspace``,
-  ``/home/sandbox`` (owned by uid 1000) and ``/tmp``, each with its own size,
-  all ``nosuid,nodev``. tmpfs pages are charged to the container's memory
-  cgroup, so the memory limit must cover what the user writes there too: a
-  full 256 MiB workspace uses 256 MiB of the sandbox's memory.
-- ``network_mode="none"`` (only a loopback interface) unless the quotas ask for
-  the network *and* the sandbox type allows it.
-- ``pids_limit``, ``mem_limit`` with ``memswap_limit`` equal (no swap),
-  ``SANDGRID_PIDS_MAX`` and ``SANDGRID_MEMORY_MAX`` for the agent, which holds
-  those limits itself where the host's cgroup cannot (gVisor: see
-  ``worker.backends.gvisor`` and ``worker/agent/memory.py``),
-  ``nano_cpus`` (a CFS quota: ``cpus=0.5`` is half a core), ulimits ``nofile``,
-  ``fsize`` and ``core=0``.
-- The agent zipapp bind-mounted read-only; stdin kept open for the channel and
-  closed when the worker detaches (``stdin_once``), so a sandbox whose worker
-  died exits by itself, and ``auto_remove`` then deletes it.
-- The egress directory (``egress_dir``: the Unix socket of the node's egress
-  proxy) bind-mounted read-only at ``/run/sandgrid-egress``, with the proxy
-  variables and ``SANDGRID_EGRESS_PORT`` for the agent's loopback relay
-  (``worker.egress``; the network mode stays ``none``).
-- No log driver: the channel carries file contents and outputs, which must not
-  land in ``/var/lib/docker`` (the agent's stderr is logged by the worker).
+- The agent runs as root (PID 1, ``AGENT_COMMAND``) with only the capabilities
+  of ``worker.runtimes.spec.AGENT_CAPS``, which every runtime gives it.
+- ``SANDGRID_PIDS_MAX`` and ``SANDGRID_MEMORY_MAX`` in the agent's
+  environment: the agent holds those limits itself where the host's cgroup
+  cannot (gVisor: see ``worker.runtimes.docker_runsc`` and
+  ``worker/agent/memory.py``), the host's limits (``HostLimits``) then carrying
+  the runtime's headroom.
+- The agent zipapp mounted read-only at ``AGENT_MOUNT``; the egress directory
+  (``egress_dir``: the Unix socket of the node's egress proxy) read-only at
+  ``/run/sandgrid-egress``, with the proxy variables and
+  ``SANDGRID_EGRESS_PORT`` for the agent's loopback relay (``worker.egress``;
+  the sandbox still has no network).
 
 Labels. Docker labels are immutable, and a warm container exists before the
 session it will serve is known. We label at create time with
@@ -45,18 +30,15 @@ everything of its previous life as orphaned at once.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-from docker.types import LogConfig, Mount, Ulimit
 
 from sandgrid.models import Quotas
-from worker.agent_bundle import AGENT_MOUNT
-from worker.agent_bundle import agent_path as bundled_agent
+from worker.agent_client.bundle import AGENT_MOUNT
+from worker.agent_client.bundle import agent_path as bundled_agent
 from worker.egress.env import MOUNT as EGRESS_MOUNT
 from worker.egress.env import proxy_env
+from worker.runtimes.spec import HostLimits, Mount, SandboxSpec
 
 __all__ = [
-    "AGENT_CAPS",
     "AGENT_COMMAND",
     "LABEL_INCARNATION",
     "LABEL_MANAGED",
@@ -64,15 +46,10 @@ __all__ = [
     "LABEL_TENANT",
     "LABEL_TYPE",
     "LABEL_WORKER",
-    "SANDBOX_GID",
-    "SANDBOX_UID",
-    "container_kwargs",
     "sandbox_labels",
+    "sandbox_spec",
 ]
 
-SANDBOX_UID = 1000
-SANDBOX_GID = 1000
-AGENT_CAPS = ("SETUID", "SETGID", "KILL")
 AGENT_COMMAND = ("python3", "-I", AGENT_MOUNT)
 
 LABEL_MANAGED = "sandgrid.managed"
@@ -106,16 +83,7 @@ def sandbox_labels(
     return {**(extra or {}), **ours}
 
 
-def _tmpfs(size_mb: int, *, user_owned: bool, sticky: bool = False) -> str:
-    opts = ["rw", "exec", "nosuid", "nodev", f"size={size_mb}m"]
-    if user_owned:
-        opts += [f"uid={SANDBOX_UID}", f"gid={SANDBOX_GID}", "mode=0755"]
-    elif sticky:
-        opts.append("mode=1777")
-    return ",".join(opts)
-
-
-def container_kwargs(
+def sandbox_spec(
     quotas: Quotas,
     *,
     image: str,
@@ -123,95 +91,45 @@ def container_kwargs(
     labels: dict[str, str],
     runtime: str,
     network: str | None = None,
-    host_pids: int | None = None,
-    host_memory_mb: int | None = None,
+    host: HostLimits | None = None,
     agent_path: Path | None = None,
     egress_dir: Path | None = None,
     egress_port: int = 3128,
-) -> dict[str, Any]:
-    """Keyword arguments for the low-level ``APIClient.create_container`` of one sandbox.
-
-    ``host_config`` holds the keyword arguments of ``APIClient.create_host_config``
-    (the high-level ``containers.create`` cannot set ``StdinOnce``).
+) -> SandboxSpec:
+    """The spec of one sandbox, for any runtime.
 
     Args:
         quotas: the sandbox's limits (already validated).
         image: the sandbox image.
-        name: the container name.
+        name: the sandbox's name.
         labels: from ``sandbox_labels``.
-        runtime: the Docker runtime (``runc``, ``runsc``).
-        network: the Docker network to join; ``None`` means no network at all.
+        runtime: the runtime's name (``worker.runtimes.RUNTIMES``).
+        network: the network to join; ``None`` means no network at all.
             The caller decides (quotas.network and the type's permission).
-        host_pids: the host cgroup's pids limit when it must differ from
-            ``quotas.pids`` (gVisor: the sentry's threads count there too; the
-            agent then applies ``quotas.pids`` inside, see ``SANDGRID_PIDS_MAX``).
-        host_memory_mb: the host memory limit when it must differ from
-            ``quotas.memory_mb`` (gVisor: the sentry's own memory counts there;
-            without headroom the host OOM killer picks the sentry, which takes
-            the whole sandbox down instead of the user's biggest process).
+        host: the host's limits when they must differ from the quotas
+            (``Runtime.host_limits``: gVisor's sentry counts there too).
         agent_path: the agent zipapp as the engine's host sees it (default:
-            ``worker.agent_bundle.agent_path()``).
+            ``worker.agent_client.bundle.agent_path()``).
         egress_dir: the sandbox's egress directory on the host (None: no egress relay).
         egress_port: the loopback port of the sandbox's proxy.
     """
-    agent = agent_path or bundled_agent()
-    host_config = _host_config(quotas, runtime, network, host_pids, host_memory_mb, agent)
     environment = {
         "SANDGRID_PIDS_MAX": str(quotas.pids),
         "SANDGRID_MEMORY_MAX": str(quotas.memory_mb * _MIB),
     }
+    mounts = [Mount(AGENT_MOUNT, agent_path or bundled_agent())]
     if egress_dir is not None:
-        host_config["mounts"].append(
-            Mount(EGRESS_MOUNT, str(egress_dir), type="bind", read_only=True)
-        )
+        mounts.append(Mount(EGRESS_MOUNT, egress_dir))
         environment.update(proxy_env(egress_port), SANDGRID_EGRESS_PORT=str(egress_port))
-    return {
-        "image": image,
-        "name": name,
-        "command": list(AGENT_COMMAND),
-        "user": "0:0",
-        "working_dir": "/",
-        "hostname": "sandbox",
-        "environment": environment,
-        "labels": labels,
-        "stdin_open": True,
-        "detach": False,  # with stdin_open: AttachStdin and StdinOnce (no other way in the SDK)
-        "tty": False,
-        "host_config": host_config,
-    }
-
-
-def _host_config(
-    quotas: Quotas,
-    runtime: str,
-    network: str | None,
-    host_pids: int | None,
-    host_memory_mb: int | None,
-    agent_path: Path,
-) -> dict[str, Any]:
-    mem = f"{host_memory_mb or quotas.memory_mb}m"
-    return {
-        "runtime": runtime,
-        "auto_remove": True,
-        "network_mode": network or "none",
-        "cap_drop": ["ALL"],
-        "cap_add": list(AGENT_CAPS),
-        "security_opt": ["no-new-privileges"],
-        "read_only": True,
-        "tmpfs": {
-            "/workspace": _tmpfs(quotas.workspace_mb, user_owned=True),
-            "/home/sandbox": _tmpfs(quotas.home_mb, user_owned=True),
-            "/tmp": _tmpfs(quotas.tmp_mb, user_owned=False, sticky=True),
-        },
-        "pids_limit": host_pids or quotas.pids,
-        "mem_limit": mem,
-        "memswap_limit": mem,
-        "nano_cpus": int(quotas.cpus * 1e9),
-        "ulimits": [
-            Ulimit(name="nofile", soft=quotas.nofile, hard=quotas.nofile),
-            Ulimit(name="fsize", soft=quotas.fsize_mb * _MIB, hard=quotas.fsize_mb * _MIB),
-            Ulimit(name="core", soft=0, hard=0),
-        ],
-        "mounts": [Mount(AGENT_MOUNT, str(agent_path), type="bind", read_only=True)],
-        "log_config": LogConfig(type="none"),
-    }
+    return SandboxSpec(
+        name=name,
+        image=image,
+        runtime=runtime,
+        command=AGENT_COMMAND,
+        quotas=quotas,
+        labels=labels,
+        environment=environment,
+        mounts=tuple(mounts),
+        network=network,
+        host=host or HostLimits(pids=quotas.pids, memory_mb=quotas.memory_mb),
+    )

@@ -22,10 +22,10 @@ import time
 from collections.abc import Sequence
 
 from sandgrid.wire.periodic import Periodic
-from worker.backends.base import SandboxBackend
 from worker.ops.processes import keeps_resident
-from worker.pool import SandboxPool
-from worker.session_table import SessionTable
+from worker.sandboxes import SandboxManager
+from worker.sessions.pool import SandboxPool
+from worker.sessions.table import SessionTable
 from worker.turns.residency import Residency
 from worker.turns.snapshot_policy import Persistence
 
@@ -61,7 +61,7 @@ class Reaper:
         node: str,
         sessions: SessionTable,
         pool: SandboxPool,
-        backends: Sequence[SandboxBackend],
+        backends: Sequence[SandboxManager],
         residency: Residency,
         persistence: Persistence,
         *,

@@ -74,4 +74,4 @@ class PauseOp(WireModel):
 
 
 LIFECYCLE_OPS = (CheckpointOp, ListCheckpointsOp, DropCheckpointOp, RestoreOp, PauseOp)
-"""The ops ``worker.lifecycle`` runs: on the owner, else on any worker, with no sandbox."""
+"""The ops ``worker.ops.lifecycle`` runs: on the owner, else on any worker, with no sandbox."""

@@ -1,6 +1,6 @@
 """What a mutating op's result says about its snapshot, and the bare body of a small result.
 
-A turn that ran but whose snapshot failed is still a result (``worker.persistence``):
+A turn that ran but whose snapshot failed is still a result (``worker.turns.snapshot_policy``):
 ``saved`` is False and ``saved_error`` says why. ``ExecResult`` and ``CodeResult``
 declare the two fields themselves; the other mutating ops' results inherit them here.
 

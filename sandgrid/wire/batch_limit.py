@@ -2,7 +2,7 @@
 
 The scheduler sums it over the live nodes to size the grid-wide batch
 semaphore (``scheduler.batch.capacity``); each node enforces it for itself
-(``worker.batch_gate``).
+(``worker.turns.entry``).
 """
 
 from __future__ import annotations

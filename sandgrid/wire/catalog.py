@@ -9,14 +9,17 @@ benchmarks' packages for batch runs (``sandgrid.benchmarks``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from sandgrid.errors import InvalidInput
 from sandgrid.models import NetworkPolicy
 
 __all__ = ["CATALOG", "Runtime", "SandboxType", "get_type"]
 
-Runtime = Literal["runc", "runsc"]
+Runtime = str
+"""A runtime's name in the worker's registry (``worker.runtimes.RUNTIMES``): ``runc``
+(Docker with runc), ``runsc`` (Docker with gVisor's runsc). A worker refuses to
+serve a type whose runtime it does not have; a unit test holds the catalog's
+names to the registry's."""
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,8 @@ class SandboxType:
     Attributes:
         name: the type's name, as clients ask for it.
         image: the Docker image (its PID 1 is the in-sandbox agent).
-        runtime: the OCI runtime the containers run under.
+        runtime: the runtime its sandboxes run under (for the Docker runtimes
+            of today, the OCI runtime's name).
         network_allowed: whether a session may ask for ``quotas.network``.
         default_network: the egress policy of its sessions that give none
             (before the tenant's default; None: offline). docs/network.md.

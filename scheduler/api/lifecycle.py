@@ -2,7 +2,7 @@
 
 Each op is one turn of the session (``TurnRunner.run``, under its turn lock):
 on its owner while the lease lives, else on any worker of its type
-(``worker.lifecycle``). See docs/lifecycle.md.
+(``worker.ops.lifecycle``). See docs/lifecycle.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ has started yet answers ``cancelled`` without running when one takes it; then a
 ``cancel`` task goes to the direct queue of the node that holds the turn (its
 turn record names it from the moment the node reserved the message) or, else,
 of the session's owner, and that node kills the exec's process tree through
-the agent (``worker.interactive``). A turn that has finished is left alone: the
+the agent (``worker.turns.interactive``). A turn that has finished is left alone: the
 answer says ``finished`` (200, a no-op), so a cancel racing the turn's end is
 never an error.
 """

@@ -1,4 +1,4 @@
-"""Fixtures of the integration tests: the real Docker engine and both runtimes.
+"""Fixtures of the integration tests: the real Docker engine and every registered runtime.
 
 Docker missing is a skip on a developer's machine and a *failure* in CI
 (``CI=true``), so a broken CI host cannot pass silently. Every container a
@@ -15,15 +15,16 @@ from typing import Any
 import pytest
 
 from sandgrid.models import Quotas
-from worker.backends import Sandbox, SandboxBackend, backend_for
-from worker.backends.base import INCARNATION
 from worker.quotas import LABEL_INCARNATION, LABEL_WORKER
+from worker.runtimes import RUNTIMES, runtime_for
+from worker.runtimes.docker import DockerRuntime
+from worker.sandboxes import Sandbox, SandboxManager
+from worker.sandboxes.manager import INCARNATION
 
 TEST_NODE = "pytest-node"
-RUNTIMES = [
-    pytest.param("runc", id="runc"),
-    pytest.param("runsc", id="runsc", marks=pytest.mark.runsc),
-]
+_MARKS = {"runsc": pytest.mark.runsc}  # deselect with -m "not runsc" where gVisor is missing
+RUNTIME_PARAMS = [pytest.param(name, id=name, marks=_MARKS.get(name, ())) for name in RUNTIMES]
+"""Every runtime of ``worker.runtimes.RUNTIMES``: the contract suites run on each."""
 
 SandboxFactory = Callable[..., Sandbox]
 
@@ -60,16 +61,18 @@ def leftovers(client: Any) -> list[str]:
     return [str(row["Names"][0]) for row in rows]
 
 
-@pytest.fixture(scope="module", params=RUNTIMES)
-def backend(request: pytest.FixtureRequest, docker_client: Any) -> Iterator[SandboxBackend]:
-    """A real backend per runtime; at the end no container it made may remain."""
-    runtime = str(request.param)
-    _runtime_available(docker_client, runtime)
-    yield backend_for(runtime, client=docker_client, node=TEST_NODE)
+@pytest.fixture(scope="module", params=RUNTIME_PARAMS)
+def backend(request: pytest.FixtureRequest, docker_client: Any) -> Iterator[SandboxManager]:
+    """A real sandbox manager per registered runtime; at the end no container it made
+    may remain."""
+    runtime = runtime_for(str(request.param), client=docker_client)
+    if isinstance(runtime, DockerRuntime):
+        _runtime_available(docker_client, runtime.oci_runtime)
+    yield SandboxManager(runtime, node=TEST_NODE)
     assert not leftovers(docker_client), "containers left behind"
 
 
-def _factory(backend: SandboxBackend) -> Iterator[SandboxFactory]:
+def _factory(backend: SandboxManager) -> Iterator[SandboxFactory]:
     made: list[Sandbox] = []
 
     def make(sandbox_type: str = "python", quotas: Quotas | None = None, **kw: Any) -> Sandbox:
@@ -83,13 +86,13 @@ def _factory(backend: SandboxBackend) -> Iterator[SandboxFactory]:
 
 
 @pytest.fixture
-def sandbox_factory(backend: SandboxBackend) -> Iterator[SandboxFactory]:
+def sandbox_factory(backend: SandboxManager) -> Iterator[SandboxFactory]:
     """Create sandboxes in a test; all are destroyed when the test ends."""
     yield from _factory(backend)
 
 
 @pytest.fixture(scope="module")
-def module_factory(backend: SandboxBackend) -> Iterator[SandboxFactory]:
+def module_factory(backend: SandboxManager) -> Iterator[SandboxFactory]:
     yield from _factory(backend)
 
 

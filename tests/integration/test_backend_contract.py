@@ -1,4 +1,8 @@
-"""The contract every sandbox backend keeps, run against each real runtime (runc, runsc).
+"""The runtime contract: what every registered runtime keeps, through ``SandboxManager``.
+
+Run against each runtime of ``worker.runtimes.RUNTIMES`` (runc, runsc today; the
+``backend`` fixture of ``conftest.py``); a new runtime passes it unchanged
+(docs/architecture.md, "A new runtime").
 
 Most tests share one sandbox per runtime (creating one is the slow part); the
 tests that break or fill a sandbox make their own.
@@ -17,14 +21,14 @@ import pytest
 
 from sandgrid.errors import ErrorCode, InvalidInput, SandboxError, SandboxLost
 from sandgrid.models import ExecRequest, FileWrite, Quotas
-from worker.backends import Sandbox, SandboxBackend
 from worker.ops.exec import exec_command
 from worker.ops.files import delete, get_tar, list_files, put_tar, read_file, write_files
+from worker.sandboxes import Sandbox, SandboxManager
 
 pytestmark = pytest.mark.integration
 
 
-def run(backend: SandboxBackend, sbx: Sandbox, **kw: Any) -> Any:
+def run(backend: SandboxManager, sbx: Sandbox, **kw: Any) -> Any:
     return exec_command(backend, sbx, ExecRequest(**kw))
 
 
@@ -51,7 +55,7 @@ def tar_b64(members: dict[str, bytes | str]) -> str:
 # ---- exec ----------------------------------------------------------------------
 
 
-def test_exec_argv_shell_python(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_exec_argv_shell_python(backend: SandboxManager, shared: Sandbox) -> None:
     r = run(backend, shared, argv=["echo", "a b", "c"])
     assert (r.exit_code, r.stdout, r.stderr) == (0, "a b c\n", "")
     r = run(backend, shared, shell="echo out; echo err >&2; exit 7")
@@ -61,12 +65,12 @@ def test_exec_argv_shell_python(backend: SandboxBackend, shared: Sandbox) -> Non
     assert r.node == backend.node and r.duration_ms > 0 and not r.timed_out
 
 
-def test_exec_large_python_source(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_exec_large_python_source(backend: SandboxManager, shared: Sandbox) -> None:
     source = "x = 1\n" * 50_000 + "print(x + 1)\n"  # 300 kB: over one argv string's limit
     assert run(backend, shared, python=source).stdout == "2\n"
 
 
-def test_exec_env_cwd_stdin(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_exec_env_cwd_stdin(backend: SandboxManager, shared: Sandbox) -> None:
     write_files(backend, shared, [FileWrite(path="sub/dir/f.txt", content="x")])
     r = run(backend, shared, shell="echo $FOO $HOME; pwd; cat", env={"FOO": "bar"}, cwd="sub/dir",
             stdin="from stdin")  # fmt: skip
@@ -75,26 +79,26 @@ def test_exec_env_cwd_stdin(backend: SandboxBackend, shared: Sandbox) -> None:
     assert len(run(backend, shared, argv=["cat"], stdin=big).stdout) == 300_000
 
 
-def test_exec_missing_command(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_exec_missing_command(backend: SandboxManager, shared: Sandbox) -> None:
     r = run(backend, shared, argv=["no-such-command"])
     assert r.exit_code == 127 and "no-such-command" in r.stderr
 
 
-def test_exec_cwd_outside_workspace(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_exec_cwd_outside_workspace(backend: SandboxManager, shared: Sandbox) -> None:
     run(backend, shared, shell="ln -sfn /etc /workspace/etc-link")
     with pytest.raises(InvalidInput) as err:
         run(backend, shared, argv=["pwd"], cwd="etc-link")
     assert err.value.code == ErrorCode.PATH_OUTSIDE_WORKSPACE
 
 
-def test_output_cap_and_truncation(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_output_cap_and_truncation(backend: SandboxManager, shared: Sandbox) -> None:
     cap = shared.quotas.output_bytes
     r = run(backend, shared, shell=f"head -c {cap + 5000} /dev/zero | tr '\\0' a; echo e >&2")
     assert len(r.stdout) == cap and r.stdout_truncated and not r.stderr_truncated
     assert r.stderr == "e\n" and r.exit_code == 0
 
 
-def test_streaming_chunks(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_streaming_chunks(backend: SandboxManager, shared: Sandbox) -> None:
     seen: list[tuple[str, str, float]] = []
     t0 = time.monotonic()
     r = exec_command(
@@ -108,7 +112,7 @@ def test_streaming_chunks(backend: SandboxBackend, shared: Sandbox) -> None:
     assert seen[0][2] < 0.25  # the first chunk came while the command still ran
 
 
-def test_signal_reported(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_signal_reported(backend: SandboxManager, shared: Sandbox) -> None:
     r = run(backend, shared, shell="kill -TERM $$")
     assert r.exit_code is None and r.signal == 15 and not r.oom_killed
 
@@ -116,7 +120,7 @@ def test_signal_reported(backend: SandboxBackend, shared: Sandbox) -> None:
 # ---- the deadline ----------------------------------------------------------------
 
 
-def test_deadline_kills_everything(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_deadline_kills_everything(backend: SandboxManager, shared: Sandbox) -> None:
     run(backend, shared, shell="sleep 1000 > /dev/null 2>&1 &")  # earlier, not this exec's
     t0 = time.monotonic()
     r = run(backend, shared, shell="sleep 1000 & setsid sleep 1000 & (sleep 1000 &) ; sleep 1000",
@@ -130,7 +134,7 @@ def test_deadline_kills_everything(backend: SandboxBackend, shared: Sandbox) -> 
     run(backend, shared, shell="pkill -x sleep; true")
 
 
-def test_background_process_survives_normal_exit(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_background_process_survives_normal_exit(backend: SandboxManager, shared: Sandbox) -> None:
     t0 = time.monotonic()
     r = run(backend, shared, shell="sleep 30 & echo started")
     assert r.exit_code == 0 and r.stdout == "started\n" and time.monotonic() - t0 < 2
@@ -141,7 +145,7 @@ def test_background_process_survives_normal_exit(backend: SandboxBackend, shared
 # ---- files ---------------------------------------------------------------------
 
 
-def test_file_roundtrip(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_file_roundtrip(backend: SandboxManager, shared: Sandbox) -> None:
     raw = bytes(range(256)) + b"\x10\x11"  # ctrl-p ctrl-q must not detach the attach stream
     n = write_files(backend,
         shared,
@@ -165,7 +169,7 @@ def test_file_roundtrip(backend: SandboxBackend, shared: Sandbox) -> None:
     assert "files" not in [e.path for e in list_files(backend, shared, ".").entries]
 
 
-def test_file_errors(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_file_errors(backend: SandboxManager, shared: Sandbox) -> None:
     with pytest.raises(InvalidInput):
         read_file(backend, shared, "does/not/exist")
     write_files(backend, shared, [FileWrite(path="big.txt", content="z" * 5000)])
@@ -180,13 +184,13 @@ def test_file_errors(backend: SandboxBackend, shared: Sandbox) -> None:
 
 
 @pytest.mark.parametrize("path", ["../etc/passwd", "/etc/passwd", "a/../../etc/passwd"])
-def test_paths_leaving_the_workspace(backend: SandboxBackend, shared: Sandbox, path: str) -> None:
+def test_paths_leaving_the_workspace(backend: SandboxManager, shared: Sandbox, path: str) -> None:
     with pytest.raises(InvalidInput) as err:
         read_file(backend, shared, path)
     assert err.value.code == ErrorCode.PATH_OUTSIDE_WORKSPACE and path in str(err.value)
 
 
-def test_symlink_out_is_refused(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_symlink_out_is_refused(backend: SandboxManager, shared: Sandbox) -> None:
     run(backend, shared, shell="ln -sfn /etc out; ln -sfn /etc/passwd pw; ln -sfn /tmp/x tmpx")
     for op in (
         lambda: read_file(backend, shared, "pw"),
@@ -206,7 +210,7 @@ def test_symlink_out_is_refused(backend: SandboxBackend, shared: Sandbox) -> Non
     assert run(backend, shared, argv=["test", "-d", "/etc"]).exit_code == 0
 
 
-def test_tar_upload_download(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_tar_upload_download(backend: SandboxManager, shared: Sandbox) -> None:
     data = tar_b64({"t/a.txt": b"A", "t/sub/b.txt": b"B", "t/link": "->sub/b.txt"})
     assert put_tar(backend, shared, "up", data) == 3
     assert run(backend, shared, shell="cat up/t/a.txt up/t/link").stdout == "AB"
@@ -230,7 +234,7 @@ def test_tar_upload_download(backend: SandboxBackend, shared: Sandbox) -> None:
     ids=["absolute", "dotdot", "through-symlink", "through-later-symlink"],
 )
 def test_tar_upload_refuses_escapes(
-    backend: SandboxBackend, shared: Sandbox, members: dict[str, bytes | str]
+    backend: SandboxManager, shared: Sandbox, members: dict[str, bytes | str]
 ) -> None:
     with pytest.raises(InvalidInput):
         put_tar(backend, shared, "refused", tar_b64(members))
@@ -239,7 +243,7 @@ def test_tar_upload_refuses_escapes(
 
 
 def test_tar_upload_keeps_links_to_anywhere_as_links(
-    backend: SandboxBackend, shared: Sandbox
+    backend: SandboxManager, shared: Sandbox
 ) -> None:
     """A link's target is data; the file API still refuses to go through it."""
     put_tar(backend, shared, "links", tar_b64({"etc": "->/etc", "py": "->/usr/bin/python3"}))
@@ -254,11 +258,11 @@ def test_tar_upload_keeps_links_to_anywhere_as_links(
 # ---- snapshots: scan, pack, unpack ------------------------------------------------
 
 
-def test_scan_pack_unpack(backend: SandboxBackend, sandbox_factory: Any) -> None:
+def test_scan_pack_unpack(backend: SandboxManager, sandbox_factory: Any) -> None:
     src = sandbox_factory()
     run(backend, src, shell="mkdir -p w/d && echo hi > w/d/f && chmod 640 w/d/f && ln -s d/f w/l "
         "&& echo h > /home/sandbox/.rc && mkfifo w/fifo")  # fmt: skip
-    rows = backend.scan(src, ["/workspace", "/home/sandbox"])
+    rows = backend.files.scan(src, ["/workspace", "/home/sandbox"])
     assert rows == sorted(rows) and all(type(r) is tuple and len(r) == 6 for r in rows)
     entries = {r[0]: r for r in rows}
     assert "/workspace/w/fifo" not in entries and "/workspace" not in entries
@@ -266,9 +270,9 @@ def test_scan_pack_unpack(backend: SandboxBackend, sandbox_factory: Any) -> None
     assert entries["/workspace/w/d/f"] == ("/workspace/w/d/f", "file", 0o640, 3, sha, None)
     assert entries["/workspace/w/l"][1:] == ("symlink", 0o777, 0, None, "d/f")
     assert entries["/workspace/w/d"][1:] == ("dir", 0o755, 0, None, None)
-    assert backend.scan(src, ["/workspace", "/home/sandbox"]) == rows
+    assert backend.files.scan(src, ["/workspace", "/home/sandbox"]) == rows
     files = [p for p, e in entries.items() if e[1] == "file"]
-    packed = backend.pack(src, files)
+    packed = backend.files.pack(src, files)
     with tarfile.open(fileobj=io.BytesIO(packed), mode="r:gz") as tar:
         assert sorted(tar.getnames()) == sorted(p.lstrip("/") for p in files)
     dst = sandbox_factory()
@@ -276,7 +280,7 @@ def test_scan_pack_unpack(backend: SandboxBackend, sandbox_factory: Any) -> None
     restore = tar_of(
         {"workspace/w/d/f": b"hi\n", "workspace/w/l": "->d/f", "home/sandbox/.rc": b"h\n"}
     )
-    assert backend.unpack(dst, restore, ["/workspace", "/home/sandbox"], clear=True) == 3
+    assert backend.files.unpack(dst, restore, ["/workspace", "/home/sandbox"], clear=True) == 3
     assert run(backend, dst, shell="cat w/l ~/.rc; ls").stdout == "hi\nh\nw\n"
 
 
@@ -294,7 +298,7 @@ CHANGES = [
 
 
 def test_scan_deltas_equal_full_scans(
-    backend: SandboxBackend, sandbox_factory: Any, monkeypatch: pytest.MonkeyPatch
+    backend: SandboxManager, sandbox_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """After every round of changes the delta-based scan is what a full scan
     returns; with no change, a second scan is the same list from an empty delta."""
@@ -310,20 +314,20 @@ def test_scan_deltas_equal_full_scans(
         return reply
 
     monkeypatch.setattr(backend, "call", spy)
-    assert backend.scan(sbx, roots) == []
+    assert backend.files.scan(sbx, roots) == []
     for change in [*CHANGES, "restore"]:
         if change == "restore":  # a restore that replaces the whole tree
             data = tar_of({"workspace/r/f": b"restored\n", "workspace/r/l": "->f"})
-            backend.unpack(sbx, data, roots, clear=True)
+            backend.files.unpack(sbx, data, roots, clear=True)
         else:
             assert run(backend, sbx, shell=change).exit_code == 0
-        delta = backend.scan(sbx, roots)
+        delta = backend.files.scan(sbx, roots)
         assert "changed" in replies[-1], "a delta was expected"
         sbx.scan_state = None
-        full = backend.scan(sbx, roots)
+        full = backend.files.scan(sbx, roots)
         assert "entries" in replies[-1]
         assert delta == full and full == sorted(full) and len(full) > 0
-        again = backend.scan(sbx, roots)
+        again = backend.files.scan(sbx, roots)
         assert (replies[-1]["changed"], replies[-1]["removed"]) == ([], [])
         assert again == full
     paths = {r[0]: r for r in full}
@@ -342,7 +346,7 @@ def test_scan_deltas_equal_full_scans(
     ],
     ids=["absolute", "dotdot", "through-symlink", "outside-roots", "device"],
 )
-def test_unpack_refuses(backend: SandboxBackend, shared: Sandbox, members: dict[str, Any]) -> None:
+def test_unpack_refuses(backend: SandboxManager, shared: Sandbox, members: dict[str, Any]) -> None:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, value in members.items():
@@ -358,21 +362,21 @@ def test_unpack_refuses(backend: SandboxBackend, shared: Sandbox, members: dict[
                 tar.addfile(info, io.BytesIO(value))
     run(backend, shared, shell="echo keep > keep.txt")
     with pytest.raises(InvalidInput):
-        backend.unpack(shared, buf.getvalue(), ["/workspace"], clear=True)
+        backend.files.unpack(shared, buf.getvalue(), ["/workspace"], clear=True)
     assert run(backend, shared, shell="cat keep.txt; ls ok 2>&1").stdout.startswith("keep\n")
 
 
-def test_scan_roots_validated(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_scan_roots_validated(backend: SandboxManager, shared: Sandbox) -> None:
     with pytest.raises(InvalidInput):
-        backend.scan(shared, ["/etc"])
+        backend.files.scan(shared, ["/etc"])
     with pytest.raises(InvalidInput):
-        backend.pack(shared, ["/etc/passwd"])
+        backend.files.pack(shared, ["/etc/passwd"])
 
 
 # ---- isolation and hardening -------------------------------------------------------
 
 
-def test_user_cannot_touch_the_agent(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_user_cannot_touch_the_agent(backend: SandboxManager, shared: Sandbox) -> None:
     r = run(backend, shared, shell="kill -9 1; echo rc=$?")
     assert "rc=1" in r.stdout
     r = run(backend, shared, shell="echo x > /proc/1/fd/0; echo rc=$?; ls /proc/1/fd; echo rc=$?")
@@ -391,7 +395,7 @@ def test_user_cannot_touch_the_agent(backend: SandboxBackend, shared: Sandbox) -
     backend.ping(shared)
 
 
-def test_hardening(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_hardening(backend: SandboxManager, shared: Sandbox) -> None:
     r = run(backend, shared, shell="id -u; id -g; id -G; grep CapEff /proc/self/status")
     assert r.stdout == "1000\n1000\n1000\nCapEff:\t0000000000000000\n"
     root = run(backend, shared, shell="grep '^[^ ]* / ' /proc/mounts").stdout.split()
@@ -409,19 +413,19 @@ def test_hardening(backend: SandboxBackend, shared: Sandbox) -> None:
     )
 
 
-def test_no_user_namespaces(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_no_user_namespaces(backend: SandboxManager, shared: Sandbox) -> None:
     r = run(backend, shared, shell="unshare -r true; echo rc=$?; unshare -U true; echo rc=$?")
     assert r.stdout == "rc=1\nrc=1\n" and "Operation not permitted" in r.stderr
     code = "import threading\nt = threading.Thread(target=print, args=('t',)); t.start(); t.join()"
     assert run(backend, shared, python=code).stdout == "t\n"  # clone3 refused with ENOSYS
 
 
-def test_no_setuid_or_setgid_file(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_no_setuid_or_setgid_file(backend: SandboxManager, shared: Sandbox) -> None:
     r = run(backend, shared, shell="find / -xdev -perm /6000 -type f 2>/dev/null", timeout_s=20)
     assert r.stdout == ""
 
 
-def test_lost_channel(backend: SandboxBackend, sandbox_factory: Any, docker_client: Any) -> None:
+def test_lost_channel(backend: SandboxManager, sandbox_factory: Any, docker_client: Any) -> None:
     sbx = sandbox_factory()
     docker_client.api.kill(sbx.id)
     with pytest.raises(SandboxLost):
@@ -431,7 +435,7 @@ def test_lost_channel(backend: SandboxBackend, sandbox_factory: Any, docker_clie
         run(backend, sbx, argv=["true"])
 
 
-def test_concurrent_requests_are_serialised(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_concurrent_requests_are_serialised(backend: SandboxManager, shared: Sandbox) -> None:
     results: list[str] = []
 
     def worker(i: int) -> None:
@@ -445,7 +449,7 @@ def test_concurrent_requests_are_serialised(backend: SandboxBackend, shared: San
     assert sorted(results) == sorted(f"{i}\n" for i in range(8))
 
 
-def test_network_needs_permission(backend: SandboxBackend) -> None:
+def test_network_needs_permission(backend: SandboxManager) -> None:
     with pytest.raises(InvalidInput) as err:
         backend.create("python", Quotas(network=True))
     assert err.value.context["field"] == "quotas.network"
@@ -463,7 +467,7 @@ def _cancel_when_started(sbx: Sandbox, started: threading.Event) -> None:
     sbx.channel.notify("cancel", {"target": frame_id})
 
 
-def test_cancel_kills_every_process_of_the_exec(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_cancel_kills_every_process_of_the_exec(backend: SandboxManager, shared: Sandbox) -> None:
     run(backend, shared, shell="sleep 1000 > /dev/null 2>&1 &")  # earlier, not this exec's
     started = threading.Event()
     canceller = threading.Thread(target=_cancel_when_started, args=(shared, started))
@@ -487,7 +491,7 @@ def test_cancel_kills_every_process_of_the_exec(backend: SandboxBackend, shared:
 
 
 def test_cancel_of_another_request_or_none_is_a_no_op(
-    backend: SandboxBackend, shared: Sandbox
+    backend: SandboxManager, shared: Sandbox
 ) -> None:
     assert shared.channel is not None
     shared.channel.notify("cancel", {"target": 999_999})  # no exec runs: no reply either
@@ -512,14 +516,14 @@ def test_cancel_of_another_request_or_none_is_a_no_op(
 
 
 def test_an_exec_asked_to_scan_after_it_saves_the_scan_round_trip(
-    backend: SandboxBackend, sandbox_factory: Any, monkeypatch: pytest.MonkeyPatch
+    backend: SandboxManager, sandbox_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``scan_after_exec``: the exec's reply carries the scan (a delta on the last
     one), the next ``scan`` of the same roots sends no request and equals a full
     scan; any other request in between drops it."""
     sbx = sandbox_factory()
     roots = ("/workspace", "/home/sandbox")
-    assert backend.scan(sbx, list(roots)) == []
+    assert backend.files.scan(sbx, list(roots)) == []
     ops: list[str] = []
     call = backend.call
 
@@ -530,13 +534,13 @@ def test_an_exec_asked_to_scan_after_it_saves_the_scan_round_trip(
     monkeypatch.setattr(backend, "call", spy)
     sbx.scan_after_exec = roots
     assert run(backend, sbx, shell="mkdir d && echo x > d/f && rm -f nothing").exit_code == 0
-    rows = backend.scan(sbx, list(roots))
+    rows = backend.files.scan(sbx, list(roots))
     assert ops == ["exec"]
     sbx.scan_state = None
-    assert backend.scan(sbx, list(roots)) == rows and ops == ["exec", "scan"]
+    assert backend.files.scan(sbx, list(roots)) == rows and ops == ["exec", "scan"]
     assert {r[0] for r in rows} == {"/workspace/d", "/workspace/d/f"}
     sbx.scan_after_exec = roots
     run(backend, sbx, shell="echo y > g")
     read_file(backend, sbx, "g")  # a request between: the exec's scan is stale
-    after = backend.scan(sbx, list(roots))
+    after = backend.files.scan(sbx, list(roots))
     assert ops[-1] == "scan" and "/workspace/g" in {r[0] for r in after}

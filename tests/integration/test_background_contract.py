@@ -13,7 +13,6 @@ import pytest
 from sandgrid.errors import LimitExceeded, NotFound
 from sandgrid.models import ExecRequest, Quotas
 from tests.integration.conftest import SandboxFactory
-from worker.backends import Sandbox, SandboxBackend
 from worker.ops.exec import exec_command
 from worker.ops.processes import (
     live_processes,
@@ -24,15 +23,16 @@ from worker.ops.processes import (
     processes,
     start_process,
 )
+from worker.sandboxes import Sandbox, SandboxManager
 
 pytestmark = pytest.mark.integration
 
 
-def start(backend: SandboxBackend, sbx: Sandbox, **kw: object) -> int:
+def start(backend: SandboxManager, sbx: Sandbox, **kw: object) -> int:
     return start_process(backend, sbx, ExecRequest.model_validate(kw)).pid
 
 
-def test_start_answers_at_once_then_wait_and_logs(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_start_answers_at_once_then_wait_and_logs(backend: SandboxManager, shared: Sandbox) -> None:
     info = start_process(
         backend, shared, ExecRequest(shell="echo one; echo two >&2; sleep 2; echo three; exit 4")
     )
@@ -49,7 +49,7 @@ def test_start_answers_at_once_then_wait_and_logs(backend: SandboxBackend, share
 
 
 def test_survives_later_execs_and_their_deadline_kill(
-    backend: SandboxBackend, shared: Sandbox
+    backend: SandboxManager, shared: Sandbox
 ) -> None:
     pid = start(backend, shared, shell="while :; do sleep 0.2; done")
     assert exec_command(backend, shared, ExecRequest(shell="echo hi")).stdout == "hi\n"
@@ -62,7 +62,7 @@ def test_survives_later_execs_and_their_deadline_kill(
 
 
 def test_port_of_a_background_server_reachable_from_later_execs(
-    backend: SandboxBackend, shared: Sandbox
+    backend: SandboxManager, shared: Sandbox
 ) -> None:
     exec_command(
         backend, shared, ExecRequest(shell="mkdir -p site && echo served > site/index.html")
@@ -85,7 +85,7 @@ def test_port_of_a_background_server_reachable_from_later_execs(
     assert not process_wait(backend, shared, pid, 10).running
 
 
-def test_stdin_and_signals(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_stdin_and_signals(backend: SandboxManager, shared: Sandbox) -> None:
     pid = start(backend, shared, argv=["cat"])
     assert process_stdin(backend, shared, pid, "hello\n") == 6
     assert process_stdin(backend, shared, pid, "bye\n", eof=True) == 4
@@ -99,14 +99,14 @@ def test_stdin_and_signals(backend: SandboxBackend, shared: Sandbox) -> None:
     assert process_wait(backend, shared, pid, 10).exit_code == 3
 
 
-def test_unknown_pid_is_not_found(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_unknown_pid_is_not_found(backend: SandboxManager, shared: Sandbox) -> None:
     with pytest.raises(NotFound) as err:
         process_logs(backend, shared, 999_999)
     assert err.value.context["field"] == "pid"
 
 
 def test_output_buffer_and_live_count_are_bounded(
-    backend: SandboxBackend, sandbox_factory: SandboxFactory
+    backend: SandboxManager, sandbox_factory: SandboxFactory
 ) -> None:
     sbx = sandbox_factory(quotas=Quotas(output_bytes=1024, background_processes=2))
     pid = start(backend, sbx, python="import sys; sys.stdout.write('x' * 5000 + 'END')")

@@ -16,9 +16,9 @@ import pytest
 
 from sandgrid.errors import SandboxError
 from sandgrid.models import ExecRequest, FileWrite
-from worker.backends import Sandbox, SandboxBackend
 from worker.ops.exec import exec_command
 from worker.ops.files import write_files
+from worker.sandboxes import Sandbox, SandboxManager
 
 pytestmark = pytest.mark.integration
 
@@ -60,11 +60,11 @@ os.rename("spam.tmp", "spam.json")
 """
 
 
-def run(backend: SandboxBackend, sbx: Sandbox, **kw: Any) -> Any:
+def run(backend: SandboxManager, sbx: Sandbox, **kw: Any) -> Any:
     return exec_command(backend, sbx, ExecRequest(**kw))
 
 
-def host_parent(backend: SandboxBackend, sbx: Sandbox) -> str:
+def host_parent(backend: SandboxManager, sbx: Sandbox) -> str:
     """``ps`` of the exec's parent once the launcher host starts execs (not PID 1)."""
     end = time.monotonic() + 20
     while time.monotonic() < end:
@@ -75,7 +75,7 @@ def host_parent(backend: SandboxBackend, sbx: Sandbox) -> str:
     raise AssertionError("no exec was started by the launcher host within 20 s")
 
 
-def test_exec_goes_through_a_root_launcher_host(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_exec_goes_through_a_root_launcher_host(backend: SandboxManager, shared: Sandbox) -> None:
     parent = host_parent(backend, shared)
     assert parent.split()[0] == "root" and "-m sandgrid_agent.launcherhost" in parent
     r = run(backend, shared, shell="id -u; ls /proc/self/fd; echo $FOO", env={"FOO": "x"})
@@ -90,7 +90,7 @@ def test_exec_goes_through_a_root_launcher_host(backend: SandboxBackend, shared:
 
 
 def test_a_timed_out_exec_leaves_no_launcher_until_the_next_command(
-    backend: SandboxBackend, shared: Sandbox
+    backend: SandboxManager, shared: Sandbox
 ) -> None:
     """After a deadline kill the sandbox holds the agent and the user's processes only."""
     host_parent(backend, shared)
@@ -102,7 +102,7 @@ def test_a_timed_out_exec_leaves_no_launcher_until_the_next_command(
 
 
 def test_user_racing_to_kill_the_launcher_costs_only_a_fork(
-    backend: SandboxBackend, sandbox_factory: Any
+    backend: SandboxManager, sandbox_factory: Any
 ) -> None:
     sbx = sandbox_factory()
     host_parent(backend, sbx)
@@ -137,7 +137,7 @@ def test_user_racing_to_kill_the_launcher_costs_only_a_fork(
 
 
 def test_a_command_killing_all_it_may_never_kills_the_launcher(
-    backend: SandboxBackend, sandbox_factory: Any
+    backend: SandboxManager, sandbox_factory: Any
 ) -> None:
     """``kill -9 -1`` (a batch lane's reset) right as the host spawned it: the host lives on.
 

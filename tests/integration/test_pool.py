@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 
 from sandgrid.models import ExecRequest, Quotas
-from worker.backends import Sandbox, SandboxBackend
 from worker.ops.exec import exec_command
-from worker.pool import WarmPool
+from worker.sandboxes import Sandbox, SandboxManager
+from worker.sessions.pool import WarmPool
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def pool(backend: SandboxBackend) -> Iterator[WarmPool]:
+def pool(backend: SandboxManager) -> Iterator[WarmPool]:
     p = WarmPool(backend, {"python": 2}, refill_retry_s=0.2)
     yield p
     p.close()
@@ -28,7 +28,7 @@ def gone(docker_client: Any, sbx: Sandbox) -> bool:
     return not docker_client.api.containers(all=True, filters={"id": sbx.id})
 
 
-def test_hit_lease_and_release(pool: WarmPool, backend: SandboxBackend, docker_client: Any) -> None:
+def test_hit_lease_and_release(pool: WarmPool, backend: SandboxManager, docker_client: Any) -> None:
     pool.fill()
     assert pool.stats()["python"]["warm"] == 2
     t0 = time.perf_counter()
@@ -44,7 +44,7 @@ def test_hit_lease_and_release(pool: WarmPool, backend: SandboxBackend, docker_c
     pool.release(sbx)  # idempotent
 
 
-def test_never_handed_out_twice(pool: WarmPool, backend: SandboxBackend) -> None:
+def test_never_handed_out_twice(pool: WarmPool, backend: SandboxManager) -> None:
     pool.fill()
     got: list[Sandbox] = []
     lock = threading.Lock()
@@ -92,7 +92,7 @@ def test_unhealthy_warm_container_is_skipped(pool: WarmPool, docker_client: Any)
 
 
 def test_other_quotas_are_created_cold_and_labelled(
-    pool: WarmPool, backend: SandboxBackend, docker_client: Any
+    pool: WarmPool, backend: SandboxManager, docker_client: Any
 ) -> None:
     sbx = pool.acquire("python", Quotas(memory_mb=300), session_id="s-cold00000000000", tenant="t9")
     labels = backend.inspect(sbx)["labels"]
@@ -101,7 +101,7 @@ def test_other_quotas_are_created_cold_and_labelled(
     pool.release(sbx)
 
 
-def test_close_destroys_everything(backend: SandboxBackend, docker_client: Any) -> None:
+def test_close_destroys_everything(backend: SandboxManager, docker_client: Any) -> None:
     pool = WarmPool(backend, {"python": 1})
     pool.fill()
     leased = pool.acquire("python", session_id="s-close00000000000", tenant="t")

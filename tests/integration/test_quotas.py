@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from sandgrid.models import ExecRequest, Quotas
-from worker.backends import Sandbox, SandboxBackend
 from worker.ops.exec import exec_command
+from worker.sandboxes import Sandbox, SandboxManager
 
 pytestmark = pytest.mark.integration
 
@@ -23,18 +23,18 @@ def limited(module_factory: Any) -> Sandbox:
     return sbx
 
 
-def run(backend: SandboxBackend, sbx: Sandbox, **kw: Any) -> Any:
+def run(backend: SandboxManager, sbx: Sandbox, **kw: Any) -> Any:
     return exec_command(backend, sbx, ExecRequest(**kw))
 
 
-def wait_gone(backend: SandboxBackend, sbx: Sandbox, within_s: float = 10.0) -> None:
+def wait_gone(backend: SandboxManager, sbx: Sandbox, within_s: float = 10.0) -> None:
     end = time.monotonic() + within_s
     while backend.inspect(sbx)["status"] != "gone":
         assert time.monotonic() < end, f"{sbx.name} still exists {within_s} s after its kill"
         time.sleep(0.05)
 
 
-def test_fork_bomb_is_contained(backend: SandboxBackend, sandbox_factory: Any) -> None:
+def test_fork_bomb_is_contained(backend: SandboxManager, sandbox_factory: Any) -> None:
     limited = sandbox_factory(quotas=LIMITED)  # its own: a failure here must not cascade
     t0 = time.monotonic()
     r = run(backend, limited, shell="b(){ b|b& }; b; sleep 100", timeout_s=2)
@@ -48,7 +48,7 @@ def test_fork_bomb_is_contained(backend: SandboxBackend, sandbox_factory: Any) -
     assert ps == ["python3 -I /opt/sandgrid/agent.py", "ps -e -o args="]
 
 
-def test_memory_hog_is_oom_killed(backend: SandboxBackend, limited: Sandbox) -> None:
+def test_memory_hog_is_oom_killed(backend: SandboxManager, limited: Sandbox) -> None:
     r = run(
         backend, limited, python="b = []\nwhile True: b.append(bytearray(16 << 20))", timeout_s=20
     )
@@ -57,7 +57,7 @@ def test_memory_hog_is_oom_killed(backend: SandboxBackend, limited: Sandbox) -> 
     assert not run(backend, limited, argv=["true"]).oom_killed  # the flag is per exec
 
 
-def test_memory_quota_is_what_the_program_sees(backend: SandboxBackend, limited: Sandbox) -> None:
+def test_memory_quota_is_what_the_program_sees(backend: SandboxManager, limited: Sandbox) -> None:
     want = LIMITED.memory_mb << 20
     r = run(backend, limited, shell="cat /sys/fs/cgroup/memory.max 2>/dev/null ||"
             " cat /sys/fs/cgroup/memory/memory.limit_in_bytes")  # fmt: skip
@@ -68,7 +68,7 @@ def test_memory_quota_is_what_the_program_sees(backend: SandboxBackend, limited:
 
 
 @pytest.mark.parametrize("mb", [LIMITED.memory_mb // 2, LIMITED.memory_mb + 100, 2048])
-def test_memory_quota_is_exact(backend: SandboxBackend, limited: Sandbox, mb: int) -> None:
+def test_memory_quota_is_exact(backend: SandboxManager, limited: Sandbox, mb: int) -> None:
     """Within the quota an allocation succeeds; beyond it (even far beyond, where
     gVisor's host limit would kill the whole sandbox) it is an OOM kill of the
     program alone, and the sandbox serves the next exec."""
@@ -80,7 +80,7 @@ def test_memory_quota_is_exact(backend: SandboxBackend, limited: Sandbox, mb: in
     assert run(backend, limited, argv=["echo", "alive"]).stdout == "alive\n"
 
 
-def test_huge_output_is_capped(backend: SandboxBackend, limited: Sandbox) -> None:
+def test_huge_output_is_capped(backend: SandboxManager, limited: Sandbox) -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     r = run(backend, limited, shell="head -c 200000000 /dev/zero | tr '\\0' x", timeout_s=30)
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
@@ -92,14 +92,14 @@ def test_huge_output_is_capped(backend: SandboxBackend, limited: Sandbox) -> Non
     assert int(vm.get("VmHWM", vm["VmRSS"]).split()[0]) < 96 * 1024, vm
 
 
-def test_workspace_full(backend: SandboxBackend, limited: Sandbox) -> None:
+def test_workspace_full(backend: SandboxManager, limited: Sandbox) -> None:
     r = run(backend, limited, shell="dd if=/dev/zero of=fill bs=1M count=64", timeout_s=20)
     assert r.exit_code != 0 and "No space left on device" in r.stderr and r.workspace_full
     r = run(backend, limited, shell="rm fill; echo ok")
     assert r.stdout == "ok\n" and not r.workspace_full
 
 
-def test_cpu_quota(backend: SandboxBackend, limited: Sandbox) -> None:
+def test_cpu_quota(backend: SandboxManager, limited: Sandbox) -> None:
     code = (
         "import os, time\n"
         "t0, c0 = time.monotonic(), sum(os.times()[:2])\n"
@@ -111,7 +111,7 @@ def test_cpu_quota(backend: SandboxBackend, limited: Sandbox) -> None:
 
 
 def test_deadline_holds_when_the_agent_cannot_answer(
-    backend: SandboxBackend, sandbox_factory: Any
+    backend: SandboxManager, sandbox_factory: Any
 ) -> None:
     """A frozen sandbox (its agent too) still meets the deadline: the worker
     destroys it, every process in it ends, and the call returns timed out."""

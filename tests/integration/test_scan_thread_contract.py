@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from sandgrid.models import ExecRequest, FileWrite
-from worker.backends import Sandbox, SandboxBackend
 from worker.ops.exec import exec_command
 from worker.ops.files import write_files
+from worker.sandboxes import Sandbox, SandboxManager
 
 pytestmark = pytest.mark.integration
 
@@ -52,12 +52,12 @@ os.rename("spam.tmp", "spam.json")
 """
 
 
-def run(backend: SandboxBackend, sbx: Sandbox, shell: str) -> Any:
+def run(backend: SandboxManager, sbx: Sandbox, shell: str) -> Any:
     return exec_command(backend, sbx, ExecRequest(shell=shell))
 
 
 def test_a_user_aiming_at_pid_1_during_scans_gets_nothing_through(
-    backend: SandboxBackend, sandbox_factory: Any
+    backend: SandboxManager, sandbox_factory: Any
 ) -> None:
     sbx = sandbox_factory()
     files = [FileWrite(path=f"tree/f{i}.txt", content=f"{i}\n" * 50) for i in range(200)]
@@ -67,7 +67,7 @@ def test_a_user_aiming_at_pid_1_during_scans_gets_nothing_through(
     scans, end = 0, time.monotonic() + 3.5
     while time.monotonic() < end:
         run(backend, sbx, f"echo {scans} > tree/moving.txt")
-        rows = {row[0]: row for row in backend.scan(sbx, ROOTS)}
+        rows = {row[0]: row for row in backend.files.scan(sbx, ROOTS)}
         assert "/workspace/tree/f199.txt" in rows and "/workspace/tree/moving.txt" in rows
         scans += 1
     for _ in range(100):
@@ -87,11 +87,11 @@ def test_a_user_aiming_at_pid_1_during_scans_gets_nothing_through(
 
 
 def test_the_scan_reads_what_the_user_may_read_only(
-    backend: SandboxBackend, sandbox_factory: Any
+    backend: SandboxManager, sandbox_factory: Any
 ) -> None:
     """A file the user closed (mode 200) is read as its owner may, and left closed."""
     sbx = sandbox_factory()
     run(backend, sbx, "echo closed > closed.txt && chmod 200 closed.txt")
-    rows = {row[0]: row for row in backend.scan(sbx, ROOTS)}
+    rows = {row[0]: row for row in backend.files.scan(sbx, ROOTS)}
     assert rows["/workspace/closed.txt"][3] == 7
     assert run(backend, sbx, "stat -c %a closed.txt").stdout == "200\n"

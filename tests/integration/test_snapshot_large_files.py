@@ -17,8 +17,8 @@ import pytest
 from sandgrid.errors import ErrorCode, SnapshotError
 from sandgrid.models import ExecRequest, Quotas
 from tests.support.snapshot_stores import local_store
-from worker.backends import Sandbox, SandboxBackend
 from worker.ops.exec import exec_command
+from worker.sandboxes import Sandbox, SandboxManager
 from worker.snapshots import restore_sandbox, snapshot_sandbox
 from worker.snapshots import sync as sync_mod
 from worker.snapshots.sync import CHUNK_BYTES, LARGE_FILE_BYTES
@@ -29,14 +29,14 @@ SIZE = 60_000_000
 TENANT = "acme"
 
 
-def run(backend: SandboxBackend, sbx: Sandbox, shell: str) -> str:
+def run(backend: SandboxManager, sbx: Sandbox, shell: str) -> str:
     result = exec_command(backend, sbx, ExecRequest(shell=shell, timeout_s=60))
     assert result.exit_code == 0, result.stderr
     return result.stdout
 
 
 def test_a_60_mb_file_is_snapshotted_and_restored_in_chunks(
-    backend: SandboxBackend,
+    backend: SandboxManager,
     sandbox_factory: Any,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -55,14 +55,14 @@ def test_a_60_mb_file_is_snapshotted_and_restored_in_chunks(
 
     monkeypatch.setattr(backend, "call", spy)
     with local_store(tmp_path / "store") as store:
-        ref = snapshot_sandbox(backend, src, store, TENANT, "s1", None)
+        ref = snapshot_sandbox(backend.files, src, store, TENANT, "s1", None)
         assert ref is not None and ref.stats["bytes"] == SIZE + len("small\n")
         chunks = -(-SIZE // CHUNK_BYTES)
         assert (ops["read_range"], ops["pack"]) == (chunks, 1)
 
         dst = sandbox_factory()
         run(backend, dst, "echo stale > stale")
-        restore_sandbox(backend, dst, store, TENANT, "s1", ref)
+        restore_sandbox(backend.files, dst, store, TENANT, "s1", ref)
         assert (ops["write_range"], ops["unpack"]) == (chunks, 2)  # the last sets dir modes
         listing = run(backend, dst, "sha256sum data/big.bin; stat -c %a data/big.bin data; "
                       "cat data/small; ls")  # fmt: skip
@@ -70,14 +70,14 @@ def test_a_60_mb_file_is_snapshotted_and_restored_in_chunks(
 
         full = sandbox_factory(quotas=Quotas(workspace_mb=32))
         with pytest.raises(SnapshotError) as err:
-            restore_sandbox(backend, full, store, TENANT, "s1", ref)
+            restore_sandbox(backend.files, full, store, TENANT, "s1", ref)
     assert err.value.code == ErrorCode.SNAPSHOT_FAILED
     assert err.value.context["sandbox_dirty"] is True
     assert "/workspace/data/big.bin: No space left on device" in err.value.message
 
 
 def test_directory_modes_in_several_tars_reach_every_directory(
-    backend: SandboxBackend,
+    backend: SandboxManager,
     sandbox_factory: Any,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -93,18 +93,18 @@ def test_directory_modes_in_several_tars_reach_every_directory(
         "echo $i > d$i/inner/leaf/f; chmod 500 d$i/inner/leaf; "
         f"chmod {closed} d$i/inner; chmod 500 d$i; done")  # fmt: skip
     unpacks: list[int] = []
-    unpack = backend.unpack
+    unpack = backend.files.unpack
 
     def spy(sbx: Sandbox, data: bytes, roots: list[str], clear: bool) -> int:
         unpacks.append(len(data))
         return unpack(sbx, data, roots, clear)
 
-    monkeypatch.setattr(backend, "unpack", spy)
+    monkeypatch.setattr(backend.files, "unpack", spy)
     with local_store(tmp_path / "store") as store:
-        ref = snapshot_sandbox(backend, src, store, TENANT, "s1", None)
+        ref = snapshot_sandbox(backend.files, src, store, TENANT, "s1", None)
         assert ref is not None
         dst = sandbox_factory()
-        restore_sandbox(backend, dst, store, TENANT, "s1", ref)
+        restore_sandbox(backend.files, dst, store, TENANT, "s1", ref)
     assert len(unpacks) > 4 and max(unpacks) <= 8 << 10
     show = "stat -c '%a %n' $(find . -mindepth 1 | sort) 2>&1"
     assert run(backend, dst, show) == run(backend, src, show)

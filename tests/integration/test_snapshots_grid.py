@@ -434,9 +434,10 @@ def _tar(*members: tuple[str, bytes, str]) -> bytes:
 
 def test_the_agents_unpack_refuses_traversal_and_writes_through_links(grid: Grid) -> None:
     """The backend's ``unpack`` against a real container, as a restore calls it."""
-    from worker.backends import backend_for
+    from worker.runtimes import runtime_for
+    from worker.sandboxes import SandboxManager
 
-    backend = backend_for("runc", node=UNPACK_NODE)
+    backend = SandboxManager(runtime_for("runc"), node=UNPACK_NODE)
     sbx = backend.create("python")
     try:
         ok(exec_command(backend, sbx, _req("echo kept > keep.txt && ln -s /tmp tmplink")))
@@ -453,15 +454,15 @@ def test_the_agents_unpack_refuses_traversal_and_writes_through_links(grid: Grid
         ):
             for clear in (False, True):  # refused before anything is cleared
                 with pytest.raises(InvalidInput):
-                    backend.unpack(sbx, data, roots, clear)
+                    backend.files.unpack(sbx, data, roots, clear)
         with pytest.raises(InvalidInput, match="not a directory"):  # a link already there
-            backend.unpack(
+            backend.files.unpack(
                 sbx, _tar(("workspace/tmplink/evil", tarfile.REGTYPE, "x")), roots, False
             )
         check = "cat keep.txt; readlink tmplink; test -e /tmp/evil && echo WRITTEN || echo clean"
         assert ok(exec_command(backend, sbx, _req(check))).stdout == "kept\n/tmp\nclean\n"
         links = _tar(("workspace/py", tarfile.SYMTYPE, "/usr/bin/python3"))
-        assert backend.unpack(sbx, links, roots, True) == 1  # a link's target is data
+        assert backend.files.unpack(sbx, links, roots, True) == 1  # a link's target is data
         assert ok(exec_command(backend, sbx, _req("./py -c 'print(42)'"))).stdout == "42\n"
     finally:
         backend.destroy(sbx)

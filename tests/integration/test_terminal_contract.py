@@ -2,7 +2,7 @@
 
 The same ``backend`` fixture as ``test_backend_contract.py`` (both runtimes);
 the terminal is driven the way the worker's bridge drives it: the ``pty``
-request in one thread, ``AgentChannel.notify`` control frames from another.
+request in one thread, ``AgentClient.notify`` control frames from another.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from sandgrid.models import ExecRequest
-from worker.backends import Sandbox, SandboxBackend
 from worker.ops.exec import exec_command
+from worker.sandboxes import Sandbox, SandboxManager
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ WAIT_S = 30.0
 class Pty:
     """A running ``pty`` request and its output so far."""
 
-    def __init__(self, backend: SandboxBackend, sbx: Sandbox, **fields: Any) -> None:
+    def __init__(self, backend: SandboxManager, sbx: Sandbox, **fields: Any) -> None:
         self.sbx, self.out, self.result = sbx, "", {}
         self.error: BaseException | None = None
         args = {"rows": 24, "cols": 80, "idle_s": 30, "max_s": 60, **fields}
@@ -67,7 +67,7 @@ class Pty:
         return self.result
 
 
-def test_pty_python_and_exit_code(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_pty_python_and_exit_code(backend: SandboxManager, shared: Sandbox) -> None:
     p = Pty(backend, shared)
     p.wait_for("/workspace$")
     p.type("python3\n")
@@ -82,7 +82,7 @@ def test_pty_python_and_exit_code(backend: SandboxBackend, shared: Sandbox) -> N
     assert backend.ping(shared) > 0  # the channel serves requests again
 
 
-def test_pty_resize(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_pty_resize(backend: SandboxManager, shared: Sandbox) -> None:
     p = Pty(backend, shared, rows=30, cols=100)
     p.wait_for("$ ")
     p.type("stty size\n")
@@ -94,7 +94,7 @@ def test_pty_resize(backend: SandboxBackend, shared: Sandbox) -> None:
     assert p.join()["reason"] == "closed"
 
 
-def test_pty_close_kills_what_the_shell_started(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_pty_close_kills_what_the_shell_started(backend: SandboxManager, shared: Sandbox) -> None:
     p = Pty(backend, shared)
     p.wait_for("$ ")
     p.type("sleep 1000 & setsid sleep 1001 & echo started\n")
@@ -106,14 +106,14 @@ def test_pty_close_kills_what_the_shell_started(backend: SandboxBackend, shared:
     assert left.stdout == "none\n"
 
 
-def test_pty_idle_limit(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_pty_idle_limit(backend: SandboxManager, shared: Sandbox) -> None:
     p = Pty(backend, shared, idle_s=1.5)
     p.wait_for("$ ")
     result = p.join()  # nobody types: it ends by itself
     assert result["reason"] == "idle"
 
 
-def test_pty_absolute_limit(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_pty_absolute_limit(backend: SandboxManager, shared: Sandbox) -> None:
     p = Pty(backend, shared, idle_s=30, max_s=2)
     p.wait_for("$ ")
     p.type("while true; do echo tick; sleep 0.2; done\n")  # never idle
@@ -121,7 +121,7 @@ def test_pty_absolute_limit(backend: SandboxBackend, shared: Sandbox) -> None:
     assert result["reason"] == "max_time" and "tick" in p.out
 
 
-def test_pty_bad_size_refused(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_pty_bad_size_refused(backend: SandboxManager, shared: Sandbox) -> None:
     from sandgrid.errors import InvalidInput
 
     with pytest.raises(InvalidInput) as err:
@@ -129,7 +129,7 @@ def test_pty_bad_size_refused(backend: SandboxBackend, shared: Sandbox) -> None:
     assert err.value.context.get("field") == "rows"
 
 
-def test_late_notifications_get_no_reply(backend: SandboxBackend, shared: Sandbox) -> None:
+def test_late_notifications_get_no_reply(backend: SandboxManager, shared: Sandbox) -> None:
     assert shared.channel is not None
     shared.channel.notify("pty_input", {"data_b64": ""})
     shared.channel.notify("pty_close", {})

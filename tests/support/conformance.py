@@ -12,10 +12,7 @@ from typing import Any
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import (
-    response_schema_conformance,
-    status_code_conformance,
-)
+from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 __all__ = ["CHECKS", "conformance_failures"]
 

@@ -4,7 +4,7 @@ It runs the in-sandbox agent's own code (``worker.agent``: ``scan``,
 ``transfer``, ``safetar``, ``access``) on a host directory that stands for the
 sandbox's ``/`` (``sbx`` is that directory's ``Path``), and turns the agent's
 answers and refusals into what the worker makes of them
-(``worker.protocol.error_from_reply``): tests and the benchmark run the store
+(``worker.agent_client.framing.error_from_reply``): tests and the benchmark run the store
 end to end without containers, on the agent's real pack, unpack, scan and
 ranges (docs/agent-protocol.md).
 
@@ -32,9 +32,8 @@ from worker.agent.errors import AgentError
 from worker.agent.processes import reply_of
 from worker.agent.scan import Hashes, scan_diff, update
 from worker.agent.scanstate import ScanRow, ScanState
-from worker.agent_api import FileRange
-from worker.protocol import error_from_reply
-from worker.snapshots.sandbox import SandboxFiles
+from worker.agent_client.framing import error_from_reply
+from worker.snapshots.sandbox import FileRange, SandboxFiles
 
 __all__ = ["HostDirBackend"]
 

@@ -12,7 +12,7 @@ relative imports (``from .framing import send``), never ``worker`` or
 ``sandgrid``. So the same files import as ``worker.agent.*`` in the worker
 (which uses the pure ones: ``framing``, ``limits``, ``scanstate``) and as the
 top-level package ``sandgrid_agent`` inside the zipapp, whose root
-``__main__.py`` runs ``sandgrid_agent.main.main()``. ``worker.agent_bundle``
+``__main__.py`` runs ``sandgrid_agent.main.main()``. ``worker.agent_client.bundle``
 builds the zipapp; nothing here knows about it.
 
 Modules, one job each: ``errors`` (refusals and request fields), ``limits``

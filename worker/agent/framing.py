@@ -1,7 +1,7 @@
 """Frames on the exec channel: a 4-byte big-endian length, then that much compact UTF-8 JSON.
 
 Both ends use this module: the agent reads requests on fd 0 and writes replies
-on fd 1 with ``recv``/``send``; the worker (``worker.protocol``) frames its
+on fd 1 with ``recv``/``send``; the worker (``worker.agent_client.framing``) frames its
 requests with ``LENGTH`` and ``compact_json``, so the bytes on the wire are
 produced by one function whichever end writes them.
 """

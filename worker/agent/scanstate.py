@@ -4,7 +4,7 @@ A ``scan`` reply carries a ``token``; the next scan of the same roots may send
 it back as ``since`` and get only the rows changed and the paths removed since
 (docs/agent-protocol.md). The agent keeps its last reply here (the base of the
 next delta it computes), the worker keeps the rows of the replies it received
-(``worker.backends.scan.apply_reply``); one class, so the two cannot disagree
+(``worker.sandboxes.scan.apply_reply``); one class, so the two cannot disagree
 on what a delta means. Pure and stdlib-only: the worker imports it.
 """
 

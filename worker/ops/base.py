@@ -29,9 +29,9 @@ from sandgrid.models import SessionInfo
 from sandgrid.ops.terminal import PtyOp, PtyResult
 from sandgrid.wire.jobs import TurnJob, TurnResult
 from sandgrid.wire.ledger import SessionLedger
-from worker.backends.base import Sandbox, SandboxBackend
-from worker.pool import BackendFor
-from worker.session_table import SessionTable
+from worker.sandboxes import Sandbox, SandboxManager
+from worker.sessions.pool import BackendFor
+from worker.sessions.table import SessionTable
 from worker.turns.interactive import TurnControl
 from worker.turns.residency import Residency
 from worker.turns.snapshot_policy import Persistence
@@ -52,7 +52,7 @@ OpT = TypeVar("OpT", bound=BaseModel)
 class Terminals(Protocol):
     """Serves terminal turns (``worker.ops.terminal.TerminalBridge``)."""
 
-    def run(self, backend: SandboxBackend, sbx: Sandbox, op: PtyOp) -> PtyResult: ...
+    def run(self, backend: SandboxManager, sbx: Sandbox, op: PtyOp) -> PtyResult: ...
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,7 @@ class TurnContext:
 class SandboxContext(TurnContext):
     """A sandbox op's context: the turn's, with the session's sandbox and its backend."""
 
-    backend: SandboxBackend
+    backend: SandboxManager
     sandbox: Sandbox
 
 

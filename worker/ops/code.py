@@ -17,8 +17,9 @@ from sandgrid.errors import SandboxError
 from sandgrid.models import CodeRequest, CodeResult, Quotas
 from sandgrid.ops.code import RunCodeOp
 from worker.agent.kernel import reply_deadline
-from worker.backends.base import DEADLINE_MARGIN_S, Sandbox, SandboxBackend
 from worker.ops.base import SandboxContext, SandboxHandler
+from worker.sandboxes import Sandbox, SandboxManager
+from worker.sandboxes.manager import DEADLINE_MARGIN_S
 
 __all__ = ["HANDLERS", "code_fields", "code_result", "run_code"]
 
@@ -49,7 +50,7 @@ def code_result(reply: dict[str, Any], *, node: str, timings: dict[str, float]) 
 
 
 def run_code(
-    backend: SandboxBackend, sbx: Sandbox, req: CodeRequest, env: dict[str, str]
+    backend: SandboxManager, sbx: Sandbox, req: CodeRequest, env: dict[str, str]
 ) -> CodeResult:
     """Run ``req`` in the sandbox's kernel; its outputs and flags.
 

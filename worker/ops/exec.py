@@ -9,9 +9,8 @@ destroyed, and the answer is ``timed_out`` (the session continues from its
 last snapshot in a fresh container).
 
 An exec that a snapshot follows scans the workspace in the same request (the
-``then`` of the request, ``Sandbox.scan_after_exec``). Those two backend hooks
-and the deadline kill are reached through ``_Hooks`` only, so they have one
-place to move to when the backend's agent client does.
+``then`` of the request, ``Sandbox.scan_after_exec``: ``worker.sandboxes.files``
+``scan_then`` and ``keep_scan``).
 """
 
 from __future__ import annotations
@@ -22,11 +21,12 @@ from typing import Any
 from sandgrid.errors import SandboxLost
 from sandgrid.models import ExecRequest, ExecResult, Quotas
 from sandgrid.ops.exec import ExecOp
-from worker.backends.base import DEADLINE_MARGIN_S, Sandbox, SandboxBackend
-from worker.backends.snapshot_ops import ScanThen
-from worker.channel import ChunkCallback
+from worker.agent_client.client import ChunkCallback
 from worker.egress.env import session_env
 from worker.ops.base import SandboxContext, SandboxHandler
+from worker.sandboxes import Sandbox, SandboxManager
+from worker.sandboxes.files import keep_scan, scan_then
+from worker.sandboxes.manager import DEADLINE_MARGIN_S
 
 __all__ = [
     "ARG_CHUNK",
@@ -104,30 +104,11 @@ def _deadline_result(node: str, t0: float) -> ExecResult:
     )
 
 
-# ---- the backend's exec hooks: the one place the exec path reaches them ----------
-
-
-class _Hooks:
-    """The scan taken with an exec, and the deadline kill, on the backend."""
-
-    @staticmethod
-    def scan_then(backend: SandboxBackend, sbx: Sandbox) -> ScanThen | None:
-        return backend.scan_then(sbx)
-
-    @staticmethod
-    def keep_scan(backend: SandboxBackend, sbx: Sandbox, then: ScanThen, reply: Any) -> None:
-        backend.keep_scan(sbx, then, reply)
-
-    @staticmethod
-    def kill_at_deadline(backend: SandboxBackend, sbx: Sandbox) -> None:
-        backend.kill_at_deadline(sbx)
-
-
 # ---- the op ---------------------------------------------------------------------
 
 
 def exec_command(
-    backend: SandboxBackend,
+    backend: SandboxManager,
     sbx: Sandbox,
     request: ExecRequest,
     on_chunk: ChunkCallback | None = None,
@@ -154,7 +135,7 @@ def exec_command(
     """
     fields = exec_fields(request, sbx.quotas, stream=on_chunk is not None)
     deadline = float(fields["timeout"])
-    then = _Hooks.scan_then(backend, sbx)
+    then = scan_then(sbx)
     if then is not None:
         fields["then"] = {"op": "scan", **then.fields}
     t0 = time.perf_counter()
@@ -165,11 +146,11 @@ def exec_command(
     except SandboxLost:
         if time.perf_counter() - t0 < deadline:
             raise  # broke before its time: not a deadline, the sandbox is lost
-        _Hooks.kill_at_deadline(backend, sbx)
+        backend.kill_at_deadline(sbx)
         return _deadline_result(backend.node, t0)
     timings = {"exec_ms": (time.perf_counter() - t0) * 1000}
     if then is not None:
-        _Hooks.keep_scan(backend, sbx, then, reply.pop("then", None))
+        keep_scan(sbx, then, reply.pop("then", None))
     return exec_result(reply, node=backend.node, timings=timings)
 
 

@@ -13,14 +13,7 @@ import base64
 from typing import Any
 
 from sandgrid.errors import ErrorCode, InvalidInput
-from sandgrid.models import (
-    MAX_FILE_BYTES,
-    FileEntry,
-    FileList,
-    FileRead,
-    FileWrite,
-    workspace_path,
-)
+from sandgrid.models import MAX_FILE_BYTES, FileEntry, FileList, FileRead, FileWrite, workspace_path
 from sandgrid.ops.files import (
     DeleteOp,
     DeleteResult,
@@ -33,8 +26,8 @@ from sandgrid.ops.files import (
     WriteOp,
     WriteResult,
 )
-from worker.backends.base import Sandbox, SandboxBackend
 from worker.ops.base import SandboxContext, SandboxHandler
+from worker.sandboxes import Sandbox, SandboxManager
 
 __all__ = [
     "HANDLERS",
@@ -109,13 +102,13 @@ def file_list(reply: dict[str, Any]) -> FileList:
 # ---- the ops ----------------------------------------------------------------------
 
 
-def write_files(backend: SandboxBackend, sbx: Sandbox, files: list[FileWrite]) -> int:
+def write_files(backend: SandboxManager, sbx: Sandbox, files: list[FileWrite]) -> int:
     """Write files in the workspace as the sandbox user; return how many."""
     return int(backend.call(sbx, "write", write_fields(files))["written"])
 
 
 def read_file(
-    backend: SandboxBackend,
+    backend: SandboxManager,
     sbx: Sandbox,
     path: str,
     encoding: str = "utf-8",
@@ -128,20 +121,20 @@ def read_file(
 
 
 def list_files(
-    backend: SandboxBackend, sbx: Sandbox, path: str = ".", recursive: bool = False
+    backend: SandboxManager, sbx: Sandbox, path: str = ".", recursive: bool = False
 ) -> FileList:
     """List a directory of the workspace (symlinks are listed, not followed)."""
     rel = check_path(path, operation="files.list")
     return file_list(backend.call(sbx, "list", {"path": rel, "recursive": recursive}))
 
 
-def delete(backend: SandboxBackend, sbx: Sandbox, path: str, recursive: bool = False) -> int:
+def delete(backend: SandboxManager, sbx: Sandbox, path: str, recursive: bool = False) -> int:
     """Delete a file, a symlink (not its target) or a directory; return the count."""
     rel = check_path(path, operation="files.delete")
     return int(backend.call(sbx, "delete", {"path": rel, "recursive": recursive})["deleted"])
 
 
-def put_tar(backend: SandboxBackend, sbx: Sandbox, path: str, data_b64: str) -> int:
+def put_tar(backend: SandboxManager, sbx: Sandbox, path: str, data_b64: str) -> int:
     """Extract a tar (base64, passed on as is) under a workspace directory; every
     member must stay inside the workspace (no absolute paths, ``..``, devices,
     links out). How many files it held."""
@@ -149,7 +142,7 @@ def put_tar(backend: SandboxBackend, sbx: Sandbox, path: str, data_b64: str) -> 
     return int(backend.call(sbx, "tar_put", {"path": rel, "data_b64": data_b64})["files"])
 
 
-def get_tar(backend: SandboxBackend, sbx: Sandbox, path: str = ".") -> str:
+def get_tar(backend: SandboxManager, sbx: Sandbox, path: str = ".") -> str:
     """A tar of a workspace path, member names relative to it: the agent's base64."""
     rel = check_path(path, operation="files.tar_download")
     return str(backend.call(sbx, "tar_get", {"path": rel})["data_b64"])

@@ -26,7 +26,7 @@ from sandgrid.ops.lifecycle import (
     RestoreOp,
 )
 from worker.ops.base import NodeHandler, NodeParts, TurnContext
-from worker.session_table import LocalSession
+from worker.sessions.table import LocalSession
 from worker.snapshots import checkpoints
 
 __all__ = ["HANDLERS"]

@@ -28,11 +28,11 @@ from sandgrid.models import ExecRequest
 from sandgrid.ops.processes import ProcOp, ProcStartOp, StdinResult
 from sandgrid.processes import MAX_PROC_WAIT_S, ProcessInfo, ProcessList, ProcessLogs
 from sandgrid.wire.jobs import TurnJob
-from worker.backends.base import Sandbox, SandboxBackend
 from worker.ops.base import NodeHandler, SandboxContext, SandboxHandler, TurnContext
 from worker.ops.exec import exec_fields
-from worker.pool import BackendFor
-from worker.session_table import LocalSession, SessionTable
+from worker.sandboxes import Sandbox, SandboxManager
+from worker.sessions.pool import BackendFor
+from worker.sessions.table import LocalSession, SessionTable
 
 __all__ = [
     "HANDLERS",
@@ -59,7 +59,7 @@ _ProcResult = ProcessInfo | ProcessList | ProcessLogs | StdinResult
 # ---- the agent's proc_* ops ---------------------------------------------------------
 
 
-def start_process(backend: SandboxBackend, sbx: Sandbox, request: ExecRequest) -> ProcessInfo:
+def start_process(backend: SandboxManager, sbx: Sandbox, request: ExecRequest) -> ProcessInfo:
     """Start ``request`` in the background as the sandbox user; answer at once.
 
     Raises:
@@ -81,25 +81,25 @@ def start_process(backend: SandboxBackend, sbx: Sandbox, request: ExecRequest) -
     return _info(sbx, reply)
 
 
-def processes(backend: SandboxBackend, sbx: Sandbox) -> list[ProcessInfo]:
+def processes(backend: SandboxManager, sbx: Sandbox) -> list[ProcessInfo]:
     """Every background process the sandbox keeps, running or finished."""
     reply = backend.call(sbx, "proc_list", {}, timeout=_QUICK_S)
     return [_info(sbx, p) for p in reply["processes"]]
 
 
-def live_processes(backend: SandboxBackend, sbx: Sandbox) -> int:
+def live_processes(backend: SandboxManager, sbx: Sandbox) -> int:
     """How many background processes still run (the idle reaper asks)."""
     return sum(1 for p in processes(backend, sbx) if p.running)
 
 
-def process_logs(backend: SandboxBackend, sbx: Sandbox, pid: int, since: int = 0) -> ProcessLogs:
+def process_logs(backend: SandboxManager, sbx: Sandbox, pid: int, since: int = 0) -> ProcessLogs:
     """Output from the absolute offset ``since`` (see ``ProcessLogs``)."""
     reply = backend.call(sbx, "proc_logs", {"pid": pid, "since": since}, timeout=_QUICK_S)
     return ProcessLogs(pid=pid, **reply)
 
 
 def process_stdin(
-    backend: SandboxBackend, sbx: Sandbox, pid: int, data: str, eof: bool = False
+    backend: SandboxManager, sbx: Sandbox, pid: int, data: str, eof: bool = False
 ) -> int:
     """Write to the process's stdin (never blocking); how many bytes it took."""
     fields = {"pid": pid, "data": data, "eof": eof}
@@ -107,7 +107,7 @@ def process_stdin(
 
 
 def process_kill(
-    backend: SandboxBackend, sbx: Sandbox, pid: int, signal: str = "TERM"
+    backend: SandboxManager, sbx: Sandbox, pid: int, signal: str = "TERM"
 ) -> ProcessInfo:
     """Send ``signal`` to the process's group."""
     reply = backend.call(sbx, "proc_kill", {"pid": pid, "signal": signal}, timeout=_QUICK_S)
@@ -115,7 +115,7 @@ def process_kill(
     return _info(sbx, reply)
 
 
-def process_wait(backend: SandboxBackend, sbx: Sandbox, pid: int, timeout: float) -> ProcessInfo:
+def process_wait(backend: SandboxManager, sbx: Sandbox, pid: int, timeout: float) -> ProcessInfo:
     """Wait up to ``timeout`` (at most ``MAX_PROC_WAIT_S``) for the process to end."""
     timeout = min(max(timeout, 0.0), MAX_PROC_WAIT_S)
     fields = {"pid": pid, "timeout": timeout}
@@ -129,7 +129,7 @@ def _info(sbx: Sandbox, reply: dict[str, Any]) -> ProcessInfo:
 # ---- the turns ---------------------------------------------------------------------
 
 
-def keeps_resident(backends: Sequence[SandboxBackend], local: LocalSession) -> bool:
+def keeps_resident(backends: Sequence[SandboxManager], local: LocalSession) -> bool:
     """Whether an idle session must stay here: a background process still runs in it.
 
     The idle reaper asks (under the session's lock) before it releases a
@@ -199,7 +199,7 @@ def _gone(job: TurnJob, op: ProcOp, node: str) -> ProcessList:
     raise _lost(job, op, node)
 
 
-def _apply(backend: SandboxBackend, local: LocalSession, op: ProcOp, node: str) -> _ProcResult:
+def _apply(backend: SandboxManager, local: LocalSession, op: ProcOp, node: str) -> _ProcResult:
     sbx, pid = local.sandbox, op.pid or 0
     local.dirty = True
     if op.action == "list":

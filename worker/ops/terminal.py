@@ -9,7 +9,7 @@ request and, for as long as it runs:
   expiring ``STREAM_TTL_S`` after its last write; its last entry is the exit;
 - reads ``names.pty_in_key(turn)`` in a thread (``XREAD BLOCK``) and forwards
   each entry to the agent as a notification on the channel
-  (``AgentChannel.notify``), which is allowed while the ``pty`` request is in flight.
+  (``AgentClient.notify``), which is allowed while the ``pty`` request is in flight.
 
 The API never talks to the worker directly: both ends meet on the two streams,
 so the socket can be served by any API process.
@@ -31,8 +31,9 @@ from sandgrid.errors import SandboxError, SandgridError
 from sandgrid.ops.terminal import PtyOp, PtyResult
 from sandgrid.wire import names
 from sandgrid.wire.settings import Settings
-from worker.backends.base import DEADLINE_MARGIN_S, Sandbox, SandboxBackend
 from worker.ops.base import SandboxContext, SandboxHandler
+from worker.sandboxes import Sandbox, SandboxManager
+from worker.sandboxes.manager import DEADLINE_MARGIN_S
 
 __all__ = [
     "HANDLERS",
@@ -83,7 +84,7 @@ class TerminalBridge:
         """A bridge on its own connection pool to the grid's Redis."""
         return cls(redis.Redis.from_url(settings.redis_url, decode_responses=True))
 
-    def run(self, backend: SandboxBackend, sbx: Sandbox, op: PtyOp) -> PtyResult:
+    def run(self, backend: SandboxManager, sbx: Sandbox, op: PtyOp) -> PtyResult:
         """Serve one terminal until the agent answers; the turn's result.
 
         Raises:

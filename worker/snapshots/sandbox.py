@@ -2,26 +2,34 @@
 
 ``SandboxFiles`` is the interface ``sync.snapshot_sandbox`` and
 ``sync.restore_sandbox`` drive. The production implementation is the
-agent channel (``worker.backends.snapshot_ops.SnapshotOps``, which every
-``SandboxBackend`` is): each call is one request to the in-sandbox agent
+agent (``worker.sandboxes.files.AgentFiles``, every ``SandboxManager``'s
+``files``): each call is one request to the in-sandbox agent
 (docs/agent-protocol.md). Tests use a double over a host directory
 (tests/support/hostdir.py) that runs the agent's own file code there.
 
 ``S`` is the implementation's handle of one sandbox (a ``Sandbox`` of the
-backend, a ``Path`` for the double); the snapshot code only passes it through.
+manager, a ``Path`` for the double); the snapshot code only passes it through.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
-from worker.agent_api import FileRange
-
-__all__ = ["SandboxFiles"]
+__all__ = ["FileRange", "SandboxFiles"]
 
 S = TypeVar("S")
+
+
+class FileRange(NamedTuple):
+    """Bytes of a file from some offset (``read_range``), with the file's size and
+    mtime as they were after the read: a file that changes between two reads
+    shows it there."""
+
+    data: bytes
+    size: int
+    mtime_ns: int
 
 
 class SandboxFiles(ABC, Generic[S]):

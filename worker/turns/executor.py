@@ -23,19 +23,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandgrid.errors import (
-    Conflict,
-    ErrorCode,
-    InfrastructureError,
-    SandboxLost,
-    SandgridError,
-)
+from sandgrid.errors import Conflict, ErrorCode, InfrastructureError, SandboxLost, SandgridError
 from sandgrid.models import SessionInfo
 from sandgrid.wire.jobs import TurnJob, TurnOutcome, TurnResult
 from worker.ops.base import NodeHandler, NodeParts, SandboxContext, SandboxHandler, TurnContext
 from worker.ops.registry import OPS, OpRegistry
-from worker.pool import SandboxPool
-from worker.session_table import LocalSession
+from worker.sessions.pool import SandboxPool
+from worker.sessions.table import LocalSession
 from worker.turns.ran import RanTurns
 from worker.turns.snapshot_policy import unsaved_result
 

@@ -7,7 +7,7 @@
 - while it runs, it is in the node's table of running turns, so that the
   ``cancel`` task (``worker.tasks.cancel``, on the node's direct queue) finds
   the turn's session, and so its sandbox, and sends the agent a ``cancel``
-  notification (``AgentChannel.notify``) naming the exec's frame;
+  notification (``AgentClient.notify``) naming the exec's frame;
 - with ``request.stream``, each chunk goes to an ``EventBuffer``: a bounded
   buffer that a thread drains into the turn's Redis Stream
   (``sandgrid.wire.turnstream``), so the channel's pump never waits on Redis;
@@ -29,8 +29,8 @@ import redis
 
 from sandgrid.models import ExecRequest, ExecResult
 from sandgrid.wire import turnstream
-from worker.channel import ChunkCallback
-from worker.session_table import SessionTable
+from worker.agent_client.client import ChunkCallback
+from worker.sessions.table import SessionTable
 
 __all__ = ["BUFFER_BYTES", "CANCEL_FIND_S", "EventBuffer", "TurnControl"]
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from sandgrid.errors import SandgridError
 from sandgrid.wire.ledger import SessionLedger
-from worker.pool import SandboxPool
-from worker.session_table import LocalSession, SessionTable
+from worker.sessions.pool import SandboxPool
+from worker.sessions.table import LocalSession, SessionTable
 from worker.turns.snapshot_policy import Persistence
 
 __all__ = ["Residency"]

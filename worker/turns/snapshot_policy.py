@@ -50,9 +50,9 @@ from sandgrid.wire.jobs import TurnJob, TurnResult
 from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.settings import SnapshotSettings
 from worker import metrics
-from worker.backends.base import Sandbox
-from worker.pool import BackendFor
-from worker.session_table import LocalSession
+from worker.sandboxes import Sandbox
+from worker.sessions.pool import BackendFor
+from worker.sessions.table import LocalSession
 from worker.snapshots import GcReport, Manifest, SnapshotStore, restore_sandbox, snapshot_sandbox
 from worker.snapshots.checkpoints import checkpoint_id, drop_all, owner_of
 from worker.snapshots.store import DEFAULT_ROOTS
@@ -95,18 +95,18 @@ class Persistence:
 
     def restore(self, sbx: Sandbox, tenant: str, session_id: str, ref: str) -> Manifest:
         """Restore snapshot ``ref`` into ``sbx``; the manifest restored."""
-        backend = self.backend_for(sbx.sandbox_type)
+        files = self.backend_for(sbx.sandbox_type).files
         with metrics.SNAPSHOT_SECONDS.labels(direction="restore").time():
-            manifest = restore_sandbox(backend, sbx, self.store, tenant, session_id, ref)
+            manifest = restore_sandbox(files, sbx, self.store, tenant, session_id, ref)
         metrics.SNAPSHOT_BYTES.labels(direction="restore").inc(sum(manifest.blobs.values()))
         return manifest
 
     def _snapshot(self, local: LocalSession) -> tuple[str, Manifest | None] | None:
         """Snapshot the session; ``(ref, manifest)``, or None when nothing changed."""
-        backend = self.backend_for(local.sandbox_type)
+        files = self.backend_for(local.sandbox_type).files
         with metrics.SNAPSHOT_SECONDS.labels(direction="save").time():
             ref = snapshot_sandbox(
-                backend, local.sandbox, self.store, local.tenant, local.session_id, local.manifest
+                files, local.sandbox, self.store, local.tenant, local.session_id, local.manifest
             )
         if ref is None:
             return None

@@ -16,9 +16,9 @@ from sandgrid.models import Quotas, SessionInfo
 from sandgrid.ops.processes import ProcOp
 from sandgrid.processes import ProcessInfo, ProcessList
 from sandgrid.wire.jobs import TurnJob
-from worker.backends.base import Sandbox
 from worker.ops.processes import proc_turn
-from worker.session_table import LocalSession, SessionTable
+from worker.sandboxes import Sandbox
+from worker.sessions.table import LocalSession, SessionTable
 
 
 class _Backend:

@@ -14,7 +14,7 @@ from sandgrid.models import ExecRequest, ExecResult, Quotas, SessionInfo
 from sandgrid.ops.exec import ExecOp
 from sandgrid.wire.batch_limit import batch_limit
 from sandgrid.wire.jobs import TurnJob, TurnOutcome
-from worker.session_table import LocalSession, SessionTable
+from worker.sessions.table import LocalSession, SessionTable
 from worker.turns.entry import BatchGate, run_turn
 from worker.turns.residency import Residency
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from worker.backends.hostkill import kill_top_process
+from worker.runtimes.hostkill import kill_top_process
 
 CONTAINER = "c0ffee" * 10
 

@@ -1,5 +1,5 @@
 """The worker's side of interactive turns, without a sandbox: the bounded event
-buffer, cancel before start, the agent's control frames, ``AgentChannel.notify``."""
+buffer, cancel before start, the agent's control frames, ``AgentClient.notify``."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import redis
 from sandgrid.models import ExecRequest, ExecResult
 from sandgrid.wire import turnstream
 from worker.agent.control import Control
-from worker.channel import AgentChannel
-from worker.session_table import SessionTable
+from worker.agent_client.client import AgentClient
+from worker.sessions.table import SessionTable
 from worker.turns.interactive import EventBuffer, TurnControl
 
 
@@ -92,7 +92,7 @@ def _frames(data: bytes) -> list[dict[str, Any]]:
 
 def test_notify_writes_whole_frames_while_a_request_waits() -> None:
     ours, agent = socket.socketpair()
-    channel = AgentChannel(ours, "sbx")
+    channel = AgentClient(ours, "sbx")
     waiting = threading.Thread(
         target=lambda: _swallow(channel),
         daemon=True,
@@ -115,6 +115,6 @@ def test_notify_writes_whole_frames_while_a_request_waits() -> None:
     agent.close()
 
 
-def _swallow(channel: AgentChannel) -> None:
+def _swallow(channel: AgentClient) -> None:
     with contextlib.suppress(Exception):
         channel.request("exec", {"argv": ["sleep"]}, timeout=5)

@@ -10,8 +10,8 @@ import pytest
 
 from sandgrid.errors import CapacityError, SandboxLost
 from sandgrid.models import Quotas
-from worker.backends.base import Sandbox
-from worker.pool import WarmPool
+from worker.sandboxes import Sandbox
+from worker.sessions.pool import WarmPool
 
 
 class FakeBackend:

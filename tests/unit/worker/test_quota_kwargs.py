@@ -1,17 +1,21 @@
-"""Quotas become hardened Docker create arguments (no Docker needed)."""
+"""Quotas become a neutral spec, and the spec hardened Docker create arguments (no Docker
+engine needed)."""
 
 from __future__ import annotations
 
 from sandgrid.models import Quotas
-from worker.agent_bundle import AGENT_MOUNT, agent_path
-from worker.quotas import AGENT_CAPS, container_kwargs, sandbox_labels
+from worker.agent_client.bundle import AGENT_MOUNT, agent_path
+from worker.quotas import sandbox_labels, sandbox_spec
+from worker.runtimes.docker import container_kwargs
+from worker.runtimes.spec import AGENT_CAPS, HostLimits
 
 
 def kwargs(**quota: object) -> dict[str, object]:
     labels = sandbox_labels(node="n1", sandbox_type="python", incarnation="inc")
-    return container_kwargs(
+    spec = sandbox_spec(
         Quotas.model_validate(quota), image="img", name="c", labels=labels, runtime="runc"
     )
+    return container_kwargs(spec, oci_runtime="runc")
 
 
 def test_hardened_by_default() -> None:
@@ -50,8 +54,9 @@ def test_limits_follow_quotas() -> None:
 
 def test_host_overrides_and_network() -> None:
     labels = sandbox_labels(node="n", sandbox_type="python", incarnation="i")
-    kw = container_kwargs(Quotas(), image="i", name="c", labels=labels, runtime="runsc",
-                          network="sandnet", host_pids=999, host_memory_mb=1000)  # fmt: skip
+    spec = sandbox_spec(Quotas(), image="i", name="c", labels=labels, runtime="runsc",
+                        network="sandnet", host=HostLimits(pids=999, memory_mb=1000))  # fmt: skip
+    kw = container_kwargs(spec, oci_runtime="runsc")
     hc = kw["host_config"]
     assert isinstance(hc, dict)
     assert hc["runtime"] == "runsc" and hc["network_mode"] == "sandnet"

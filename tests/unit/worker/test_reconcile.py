@@ -11,10 +11,10 @@ import pytest
 
 from sandgrid.errors import SandgridError
 from sandgrid.models import Quotas
-from worker.backends.base import Sandbox, SandboxBackend
-from worker.pool import WarmPool
 from worker.reaper import Reaper
-from worker.session_table import LocalSession, SessionTable
+from worker.sandboxes import Sandbox, SandboxManager
+from worker.sessions.pool import WarmPool
+from worker.sessions.table import LocalSession, SessionTable
 from worker.turns.residency import Residency
 from worker.turns.snapshot_policy import Persistence
 
@@ -76,7 +76,7 @@ def _node(backend: VanishingBackend) -> tuple[Reaper, SessionTable, WarmPool, Di
         "n",
         sessions,
         pool,
-        [cast(SandboxBackend, backend)],
+        [cast(SandboxManager, backend)],
         cast(Residency, residency),
         cast(Persistence, None),
         idle_ttl_s=60,

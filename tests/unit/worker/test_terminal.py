@@ -1,4 +1,4 @@
-"""The worker's terminal bridge and ``AgentChannel.notify``, with a fake agent and real Redis."""
+"""The worker's terminal bridge and ``AgentClient.notify``, with a fake agent and real Redis."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import redis
 from sandgrid.errors import SandboxLost
 from sandgrid.ops.terminal import PtyOp
 from sandgrid.wire import names
-from worker.channel import AgentChannel
+from worker.agent_client.client import AgentClient
+from worker.agent_client.framing import FrameDecoder
 from worker.ops.terminal import OUT_MAXLEN, STREAM_TTL_S, TerminalBridge, agent_control
-from worker.protocol import FrameDecoder
 
 
 def test_notify_frames_never_interleave() -> None:
     ours, theirs = socket.socketpair()
-    channel = AgentChannel(ours, "fake")
+    channel = AgentClient(ours, "fake")
     got: list[dict[str, Any]] = []
     frames = FrameDecoder()
 

@@ -58,12 +58,21 @@ class DirSandbox:
     sandbox_type: str = "python"
     state: str = "leased"
     quotas: Quotas = field(default_factory=Quotas)
+    scan_after_exec: tuple[str, ...] | None = None
+    """Asked for by the snapshot policy; the double's exec ignores the ``then``."""
+    scan_state: Any = None
+    scan_ready: Any = None
 
 
 class DirBackend(HostDirBackend):
     """The backend calls the executor and the op handlers make, over a ``DirSandbox``."""
 
     node = "dir"
+
+    @property
+    def files(self) -> DirBackend:
+        """Its snapshot operations (``SandboxManager.files``): the double itself."""
+        return self
 
     def scan(self, sbx: Any, roots: list[str]) -> list[dict[str, Any]]:
         return super().scan(sbx.path, roots)
@@ -86,9 +95,6 @@ class DirBackend(HostDirBackend):
             return {"data_b64": base64.b64encode(data).decode()}
         assert op == "exec", op
         return {"exit_code": 0, "stdout": fields["argv"][-1]}  # the shell source
-
-    def scan_then(self, sbx: DirSandbox) -> None:
-        return None  # the scan after an exec is a request of its own here
 
 
 class DirPool:

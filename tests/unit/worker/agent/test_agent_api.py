@@ -9,9 +9,9 @@ import pytest
 
 from sandgrid.errors import ErrorCode, InvalidInput
 from sandgrid.models import ExecRequest, FileWrite, Quotas
-from worker.agent_api import check_roots
 from worker.ops.exec import ARG_CHUNK, command_argv, exec_fields, exec_result
 from worker.ops.files import check_path, file_list, file_read, write_fields
+from worker.sandboxes.files import check_roots
 
 
 def test_command_argv_variants() -> None:

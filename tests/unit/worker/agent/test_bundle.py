@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from worker import agent_bundle
-from worker.agent_bundle import PACKAGE, SOURCE_DIR, build_zipapp, zipapp_bytes
+from worker.agent_client import bundle as agent_bundle
+from worker.agent_client.bundle import PACKAGE, SOURCE_DIR, build_zipapp, zipapp_bytes
 
 
 def test_the_same_sources_give_the_same_bytes(tmp_path: Path) -> None:

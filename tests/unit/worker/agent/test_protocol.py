@@ -1,4 +1,4 @@
-"""Framing of the exec channel and Docker's attach stream: pure code, no Docker."""
+"""Framing of the agent channel: pure code, no sandbox."""
 
 from __future__ import annotations
 
@@ -9,20 +9,13 @@ import pytest
 
 from sandgrid.errors import ErrorCode, InvalidInput, SandboxError
 from worker.agent.framing import MAX_FRAME, compact_json
-from worker.protocol import (
-    STDERR,
-    STDOUT,
-    AttachDemux,
+from worker.agent_client.framing import (
     FrameDecoder,
     FrameError,
     decode_frame,
     encode_frame,
     error_from_reply,
 )
-
-
-def docker_piece(stream: int, payload: bytes) -> bytes:
-    return struct.pack(">BxxxI", stream, len(payload)) + payload
 
 
 def test_encode_is_length_prefixed_json() -> None:
@@ -69,28 +62,6 @@ def test_decoder_rejects_garbage() -> None:
         FrameDecoder().feed(struct.pack(">I", 3) + b"[1]")
     with pytest.raises(FrameError):
         decode_frame(b"not json")
-
-
-def test_demux_splits_streams_across_reads() -> None:
-    data = docker_piece(STDOUT, b"hello") + docker_piece(STDERR, b"oops\n") + docker_piece(1, b"")
-    demux = AttachDemux()
-    pieces = []
-    for i in range(len(data)):
-        pieces.extend(demux.feed(data[i : i + 1]))
-    assert pieces == [(STDOUT, b"hello"), (STDERR, b"oops\n"), (STDOUT, b"")]
-
-
-def test_demux_rejects_unknown_stream() -> None:
-    with pytest.raises(FrameError):
-        AttachDemux().feed(docker_piece(7, b"x"))
-
-
-def test_demux_then_frames() -> None:
-    frame = encode_frame({"id": 5, "ok": True, "result": {}})
-    data = docker_piece(STDOUT, frame[:3]) + docker_piece(STDOUT, frame[3:])
-    decoder = FrameDecoder()
-    frames = [f for _, payload in AttachDemux().feed(data) for f in decoder.feed(payload)]
-    assert frames == [{"id": 5, "ok": True, "result": {}}]
 
 
 @pytest.mark.parametrize(

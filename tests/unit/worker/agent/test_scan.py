@@ -1,5 +1,5 @@
 """The agent's ``scan``: rows, deltas on a token, hashes and rows reused; and the
-worker's side of it (``SandboxBackend.scan``) with a scripted channel.
+worker's side of it (``AgentFiles.scan``) with a scripted channel.
 
 The agent package runs in this process on a temporary tree: its roots
 (``limits.ROOTS``) point there, its scan state starts empty, and ``as_user``
@@ -24,7 +24,8 @@ from sandgrid.models import Quotas
 from worker.agent import limits, main
 from worker.agent import scan as scan_module
 from worker.agent.scanstate import ScanState
-from worker.backends.base import Sandbox, SandboxBackend
+from worker.runtimes import Runtime, SandboxSpec
+from worker.sandboxes import Sandbox, SandboxManager
 
 
 @pytest.fixture
@@ -192,7 +193,7 @@ def test_state_follows_every_scan(agent: ModuleType, ws: Path) -> None:
     assert stat.S_ISREG(os.lstat(gone).st_mode)
 
 
-# ---- the worker's side: SandboxBackend.scan -------------------------------------------
+# ---- the worker's side: AgentFiles.scan -----------------------------------------------
 
 
 class ScriptedChannel:
@@ -213,26 +214,30 @@ class ScriptedChannel:
         pass
 
 
-class StubBackend(SandboxBackend):
-    runtime = "stub"
+class StubRuntime(Runtime):
+    name = "stub"
 
-    def _create(self, kwargs: dict[str, Any]) -> str:
+    def create(self, spec: SandboxSpec) -> str:
         raise NotImplementedError
 
-    def _attach(self, container_id: str) -> Any:
+    def attach(self, sandbox_id: str, name: str) -> Any:
         raise NotImplementedError
 
-    def _start(self, container_id: str) -> None:
+    def start(self, sandbox_id: str) -> None:
         raise NotImplementedError
 
-    def _remove(self, container_id: str) -> None:
+    def remove(self, sandbox_id: str) -> None:
         pass
 
-    def _inspect(self, container_id: str) -> dict[str, Any]:
+    def inspect(self, sandbox_id: str) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _list(self, labels: dict[str, str]) -> list[dict[str, Any]]:
+    def list_labelled(self, labels: dict[str, str]) -> list[dict[str, Any]]:
         raise NotImplementedError
+
+
+def stub_manager() -> SandboxManager:
+    return SandboxManager(StubRuntime())
 
 
 ROOTS = list(limits.ROOTS)
@@ -254,13 +259,13 @@ def test_worker_applies_deltas_to_its_rows() -> None:
         {"token": "t3", "since": "t2", "changed": [[*F[:3], 9, "c" * 64, None]], "removed": [G[0]]},
         {"token": "t4", "entries": [F]},  # the agent chose a full reply: taken as full
     )
-    backend, sbx = StubBackend(), sandbox(channel)
-    first = backend.scan(sbx, ROOTS)
+    backend, sbx = stub_manager(), sandbox(channel)
+    first = backend.files.scan(sbx, ROOTS)
     assert first == [tuple(D), tuple(F), tuple(G)]
-    assert backend.scan(sbx, ROOTS) == first
+    assert backend.files.scan(sbx, ROOTS) == first
     changed_f = ("/workspace/f", "file", 0o644, 9, "c" * 64, None)
-    assert backend.scan(sbx, ROOTS) == [tuple(D), changed_f]
-    assert backend.scan(sbx, ROOTS) == [tuple(F)]
+    assert backend.files.scan(sbx, ROOTS) == [tuple(D), changed_f]
+    assert backend.files.scan(sbx, ROOTS) == [tuple(F)]
     assert [r.get("since") for r in channel.requests] == [None, "t1", "t2", "t3"]
     assert sbx.scan_state is not None and sbx.scan_state.token == "t4"
 
@@ -271,10 +276,10 @@ def test_worker_sends_since_only_for_the_same_roots() -> None:
         {"token": "t2", "entries": [F]},
         {"token": "t3", "since": "t2", "changed": [], "removed": []},
     )
-    backend, sbx = StubBackend(), sandbox(channel)
-    backend.scan(sbx, ROOTS)
-    backend.scan(sbx, ["/workspace"])
-    backend.scan(sbx, ["/workspace"])
+    backend, sbx = stub_manager(), sandbox(channel)
+    backend.files.scan(sbx, ROOTS)
+    backend.files.scan(sbx, ["/workspace"])
+    backend.files.scan(sbx, ["/workspace"])
     assert [r.get("since") for r in channel.requests] == [None, None, "t2"]
 
 
@@ -292,12 +297,12 @@ def test_worker_sends_since_only_for_the_same_roots() -> None:
 )
 def test_malformed_reply_is_an_error_and_drops_the_rows(bad: dict[str, Any]) -> None:
     channel = ScriptedChannel({"token": "t1", "entries": [F]}, bad, {"token": "t3", "entries": []})
-    backend, sbx = StubBackend(), sandbox(channel)
-    backend.scan(sbx, ROOTS)
+    backend, sbx = stub_manager(), sandbox(channel)
+    backend.files.scan(sbx, ROOTS)
     with pytest.raises(SandboxError, match="malformed scan reply"):
-        backend.scan(sbx, ROOTS)
+        backend.files.scan(sbx, ROOTS)
     assert sbx.scan_state is None
-    assert backend.scan(sbx, ROOTS) == []
+    assert backend.files.scan(sbx, ROOTS) == []
     assert "since" not in channel.requests[-1]
 
 
@@ -308,12 +313,12 @@ def test_failed_or_lost_requests_drop_the_rows() -> None:
         {"token": "t2", "entries": [F]},
         SandboxLost("gone"),
     )
-    backend, sbx = StubBackend(), sandbox(channel)
-    backend.scan(sbx, ROOTS)
+    backend, sbx = stub_manager(), sandbox(channel)
+    backend.files.scan(sbx, ROOTS)
     with pytest.raises(SandboxError):
-        backend.scan(sbx, ROOTS)
+        backend.files.scan(sbx, ROOTS)
     assert sbx.scan_state is None
-    backend.scan(sbx, ROOTS)
+    backend.files.scan(sbx, ROOTS)
     assert "since" not in channel.requests[-1] and sbx.scan_state is not None
     with pytest.raises(SandboxLost):
         backend.ping(sbx)

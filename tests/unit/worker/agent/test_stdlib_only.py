@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.agent_bundle import PACKAGE, SOURCE_DIR, build_zipapp
+from worker.agent_client.bundle import PACKAGE, SOURCE_DIR, build_zipapp
 
 MODULES = sorted(p.stem for p in SOURCE_DIR.glob("*.py") if p.stem != "__main__")
 ROOT = Path(__file__).resolve().parents[4]

@@ -34,25 +34,26 @@ def test_importing_the_package_does_not_need_minio() -> None:
 
 
 def test_roots_are_the_agents() -> None:
-    agent_api = pytest.importorskip("worker.agent_api")
+    agent_api = pytest.importorskip("worker.sandboxes.files")
     assert tuple(agent_api.SNAPSHOT_ROOTS) == DEFAULT_ROOTS
 
 
 def test_the_sandbox_backend_offers_what_snapshots_call() -> None:
-    """``worker.backends.base.SandboxBackend`` has scan/pack/unpack with our parameters."""
-    base = pytest.importorskip("worker.backends.base")
+    """``worker.sandboxes.files.AgentFiles`` (every ``SandboxManager``'s ``files``) has
+    scan/pack/unpack with our parameters."""
+    files = pytest.importorskip("worker.sandboxes.files")
     for name in ("scan", "pack", "unpack"):
         ours = list(inspect.signature(getattr(SandboxFiles, name)).parameters)
-        theirs = list(inspect.signature(getattr(base.SandboxBackend, name)).parameters)
+        theirs = list(inspect.signature(getattr(files.AgentFiles, name)).parameters)
         assert theirs == ours, name
 
 
 def test_the_agent_channel_and_the_test_double_are_sandbox_files() -> None:
     """One interface: the production backend and the host-directory double implement it."""
-    base = pytest.importorskip("worker.backends.base")
+    files = pytest.importorskip("worker.sandboxes.files")
     from tests.support.hostdir import HostDirBackend
 
-    assert issubclass(base.SandboxBackend, SandboxFiles)
+    assert issubclass(files.AgentFiles, SandboxFiles)
     assert issubclass(HostDirBackend, SandboxFiles)
     assert not inspect.isabstract(HostDirBackend)
     assert SandboxFiles.__abstractmethods__ == {

@@ -29,12 +29,12 @@ from tests.support.hostdir import HostDirBackend
 from tests.support.sandbox_trees import ROOTS, new_sandbox, tree, write
 from tests.support.snapshot_stores import local_store
 from worker.agent import limits, transfer
-from worker.agent_api import FileRange
 from worker.snapshots import SnapshotStore, WorkspaceChanged, restore_sandbox, snapshot_sandbox
 from worker.snapshots import sync as sync_mod
 from worker.snapshots.format.archive import plan_restore
 from worker.snapshots.format.blobs import decode, encode
 from worker.snapshots.format.entries import Entry
+from worker.snapshots.sandbox import FileRange
 
 TENANT = "acme"
 LARGE = 64 << 10

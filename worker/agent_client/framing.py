@@ -1,19 +1,17 @@
-"""Framing of the exec channel, and the demultiplexer of Docker's attach stream.
+"""Framing of the agent channel: pure code, no I/O, so it is unit-tested alone.
 
-Pure code, no I/O, so it is unit-tested without Docker. The wire format is
-``docs/agent-protocol.md``: a 4-byte big-endian length, then that many bytes of
-UTF-8 JSON. Docker wraps what the container writes to stdout and stderr in its
-own 8-byte headers (stream id, 3 zero bytes, 4-byte big-endian length) when the
-container has no TTY; ``AttachDemux`` strips them, ``FrameDecoder`` then cuts
-the stdout bytes into frames. Both are incremental: bytes arrive as the socket
-gives them, split anywhere. ``MAX_FRAME`` and ``compact_json`` are the agent's
-own (``worker.agent.framing``): one definition of the bytes on the wire.
+The wire format is ``docs/agent-protocol.md``: a 4-byte big-endian length,
+then that many bytes of UTF-8 JSON. ``FrameDecoder`` cuts the agent's stdout
+bytes into frames, incrementally: bytes arrive as the stream gives them, split
+anywhere. A runtime's own wrapping of the stream (Docker's attach headers) is
+the runtime's business and never reaches this module
+(``worker.runtimes.docker_attach``). ``MAX_FRAME`` and ``compact_json`` are the
+agent's own (``worker.agent.framing``): one definition of the bytes on the wire.
 """
 
 from __future__ import annotations
 
 import json
-import struct
 from typing import Any
 
 from sandgrid.errors import ErrorCode, InvalidInput, NotFound, SandboxError, SandgridError
@@ -21,19 +19,12 @@ from worker.agent.framing import LENGTH as _LENGTH
 from worker.agent.framing import MAX_FRAME, compact_json
 
 __all__ = [
-    "STDERR",
-    "STDOUT",
-    "AttachDemux",
     "FrameDecoder",
     "FrameError",
     "decode_frame",
     "encode_frame",
     "error_from_reply",
 ]
-
-STDOUT = 1
-STDERR = 2
-_DOCKER_HEADER = struct.Struct(">BxxxI")
 
 
 class FrameError(ValueError):
@@ -95,28 +86,6 @@ class FrameDecoder:
     def pending(self) -> int:
         """Bytes held for an incomplete frame."""
         return len(self._buf)
-
-
-class AttachDemux:
-    """Split Docker's multiplexed attach stream into (stream id, payload) pieces."""
-
-    def __init__(self) -> None:
-        self._buf = bytearray()
-
-    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
-        """Add bytes; return the complete pieces, in order, by stream id."""
-        self._buf += data
-        out: list[tuple[int, bytes]] = []
-        while len(self._buf) >= _DOCKER_HEADER.size:
-            stream, size = _DOCKER_HEADER.unpack_from(self._buf)
-            if stream not in (0, STDOUT, STDERR):
-                raise FrameError(f"bad Docker stream header: stream id {stream}")
-            end = _DOCKER_HEADER.size + size
-            if len(self._buf) < end:
-                break
-            out.append((stream, bytes(self._buf[_DOCKER_HEADER.size : end])))
-            del self._buf[:end]
-        return out
 
 
 _INPUT_CODES = {

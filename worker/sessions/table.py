@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from worker.backends.base import Sandbox
+from worker.sandboxes import Sandbox
 from worker.snapshots import Manifest
 
 __all__ = ["LocalSession", "SessionTable"]

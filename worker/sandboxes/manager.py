@@ -1,16 +1,15 @@
-"""The sandbox backend interface: the base owns the algorithm, backends the primitives.
+"""The sandboxes of one runtime: the runtime-neutral algorithm over a ``Runtime``.
 
-``SandboxBackend`` does everything that must be the same for every runtime:
-validating input, building the container's limits and labels, opening the
-agent channel and checking it answers, state changes, and ``call``, the one
-agent request that the op handlers (``worker.ops``) make their requests over
-(a broken channel marks the sandbox ``lost``). A backend
-implements six small primitives: create, attach, start, remove, inspect, list.
-
-A ``Sandbox`` is the handle of one container. Its life:
-``warm`` (created, answering) -> ``leased`` (serving its one session) ->
-``released`` -> ``destroyed``; ``error`` if it failed to start, ``lost`` when
-its channel broke. Nothing but ``warm`` and ``leased`` sandboxes accept work.
+``SandboxManager`` does everything that must be the same for every runtime:
+validating input, building the sandbox's spec (limits, labels, mounts: a
+neutral ``SandboxSpec``), opening the agent client and checking it answers,
+state changes, the kill that holds a missed deadline, and ``call``, the one
+agent request that the op handlers (``worker.ops``) make theirs over (a broken
+channel marks the sandbox ``lost``). It holds one ``Runtime`` (``engine``: Docker with
+runc, with runsc, ...) for the seven primitives that differ: create, attach,
+start, remove, kill, inspect, list. The snapshot operations are its ``files``
+(``AgentFiles``, composed over ``call``); a sandbox's handle (``Sandbox``) holds
+its ``AgentClient``.
 """
 
 from __future__ import annotations
@@ -21,18 +20,18 @@ import socket
 import threading
 import time
 import uuid
-from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any
 
 from sandgrid.errors import CapacityError, InvalidInput, SandboxError, SandboxLost
 from sandgrid.models import Quotas
 from sandgrid.wire.settings import get_settings
-from worker.agent.scanstate import ScanState
-from worker.backends.snapshot_ops import SnapshotOps
-from worker.channel import AgentChannel, ChunkCallback
+from worker.agent_client.client import AgentClient, ChunkCallback
 from worker.egress.proxy import EgressProxy
-from worker.quotas import container_kwargs, sandbox_labels
+from worker.quotas import sandbox_labels, sandbox_spec
+from worker.runtimes.base import Runtime
+from worker.runtimes.spec import SandboxSpec
+from worker.sandboxes.files import AgentFiles
+from worker.sandboxes.handle import USABLE, Sandbox
 
 __all__ = [
     "DEADLINE_MARGIN_S",
@@ -40,14 +39,10 @@ __all__ = [
     "INCARNATION",
     "PING_TIMEOUT_S",
     "START_TIMEOUT_S",
-    "Sandbox",
-    "SandboxBackend",
-    "SandboxState",
+    "SandboxManager",
 ]
 
 log = logging.getLogger(__name__)
-
-SandboxState = Literal["warm", "leased", "released", "destroyed", "error", "lost"]
 
 DEADLINE_MARGIN_S = 0.9
 """How long past an exec's deadline the worker waits for the agent's answer.
@@ -65,57 +60,24 @@ INCARNATION = uuid.uuid4().hex[:12]
 """This worker process: labels its containers so a successor can spot orphans."""
 
 _TYPE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
-_USABLE: tuple[SandboxState, ...] = ("warm", "leased")
 
 
-@dataclass(eq=False)
-class Sandbox:
-    """The handle of one sandbox container (a plain dataclass, never on a wire)."""
-
-    id: str
-    name: str
-    sandbox_type: str
-    runtime: str
-    quotas: Quotas
-    labels: dict[str, str]
-    state: SandboxState = "warm"
-    created_at: float = field(default_factory=time.time)
-    session_id: str | None = None
-    tenant: str | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-    channel: AgentChannel | None = field(default=None, repr=False)
-    scan_state: ScanState | None = field(default=None, repr=False)
-    """The last scan, for the next one's delta; None means the next scan is full."""
-    scan_after_exec: tuple[str, ...] | None = field(default=None, repr=False)
-    """Roots the next exec scans right after its command, in the same request (the
-    snapshot after the turn then needs no round trip of its own)."""
-    scan_ready: ScanState | None = field(default=None, repr=False)
-    """That scan, until the next request: ``scan`` of the same roots answers with it."""
-
-
-class SandboxBackend(SnapshotOps, ABC):
-    """One container runtime. Subclasses set ``runtime`` and fill the primitives.
-
-    The snapshot operations (scan, pack, unpack, read_range, write_range) come
-    from ``SnapshotOps``.
+class SandboxManager:
+    """Create, call and destroy the sandboxes of one runtime.
 
     Args:
+        runtime: what makes the sandboxes (``worker.runtimes.runtime_for``).
         node: this worker's name (``sandgrid.worker`` label); default from settings.
         image_prefix: sandbox images are ``<prefix><type>:latest``.
         network_types: sandbox types allowed to have a network.
-        network: the Docker network those types join.
+        network: the network those types join.
         egress: the node's egress proxy; every sandbox gets a socket of it
             (None: sandboxes have no egress relay at all).
     """
 
-    runtime: ClassVar[str]
-    host_pids_headroom: ClassVar[tuple[int, int]] = (1, 0)
-    """(factor, extra): the host pids limit is ``pids * factor + extra``."""
-    host_memory_headroom_mb: ClassVar[int] = 0
-    """Added to ``memory_mb`` for the host memory limit (the runtime's own usage)."""
-
     def __init__(
         self,
+        runtime: Runtime,
         *,
         node: str | None = None,
         image_prefix: str | None = None,
@@ -124,6 +86,11 @@ class SandboxBackend(SnapshotOps, ABC):
         egress: EgressProxy | None = None,
     ) -> None:
         settings = get_settings()
+        self.engine = runtime
+        #: The runtime's name: on every ``Sandbox`` it makes, in its errors.
+        self.runtime = runtime.name
+        #: The snapshot operations on its sandboxes (``SandboxFiles``).
+        self.files = AgentFiles(self)
         self.egress = egress
         self.egress_port = settings.worker.egress.port
         self.node = node or settings.worker.node or socket.gethostname()
@@ -174,43 +141,38 @@ class SandboxBackend(SnapshotOps, ABC):
             tenant=tenant,
             extra=labels,
         )
-        kwargs = self._container_spec(sandbox_type, quotas, all_labels)
-        name = str(kwargs["name"])
+        spec = self._spec(sandbox_type, quotas, all_labels)
         t0 = time.perf_counter()
         try:
-            cid = self._create(kwargs)
+            cid = self.engine.create(spec)
         except Exception as exc:
             if self.egress is not None:
-                self.egress.close(name)
+                self.egress.close(spec.name)
             raise CapacityError(
                 f"cannot create a {sandbox_type} sandbox ({self.runtime}): {exc}",
                 operation="create",
                 context={"type": sandbox_type, "runtime": self.runtime},
             ) from exc
-        sbx = Sandbox(cid, name, sandbox_type, self.runtime, quotas, all_labels)
+        sbx = Sandbox(cid, spec.name, sandbox_type, self.runtime, quotas, all_labels)
         sbx.session_id, sbx.tenant = session_id, tenant
         if self.egress is not None:
-            self.egress.open(name, lambda: sbx.session_id)
+            self.egress.open(spec.name, lambda: sbx.session_id)
         sbx.timings["create_ms"] = (time.perf_counter() - t0) * 1000
         self._bring_up(sbx)
         return sbx
 
-    def _container_spec(
-        self, sandbox_type: str, quotas: Quotas, labels: dict[str, str]
-    ) -> dict[str, Any]:
-        """The container's create arguments, with this runtime's host headroom."""
-        factor, extra = self.host_pids_headroom
+    def _spec(self, sandbox_type: str, quotas: Quotas, labels: dict[str, str]) -> SandboxSpec:
+        """The sandbox's spec, with this runtime's host headroom."""
         name = f"sandgrid-{sandbox_type}-{uuid.uuid4().hex[:12]}"
         egress_dir = self.egress.directory(name) if self.egress is not None else None
-        return container_kwargs(
+        return sandbox_spec(
             quotas,
             image=self.image_for(sandbox_type),
             name=name,
             labels=labels,
             runtime=self.runtime,
             network=self._network_for(sandbox_type, quotas),
-            host_pids=quotas.pids * factor + extra,
-            host_memory_mb=quotas.memory_mb + self.host_memory_headroom_mb,
+            host=self.engine.host_limits(quotas),
             egress_dir=egress_dir,
             egress_port=self.egress_port,
         )
@@ -236,9 +198,9 @@ class SandboxBackend(SnapshotOps, ABC):
         """Attach, start, first ping; on any failure the container is removed."""
         try:
             t0 = time.perf_counter()
-            sbx.channel = AgentChannel(self._attach(sbx.id), sbx.name)
+            sbx.channel = AgentClient(self.engine.attach(sbx.id, sbx.name), sbx.name)
             t1 = time.perf_counter()
-            self._start(sbx.id)
+            self.engine.start(sbx.id)
             t2 = time.perf_counter()
             sbx.channel.request("ping", timeout=START_TIMEOUT_S)
             t3 = time.perf_counter()
@@ -258,7 +220,7 @@ class SandboxBackend(SnapshotOps, ABC):
         """Close the channel and remove the container. Idempotent; never raises
         for a container that is already gone.
 
-        ``remove_later``: the container's processes are already dead (``_kill``),
+        ``remove_later``: the container's processes are already dead (``Runtime.kill``),
         so it is removed by a background thread and the call returns at once.
         """
         sbx.scan_state = None
@@ -269,14 +231,14 @@ class SandboxBackend(SnapshotOps, ABC):
                 target=self._remove_quietly, args=(sbx.id,), name="sandgrid-remove", daemon=True
             ).start()
         elif sbx.state != "destroyed":
-            self._remove(sbx.id)
+            self.engine.remove(sbx.id)
         sbx.state = "destroyed"
         if self.egress is not None:
             self.egress.close(sbx.name, sbx.session_id)
 
     def remove_container(self, container_id: str) -> None:
         """Remove a container that no handle holds (the reaper's orphans)."""
-        self._remove(container_id)
+        self.engine.remove(container_id)
 
     def ping(self, sbx: Sandbox, timeout: float = PING_TIMEOUT_S) -> float:
         """Round trip to the agent, in milliseconds (the pool's health check).
@@ -290,7 +252,7 @@ class SandboxBackend(SnapshotOps, ABC):
 
     def inspect(self, sbx: Sandbox) -> dict[str, Any]:
         """The container as the runtime sees it, plus the handle's own state."""
-        info = self._inspect(sbx.id)
+        info = self.engine.inspect(sbx.id)
         info.update(sandbox_state=sbx.state, session_id=sbx.session_id, type=sbx.sandbox_type)
         return info
 
@@ -299,7 +261,7 @@ class SandboxBackend(SnapshotOps, ABC):
         filters = {"sandgrid.managed": "1"}
         if node is not None:
             filters["sandgrid.worker"] = node
-        return self._list(filters)
+        return self.engine.list_labelled(filters)
 
     # ---- deadlines ------------------------------------------------------------
 
@@ -308,8 +270,8 @@ class SandboxBackend(SnapshotOps, ABC):
 
         Once its processes are dead the deadline is held, so the container is
         removed in the background (the reaper collects it if the worker dies
-        first); if the backend cannot kill at once, removal is the kill."""
-        self.destroy(sbx, remove_later=self._kill(sbx.id))
+        first); if the runtime cannot kill at once, removal is the kill."""
+        self.destroy(sbx, remove_later=self.engine.kill(sbx.id))
 
     # ---- the channel ---------------------------------------------------------
 
@@ -329,7 +291,7 @@ class SandboxBackend(SnapshotOps, ABC):
             SandboxLost: the channel broke during this request.
             InvalidInput: the agent refused the input.
         """
-        if sbx.state not in _USABLE or sbx.channel is None:
+        if sbx.state not in USABLE or sbx.channel is None:
             raise SandboxError(
                 f"sandbox {sbx.name} is {sbx.state}, not usable",
                 operation=op,
@@ -342,41 +304,8 @@ class SandboxBackend(SnapshotOps, ABC):
             sbx.state, sbx.scan_state = "lost", None
             raise
 
-    # ---- primitives ----------------------------------------------------------
-
-    @abstractmethod
-    def _create(self, kwargs: dict[str, Any]) -> str:
-        """Create (not start) a container from ``container_kwargs``; return its id."""
-
-    @abstractmethod
-    def _attach(self, container_id: str) -> socket.socket:
-        """Attach to stdin/stdout/stderr; return the raw socket of the stream."""
-
-    @abstractmethod
-    def _start(self, container_id: str) -> None:
-        """Start the created container."""
-
-    @abstractmethod
-    def _remove(self, container_id: str) -> None:
-        """Kill and remove the container; a missing container is not an error."""
-
-    def _kill(self, container_id: str) -> bool:
-        """Stop every process of the container at once; return whether it did.
-
-        The default does nothing and leaves the kill to ``_remove``; a backend
-        with a faster way than its runtime's own kill overrides it."""
-        return False
-
     def _remove_quietly(self, container_id: str) -> None:
         try:
-            self._remove(container_id)
+            self.engine.remove(container_id)
         except Exception:
             log.exception("removing the killed container %s failed", container_id[:12])
-
-    @abstractmethod
-    def _inspect(self, container_id: str) -> dict[str, Any]:
-        """A JSON-able summary: id, name, status, running, oom_killed, labels, runtime."""
-
-    @abstractmethod
-    def _list(self, labels: dict[str, str]) -> list[dict[str, Any]]:
-        """Summaries (as ``_inspect``) of containers carrying all these labels."""

@@ -1,7 +1,8 @@
 """Docker with gVisor ``runsc``: the same containers under a user-space kernel.
 
-Supports everything ``DockerBackend`` does, with the same quotas and hardening
-(``docs/decisions.md``, "How do quotas hold the same on gVisor?").
+The runtime of catalog name ``runsc``. Supports everything ``DockerRunc``
+does, with the same quotas and hardening (``docs/decisions.md``, "How do
+quotas hold the same on gVisor?").
 Configuration: ``runsc`` must be registered with the Docker daemon as the
 runtime named ``runsc`` (``deploy/local/docker.sh`` does it, with
 ``--network=none``). runsc ignores Docker's seccomp profile; user namespaces
@@ -25,17 +26,18 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from worker.backends.docker import DockerBackend
+from worker.runtimes.docker import DockerRuntime
 
-__all__ = ["GVisorBackend"]
+__all__ = ["DockerRunsc"]
 
 _MIB = 1 << 20
 
 
-class GVisorBackend(DockerBackend):
+class DockerRunsc(DockerRuntime):
     """Sandboxes as Docker containers under gVisor ``runsc``."""
 
-    runtime = "runsc"
+    name = "runsc"
+    oci_runtime = "runsc"
     host_pids_headroom = (32, 1024)
     """The sentry and its systrap stubs live in the host pids cgroup: a fork bomb
     capped there would crash the sandbox instead of failing ``fork`` inside it.
@@ -49,9 +51,9 @@ class GVisorBackend(DockerBackend):
     limit the host OOM killer picks the sentry and the whole sandbox dies. With
     the headroom, the agent's guard kills the user's process first."""
 
-    def _start(self, container_id: str) -> None:
-        super()._start(container_id)
-        self._raise_host_memory(container_id)
+    def start(self, sandbox_id: str) -> None:
+        super().start(sandbox_id)
+        self._raise_host_memory(sandbox_id)
 
     def _raise_host_memory(self, container_id: str) -> None:
         """Add the sentry's headroom to the host memory limit of a started sandbox.

@@ -2,7 +2,7 @@
 
 The agent answers a ``scan`` with every row, or, when asked ``since`` the token
 of its last reply, with only the rows changed and the paths removed since
-(docs/agent-protocol.md). ``SandboxBackend.scan`` keeps a ``ScanState`` (the
+(docs/agent-protocol.md). ``AgentFiles.scan`` keeps a ``ScanState`` (the
 agent's own class, ``worker.agent.scanstate``: one meaning of a delta on both
 ends) on the sandbox and ``apply_reply`` checks each reply and turns it into
 the next state.

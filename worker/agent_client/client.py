@@ -1,9 +1,11 @@
-"""The worker's persistent channel to one sandbox's agent, over Docker attach.
+"""The worker's persistent channel to one sandbox's agent, over a plain byte stream.
 
-One channel per container, opened once when the container is created and kept
-for its life: a request is one frame written to the container's stdin, the
-reply one frame read back from its stdout (``docs/agent-protocol.md``). No
-``docker exec``, no network, the same under runc and runsc.
+One channel per sandbox, opened once when the sandbox is created and kept for
+its life: a request is one frame written to the agent's stdin, the reply one
+frame read back from its stdout (``docs/agent-protocol.md``). The stream is
+the runtime's (``Runtime.attach``: under Docker, the attach stream with its
+framing already stripped), so the client is the same on every runtime; no
+``docker exec``, no network.
 
 Requests on one channel are serialised by a lock: the agent answers one
 request at a time anyway, and a turn of a session never overlaps another. The
@@ -29,22 +31,10 @@ from collections.abc import Callable
 from typing import Any
 
 from sandgrid.errors import SandboxLost
-from worker.protocol import (
-    STDERR,
-    STDOUT,
-    AttachDemux,
-    FrameDecoder,
-    FrameError,
-    encode_frame,
-    error_from_reply,
-)
+from worker.agent_client.framing import FrameDecoder, FrameError, encode_frame, error_from_reply
+from worker.runtimes.base import ByteStream
 
-__all__ = [
-    "RECV_SIZE",
-    "AgentChannel",
-    "ChunkCallback",
-    "attach_params",
-]
+__all__ = ["RECV_SIZE", "AgentClient", "ChunkCallback"]
 
 log = logging.getLogger(__name__)
 
@@ -54,32 +44,25 @@ ChunkCallback = Callable[[str, str], None]
 RECV_SIZE = 1 << 20
 
 
-def attach_params() -> dict[str, int]:
-    """Query parameters of the Docker attach call: all three streams, no logs replay."""
-    return {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-
-
-class AgentChannel:
-    """Request/response over one container's attached stdio.
+class AgentClient:
+    """Request/response with one sandbox's agent over its stdin and stdout.
 
     Args:
-        sock: the raw socket of the hijacked attach connection (for the Docker
-            SDK's ``attach_socket`` on a unix socket that is ``result._sock``).
+        stream: the byte stream to the agent (``Runtime.attach``; any connected
+            socket is one).
         name: the sandbox's name, for logs and error context.
     """
 
-    def __init__(self, sock: socket.socket, name: str) -> None:
+    def __init__(self, stream: ByteStream, name: str) -> None:
         self.name = name
-        self._sock = sock
+        self._stream = stream
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()  # whole frames only: requests and notifications
         #: ``(op, frame id)`` of the request waiting for its reply, if any.
         self.in_flight: tuple[str, int] | None = None
         self._ids = itertools.count(1)
-        self._demux = AttachDemux()
         self._frames = FrameDecoder()
         self._ready: deque[dict[str, Any]] = deque()
-        self._stderr = bytearray()
         self.broken: str | None = None
 
     @property
@@ -145,13 +128,13 @@ class AgentChannel:
             if self.broken is not None:
                 raise self._lost(op, self.broken)
             try:
-                self._sock.sendall(data)
+                self._stream.sendall(data)
             except OSError as exc:
                 self._break(f"{op}: {exc or type(exc).__name__}")
                 raise self._lost(op, self.broken or str(exc)) from exc
 
     def close(self) -> None:
-        """Close the socket; the agent sees EOF on stdin and exits."""
+        """Close the stream; the agent sees EOF on stdin and exits."""
         with self._lock:
             self._break("closed")
 
@@ -160,9 +143,9 @@ class AgentChannel:
     def _round_trip(
         self, data: bytes, frame_id: int, deadline: float, on_chunk: ChunkCallback | None
     ) -> dict[str, Any]:
-        self._sock.settimeout(max(deadline - time.monotonic(), 0.001))
+        self._stream.settimeout(max(deadline - time.monotonic(), 0.001))
         with self._write_lock:
-            self._sock.sendall(data)
+            self._stream.sendall(data)
         while True:
             while self._ready:
                 frame = self._ready.popleft()
@@ -178,15 +161,11 @@ class AgentChannel:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError("no reply in time")
-        self._sock.settimeout(remaining)
-        data = self._sock.recv(RECV_SIZE)
+        self._stream.settimeout(remaining)
+        data = self._stream.recv(RECV_SIZE)
         if not data:
             raise ConnectionResetError("the agent closed the channel (container exited?)")
-        for stream, payload in self._demux.feed(data):
-            if stream == STDOUT:
-                self._ready.extend(self._frames.feed(payload))
-            elif stream == STDERR:
-                self._log_stderr(payload)
+        self._ready.extend(self._frames.feed(data))
 
     def _chunk(self, frame: dict[str, Any], on_chunk: ChunkCallback | None) -> None:
         if on_chunk is None:
@@ -196,20 +175,13 @@ class AgentChannel:
         except Exception:  # a consumer's bug must not break the channel
             log.exception("sandbox %s: chunk callback failed", self.name)
 
-    def _log_stderr(self, payload: bytes) -> None:
-        self._stderr += payload
-        *lines, rest = self._stderr.split(b"\n")
-        self._stderr = bytearray(rest[-4096:])
-        for line in lines:
-            log.warning("sandbox %s agent: %s", self.name, line.decode(errors="replace"))
-
     def _break(self, reason: str) -> None:
         if self.broken is None:
             self.broken = reason
             log.info("sandbox %s: channel closed (%s)", self.name, reason)
         with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
+            self._stream.shutdown(socket.SHUT_RDWR)
+        self._stream.close()
 
     def _lost(self, op: str, reason: str) -> SandboxLost:
         return SandboxLost(

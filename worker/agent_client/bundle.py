@@ -44,10 +44,10 @@ AGENT_MOUNT = "/opt/sandgrid/agent.py"
 """Where the image's CMD expects the agent (a zipapp, despite the suffix)."""
 PACKAGE = "sandgrid_agent"
 """The agent package's top-level name inside the zipapp."""
-SOURCE_DIR = Path(__file__).with_name("agent")
+SOURCE_DIR = Path(__file__).parent.parent / "agent"
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 _MAIN = (
-    f'"""sandgrid\'s in-sandbox agent (zipapp built by worker.agent_bundle)."""\n'
+    f'"""sandgrid\'s in-sandbox agent (zipapp built by worker.agent_client.bundle)."""\n'
     f"import sys\n\nfrom {PACKAGE}.main import main\n\nsys.exit(main())\n"
 ).encode()
 

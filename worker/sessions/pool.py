@@ -30,7 +30,7 @@ from typing import Any, Protocol
 
 from sandgrid.errors import CapacityError, SandgridError
 from sandgrid.models import Quotas
-from worker.backends.base import Sandbox, SandboxBackend
+from worker.sandboxes import Sandbox, SandboxManager
 
 __all__ = [
     "HEALTH_PING_S",
@@ -47,7 +47,7 @@ REFILL_RETRY_S = 2.0
 HEALTH_PING_S = 2.0
 
 #: The backend that runs a sandbox type (the node maps types to runtimes once).
-BackendFor = Callable[[str], SandboxBackend]
+BackendFor = Callable[[str], SandboxManager]
 
 
 class SandboxPool(Protocol):
@@ -95,15 +95,15 @@ class WarmPool:
 
     def __init__(
         self,
-        backend_for: Callable[[str], SandboxBackend] | SandboxBackend,
+        backend_for: Callable[[str], SandboxManager] | SandboxManager,
         targets: dict[str, int],
         *,
         quotas: dict[str, Quotas] | None = None,
         refill_retry_s: float = REFILL_RETRY_S,
     ) -> None:
-        if isinstance(backend_for, SandboxBackend):
+        if isinstance(backend_for, SandboxManager):
             backend = backend_for
-            self.backend_for: Callable[[str], SandboxBackend] = lambda _type: backend
+            self.backend_for: Callable[[str], SandboxManager] = lambda _type: backend
         else:
             self.backend_for = backend_for
         self.targets = dict(targets)

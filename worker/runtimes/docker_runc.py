@@ -1,0 +1,20 @@
+"""Docker with runc: the default runtime (catalog name ``runc``).
+
+Supports every primitive of ``Runtime`` as ``DockerRuntime`` does, with the
+containers' limits held by the host's cgroups (the host limits are the quotas).
+Configuration: a Docker daemon with its default ``runc`` runtime; the client
+from the environment (``DOCKER_HOST``) unless one is passed in.
+"""
+
+from __future__ import annotations
+
+from worker.runtimes.docker import DockerRuntime
+
+__all__ = ["DockerRunc"]
+
+
+class DockerRunc(DockerRuntime):
+    """Sandboxes as Docker containers under runc."""
+
+    name = "runc"
+    oci_runtime = "runc"
