@@ -18,7 +18,7 @@ from sandgrid.models import ExecRequest
 from sandgrid.ops.exec import ExecOp
 from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
-from tests.unit.worker.test_worker_snapshots import DirBackend, make_node, new_session, reg
+from tests.unit.worker.turns.test_worker_snapshots import DirBackend, make_node, new_session, reg
 from worker.node import Node
 from worker.turns.ran import RanTurns
 
