@@ -40,8 +40,9 @@ __all__ = ["CURSOR_TTL_S", "NetworkCollector", "network_record"]
 
 log = logging.getLogger(__name__)
 
-#: How long a session's cursor outlives its last collection: beyond the egress
-#: stream's own expiry (7 days by default), so no attempt is collected twice.
+#: How long a session's cursor outlives its last collection at least: beyond the
+#: egress stream's own expiry (7 days by default; the script keeps it a day beyond
+#: the stream's TTL when that is longer), so no attempt is collected twice.
 CURSOR_TTL_S = 30 * 86400
 #: Attempts moved per script call.
 _BATCH = 500
@@ -163,7 +164,7 @@ class NetworkCollector:
                 rec = rec.model_copy(update={"detail": {**rec.detail, "dropped_before": True}})
                 dropped = False
             bodies.append(rec.model_dump_json(exclude={"id"}, exclude_none=True))
-        keys = [names.audit_network_cursor_key(session_id), names.audit_key(tenant)]
+        keys = [names.audit_network_cursor_key(session_id), names.audit_key(tenant), key]
         args = [cursor, entries[-1][0], tenant, self.cursor_ttl_s, len(entries), *bodies]
         n = int(self._scripts.run("append_network", keys, args))
         return None if n < 0 else (n, len(entries) == _BATCH)

@@ -136,3 +136,17 @@ def test_an_unknown_session_is_left_alone(log: AuditLog, redis_client: redis.Red
     _attempt(redis_client, "s-gone", 80)  # no record: whose it is cannot be told
     assert log.network.sweep() == 0
     assert redis_client.exists(names.audit_network_cursor_key("s-gone")) == 0
+
+
+def test_the_cursor_outlives_the_stream_it_follows(
+    log: AuditLog, redis_client: redis.Redis[str]
+) -> None:
+    _own(redis_client, "s-1")
+    _attempt(redis_client, "s-1", 80)
+    log.network.collect("s-1")
+    cursor = names.audit_network_cursor_key("s-1")
+    assert redis_client.ttl(cursor) > 29 * 86400  # the default: 30 days
+    redis_client.expire(names.egress_audit_key("s-1"), 90 * 86400)  # an operator's longer TTL
+    _attempt(redis_client, "s-1", 82)
+    log.network.collect("s-1")
+    assert redis_client.ttl(cursor) > 90 * 86400
