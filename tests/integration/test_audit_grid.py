@@ -25,7 +25,6 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 
 from sandgrid.audit import AuditRecord
 from sandgrid.client import Client
@@ -33,6 +32,7 @@ from sandgrid.localgrid import LocalGrid
 from sandgrid.wire import names
 from scheduler.tenants import Tenant, TenantLimits, hash_token
 from tests.integration.test_shell_tmux import WAIT_S, close_when_free
+from tests.support.redis_db import fresh_db
 
 pytestmark = pytest.mark.integration
 
@@ -63,11 +63,7 @@ class _Hello(http.server.BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
     work = tmp_path_factory.mktemp("auditgrid")
-    r: redis.Redis[str] = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    try:
-        r.flushdb()
-    except redis.RedisError as exc:
-        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
+    r = fresh_db(REDIS_URL)
     limits = TenantLimits(network_ceiling=[SERVER, REFUSED])
     r.hset(
         names.tokens_key(),
