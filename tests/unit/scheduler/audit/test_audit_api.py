@@ -61,3 +61,15 @@ def test_a_policy_change_is_audited(grid: Grid) -> None:
     page = grid.http.get("/v1/audit", params={"limit": 1}, headers=grid.headers(tok)).json()
     assert page["records"][0]["action"] == "network_policy"
     assert page["records"][0]["detail"] == {"allow": 1}
+
+
+def test_another_tenants_cursor_shows_only_the_callers_records(grid: Grid) -> None:
+    sid = _session(grid)
+    with grid.client() as client:
+        for _ in range(3):
+            client.exec(sid, shell="true")
+        cursor = client.audit(limit=1).next_cursor
+    with grid.client(grid.token_b) as other:
+        page = other.audit(cursor=cursor)
+        assert page.records == [] and other.audit().records == []
+        assert list(other.audit_records(session=sid)) == []
