@@ -143,3 +143,20 @@ def test_a_cursor_carries_its_order_and_last_id() -> None:
     assert "1700000000000" not in cursor  # opaque to the caller, not a number to edit
     back = decode_cursor(cursor, AuditQuery("acme", session="s-1", limit=9))
     assert back.after == "1700000000000-4" and back.order == "asc" and back.limit == 9
+
+
+def test_since_holds_across_segments_in_both_orders(
+    log: AuditLog, redis_client: redis.Redis[str]
+) -> None:
+    exporter = AuditExporter(redis_client, log.objects, interval_s=1, keep_s=0)
+    ids: list[str] = []
+    for _ in range(3):  # three segments, then some in the stream
+        ids += _fill(log, 4)
+        time.sleep(0.01)
+        exporter.export(now=time.time() + 1)
+    ids += _fill(log, 2)
+    since = int(ids[5].split("-")[0]) / 1000  # within the second segment
+    want = [i for i in ids if int(i.split("-")[0]) >= int(since * 1000)]
+    assert 0 < len(want) < len(ids)
+    assert _all(log, limit=3, since=since) == want[::-1]
+    assert _all(log, limit=3, since=since, order="asc") == want
