@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
-from sandgrid.audit import AuditPage
+from sandgrid.audit import AuditOrder, AuditPage
 from sandgrid.client._call import Call, FileContent, model, parse_as, parse_json
 from sandgrid.client._files import file_write
 from sandgrid.models import (
@@ -40,6 +40,7 @@ __all__ = [
     "EXEC_DEFAULT_WAIT_S",
     "EXEC_MARGIN_S",
     "Argv",
+    "AuditFilters",
     "ChunkHandler",
     "CommandOptions",
     "ExecOptions",
@@ -71,6 +72,16 @@ EXEC_DEFAULT_WAIT_S = 3600.0 + EXEC_MARGIN_S
 Argv = Sequence[str] | None
 ChunkHandler = Callable[[str], None]
 """Receives each chunk of output text (``on_stdout``, ``on_stderr``)."""
+
+
+class AuditFilters(TypedDict, total=False):
+    """The keywords of ``audit_records``: ``audit``'s, but the cursor, which it follows."""
+
+    session: str | None
+    since: float | None
+    limit: int | None
+    action: str | None
+    order: AuditOrder | None
 
 
 class SessionOptions(TypedDict, total=False):
@@ -193,10 +204,25 @@ def close_session(session_id: str) -> Call[SessionInfo]:
 
 
 def audit(
-    *, session: str | None = None, since: float | None = None, limit: int | None = None
+    *,
+    session: str | None = None,
+    since: float | None = None,
+    limit: int | None = None,
+    action: str | None = None,
+    order: AuditOrder | None = None,
+    cursor: str | None = None,
 ) -> Call[AuditPage]:
-    """The tenant's audit trail from ``since`` (epoch s), oldest first (docs/operations.md)."""
-    params = {"session": session, "since": since, "limit": limit}
+    """One page of the tenant's audit trail from ``since`` (epoch s), newest first
+    (``order="asc"``: oldest first); pass the page's ``next_cursor`` as ``cursor``
+    (same filters) for the next one, or iterate ``audit_records`` (docs/operations.md)."""
+    params = {
+        "session": session,
+        "since": since,
+        "limit": limit,
+        "action": action,
+        "order": order,
+        "cursor": cursor,
+    }
     kept = {k: v for k, v in params.items() if v is not None}
     return Call("GET", "/v1/audit", parse_as(AuditPage), params=kept)
 

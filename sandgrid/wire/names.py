@@ -26,6 +26,8 @@ Redis keys (all under ``sg:``):
                                    so batches never take every worker thread of the grid
     ``sg:audit:<tenant>``          stream: the tenant's recent audit records (``scheduler.audit``)
     ``sg:audit:export``            string, with a TTL: an API process is exporting the audit
+    ``sg:audit-net:<id>``          hash: the last egress attempt of the session moved into the
+                                   audit trail (``id``) and its tenant (issue 23.14)
     ``sg:pty:<turn>:out``          stream: a terminal's output, then its exit (bounded, expiring)
     ``sg:pty:<turn>:in``           stream: a terminal's input, resizes and close (bounded, expiring)
     ``sg:turn:<turn_id>:events``   stream: a turn's output chunks and result (bounded, expiring)
@@ -45,6 +47,7 @@ __all__ = [
     "audit_export_lock_key",
     "audit_key",
     "audit_key_pattern",
+    "audit_network_cursor_key",
     "audit_tenant_from_key",
     "batch_done_key",
     "batch_jobs_key",
@@ -202,6 +205,11 @@ def audit_tenant_from_key(key: str) -> str:
 
 def audit_export_lock_key() -> str:
     return f"{KEY_PREFIX}audit-export"
+
+
+def audit_network_cursor_key(session_id: str) -> str:
+    """Hash: how far the session's egress attempts were collected into the audit (23.14)."""
+    return f"{KEY_PREFIX}audit-net:{session_id}"
 
 
 def pty_out_key(turn_id: str) -> str:

@@ -24,9 +24,9 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 
 from sandgrid.localgrid import LocalGrid
+from tests.support.redis_db import fresh_db
 
 API_PORT = int(os.environ.get("SANDGRID_TEST_BATCH_API_PORT", "8712"))
 FLOWER_PORT = int(os.environ.get("SANDGRID_TEST_FLOWER_PORT", "5566"))
@@ -108,13 +108,7 @@ def _popen_flower(grid: LocalGrid, log: Any) -> subprocess.Popen[bytes]:
 def batch_grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchGrid]:
     """API + two workers (python, bfcl, appworld; 2 threads each) + Flower, for one module."""
     workdir = tmp_path_factory.mktemp("batchgrid")
-    r: redis.Redis[str] = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    try:
-        r.flushdb()
-    except redis.RedisError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"Redis missing in CI: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
+    r = fresh_db(REDIS_URL)
     grid = LocalGrid(
         workdir / "grid",
         port=API_PORT,

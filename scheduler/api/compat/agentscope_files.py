@@ -233,6 +233,8 @@ def _script(svc: Services, tenant: Tenant, identity: str, *argv: str) -> dict[st
     """Run ``FS_SCRIPT`` with ``argv`` as one turn; its JSON answer, errors raised."""
     req = ExecRequest(argv=["python3", "-c", FS_SCRIPT, *argv])
     result = svc.runner.exec(tenant, identity, req)
+    if svc.audit is not None:
+        svc.audit.paths(tenant.name, identity, argv[0], list(argv[1:]), result.exit_code)
     try:
         out: dict[str, Any] = json.loads(result.stdout) if result.exit_code == 0 else {}
     except ValueError:
