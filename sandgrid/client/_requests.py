@@ -20,6 +20,7 @@ from typing import Any, TypedDict, Unpack
 from sandgrid.audit import AuditOrder, AuditPage
 from sandgrid.client._call import Call, FileContent, model, parse_as, parse_json
 from sandgrid.client._files import file_write
+from sandgrid.client._network import NetworkPolicyLike, network_policy
 from sandgrid.models import (
     IDEMPOTENCY_HEADER,
     CodeRequest,
@@ -94,6 +95,9 @@ class SessionOptions(TypedDict, total=False):
         snapshot_policy: when the workspace is saved; ``after_turn`` by default.
         labels: for finding the session again.
         fork_from: a session (or ``session@checkpoint``) whose workspace to start from.
+        network: what the session may reach (docs/network.md), as a ``NetworkPolicy``
+            or ``{"allow": ["pypi.org:443"], "deny": [...]}``; None: the type's or
+            the tenant's default (offline unless the operator set one).
     """
 
     quotas: Quotas | Mapping[str, Any] | None
@@ -102,6 +106,7 @@ class SessionOptions(TypedDict, total=False):
     snapshot_policy: SnapshotPolicy
     labels: Mapping[str, str] | None
     fork_from: str | None
+    network: NetworkPolicyLike | None
 
 
 class CommandOptions(TypedDict, total=False):
@@ -167,6 +172,7 @@ def create_session(type: str = "python", **options: Unpack[SessionOptions]) -> C
     """Create a session; ``files`` are written before it is returned."""
     check_keywords("create_session", options, SessionOptions)
     files = options.get("files") or {}
+    policy = options.get("network")
     spec = model(
         SessionCreate,
         type=type,
@@ -176,6 +182,7 @@ def create_session(type: str = "python", **options: Unpack[SessionOptions]) -> C
         snapshot_policy=options.get("snapshot_policy"),
         labels=dict(options.get("labels") or {}),
         fork_from=options.get("fork_from"),
+        network=network_policy(policy) if policy is not None else None,
     )
     body = spec.model_dump(mode="json", exclude_defaults=True)
     return Call("POST", "/v1/sessions", parse_as(SessionInfo), json=body)

@@ -73,6 +73,8 @@ __all__ = [
     "tenant_batches_key",
     "tenant_sessions_key",
     "tenant_turns_key",
+    "tokens_ack_key",
+    "tokens_changed_channel",
     "tokens_key",
     "ttl_sessions_key",
     "turn_cancel_key",
@@ -152,6 +154,17 @@ def node_from_key(key: str) -> str:
 
 def tokens_key() -> str:
     return f"{KEY_PREFIX}tokens"
+
+
+# 23.16: a change of tokens (rotate, revoke, set) drops every API process's token cache.
+def tokens_changed_channel() -> str:
+    """Pub/sub channel on which a token change is announced (data: the change's id)."""
+    return f"{KEY_PREFIX}tokens:changed"
+
+
+def tokens_ack_key(change_id: str) -> str:
+    """List each API process pushes to once it has dropped its cache for a change."""
+    return f"{KEY_PREFIX}tokens:ack:{change_id}"
 
 
 def batch_key(batch_id: str) -> str:
