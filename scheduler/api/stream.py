@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
+import anyio
 import redis.asyncio as aioredis
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
@@ -176,9 +177,10 @@ async def _events(
             yield head
         async for text in _follow(client, slots, slot, turn_id, after):
             yield text
-    finally:
-        await slots.arelease(client, slot)
-        await client.aclose()  # type: ignore[attr-defined]
+    finally:  # shielded: a client that went cancels this generator's scope
+        with anyio.CancelScope(shield=True):
+            await slots.arelease(client, slot)
+            await client.aclose()  # type: ignore[attr-defined]
 
 
 async def _follow(

@@ -42,7 +42,6 @@ RUNTIMES = [pytest.param(t, id=name, marks=marks) for t, name, marks in _TYPES]
 
 @pytest.fixture(scope="module")
 def grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
-    env = {"SANDGRID_HEARTBEAT_S": "0.5", "SANDGRID_LEASE_TTL_S": "4"}
     with own_grid(
         tmp_path_factory.mktemp("termgrid"),
         port=API_PORT,
@@ -50,7 +49,6 @@ def grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
         tenants={"batch": TOKEN},
         nodes=[NODE],
         types=TYPES,
-        env=env,
     ) as g:
         yield g
 

@@ -10,8 +10,14 @@ import redis
 from starlette.websockets import WebSocketDisconnect
 
 from sandgrid.errors import InvalidInput
-from sandgrid.terminal import SUBPROTOCOL, bearer_subprotocol
+from sandgrid.terminal import (
+    CLOSE_BAD_MESSAGE,
+    CLOSE_UNSUPPORTED_FRAME,
+    SUBPROTOCOL,
+    bearer_subprotocol,
+)
 from sandgrid.wire import names
+from scheduler.api.pty import _frame_refusal
 from scheduler.turns.terminal import pty_op
 from tests.support.fakes import Grid
 
@@ -74,3 +80,28 @@ def test_pty_op_refusal() -> None:
     with pytest.raises(InvalidInput) as err:
         pty_op("t-12345678", {"max_s": "99999"})
     assert err.value.context["field"] == "max_s"
+
+
+@pytest.mark.parametrize(
+    ("message", "code", "field"),
+    [
+        ({"type": "websocket.receive", "bytes": b"\x00"}, CLOSE_UNSUPPORTED_FRAME, "frame"),
+        ({"type": "websocket.receive", "text": "not json"}, CLOSE_BAD_MESSAGE, "frame"),
+        ({"type": "websocket.receive", "text": '{"type": "paste"}'}, CLOSE_BAD_MESSAGE, "type"),
+        ({"type": "websocket.receive", "text": '{"type": "stdin"}'}, CLOSE_BAD_MESSAGE, "data"),
+    ],
+)
+def test_unexpected_frames_are_refused_with_their_close_code(
+    message: dict[str, object], code: int, field: str
+) -> None:
+    msg, refusal = _frame_refusal(message)
+    assert msg is None and refusal is not None
+    err, close = refusal
+    assert close == code and err.context["field"] == field
+
+
+def test_a_good_frame_passes() -> None:
+    msg, refusal = _frame_refusal(
+        {"type": "websocket.receive", "text": '{"type": "stdin", "data": "x"}'}
+    )
+    assert refusal is None and msg == {"type": "stdin", "data": "x"}
