@@ -35,6 +35,8 @@ Redis keys (all under ``sg:``):
     ``sg:egress:<id>``             stream: the session's egress attempts (``NetworkAttempt``
                                    JSON in field ``a``), bounded, expiring
     ``sg:egress:<id>:usage``       hash: the session's egress usage (``connections``, ``bytes``)
+    ``sg:slots:<kind>:<scope>:<id>`` sorted set: open streams or terminals of a tenant or a
+                                   session (slot id -> lease deadline; issue 23.7)
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ __all__ = [
     "pty_in_key",
     "pty_out_key",
     "session_key",
+    "stream_slots_key",
     "tenant_batches_key",
     "tenant_sessions_key",
     "tenant_turns_key",
@@ -115,6 +118,11 @@ def session_key(session_id: str) -> str:
 
 def tenant_sessions_key(tenant: str) -> str:
     return f"{KEY_PREFIX}tenant:{tenant}:sessions"
+
+
+def stream_slots_key(kind: str, scope: str, ident: str) -> str:
+    """Open slots of ``kind`` (stream, terminal) of one tenant or session (``scope``)."""
+    return f"{KEY_PREFIX}slots:{kind}:{scope}:{ident}"
 
 
 def tenant_turns_key(tenant: str) -> str:

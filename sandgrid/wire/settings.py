@@ -36,6 +36,11 @@ __all__ = [
     "DEFAULT_SNAPSHOT_MAX_BYTES",
     "DEFAULT_SNAPSHOT_MAX_FILES",
     "DEFAULT_SNAPSHOT_THREADS",
+    "DEFAULT_STREAMS_PER_SESSION",
+    "DEFAULT_STREAMS_PER_TENANT",
+    "DEFAULT_STREAM_LEASE_S",
+    "DEFAULT_TERMINALS_PER_SESSION",
+    "DEFAULT_TERMINALS_PER_TENANT",
     "DEFAULT_TURN_MARGIN_S",
     "DEFAULT_VISIBILITY_TIMEOUT_S",
     "DEFAULT_WORKER_METRICS_PORT",
@@ -44,6 +49,7 @@ __all__ = [
     "MinioSettings",
     "Settings",
     "SnapshotSettings",
+    "StreamLimitSettings",
     "WorkerSettings",
     "get_settings",
 ]
@@ -211,6 +217,30 @@ class AuditSettings(BaseModel):
     )
 
 
+# issue 23.7: concurrent streams and terminals (scheduler.api.stream_slots)
+DEFAULT_STREAMS_PER_TENANT = 64
+DEFAULT_STREAMS_PER_SESSION = 16
+DEFAULT_TERMINALS_PER_TENANT = 16
+DEFAULT_TERMINALS_PER_SESSION = 2
+DEFAULT_STREAM_LEASE_S = 30.0
+
+
+class StreamLimitSettings(BaseModel):
+    """Streams (SSE: streamed exec, re-attach) and terminals open at once, grid-wide:
+    429 above a cap (a terminal: close code 4429)."""
+
+    per_tenant: int = Field(DEFAULT_STREAMS_PER_TENANT, ge=1)
+    """SANDGRID_STREAMS__PER_TENANT: streams one tenant has open at once."""
+    per_session: int = Field(DEFAULT_STREAMS_PER_SESSION, ge=1)
+    """SANDGRID_STREAMS__PER_SESSION: streams open at once on one session."""
+    terminals_per_tenant: int = Field(DEFAULT_TERMINALS_PER_TENANT, ge=1)
+    """SANDGRID_STREAMS__TERMINALS_PER_TENANT: terminals one tenant has open at once."""
+    terminals_per_session: int = Field(DEFAULT_TERMINALS_PER_SESSION, ge=1)
+    """SANDGRID_STREAMS__TERMINALS_PER_SESSION: terminal sockets open on one session."""
+    lease_s: float = Field(DEFAULT_STREAM_LEASE_S, ge=3)
+    """SANDGRID_STREAMS__LEASE_S: a slot of an API process that died is free after this."""
+
+
 class Settings(BaseSettings):
     """One settings object per process (see ``get_settings``)."""
 
@@ -260,6 +290,7 @@ class Settings(BaseSettings):
     minio: MinioSettings = Field(default_factory=MinioSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    streams: StreamLimitSettings = Field(default_factory=StreamLimitSettings)  # issue 23.7
 
 
 @lru_cache(maxsize=1)

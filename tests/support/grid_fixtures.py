@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,37 @@ def batch_grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchGrid]:
         _start_flower(grid)  # first: it sees every task event from the start
         grid.start(list(NODES), types=",".join(TYPES), concurrency=2)
         yield BatchGrid(grid, workdir, f"http://127.0.0.1:{FLOWER_PORT}")
+    finally:
+        grid.stop()
+        r.flushdb()
+        r.close()
+
+
+@contextmanager
+def own_grid(
+    work: Path,
+    *,
+    port: int,
+    redis_url: str,
+    tenants: dict[str, str],
+    nodes: list[str],
+    types: str,
+    env: dict[str, str] | None = None,
+) -> Iterator[LocalGrid]:
+    """A grid of a test module's own on a flushed Redis database (skipped when Redis is
+    missing), with local snapshots and 1 warm sandbox a type; stopped and flushed after."""
+    r: redis.Redis[str] = redis.Redis.from_url(redis_url, decode_responses=True)
+    try:
+        r.flushdb()
+    except redis.RedisError as exc:
+        pytest.skip(f"Redis at {redis_url} unreachable: {exc}")
+    base = {"SANDGRID_WORKER__POOL_SIZE": "1", "SANDGRID_WORKER__SNAPSHOT_STORE": "local"}
+    grid = LocalGrid(
+        work / "grid", port=port, redis_url=redis_url, tenants=tenants, env={**base, **(env or {})}
+    )
+    try:
+        grid.start(nodes, types=types, concurrency=4)
+        yield grid
     finally:
         grid.stop()
         r.flushdb()
