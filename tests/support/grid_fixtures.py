@@ -145,11 +145,7 @@ def own_grid(
 ) -> Iterator[LocalGrid]:
     """A grid of a test module's own on a flushed Redis database (skipped when Redis is
     missing), with local snapshots and 1 warm sandbox a type; stopped and flushed after."""
-    r: redis.Redis[str] = redis.Redis.from_url(redis_url, decode_responses=True)
-    try:
-        r.flushdb()
-    except redis.RedisError as exc:
-        pytest.skip(f"Redis at {redis_url} unreachable: {exc}")
+    r = fresh_db(redis_url)
     base = {"SANDGRID_WORKER__POOL_SIZE": "1", "SANDGRID_WORKER__SNAPSHOT_STORE": "local"}
     grid = LocalGrid(
         work / "grid", port=port, redis_url=redis_url, tenants=tenants, env={**base, **(env or {})}
