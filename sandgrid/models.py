@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sandgrid.network import parse_rule
+from sandgrid.network import parse_entries
 
 __all__ = [
     "CHECKPOINT_NAME_PATTERN",
@@ -137,12 +137,7 @@ class Quotas(WireModel):
 
 
 def _rules(field: str, entries: list[str]) -> list[str]:
-    for i, entry in enumerate(entries):
-        try:
-            parse_rule(entry)
-        except ValueError as exc:
-            raise ValueError(f"network.{field}[{i}]: {exc}") from None
-    return [e.strip().lower() for e in entries]
+    return parse_entries(f"network.{field}", entries)
 
 
 class NetworkPolicy(WireModel):
@@ -180,6 +175,11 @@ class NetworkAttempt(WireModel):
     host: str
     port: int
     address: str = Field("", description="the resolved address connected to (or refused)")
+    resolved: bool = Field(
+        False,
+        description="whether the proxy looked the name up (never for an IP literal, nor for "
+        "a name refused before resolution: no policy, or no allow entry could match it)",
+    )
     allowed: bool
     rule: str = Field("", description="the entry (or special range) that decided it")
     reason: str = ""

@@ -7,13 +7,24 @@ An entry is ``HOST[:PORT]`` where HOST is
   (any name and any *public* address);
 * an address or a range: ``203.0.113.7``, ``203.0.113.0/24``, ``[2001:db8::1]:443``.
 
-``decide`` applies a policy to one attempt: first ``deny`` (by name or by any
+``precheck`` is what can be decided before a name is resolved: no policy, a
+name denied by a name entry, or a name that no allow entry could match (only
+``*``, an exact name and ``*.domain`` match a name) is refused without any DNS
+lookup, so a name chosen by sandbox code never leaves the host as a query from
+a session that may not reach it. ``decide`` applies a policy to one resolved
+attempt (and runs ``precheck`` first): first ``deny`` (by name or by any
 resolved address), then ``allow`` (the name must match a name rule, an IP
 literal an address rule), then every resolved address: loopback, private,
 link-local, metadata and other special addresses are refused unless an allow
 entry is itself an address range inside that special range (``127.0.0.5``,
 ``10.1.0.0/16``). ``*`` and names never unlock them, so a name that resolves
 (or rebinds) to ``10.0.0.5`` or to the grid's own Redis is refused.
+
+IPv6 forms that carry an IPv4 address (IPv4-mapped ``::ffff:a.b.c.d``,
+IPv4-compatible ``::a.b.c.d``, NAT64 ``64:ff9b::/96``, 6to4 ``2002::/16``) are
+decided as the IPv4 address they carry (``unembed``), for allow, deny and the
+special ranges alike; an entry written in one of those forms is refused
+(``parse_rule``), so every rule about an IPv4 address is written as IPv4.
 
 Both sides use it: the API to validate policies and tenant ceilings, the
 worker's egress proxy to decide each connection.
@@ -26,6 +37,8 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "EMBEDDING_RANGES",
+    "OFFLINE",
     "SPECIAL_RANGES",
     "Decision",
     "IPAddress",
@@ -33,8 +46,11 @@ __all__ = [
     "Rule",
     "covers",
     "decide",
+    "parse_entries",
     "parse_rule",
+    "precheck",
     "special_kind",
+    "unembed",
 ]
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -65,6 +81,44 @@ SPECIAL_RANGES: tuple[tuple[str, IPNetwork], ...] = tuple(
         ("reserved address", "240.0.0.0/4"),
     )
 )
+
+
+#: IPv6 ranges whose addresses carry an IPv4 address, by name (``unembed``).
+EMBEDDING_RANGES: tuple[tuple[str, ipaddress.IPv6Network], ...] = tuple(
+    (kind, ipaddress.IPv6Network(net))
+    for kind, net in (
+        ("IPv4-mapped", "::ffff:0:0/96"),
+        ("IPv4-compatible", "::/96"),  # but :: and ::1 (::/127) are themselves
+        ("NAT64", "64:ff9b::/96"),
+        ("6to4", "2002::/16"),
+    )
+)
+_NOT_COMPAT = ipaddress.IPv6Network("::/127")
+
+
+def unembed(addr: IPAddress) -> IPAddress:
+    """The IPv4 address an IPv6 address carries (mapped, compatible, NAT64, 6to4),
+    else ``addr`` itself: every decision is made on what it returns."""
+    if isinstance(addr, ipaddress.IPv4Address):
+        return addr
+    if addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    if addr.sixtofour is not None:  # bits 16-48
+        return addr.sixtofour
+    nat64, compat = EMBEDDING_RANGES[2][1], EMBEDDING_RANGES[1][1]
+    if addr in nat64 or (addr in compat and addr not in _NOT_COMPAT):
+        return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+    return addr
+
+
+def _embedding(net: IPNetwork) -> str | None:
+    """The name of the embedding range ``net`` lies in (None: a plain range)."""
+    if isinstance(net, ipaddress.IPv4Network) or net.subnet_of(_NOT_COMPAT):
+        return None
+    for kind, embedding in EMBEDDING_RANGES:
+        if net.subnet_of(embedding):
+            return kind
+    return None
 
 
 @dataclass(frozen=True)
@@ -142,7 +196,28 @@ def parse_rule(entry: str) -> Rule:
                 f"entry {entry!r} must be a host name, *.domain, *, an address or a range"
             ) from None
         return Rule(text, name=host, port=port)
+    kind = _embedding(net)
+    if kind is not None:
+        raise ValueError(
+            f"entry {entry!r} is in the {kind} form (IPv6 carrying IPv4): write the IPv4 "
+            "address or range it carries (targets in that form are decided as IPv4)"
+        )
     return Rule(text, net=net, port=port)
+
+
+def parse_entries(field: str, entries: list[str]) -> list[str]:
+    """Check every entry of a list (``field`` names it in the error); the entries
+    normalised (stripped, lower case).
+
+    Raises:
+        ValueError: ``<field>[<index>]: <what is wrong with the entry>``.
+    """
+    for i, entry in enumerate(entries):
+        try:
+            parse_rule(entry)
+        except ValueError as exc:
+            raise ValueError(f"{field}[{i}]: {exc}") from None
+    return [e.strip().lower() for e in entries]
 
 
 def _split_port(entry: str, text: str) -> tuple[str, int | None]:
@@ -165,11 +240,42 @@ def _port(entry: str, raw: str) -> int:
 
 def special_kind(addr: IPAddress) -> str | None:
     """The kind of special address ``addr`` is (``"private address"``...), or None."""
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
+    addr = unembed(addr)
     for kind, net in SPECIAL_RANGES:
         if addr.version == net.version and addr in net:
             return kind
+    return None
+
+
+#: The reason of every refusal of a session without a policy.
+OFFLINE = "no network policy (offline session)"
+
+
+def precheck(allow: list[str] | None, deny: list[str], host: str, port: int) -> Decision | None:
+    """What can be decided about ``host:port`` before ``host`` is resolved.
+
+    The egress proxy calls this before any lookup: a refusal here means the
+    name is never resolved (no DNS query leaves the host for it).
+
+    Args:
+        allow: the policy's allow entries; None means the session has no network.
+        deny: its deny entries.
+        host: the name or IP literal the client asked for.
+        port: the TCP port.
+
+    Returns:
+        The refusal, or None: resolve ``host`` (if a name), then ``decide``.
+    """
+    if allow is None:
+        return Decision(False, "", OFFLINE)
+    host = host.lower().rstrip(".")
+    if _literal(host) is not None:
+        return None  # an address: nothing to resolve, ``decide`` has it all
+    for rule in map(parse_rule, deny):
+        if rule.matches_name(host, port):
+            return Decision(False, rule.text, f"denied by rule {rule.text!r}")
+    if not any(parse_rule(e).matches_name(host, port) for e in allow):
+        return Decision(False, "", "not in the allow list")
     return None
 
 
@@ -185,22 +291,24 @@ def decide(
         port: the TCP port.
         addrs: every address ``host`` resolved to (the literal itself for an IP).
     """
-    if allow is None:
-        return Decision(False, "", "no network policy (offline session)")
+    early = precheck(allow, deny, host, port)
+    if early is not None or allow is None:
+        return early or Decision(False, "", OFFLINE)
     host = host.lower().rstrip(".")
     allow_rules = [parse_rule(e) for e in allow]
-    for rule in map(parse_rule, deny):
-        if rule.matches_name(host, port) or any(rule.matches_addr(a, port) for a in addrs):
-            return Decision(False, rule.text, f"denied by rule {rule.text!r}")
+    addrs = [unembed(a) for a in addrs]
     literal = _literal(host)
+    literal = unembed(literal) if literal is not None else None
+    targets = [*addrs, literal] if literal is not None else addrs
+    for rule in map(parse_rule, deny):
+        if any(rule.matches_addr(a, port) for a in targets):
+            return Decision(False, rule.text, f"denied by rule {rule.text!r}")
     for rule in allow_rules:
         if rule.matches_addr(literal, port) if literal else rule.matches_name(host, port):
             break
     else:
         return Decision(False, "", "not in the allow list")
     for addr in addrs:
-        plain = addr.ipv4_mapped if isinstance(addr, ipaddress.IPv6Address) else None
-        addr = plain or addr
         kind = special_kind(addr)
         if kind and not any(r.names_special(addr, port) for r in allow_rules):
             return Decision(False, kind, kind)

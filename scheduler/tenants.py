@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from sandgrid.errors import AuthError, InvalidInput
 from sandgrid.models import NetworkPolicy, WireModel
+from sandgrid.network import parse_entries
 from sandgrid.wire import names
 
 __all__ = [
@@ -71,6 +72,11 @@ class TenantLimits(WireModel):
     network_default: NetworkPolicy | None = Field(
         None, description="the policy of the tenant's sessions that give none (None: offline)"
     )
+
+    @field_validator("network_ceiling")
+    @classmethod
+    def _ceiling(cls, v: list[str]) -> list[str]:  # issue 23.2: entries checked as a policy's
+        return parse_entries("network_ceiling", v)
 
 
 class Tenant(WireModel):

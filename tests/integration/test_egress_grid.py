@@ -32,7 +32,14 @@ TYPES = "python,python-gvisor"
 NET_TOKEN = "tok-netco-" + "e" * 24
 PLAIN_TOKEN = "tok-plain-" + "f" * 24
 PYPI, GIT = "127.0.0.5", "127.0.0.6"
-HOSTS = {"pypi.test": PYPI, "git.test": GIT, "redis.test": "127.0.0.1"}
+#: ``leak-check.invalid`` is a made-up name mapped by the override, so that even a
+#: broken proxy sends no DNS query for it: a record with its address means a lookup.
+HOSTS = {
+    "pypi.test": PYPI,
+    "git.test": GIT,
+    "redis.test": "127.0.0.1",
+    "leak-check.invalid": "127.0.0.1",
+}
 PIP_POLICY = {"allow": ["pypi.test", PYPI]}
 PIP = "pip install -q --user --trusted-host pypi.test --index-url http://pypi.test/simple demo-pkg"
 RUNTIMES = [
@@ -120,6 +127,31 @@ def test_pip_install_when_allowed_and_the_proxys_denial_by_default(grid, kind) -
     assert out["exit_code"] != 0
     assert "egress to pypi.test:80 denied: no network policy" in out["stdout"] + out["stderr"]
     assert attempts(grid, offline)[0]["allowed"] is False
+
+
+@pytest.mark.parametrize("kind", RUNTIMES)
+def test_an_offline_session_never_has_a_name_resolved(grid, kind) -> None:  # type: ignore[no-untyped-def]
+    sid = session(grid, kind)  # no policy
+    proxy = "curl -sS --noproxy '' -x http://127.0.0.1:3128"
+    out = sh(
+        grid,
+        sid,
+        f"{proxy} -p http://localhost:6379/; {proxy} -p https://leak-check.invalid/; "
+        f"{proxy} http://leak-check.invalid/; "
+        "curl -sS --noproxy '' --socks5-hostname 127.0.0.1:3128 http://leak-check.invalid/",
+    )
+    text = out["stdout"] + out["stderr"]
+    assert "egress to leak-check.invalid:80 denied: no network policy" in text, out
+    seen = attempts(grid, sid)
+    assert [(a["host"], a["port"], a["protocol"]) for a in seen] == [
+        ("localhost", 6379, "connect"),
+        ("leak-check.invalid", 443, "connect"),
+        ("leak-check.invalid", 80, "http"),
+        ("leak-check.invalid", 80, "socks5"),
+    ]
+    assert all((a["allowed"], a["resolved"], a["address"]) == (False, False, "") for a in seen), (
+        seen
+    )
 
 
 @pytest.mark.parametrize("kind", RUNTIMES)

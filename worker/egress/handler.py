@@ -10,14 +10,17 @@ Three ways in, told apart by the first byte on the socket:
 
 An HTTP refusal is ``403`` whose reason phrase and body say
 ``egress to HOST:PORT denied: REASON``, so pip, git and curl print it.
-The name is resolved here (never in the sandbox), the decision covers every
-address, and the connection goes only to an address that was checked.
+The name is resolved here (never in the sandbox), and only after
+``sandgrid.network.precheck`` found that the policy could allow it (an offline
+session's names are never looked up); the decision covers every address, and
+the connection goes only to an address that was checked.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import sys
 import time
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from sandgrid.models import NetworkAttempt, NetworkPolicy
-from sandgrid.network import Decision, IPAddress, decide
+from sandgrid.network import Decision, IPAddress, decide, precheck
 from worker.egress.book import EgressBook, Usage
 from worker.egress.fastpath import FastPath, add_bytes
 from worker.egress.resolver import Resolver
@@ -64,6 +67,7 @@ class _Attempt:
     started: float = field(default_factory=time.monotonic)
     ts: float = field(default_factory=time.time)
     address: str = ""
+    resolved: bool = False  # the name was looked up
     counts: list[int] = field(default_factory=lambda: [0, 0])  # sent, received
 
 
@@ -181,10 +185,13 @@ class Handler:
     ) -> None:
         attempt = _Attempt(target)
         policy = await self.book.policy(session_id) if session_id else None
-        try:
-            addrs = await self.resolver.resolve(target.host, target.port)
-        except OSError:
-            addrs = []
+        allow, deny = (policy.allow, policy.deny) if policy else (None, [])
+        early = precheck(allow, deny, *_hp(target))
+        if early is not None:  # refused before any lookup: the name never leaves the host
+            await _refuse(writer, target, early.reason)
+            await self._record(session_id, attempt, early, policy=None)
+            return
+        addrs = await self._resolve(target, attempt)
         usage = await self._usage_of(session_id) if session_id and policy else None
         decision = self._decide(policy, target, addrs, usage)
         if not decision.allowed:
@@ -214,6 +221,17 @@ class Handler:
         finally:
             upstream[1].close()
         await self._record(session_id, attempt, decision, policy)
+
+    async def _resolve(self, target: Target, attempt: _Attempt) -> list[IPAddress]:
+        """The addresses of the target: the literal itself, or the name looked up."""
+        literal = _literal(target.host)
+        if literal is not None:
+            return [literal]
+        attempt.resolved = True
+        try:
+            return await self.resolver.resolve(target.host, target.port)
+        except OSError:
+            return []
 
     def _decide(
         self,
@@ -315,6 +333,7 @@ class Handler:
             host=attempt.target.host,
             port=attempt.target.port,
             address=attempt.address,
+            resolved=attempt.resolved,
             allowed=decision.allowed,
             rule=decision.rule,
             reason=decision.reason,
@@ -340,6 +359,13 @@ class Handler:
 
 def _hp(target: Target) -> tuple[str, int]:
     return target.host, target.port
+
+
+def _literal(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
 
 
 async def _copy(
