@@ -33,6 +33,7 @@ __all__ = [
     "CodeError",
     "CodeRequest",
     "CodeResult",
+    "EgressLimits",
     "ExecRequest",
     "ExecResult",
     "FileEntry",
@@ -190,6 +191,14 @@ class NetworkAttempt(WireModel):
     node: str = ""
 
 
+class EgressLimits(WireModel):
+    """The connection limits the egress proxy holds every connection to (node settings)."""
+
+    handshake_timeout_s: float = Field(description="the request must arrive within this")
+    idle_timeout_s: float = Field(description="an established connection idle this long closes")
+    max_open: int = Field(description="connections of the session open at once")
+
+
 class NetworkView(WireModel):
     """Body of ``GET /v1/sessions/{id}/network``: the policy, usage and recent attempts."""
 
@@ -197,6 +206,9 @@ class NetworkView(WireModel):
     connections: int = 0
     bytes: int = 0
     attempts: list[NetworkAttempt] = Field(default_factory=list)
+    limits: EgressLimits | None = Field(
+        None, description="the proxy's connection limits (as its node last said, else the grid's)"
+    )
 
 
 class FileWrite(WireModel):

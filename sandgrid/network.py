@@ -18,7 +18,9 @@ literal an address rule), then every resolved address: loopback, private,
 link-local, metadata and other special addresses are refused unless an allow
 entry is itself an address range inside that special range (``127.0.0.5``,
 ``10.1.0.0/16``). ``*`` and names never unlock them, so a name that resolves
-(or rebinds) to ``10.0.0.5`` or to the grid's own Redis is refused.
+(or rebinds) to ``10.0.0.5`` or to the grid's own Redis is refused. A
+``Guard`` adds what only the deciding host knows: its own interface addresses
+and the grid's service ports (see ``Guard`` for what opens them).
 
 IPv6 forms that carry an IPv4 address (IPv4-mapped ``::ffff:a.b.c.d``,
 IPv4-compatible ``::a.b.c.d``, NAT64 ``64:ff9b::/96``, 6to4 ``2002::/16``) are
@@ -36,89 +38,32 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
+from sandgrid.netaddr import (
+    SPECIAL_RANGES,
+    IPAddress,
+    IPNetwork,
+    embedding,
+    special_kind,
+    unembed,
+)
+
 __all__ = [
-    "EMBEDDING_RANGES",
+    "HOST_ADDRESS",
+    "NO_GUARD",
     "OFFLINE",
-    "SPECIAL_RANGES",
+    "SERVICE_PORT",
     "Decision",
-    "IPAddress",
-    "IPNetwork",
+    "Guard",
     "Rule",
     "covers",
     "decide",
     "parse_entries",
     "parse_rule",
     "precheck",
-    "special_kind",
-    "unembed",
 ]
-
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _LABEL = r"(?!-)[a-z0-9_-]{1,63}(?<!-)"
 _NAME = re.compile(rf"^(\*\.)?{_LABEL}(\.{_LABEL})*$")
-
-#: Address ranges refused unless an allow entry names a range inside them, by kind.
-SPECIAL_RANGES: tuple[tuple[str, IPNetwork], ...] = tuple(
-    (kind, ipaddress.ip_network(net))
-    for kind, net in (
-        ("metadata address", "169.254.169.254/32"),
-        ("metadata address", "fd00:ec2::254/128"),
-        ("loopback address", "127.0.0.0/8"),
-        ("loopback address", "::1/128"),
-        ("private address", "10.0.0.0/8"),
-        ("private address", "172.16.0.0/12"),
-        ("private address", "192.168.0.0/16"),
-        ("private address", "100.64.0.0/10"),
-        ("private address", "fc00::/7"),
-        ("link-local address", "169.254.0.0/16"),
-        ("link-local address", "fe80::/10"),
-        ("unspecified address", "0.0.0.0/8"),
-        ("unspecified address", "::/128"),
-        ("multicast address", "224.0.0.0/4"),
-        ("multicast address", "ff00::/8"),
-        ("reserved address", "240.0.0.0/4"),
-    )
-)
-
-
-#: IPv6 ranges whose addresses carry an IPv4 address, by name (``unembed``).
-EMBEDDING_RANGES: tuple[tuple[str, ipaddress.IPv6Network], ...] = tuple(
-    (kind, ipaddress.IPv6Network(net))
-    for kind, net in (
-        ("IPv4-mapped", "::ffff:0:0/96"),
-        ("IPv4-compatible", "::/96"),  # but :: and ::1 (::/127) are themselves
-        ("NAT64", "64:ff9b::/96"),
-        ("6to4", "2002::/16"),
-    )
-)
-_NOT_COMPAT = ipaddress.IPv6Network("::/127")
-
-
-def unembed(addr: IPAddress) -> IPAddress:
-    """The IPv4 address an IPv6 address carries (mapped, compatible, NAT64, 6to4),
-    else ``addr`` itself: every decision is made on what it returns."""
-    if isinstance(addr, ipaddress.IPv4Address):
-        return addr
-    if addr.ipv4_mapped is not None:
-        return addr.ipv4_mapped
-    if addr.sixtofour is not None:  # bits 16-48
-        return addr.sixtofour
-    nat64, compat = EMBEDDING_RANGES[2][1], EMBEDDING_RANGES[1][1]
-    if addr in nat64 or (addr in compat and addr not in _NOT_COMPAT):
-        return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
-    return addr
-
-
-def _embedding(net: IPNetwork) -> str | None:
-    """The name of the embedding range ``net`` lies in (None: a plain range)."""
-    if isinstance(net, ipaddress.IPv4Network) or net.subnet_of(_NOT_COMPAT):
-        return None
-    for kind, embedding in EMBEDDING_RANGES:
-        if net.subnet_of(embedding):
-            return kind
-    return None
 
 
 @dataclass(frozen=True)
@@ -153,6 +98,16 @@ class Rule:
             return True
         return self.net is not None and addr.version == self.net.version and addr in self.net
 
+    def names_exactly(self, addr: IPAddress, port: int) -> bool:
+        """Whether this rule is the one address ``addr`` (a /32 or /128) on ``port``."""
+        return (
+            self.net is not None and self.net.num_addresses == 1 and self.matches_addr(addr, port)
+        )
+
+    def names_port(self, addr: IPAddress, port: int) -> bool:
+        """Whether this rule is an address range holding ``addr`` with ``port`` written."""
+        return self.net is not None and self.port == port and self.matches_addr(addr, port)
+
     def names_special(self, addr: IPAddress, port: int) -> bool:
         """Whether this rule explicitly names the special address ``addr``: it is an
         address range inside the special range that holds ``addr``."""
@@ -162,6 +117,34 @@ class Rule:
             if addr in special and self.net.version == special.version:
                 return self.net.subnet_of(special)  # type: ignore[arg-type]
         return False
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What is special on the deciding host beyond ``SPECIAL_RANGES`` (23.3).
+
+    Attributes:
+        host_addrs: every address of the host's interfaces: refused unless an
+            allow entry is that very address (``192.0.2.2``, ``192.0.2.2:8080``).
+        service_ports: the ports of the grid's own services (Redis, MinIO,
+            the API, Flower, metrics): on a special address or a host address,
+            refused unless an allow entry is an address range holding the
+            address *with that port written* (``127.0.0.1:6379``); ``*``,
+            names and port-less ranges (``127.0.0.0/8``) never open them.
+        endpoints: the services' own ``(address, port)`` from the settings,
+            refused the same way on any address (a Redis on a public address).
+    """
+
+    host_addrs: frozenset[IPAddress] = frozenset()
+    service_ports: frozenset[int] = frozenset()
+    endpoints: frozenset[tuple[IPAddress, int]] = frozenset()
+
+
+#: No host knowledge (the API's checks, and tests of the ranges alone).
+NO_GUARD = Guard()
+#: The reasons (and rules) of the refusals ``Guard`` adds.
+HOST_ADDRESS = "host address"
+SERVICE_PORT = "grid service port"
 
 
 @dataclass(frozen=True)
@@ -196,7 +179,7 @@ def parse_rule(entry: str) -> Rule:
                 f"entry {entry!r} must be a host name, *.domain, *, an address or a range"
             ) from None
         return Rule(text, name=host, port=port)
-    kind = _embedding(net)
+    kind = embedding(net)
     if kind is not None:
         raise ValueError(
             f"entry {entry!r} is in the {kind} form (IPv6 carrying IPv4): write the IPv4 "
@@ -238,15 +221,6 @@ def _port(entry: str, raw: str) -> int:
     return int(raw)
 
 
-def special_kind(addr: IPAddress) -> str | None:
-    """The kind of special address ``addr`` is (``"private address"``...), or None."""
-    addr = unembed(addr)
-    for kind, net in SPECIAL_RANGES:
-        if addr.version == net.version and addr in net:
-            return kind
-    return None
-
-
 #: The reason of every refusal of a session without a policy.
 OFFLINE = "no network policy (offline session)"
 
@@ -280,7 +254,12 @@ def precheck(allow: list[str] | None, deny: list[str], host: str, port: int) -> 
 
 
 def decide(
-    allow: list[str] | None, deny: list[str], host: str, port: int, addrs: list[IPAddress]
+    allow: list[str] | None,
+    deny: list[str],
+    host: str,
+    port: int,
+    addrs: list[IPAddress],
+    guard: Guard = NO_GUARD,
 ) -> Decision:
     """Decide one attempt to reach ``host:port`` that resolved to ``addrs``.
 
@@ -290,6 +269,7 @@ def decide(
         host: the name or IP literal the client asked for.
         port: the TCP port.
         addrs: every address ``host`` resolved to (the literal itself for an IP).
+        guard: the host's own addresses and the grid's ports (``Guard``).
     """
     early = precheck(allow, deny, host, port)
     if early is not None or allow is None:
@@ -309,10 +289,26 @@ def decide(
     else:
         return Decision(False, "", "not in the allow list")
     for addr in addrs:
-        kind = special_kind(addr)
-        if kind and not any(r.names_special(addr, port) for r in allow_rules):
+        kind = _refusal(addr, port, allow_rules, guard)
+        if kind is not None:
             return Decision(False, kind, kind)
     return Decision(True, rule.text, f"allowed by rule {rule.text!r}")
+
+
+def _refusal(addr: IPAddress, port: int, rules: list[Rule], guard: Guard) -> str | None:
+    """Why the (allowed) address ``addr`` is still refused on ``port``, or None."""
+    kind = special_kind(addr)
+    if kind and not any(r.names_special(addr, port) for r in rules):
+        return kind
+    own = addr in guard.host_addrs and kind != "loopback address"
+    if own and not any(r.names_exactly(addr, port) for r in rules):
+        return HOST_ADDRESS
+    grid = port in guard.service_ports and (kind is not None or own)
+    if (grid or (addr, port) in guard.endpoints) and not any(
+        r.names_port(addr, port) for r in rules
+    ):
+        return SERVICE_PORT
+    return None
 
 
 def _literal(host: str) -> IPAddress | None:

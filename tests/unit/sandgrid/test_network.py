@@ -8,7 +8,16 @@ import pytest
 from pydantic import ValidationError
 
 from sandgrid.models import NetworkPolicy, SessionCreate
-from sandgrid.network import covers, decide, parse_rule, precheck, special_kind, unembed
+from sandgrid.netaddr import special_kind, unembed
+from sandgrid.network import (
+    HOST_ADDRESS,
+    SERVICE_PORT,
+    Guard,
+    covers,
+    decide,
+    parse_rule,
+    precheck,
+)
 
 
 def ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
@@ -256,3 +265,59 @@ def test_entries_in_an_ipv6_form_of_ipv4_are_refused(entry: str, kind: str) -> N
 @pytest.mark.parametrize("entry", ["[::1]:6379", "::/128", "::/0", "2000::/3", "2001:db8::/32"])
 def test_plain_ipv6_entries_still_parse(entry: str) -> None:
     assert parse_rule(entry).net is not None
+
+
+# 23.3: the host's own addresses and the grid's service ports.
+OWN = ip("192.0.2.2")
+GUARD = Guard(
+    host_addrs=frozenset({ip("127.0.0.1"), OWN, ip("fd00::2")}),
+    service_ports=frozenset({6379, 9000, 8700}),
+    endpoints=frozenset({(ip("203.0.113.50"), 6379)}),
+)
+
+
+def test_the_hosts_own_address_is_refused_under_allow_all_and_ranges() -> None:
+    for allow in (["*"], ["192.0.2.0/24"], ["0.0.0.0/0"], ["*", "192.0.2.0/24:8080"]):
+        d = decide(allow, [], "192.0.2.2", 8080, [OWN], GUARD)
+        assert not d.allowed and d.reason == HOST_ADDRESS, allow
+    rebound = decide(["*"], [], "rebound.example", 8080, [OWN], GUARD)
+    assert not rebound.allowed and rebound.reason == HOST_ADDRESS
+    mapped = decide(["*"], [], "::ffff:192.0.2.2", 8080, [ip("::ffff:192.0.2.2")], GUARD)
+    assert mapped.reason == HOST_ADDRESS
+    assert decide(["*"], [], "192.0.2.3", 8080, [ip("192.0.2.3")], GUARD).allowed  # a neighbour
+
+
+def test_the_hosts_own_address_opens_only_when_named_exactly() -> None:
+    assert decide(["*", "192.0.2.2"], [], "192.0.2.2", 8080, [OWN], GUARD).allowed
+    assert decide(["192.0.2.2:8080"], [], "192.0.2.2", 8080, [OWN], GUARD).allowed
+    assert not decide(["192.0.2.2:8081"], [], "192.0.2.2", 8080, [OWN], GUARD).allowed
+    # a private host address needs both: the private range named, and the address itself
+    assert decide(["fd00::/8"], [], "fd00::2", 80, [ip("fd00::2")], GUARD).reason == HOST_ADDRESS
+    assert decide(["[fd00::2]"], [], "fd00::2", 80, [ip("fd00::2")], GUARD).allowed
+
+
+def test_a_grid_port_on_loopback_needs_the_port_named() -> None:
+    lo = [ip("127.0.0.1")]
+    for allow in (["127.0.0.0/8"], ["127.0.0.1"], ["*", "127.0.0.0/8"]):
+        d = decide(allow, [], "127.0.0.1", 6379, lo, GUARD)
+        assert not d.allowed and d.reason == SERVICE_PORT, allow
+    assert decide(["127.0.0.1:6379"], [], "127.0.0.1", 6379, lo, GUARD).allowed
+    assert decide(["127.0.0.0/8:6379"], [], "127.0.0.1", 6379, lo, GUARD).allowed
+    d = decide(["127.0.0.0/8"], [], "127.0.0.5", 8700, [ip("127.0.0.5")], GUARD)
+    assert d.reason == SERVICE_PORT  # any loopback address
+    assert decide(["127.0.0.0/8"], [], "127.0.0.5", 80, [ip("127.0.0.5")], GUARD).allowed
+    named = decide(["pypi.test", "127.0.0.0/8"], [], "pypi.test", 9000, [ip("127.0.0.5")], GUARD)
+    assert named.reason == SERVICE_PORT  # names never open a grid port
+
+
+def test_a_grid_port_on_the_hosts_address_and_on_the_services_endpoint() -> None:
+    d = decide(["192.0.2.2"], [], "192.0.2.2", 6379, [OWN], GUARD)
+    assert not d.allowed and d.reason == SERVICE_PORT
+    assert decide(["192.0.2.2:6379"], [], "192.0.2.2", 6379, [OWN], GUARD).allowed
+    public = [ip("203.0.113.9")]
+    assert decide(["*"], [], "203.0.113.9", 6379, public, GUARD).allowed  # someone else's
+    endpoint = decide(["*"], [], "redis.example", 6379, [ip("203.0.113.50")], GUARD)
+    assert not endpoint.allowed and endpoint.reason == SERVICE_PORT
+    assert decide(
+        ["203.0.113.50:6379"], [], "203.0.113.50", 6379, [ip("203.0.113.50")], GUARD
+    ).allowed

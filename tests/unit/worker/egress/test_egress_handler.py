@@ -11,7 +11,8 @@ import pytest
 from sandgrid.models import NetworkAttempt, NetworkPolicy
 from worker.egress.book import EgressBook, Usage
 from worker.egress.env import proxy_env, session_env
-from worker.egress.handler import Handler, read_target
+from worker.egress.handler import Handler
+from worker.egress.protocol import read_target
 from worker.egress.resolver import Resolver
 
 
