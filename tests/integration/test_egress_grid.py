@@ -21,6 +21,7 @@ import redis
 from sandgrid.localgrid import LocalGrid
 from sandgrid.wire import names
 from scheduler.tenants import Tenant, TenantLimits, hash_token
+from tests.integration.test_egress_limits import Listener, own_address
 from tests.support.egress_servers import build_wheel, git_server, pypi_server
 
 pytestmark = pytest.mark.integration
@@ -173,6 +174,23 @@ def test_redis_and_private_literals_refused_under_allow_all(grid, kind) -> None:
         "loopback address",
         "private address",
     ] * 1 + ["loopback address"]
+
+
+@pytest.mark.parametrize("kind", RUNTIMES)
+def test_allow_all_cannot_reach_the_hosts_own_address(grid, kind) -> None:  # type: ignore[no-untyped-def]
+    addr = own_address()
+    if addr is None:
+        pytest.skip("this host has only loopback (and Docker bridge) addresses")
+    listener = Listener(addr, b"you reached the host\n")
+    try:
+        sid = session(grid, kind, {"allow": ["*"]})
+        out = sh(grid, sid, f"curl -sS http://{addr}:{listener.port}/")
+        assert f"egress to {addr}:{listener.port} denied: host address" in out["stdout"], out
+        assert listener.accepted == []
+        [a] = attempts(grid, sid)
+        assert (a["allowed"], a["rule"], a["address"]) == (False, "host address", addr)
+    finally:
+        listener.close()
 
 
 @pytest.mark.parametrize("kind", RUNTIMES)
