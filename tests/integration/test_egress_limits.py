@@ -25,6 +25,7 @@ from sandgrid.models import NetworkAttempt, NetworkPolicy
 from sandgrid.wire import names
 from sandgrid.wire.settings import Settings
 from scheduler.network import network_view
+from tests.integration import test_egress_proxy
 from worker.egress import EgressProxy, RedisBook, Resolver
 from worker.egress.fastpath import FastPath
 from worker.egress.handler import Handler, Limits
@@ -35,6 +36,7 @@ pytestmark = pytest.mark.integration
 REDIS_URL = os.environ.get("SANDGRID_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 SID = "s-egresslimitstest0001"
 SILENT = "127.0.0.8"  # a server that accepts and never says a word
+rds = test_egress_proxy.rds  # the same Redis fixture
 
 
 def _keys() -> tuple[str, ...]:

@@ -174,10 +174,7 @@ class Handler:
         assert policy is not None and session_id is not None and usage is not None
         usage.connections += 1
         await self._add_usage(session_id, 1, 0)  # counted in the book before any byte moves
-        if session_id not in self._shown:
-            self._shown.add(session_id)
-            with contextlib.suppress(Exception):  # shown only: the traffic goes on
-                await self.book.show_limits(session_id, self.limits.shown())
+        await self._show_limits(session_id)
         upstream = await self._connect(addrs, target, attempt)
         if upstream is None:
             failed = Decision(True, decision.rule, "connection failed")
@@ -185,8 +182,24 @@ class Handler:
             await self._record(session_id, attempt, failed, policy)
             return
         await accept(writer, target)
+        decision = await self._carry(
+            session_id, (reader, writer), upstream, attempt, usage, policy, decision
+        )
+        await self._record(session_id, attempt, decision, policy)
+
+    async def _carry(
+        self,
+        session_id: str,
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        attempt: _Attempt,
+        usage: Usage,
+        policy: NetworkPolicy,
+        decision: Decision,
+    ) -> Decision:
+        """Relay an accepted connection; the decision as it ended (quota, idle, done)."""
         try:
-            await self._pipe((reader, writer), upstream, attempt, usage, policy.max_bytes)
+            await self._pipe(client, upstream, attempt, usage, policy.max_bytes)
         except _QuotaExceeded:
             quota = f"closed: byte quota exceeded (max_bytes={policy.max_bytes})"
             decision = Decision(True, decision.rule, quota)
@@ -199,7 +212,14 @@ class Handler:
             raise
         finally:
             upstream[1].close()
-        await self._record(session_id, attempt, decision, policy)
+        return decision
+
+    async def _show_limits(self, session_id: str) -> None:
+        """Tell the book the limits once per session (shown only: traffic goes on)."""
+        if session_id not in self._shown:
+            self._shown.add(session_id)
+            with contextlib.suppress(Exception):
+                await self.book.show_limits(session_id, self.limits.shown())
 
     async def _resolve(self, target: Target, attempt: _Attempt) -> list[IPAddress]:
         """The addresses of the target: the literal itself, or the name looked up."""
