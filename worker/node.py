@@ -21,8 +21,9 @@ from sandgrid.wire.redis_ledger import WORKER_OUTAGE_WAIT_S, RedisLedger
 from sandgrid.wire.settings import Settings, get_settings
 from worker import metrics
 from worker.egress import EgressProxy, RedisBook, Resolver
-from worker.egress.handler import Handler, Limits
+from worker.egress.handler import Handler
 from worker.egress.hostguard import HostGuard
+from worker.egress.limits import Limits
 from worker.heartbeat import Heartbeat
 from worker.ops.base import NodeParts
 from worker.ops.terminal import TerminalBridge

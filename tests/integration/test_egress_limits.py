@@ -28,8 +28,9 @@ from scheduler.network import network_view
 from tests.integration import test_egress_proxy
 from worker.egress import EgressProxy, RedisBook, Resolver
 from worker.egress.fastpath import FastPath
-from worker.egress.handler import Handler, Limits
+from worker.egress.handler import Handler
 from worker.egress.hostguard import HostGuard, interface_addresses
+from worker.egress.limits import Limits
 
 pytestmark = pytest.mark.integration
 

@@ -21,13 +21,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sandgrid.models import EgressLimits, NetworkAttempt, NetworkPolicy
+from sandgrid.models import NetworkAttempt, NetworkPolicy
 from sandgrid.netaddr import IPAddress
 from sandgrid.network import Decision, decide, precheck
-from sandgrid.wire.settings import EgressSettings
 from worker.egress.book import EgressBook, Usage
 from worker.egress.fastpath import FastPath, add_bytes
 from worker.egress.hostguard import HostGuard
+from worker.egress.limits import Limits
 from worker.egress.protocol import (
     Refused,
     Target,
@@ -38,7 +38,7 @@ from worker.egress.protocol import (
 )
 from worker.egress.resolver import Resolver
 
-__all__ = ["STREAM_LIMIT", "Handler", "Limits"]
+__all__ = ["STREAM_LIMIT", "Handler"]
 
 log = logging.getLogger(__name__)
 
@@ -55,27 +55,6 @@ class _QuotaExceeded(Exception):
 
 class _Idle(Exception):
     pass
-
-
-@dataclass(frozen=True)
-class Limits:
-    """How long and how many: what keeps a connection from holding a socket unbounded."""
-
-    handshake_timeout_s: float = 10.0
-    idle_timeout_s: float = 600.0
-    max_open: int = 128
-
-    @classmethod
-    def from_settings(cls, egress: EgressSettings) -> Limits:
-        return cls(egress.handshake_timeout_s, egress.idle_timeout_s, egress.max_open)
-
-    def shown(self) -> EgressLimits:
-        """As ``GET /v1/sessions/{id}/network`` shows them."""
-        return EgressLimits(
-            handshake_timeout_s=self.handshake_timeout_s,
-            idle_timeout_s=self.idle_timeout_s,
-            max_open=self.max_open,
-        )
 
 
 @dataclass
