@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sandgrid.network import parse_rule
+from sandgrid.network import parse_entries
 
 __all__ = [
     "CHECKPOINT_NAME_PATTERN",
@@ -33,6 +33,7 @@ __all__ = [
     "CodeError",
     "CodeRequest",
     "CodeResult",
+    "EgressLimits",
     "ExecRequest",
     "ExecResult",
     "FileEntry",
@@ -137,12 +138,7 @@ class Quotas(WireModel):
 
 
 def _rules(field: str, entries: list[str]) -> list[str]:
-    for i, entry in enumerate(entries):
-        try:
-            parse_rule(entry)
-        except ValueError as exc:
-            raise ValueError(f"network.{field}[{i}]: {exc}") from None
-    return [e.strip().lower() for e in entries]
+    return parse_entries(f"network.{field}", entries)
 
 
 class NetworkPolicy(WireModel):
@@ -180,6 +176,11 @@ class NetworkAttempt(WireModel):
     host: str
     port: int
     address: str = Field("", description="the resolved address connected to (or refused)")
+    resolved: bool = Field(
+        False,
+        description="whether the proxy looked the name up (never for an IP literal, nor for "
+        "a name refused before resolution: no policy, or no allow entry could match it)",
+    )
     allowed: bool
     rule: str = Field("", description="the entry (or special range) that decided it")
     reason: str = ""
@@ -190,6 +191,14 @@ class NetworkAttempt(WireModel):
     node: str = ""
 
 
+class EgressLimits(WireModel):
+    """The connection limits the egress proxy holds every connection to (node settings)."""
+
+    handshake_timeout_s: float = Field(description="the request must arrive within this")
+    idle_timeout_s: float = Field(description="an established connection idle this long closes")
+    max_open: int = Field(description="connections of the session open at once")
+
+
 class NetworkView(WireModel):
     """Body of ``GET /v1/sessions/{id}/network``: the policy, usage and recent attempts."""
 
@@ -197,6 +206,9 @@ class NetworkView(WireModel):
     connections: int = 0
     bytes: int = 0
     attempts: list[NetworkAttempt] = Field(default_factory=list)
+    limits: EgressLimits | None = Field(
+        None, description="the proxy's connection limits (as its node last said, else the grid's)"
+    )
 
 
 class FileWrite(WireModel):

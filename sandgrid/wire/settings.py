@@ -150,6 +150,37 @@ class EgressSettings(BaseModel):
         description="SANDGRID_WORKER__EGRESS__AUDIT_TTL_S: the audit and usage expire this "
         "long after the session's last attempt",
     )
+    # issue 23.3 (egress): the host's own addresses and the grid's ports are special
+    service_ports: list[int] = Field(
+        default_factory=lambda: [5555, 9001],
+        description="SANDGRID_WORKER__EGRESS__SERVICE_PORTS (JSON list): grid ports besides "
+        "those the settings name (Redis, MinIO, the API, metrics): Flower, the MinIO console",
+    )
+    host_refresh_s: float = Field(
+        30.0,
+        gt=0,
+        description="SANDGRID_WORKER__EGRESS__HOST_REFRESH_S: the host's interface addresses "
+        "are read again when older than this",
+    )
+    # issue 23.8 (egress): no connection holds a worker socket unbounded
+    handshake_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="SANDGRID_WORKER__EGRESS__HANDSHAKE_TIMEOUT_S: the request (CONNECT line, "
+        "HTTP head, SOCKS greeting and request) must arrive within this",
+    )
+    idle_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="SANDGRID_WORKER__EGRESS__IDLE_TIMEOUT_S: an established connection with "
+        "no byte either way for this long is closed",
+    )
+    max_open: int = Field(
+        128,
+        ge=1,
+        description="SANDGRID_WORKER__EGRESS__MAX_OPEN: connections of one sandbox open at "
+        "once, counted from accept (beyond: refused at once)",
+    )
 
 
 class WorkerSettings(BaseModel):
