@@ -54,10 +54,12 @@ def one_node_fixture(
     token: str,
     settings: dict[str, str] | None = None,
     limits: dict[str, Any] | None = None,
+    types: str = "python",
 ) -> Callable[..., Any]:
     """A module fixture ``grid``: tenant ``name`` with ``token``, worker ``name-w1`` (4 threads).
 
-    ``settings``: more ``SANDGRID_*`` variables; ``limits``: the tenant's (``TenantLimits``).
+    ``settings``: more ``SANDGRID_*`` variables; ``limits``: the tenant's (``TenantLimits``);
+    ``types``: the sandbox types the worker serves (comma-separated).
     """
 
     @pytest.fixture(scope="module")
@@ -80,7 +82,7 @@ def one_node_fixture(
                 row = {"name": name, "token": token, "limits": limits}
                 Path(g.env["SANDGRID_TENANTS_FILE"]).write_text(json.dumps({"tenants": [row]}))
             try:
-                g.start([f"{name}-w1"], concurrency=4)
+                g.start([f"{name}-w1"], types=types, concurrency=4)
                 yield g
             finally:
                 g.stop()
