@@ -56,3 +56,16 @@ def test_an_exec_env_past_its_size_is_422(grid: Grid) -> None:
     body = {"shell": "true", "env": {"V": "x" * MAX_ENV_BYTES}}
     r = grid.http.post(f"/v1/sessions/{sid}/exec", json=body, headers=grid.headers())
     assert r.status_code == 422 and r.json()["error"]["context"]["field"] == "env"
+
+
+def test_a_batch_takes_the_same_label_and_env_rules(grid: Grid) -> None:
+    """A batch's labels go to each of its sessions: refused at submission, not mid-batch."""
+    job = {"id": "j1", "shell": "true"}
+    for body, field in (
+        ({"jobs": [job], "labels": {"k": "x" * (MAX_LABEL_VALUE + 1)}}, "labels"),
+        ({"jobs": [job], "labels": {"a b": "x"}}, "labels"),
+        ({"jobs": [{**job, "env": {"V": "x" * MAX_ENV_BYTES}}]}, "jobs.0.env"),
+    ):
+        r = grid.http.post("/v1/batches", json=body, headers=grid.headers())
+        assert r.status_code == 422, r.text[:300]
+        assert r.json()["error"]["context"]["field"] == field
