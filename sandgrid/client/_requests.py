@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
 from sandgrid.audit import AuditOrder, AuditPage
-from sandgrid.client._call import Call, FileContent, model, parse_as, parse_json
+from sandgrid.client._call import Call, FileContent, model, parse_answer, parse_as, parse_json
 from sandgrid.client._files import file_write
 from sandgrid.client._network import NetworkPolicyLike, network_policy
 from sandgrid.models import (
@@ -195,14 +195,12 @@ def get_session(session_id: str) -> Call[SessionInfo]:
 
 def list_sessions() -> Call[list[SessionInfo]]:
     """The tenant's open sessions."""
-    return Call(
-        "GET", "/v1/sessions", lambda r: SessionList.model_validate_json(r.content).sessions
-    )
+    return Call("GET", "/v1/sessions", lambda r: parse_answer(SessionList, r.content).sessions)
 
 
 def types() -> Call[list[SandboxTypeInfo]]:
     """The catalog's sandbox types, each with the live nodes that serve it."""
-    return Call("GET", "/v1/types", lambda r: TypeList.model_validate_json(r.content).types)
+    return Call("GET", "/v1/types", lambda r: parse_answer(TypeList, r.content).types)
 
 
 def close_session(session_id: str) -> Call[SessionInfo]:

@@ -33,7 +33,7 @@ from sandgrid.errors import NotFound, SandgridError
 from sandgrid.models import ExecRequest
 from sandgrid.streaming import EVENT_STREAM, LAST_EVENT_ID_HEADER, TURN_ID_HEADER, TurnCancel
 from sandgrid.wire import turnstream
-from scheduler.api.deps import CurrentTenant, Services, Svc
+from scheduler.api.deps import NO_BODY, CurrentTenant, Services, Svc
 from scheduler.api.stream_slots import Slot, StreamSlots
 from scheduler.registry.sessions import new_turn_id
 from scheduler.tenants import Tenant
@@ -147,7 +147,9 @@ def turn_events(
     return _response(svc, turn_id, offset, "", slot)
 
 
-@router.post("/{session_id}/turns/{turn_id}/cancel", response_model=TurnCancel)
+@router.post(
+    "/{session_id}/turns/{turn_id}/cancel", response_model=TurnCancel, dependencies=[NO_BODY]
+)
 def cancel_turn(session_id: str, turn_id: str, svc: Svc, tenant: CurrentTenant) -> TurnCancel:
     """Cancel a turn: its processes are killed (or it never starts) and its result says
     ``cancelled: true``; a finished turn is left alone (``state: finished``)."""

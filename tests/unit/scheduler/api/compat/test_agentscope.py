@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from sandgrid.models import ExecResult, FileEntry, Quotas, SessionInfo
 from sandgrid.ops.code import RunCodeOp
@@ -19,7 +20,12 @@ from scheduler.api.compat.agentscope_models import (
     LABEL_TYPE,
     CallToolBody,
     CreateFromPoolBody,
+    GetInfoBody,
     IdentityBody,
+    ListToolsBody,
+    MoveBody,
+    PathBody,
+    SessionMappingBody,
     container_info,
     fs_entry,
     labels_for,
@@ -47,8 +53,27 @@ def _create(grid: Grid, ctx: str = "ctx-1", token: str | None = None) -> str:
 def test_async_twins_positional_args_fill_the_first_field() -> None:
     assert IdentityBody.model_validate({"args": "s-1"}).identity == "s-1"
     assert CreateFromPoolBody.model_validate({"args": "base"}).sandbox_type == "base"
-    body = CallToolBody.model_validate({"identity": "s-1", "tool_name": "t", "extra": 1})
+    body = CallToolBody.model_validate({"identity": "s-1", "tool_name": "t"})
     assert body.arguments == {}
+
+
+def test_bodies_take_what_the_runtime_client_sends_and_refuse_the_rest() -> None:
+    """agentscope-runtime 1.1.6 sends each method's own parameters: those, and no other."""
+    CreateFromPoolBody.model_validate({"sandbox_type": "base", "meta": {"session_ctx_id": "c"}})
+    assert GetInfoBody.model_validate({"identity": "s-1", "_redirect_depth": 1}).identity == "s-1"
+    ListToolsBody.model_validate({"identity": "s-1", "tool_type": None})
+    CallToolBody.model_validate({"identity": "s-1", "tool_name": "t", "arguments": {}})
+    SessionMappingBody.model_validate({"session_ctx_id": "c"})
+    MoveBody.model_validate({"source": "a", "destination": "b"})
+    PathBody.model_validate({"path": "a"})
+    for model, body in (
+        (CallToolBody, {"identity": "s-1", "tool_name": "t", "extra": 1}),
+        (IdentityBody, {"identity": "s-1", "memory": True}),
+        (MoveBody, {"source": "a", "destination": "b", "overwrite": True}),
+        (PathBody, {"path": "a", "parents": False}),
+    ):
+        with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+            model.model_validate(body)
 
 
 def test_labels_carry_the_session_context() -> None:
