@@ -61,6 +61,7 @@ def run_worker(types: list[str], concurrency: int, node: str) -> None:
     """
     os.environ["SANDGRID_WORKER__NODE"] = node
     limit_malloc_arenas()
+    configure_logging()  # now: Celery warns (root user...) before it sets logging up
     signals.setup_logging.connect(configure_logging, weak=False)
     hide_message_bodies()
     app.conf.update(

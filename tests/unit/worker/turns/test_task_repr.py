@@ -22,6 +22,7 @@ from celery.utils.saferepr import saferepr
 from celery.worker.consumer import consumer
 from kombu import Message
 from kombu.utils.json import dumps
+from pydantic import ValidationError
 
 from sandgrid.models import ExecResult, Quotas, SessionInfo
 from sandgrid.ops.exec import ExecOp
@@ -132,3 +133,11 @@ def test_celerys_setup_logging_gets_the_grids_json_lines(monkeypatch: pytest.Mon
     logging.getLogger("celery.app.trace").info("Task %s succeeded", "sandgrid.turn")
     line = json.loads(out.getvalue())
     assert line["logger"] == "celery.app.trace" and line["msg"] == "Task sandgrid.turn succeeded"
+
+
+def test_a_bad_reply_is_refused_without_quoting_it() -> None:
+    """A traceback of a reply that does not parse is logged: its text quotes no output."""
+    bad = {"turn_id": "t-1", "node": "w1", "ok": True, "result": {"kind": "nope", "stdout": MARK}}
+    with pytest.raises(ValidationError) as caught:
+        TurnOutcome.model_validate(bad)
+    assert MARK not in str(caught.value) and "result" in str(caught.value)

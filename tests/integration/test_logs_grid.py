@@ -1,0 +1,219 @@
+"""Tenant data never reaches a log or Flower, on runc and on runsc (issue 23, items 4 and 5).
+
+A grid of its own (the API with its access log on, one worker serving
+``python`` and ``python-gvisor``, and Flower as ``deploy/local/grid.sh`` starts
+it) runs real turns whose stdin, written file, session env, request env and
+stdout each carry a marker, plus a request and a WebSocket with a secret in
+the query string. Then the API's, the worker's and Flower's logs, Flower's
+``/api/tasks``, each task's ``/api/task/info`` and ``/api/workers`` (Celery's
+inspect answers, read while a turn is running) must not hold the marker; and
+every log line is one JSON object. The commands never spell the markers out:
+stdout's is built by the sandbox, so a marker found anywhere came from data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from websockets.sync.client import connect
+
+from sandgrid.localgrid import LocalGrid
+
+pytestmark = pytest.mark.integration
+
+PORT = int(os.environ.get("SANDGRID_TEST_LOGS_API_PORT", "8763"))
+FLOWER_PORT = int(os.environ.get("SANDGRID_TEST_LOGS_FLOWER_PORT", "5593"))
+REDIS_URL = os.environ.get("SANDGRID_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+NODE = "logs-w1"
+TYPES = "python,python-gvisor"
+TOKEN = "tok-logs-" + "g" * 24
+FLOWER_AUTH = ("admin", "flower-logs-pw")
+RUNTIMES = [
+    pytest.param("python", id="runc"),
+    pytest.param("python-gvisor", id="runsc", marks=pytest.mark.runsc),
+]
+#: Unique to this run: found in a log or in Flower, it can only come from the turns' data.
+MARK = uuid.uuid4().hex[:16]
+
+
+def _flower(g: LocalGrid) -> subprocess.Popen[bytes]:
+    """Flower as deploy/local/grid.sh starts it (basic auth, no state file)."""
+    with (g.workdir / "flower.log").open("ab") as log:
+        return subprocess.Popen(
+            [
+                *(sys.executable, "-m", "scheduler.flower", "-A", "sandgrid.wire.celery_app:app"),
+                *("flower", "--address=127.0.0.1", f"--port={FLOWER_PORT}"),
+                *(f"--basic-auth={':'.join(FLOWER_AUTH)}", "--persistent=False"),
+            ],
+            env=g.env,
+            stdout=log,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
+    work = tmp_path_factory.mktemp("logsgrid")
+    r: redis.Redis[str] = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        r.flushdb()
+    except redis.RedisError as exc:
+        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
+    g = LocalGrid(
+        work / "grid",
+        port=PORT,
+        redis_url=REDIS_URL,
+        tenants={"logs": TOKEN},
+        env={
+            "SANDGRID_WORKER__POOL_SIZE": "1",
+            "SANDGRID_WORKER__SNAPSHOT_STORE": "local",
+            "SANDGRID_WORKER__METRICS_PORT": "0",
+            "SANDGRID_WORKER__METRICS_ADDR": "127.0.0.1",
+            "SANDGRID_WORKER__EGRESS__STATE_DIR": str(work / "egress"),
+            "SANDGRID_HEARTBEAT_S": "0.5",
+            "SANDGRID_LEASE_TTL_S": "4",
+        },
+    )
+    try:
+        g.procs["flower"] = _flower(g)  # first: it sees every task event from the start
+        flower_up = f"http://127.0.0.1:{FLOWER_PORT}/healthcheck"
+        g.wait(lambda: httpx.get(flower_up, timeout=2).status_code == 200, "Flower")
+        g.spawn("api", "serve", "--host", "127.0.0.1", "--port", str(PORT), "--access-log")
+        g.start_worker(NODE, types=TYPES, concurrency=2)
+        g.wait(lambda: NODE in g.workers_seen(), "the worker in /v1/health")
+        yield g
+    finally:
+        g.stop()
+        r.flushdb()
+        r.close()
+
+
+def call(
+    g: LocalGrid, method: str, route: str, body: Any = None, params: dict[str, str] | None = None
+) -> Any:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    resp = httpx.request(
+        method, f"{g.api_url}{route}", json=body, params=params, headers=headers, timeout=120
+    )
+    assert resp.status_code < 300, resp.text
+    return resp.json()
+
+
+def flower(path: str) -> str:
+    resp = httpx.get(f"http://127.0.0.1:{FLOWER_PORT}{path}", auth=FLOWER_AUTH, timeout=30)
+    assert resp.status_code == 200, resp.text
+    return resp.text
+
+
+def _turns(g: LocalGrid, kind: str) -> str:
+    """Real turns whose data carry the marker; returns the session id."""
+    sid = call(g, "POST", "/v1/sessions", {"type": kind, "env": {"SG_ENV": f"{MARK}-env"}})["id"]
+    call(
+        g,
+        "POST",
+        f"/v1/sessions/{sid}/files",
+        {"files": [{"path": "in.txt", "content": f"{MARK}-file"}]},
+    )
+    read = call(g, "GET", f"/v1/sessions/{sid}/files", params={"path": "in.txt"})
+    assert read["content"] == f"{MARK}-file"
+    reversed_mark = f"{MARK}-stdout"[::-1]
+    command = (
+        f'cat in.txt; cat; echo "$SG_ENV $SG_REQ"; python3 -c "print(\'{reversed_mark}\'[::-1])"'
+    )
+    assert MARK not in command
+    body = {"shell": command, "stdin": f"{MARK}-stdin", "env": {"SG_REQ": f"{MARK}-reqenv"}}
+    out = call(g, "POST", f"/v1/sessions/{sid}/exec", body)
+    for part in ("file", "stdin", "env", "reqenv", "stdout"):
+        assert f"{MARK}-{part}" in out["stdout"], out  # the turn really carried each one
+    call(g, "GET", "/v1/sessions", params={"token": f"{MARK}-query"})  # a secret in a query string
+    ws = f"ws://127.0.0.1:{PORT}/v1/sessions/{sid}/pty?token={MARK}-ws"
+    try:
+        with connect(ws, open_timeout=10) as sock:
+            sock.recv(timeout=10)
+    except Exception:  # refused either way (a bad token): only its log line matters here
+        pass
+    return sid
+
+
+def _inspect_while_running(g: LocalGrid, sid: str) -> list[str]:
+    """Flower's ``/api/workers`` (Celery's inspect answers) while a turn runs."""
+    body = {"shell": "sleep 8; cat", "stdin": f"{MARK}-running", "env": {"SG_RUN": f"{MARK}-r"}}
+    done = threading.Thread(target=call, args=(g, "POST", f"/v1/sessions/{sid}/exec", body))
+    done.start()
+    seen, active = [], False
+    deadline = time.monotonic() + 8
+    while time.monotonic() < deadline:
+        text = flower("/api/workers?refresh=1")
+        seen.append(text)
+        workers = json.loads(text).values()
+        active = active or any(w.get("active") or w.get("reserved") for w in workers)
+        if active:
+            break
+        time.sleep(0.2)
+    done.join(60)
+    keys = {name: sorted(w) for name, w in json.loads(seen[-1]).items()}
+    assert active, f"no running turn in Flower's inspect answers ({len(seen)} asked): {keys}"
+    return seen
+
+
+def _flower_tasks(min_count: int) -> tuple[str, dict[str, Any]]:
+    deadline = time.monotonic() + 20
+    while True:
+        text = flower("/api/tasks")
+        tasks = json.loads(text)
+        done = [t for t in tasks.values() if t.get("state") == "SUCCESS"]
+        if len(done) >= min_count or time.monotonic() > deadline:
+            return text, tasks
+        time.sleep(0.5)
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    lines = [x for x in path.read_text(errors="replace").splitlines() if x.strip()]
+    bad = [x for x in lines if not x.startswith("{")]
+    assert not bad, f"{path.name}: lines that are not JSON records: {bad[:5]}"
+    return [json.loads(x) for x in lines]
+
+
+@pytest.mark.parametrize("kind", RUNTIMES)
+def test_no_tenant_data_in_logs_or_flower(grid: LocalGrid, kind: str) -> None:
+    sid = _turns(grid, kind)
+    shown = _inspect_while_running(grid, sid)
+    text, tasks = _flower_tasks(min_count=4)
+    shown.append(text)
+    turns = [tid for tid, t in tasks.items() if t.get("name") == "sandgrid.turn"]
+    assert len(turns) >= 4, text[:2000]
+    for tid in turns:
+        shown.append(flower(f"/api/task/info/{tid}"))
+    succeeded = [t for t in tasks.values() if t.get("state") == "SUCCESS"]
+    assert any("result=exec" in str(t.get("result")) for t in succeeded), text[:2000]
+    assert any("op=exec" in str(t.get("args")) for t in tasks.values()), text[:2000]
+    for body in shown:
+        assert MARK not in body, body[body.index(MARK) - 300 : body.index(MARK) + 100]
+    time.sleep(1)  # the last lines reach the files
+    for name in ("api", NODE, "flower"):
+        log = grid.workdir / f"{name}.log"
+        content = log.read_text(errors="replace")
+        assert MARK not in content, content[content.index(MARK) - 500 : content.index(MARK) + 100]
+        _json_lines(log)
+    api = [r["msg"] for r in _json_lines(grid.workdir / "api.log")]
+    assert any('"GET /v1/sessions HTTP/1.1" 200' in m for m in api), api[-20:]
+    assert any("/pty" in m and "WebSocket" in m for m in api), api[-20:]
+    worker = _json_lines(grid.workdir / f"{NODE}.log")
+    success = [
+        r["msg"] for r in worker if r["logger"] == "celery.app.trace" and "succeeded" in r["msg"]
+    ]
+    assert any("result=exec" in m and "bytes)" in m for m in success), success[-5:]
