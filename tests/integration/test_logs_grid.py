@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -30,6 +28,7 @@ import redis
 from websockets.sync.client import connect
 
 from sandgrid.localgrid import LocalGrid
+from tests.support.grid_fixtures import FLOWER_PASSWORD, FLOWER_USER, start_flower
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +38,7 @@ REDIS_URL = os.environ.get("SANDGRID_TEST_REDIS_URL", "redis://127.0.0.1:6379/15
 NODE = "logs-w1"
 TYPES = "python,python-gvisor"
 TOKEN = "tok-logs-" + "g" * 24
-FLOWER_AUTH = ("admin", "flower-logs-pw")
+FLOWER_AUTH = (FLOWER_USER, FLOWER_PASSWORD)
 RUNTIMES = [
     pytest.param("python", id="runc"),
     pytest.param("python-gvisor", id="runsc", marks=pytest.mark.runsc),
@@ -48,58 +47,44 @@ RUNTIMES = [
 MARK = uuid.uuid4().hex[:16]
 
 
-def _flower(g: LocalGrid) -> subprocess.Popen[bytes]:
-    """Flower as deploy/local/grid.sh starts it (basic auth, no state file)."""
-    with (g.workdir / "flower.log").open("ab") as log:
-        return subprocess.Popen(
-            [
-                *(sys.executable, "-m", "scheduler.flower", "-A", "sandgrid.wire.celery_app:app"),
-                *("flower", "--address=127.0.0.1", f"--port={FLOWER_PORT}"),
-                *(f"--basic-auth={':'.join(FLOWER_AUTH)}", "--persistent=False"),
-            ],
-            env=g.env,
-            stdout=log,
-            stderr=log,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+GRID_ENV = {
+    "SANDGRID_WORKER__POOL_SIZE": "1",
+    "SANDGRID_WORKER__SNAPSHOT_STORE": "local",
+    "SANDGRID_WORKER__METRICS_PORT": "0",
+    "SANDGRID_WORKER__METRICS_ADDR": "127.0.0.1",
+    "SANDGRID_HEARTBEAT_S": "0.5",
+    "SANDGRID_LEASE_TTL_S": "4",
+}
+
+
+def _empty_db() -> redis.Redis[str]:
+    """The test's Redis database, emptied; the module is skipped without Redis."""
+    client: redis.Redis[str] = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
+    client.flushdb()
+    return client
 
 
 @pytest.fixture(scope="module")
 def grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
+    """Flower first (it sees every event), the API with its access log, one worker."""
     work = tmp_path_factory.mktemp("logsgrid")
-    r: redis.Redis[str] = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    db = _empty_db()
+    env = {**GRID_ENV, "SANDGRID_WORKER__EGRESS__STATE_DIR": str(work / "egress")}
+    g = LocalGrid(work / "grid", port=PORT, redis_url=REDIS_URL, tenants={"logs": TOKEN}, env=env)
     try:
-        r.flushdb()
-    except redis.RedisError as exc:
-        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
-    g = LocalGrid(
-        work / "grid",
-        port=PORT,
-        redis_url=REDIS_URL,
-        tenants={"logs": TOKEN},
-        env={
-            "SANDGRID_WORKER__POOL_SIZE": "1",
-            "SANDGRID_WORKER__SNAPSHOT_STORE": "local",
-            "SANDGRID_WORKER__METRICS_PORT": "0",
-            "SANDGRID_WORKER__METRICS_ADDR": "127.0.0.1",
-            "SANDGRID_WORKER__EGRESS__STATE_DIR": str(work / "egress"),
-            "SANDGRID_HEARTBEAT_S": "0.5",
-            "SANDGRID_LEASE_TTL_S": "4",
-        },
-    )
-    try:
-        g.procs["flower"] = _flower(g)  # first: it sees every task event from the start
-        flower_up = f"http://127.0.0.1:{FLOWER_PORT}/healthcheck"
-        g.wait(lambda: httpx.get(flower_up, timeout=2).status_code == 200, "Flower")
+        start_flower(g, FLOWER_PORT)
         g.spawn("api", "serve", "--host", "127.0.0.1", "--port", str(PORT), "--access-log")
         g.start_worker(NODE, types=TYPES, concurrency=2)
         g.wait(lambda: NODE in g.workers_seen(), "the worker in /v1/health")
         yield g
     finally:
         g.stop()
-        r.flushdb()
-        r.close()
+        db.flushdb()
+        db.close()
 
 
 def call(
