@@ -138,7 +138,12 @@ def _turns(g: LocalGrid, kind: str) -> str:
 
 def _inspect_while_running(g: LocalGrid, sid: str) -> list[str]:
     """Flower's ``/api/workers`` for the node (Celery's inspect answers, ``active`` and
-    ``reserved`` included: Flower asks for them when a worker is named) while a turn runs."""
+    ``reserved`` included: Flower asks for them when a worker is named) while a turn runs.
+
+    Flower asks ``active`` with ``safe=True``; ``reserved``, ``scheduled`` and
+    ``query_task`` give the raw arguments unless the request class says otherwise
+    (``SafeRequest``, tests/unit/worker/turns/test_task_repr.py).
+    """
     body = {"shell": "sleep 8; cat", "stdin": f"{MARK}-running", "env": {"SG_RUN": f"{MARK}-r"}}
     done = threading.Thread(target=call, args=(g, "POST", f"/v1/sessions/{sid}/exec", body))
     done.start()
