@@ -111,9 +111,14 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class WireModel(BaseModel):
-    """Base of every model that crosses a wire: frozen, no unknown fields."""
+    """Base of every model that crosses a wire: frozen, no unknown fields.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    A validation error's text never quotes the input (``hide_input_in_errors``):
+    a logged traceback of a bad reply would carry a tenant's output (issue 23,
+    item 5). ``errors()`` still names each field and rule.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     v: int = WIRE_VERSION
 

@@ -25,22 +25,34 @@ __all__ = ["admin", "admin_rebuild", "serve", "tenants"]
 @click.command()
 @click.option("--host", default=None, help="bind address [SANDGRID_API_HOST, 127.0.0.1]")
 @click.option("--port", type=int, default=None, help="port [SANDGRID_API_PORT, 8700]")
-@click.option("--access-log/--no-access-log", default=False, help="log every request")
-@click.option("--log-level", default="info", show_default=True)
-def serve(host: str | None, port: int | None, access_log: bool, log_level: str) -> None:
-    """Serve the HTTP API (OpenAPI at /docs)."""
+@click.option(
+    "--access-log/--no-access-log",
+    default=False,
+    help="log every request (method, path without its query string, status)",
+)
+@click.option("--log-level", default=None, help="[SANDGRID_LOG_LEVEL, info]")
+def serve(host: str | None, port: int | None, access_log: bool, log_level: str | None) -> None:
+    """Serve the HTTP API (OpenAPI at /docs).
+
+    Logs are the grid's one-line records (``SANDGRID_LOG_FORMAT``, json or text;
+    ``sandgrid.wire.logs``): uvicorn's own configuration is not used.
+    """
     import uvicorn
 
+    from sandgrid.wire.logs import setup_logging
     from sandgrid.wire.settings import get_settings
 
     settings = get_settings()
+    level = (log_level or settings.log_level).upper()
+    setup_logging(settings.log_format, level)
     uvicorn.run(
         "scheduler.api:create_app",
         factory=True,
         host=host or settings.api_host,
         port=port or settings.api_port,
         access_log=access_log,
-        log_level=log_level,
+        log_level=level.lower(),
+        log_config=None,
     )
 
 

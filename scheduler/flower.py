@@ -9,6 +9,9 @@ Flower's own ``get_current_user`` (basic auth, or its OAuth when configured)::
     python -m scheduler.flower -A sandgrid.wire.celery_app:app flower --basic-auth=admin:PW
 
 Prometheus scrapes it with the same user and password (deploy/prometheus/).
+
+Its log lines are the grid's (``sandgrid.wire.logs``, ``SANDGRID_LOG_FORMAT``):
+set up before Flower starts, so tornado adds no handler of its own.
 """
 
 from __future__ import annotations
@@ -32,9 +35,14 @@ def protect_metrics() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``celery ARGV`` with Flower's ``/metrics`` protected."""
+    """``celery ARGV`` with Flower's ``/metrics`` protected, logging the grid's lines."""
     from celery.bin.celery import main as celery_main
 
+    from sandgrid.wire.logs import setup_logging
+    from sandgrid.wire.settings import get_settings
+
+    settings = get_settings()
+    setup_logging(settings.log_format, settings.log_level)
     protect_metrics()
     sys.argv = ["celery", *(sys.argv[1:] if argv is None else argv)]
     celery_main()

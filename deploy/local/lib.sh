@@ -10,6 +10,9 @@ SG_BIN="${SANDGRID_BIN_DIR:-$SG_STATE/bin}"
 export PATH="$SG_BIN:/usr/local/go/bin:/root/go/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
 export DEBIAN_FRONTEND=noninteractive
 mkdir -p "$SG_STATE" "$SG_RUN" "$SG_LOG" "$SG_BIN"
+# Logs name tenants, sessions and the grid's own addresses: only the grid's user
+# and its group read them (issue 23, item 4; docs/operations.md, Logs).
+chmod 0750 "$SG_LOG"
 
 log() { printf '\033[1;34m[sandgrid]\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[1;31m[sandgrid] error:\033[0m %s\n' "$*" >&2; exit 1; }
@@ -34,10 +37,20 @@ pid_alive() {
   [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
 }
 
-# start_bg NAME CMD...: start CMD in the background, its PID in $SG_RUN/NAME.pid.
+# private_log PATH: make PATH a log file of mode 0640 (created under umask 027,
+# an existing one chmod'ed), for a process to append to. Only the file: the
+# process itself keeps the usual umask (what it creates has its own modes).
+private_log() {
+  (umask 027; : >>"$1")
+  chmod 0640 "$1"
+}
+
+# start_bg NAME CMD...: start CMD in the background, its PID in $SG_RUN/NAME.pid,
+# its output appended to $SG_LOG/NAME.log (0640).
 start_bg() {
   local name="$1"; shift
   if pid_alive "$name"; then return 0; fi
+  private_log "$SG_LOG/$name.log"
   setsid nohup "$@" >>"$SG_LOG/$name.log" 2>&1 </dev/null &
   echo $! >"$SG_RUN/$name.pid"
 }

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
     "DEFAULT_HEARTBEAT_S",
     "DEFAULT_IDLE_TTL_S",
     "DEFAULT_LEASE_TTL_S",
+    "DEFAULT_LOG_FORMAT",
+    "DEFAULT_LOG_LEVEL",
     "DEFAULT_LOST_CHECK_S",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MINIO_ENDPOINT",
@@ -81,6 +84,9 @@ DEFAULT_WORKER_METRICS_PORT = 9810
 DEFAULT_AUDIT_COMMAND_CHARS = 80
 DEFAULT_AUDIT_EXPORT_INTERVAL_S = 60.0
 DEFAULT_AUDIT_STREAM_KEEP_S = 3600.0
+# Logs (issue 23, item 5): one line per event, JSON unless told otherwise.
+DEFAULT_LOG_FORMAT: Literal["json", "text"] = "json"
+DEFAULT_LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
 class MinioSettings(BaseModel):
@@ -322,6 +328,17 @@ class Settings(BaseSettings):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
     streams: StreamLimitSettings = Field(default_factory=StreamLimitSettings)  # issue 23.7
+    # Logs (issue 23, item 5): sandgrid.wire.logs; docs/operations.md, Logs.
+    log_format: Literal["json", "text"] = Field(
+        DEFAULT_LOG_FORMAT,
+        description="SANDGRID_LOG_FORMAT: json (one object a line) or text (one line a record)",
+    )
+    log_level: Annotated[
+        Literal["DEBUG", "INFO", "WARNING", "ERROR"], BeforeValidator(lambda v: str(v).upper())
+    ] = Field(
+        DEFAULT_LOG_LEVEL,
+        description="SANDGRID_LOG_LEVEL of the API (or serve --log-level), workers and Flower",
+    )
 
 
 @lru_cache(maxsize=1)

@@ -74,16 +74,16 @@ class BatchGrid:
         return httpx.get(f"{self.flower_url}{path}", auth=creds, timeout=10)
 
 
-def _start_flower(grid: LocalGrid) -> None:
+def start_flower(grid: LocalGrid, port: int = FLOWER_PORT) -> None:
     """Flower as the platform starts it (deploy/local/grid.sh): basic auth, no state file."""
     with (grid.workdir / "flower.log").open("ab") as log:
-        proc = _popen_flower(grid, log)
+        proc = _popen_flower(grid, log, port)
     grid.procs["flower"] = proc
-    url = f"http://127.0.0.1:{FLOWER_PORT}/healthcheck"
+    url = f"http://127.0.0.1:{port}/healthcheck"
     grid.wait(lambda: httpx.get(url, timeout=2).status_code == 200, "Flower")
 
 
-def _popen_flower(grid: LocalGrid, log: Any) -> subprocess.Popen[bytes]:
+def _popen_flower(grid: LocalGrid, log: Any, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -93,7 +93,7 @@ def _popen_flower(grid: LocalGrid, log: Any) -> subprocess.Popen[bytes]:
             "sandgrid.wire.celery_app:app",
             "flower",
             "--address=127.0.0.1",
-            f"--port={FLOWER_PORT}",
+            f"--port={port}",
             f"--basic-auth={FLOWER_USER}:{FLOWER_PASSWORD}",
             "--persistent=False",
         ],
@@ -123,7 +123,7 @@ def batch_grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchGrid]:
         },
     )
     try:
-        _start_flower(grid)  # first: it sees every task event from the start
+        start_flower(grid)  # first: it sees every task event from the start
         grid.start(list(NODES), types=",".join(TYPES), concurrency=2)
         yield BatchGrid(grid, workdir, f"http://127.0.0.1:{FLOWER_PORT}")
     finally:
