@@ -90,25 +90,11 @@ class StatOp(WireModel):
     follow: bool = True
 
 
-class StatResult(WireModel):
-    """The entry; a missing path is ``not_found``."""
-
-    kind: Literal["stat"] = Field("stat", exclude=True, repr=False)
-    entry: FileEntry
-
-
 class MkdirOp(WireModel):
     """Make a directory and its parents."""
 
     kind: Literal["mkdir"] = "mkdir"
     path: WorkspacePath
-
-
-class MkdirResult(SavedResult):
-    """Whether it was made (False: a directory was there already)."""
-
-    kind: Literal["mkdir"] = Field("mkdir", exclude=True, repr=False)
-    created: bool
 
 
 class MoveOp(WireModel):
@@ -119,11 +105,24 @@ class MoveOp(WireModel):
     destination: WorkspacePath
 
 
-class MoveResult(SavedResult):
-    """The entry at its new path; a missing source is ``not_found``."""
+class StatResult(WireModel):
+    """The entry; a missing path is ``not_found``."""
 
-    kind: Literal["move"] = Field("move", exclude=True, repr=False)
+    kind: Literal["stat"] = Field("stat", exclude=True, repr=False)
     entry: FileEntry
+
+
+class MoveResult(SavedResult, StatResult):
+    """The entry at its new path (``entry``); a missing source is ``not_found``."""
+
+    kind: Literal["move"] = Field("move", exclude=True, repr=False)  # type: ignore[assignment]
+
+
+class MkdirResult(SavedResult):
+    """Whether it was made (False: a directory was there already)."""
+
+    kind: Literal["mkdir"] = Field("mkdir", exclude=True, repr=False)
+    created: bool
 
 
 class TarUploadOp(WireModel):

@@ -202,7 +202,7 @@ def do_delete(rel: str, recursive: bool) -> Json:
 
 def do_mkdir(rel: str) -> Json:
     """Make a directory and its parents: ``{"created": bool}`` (False: it was there);
-    ``conflict`` when something that is no directory is in the way."""
+    refused (``invalid_input``) when something that is no directory is in the way."""
     dir_fd, name = locate(limits.WORKSPACE, rel, create=True)
     try:
         if name != ".":
@@ -213,7 +213,12 @@ def do_mkdir(rel: str) -> Json:
                 pass
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         if not stat.S_ISDIR(st.st_mode):
-            raise AgentError("conflict", f"path {rel!r} exists and is no directory", path=rel)
+            raise AgentError(
+                "invalid_input",
+                f"path {rel!r} exists and is no directory",
+                path=rel,
+                rule="mkdir needs a directory or nothing there",
+            )
         return {"created": False}
     finally:
         os.close(dir_fd)

@@ -34,20 +34,8 @@ from sandgrid.models import (
     FileWrite,
     workspace_path,
 )
-from sandgrid.ops.files import (
-    DeleteOp,
-    DeleteResult,
-    ListOp,
-    MkdirOp,
-    MkdirResult,
-    MoveOp,
-    MoveResult,
-    ReadOp,
-    StatOp,
-    StatResult,
-    WriteOp,
-    WriteResult,
-)
+from sandgrid.ops import files as file_ops
+from sandgrid.ops.files import DeleteOp, DeleteResult, ListOp, ReadOp, WriteOp, WriteResult
 from scheduler.api.compat.agentscope_models import MoveBody, PathBody, fs_entry
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.tenants import Tenant
@@ -71,6 +59,7 @@ router = APIRouter(prefix="/proxy/{identity}/workspace", tags=["agentscope"])
 MAX_BATCH_FILES = 1024
 
 _Path = Annotated[str, AfterValidator(workspace_path), Query(description="a workspace path")]
+
 
 @router.get("/file", response_model=None)
 def read_file(
@@ -149,7 +138,9 @@ def exists(identity: str, path: _Path, svc: Svc, tenant: CurrentTenant) -> dict[
     """``{"exists": bool}`` (a dangling symlink exists)."""
     svc.registry.get(tenant.name, identity)  # an unknown sandbox is 404, a missing path not
     try:
-        svc.runner.op(tenant, identity, StatOp(path=path, follow=False), StatResult)
+        svc.runner.op(
+            tenant, identity, file_ops.StatOp(path=path, follow=False), file_ops.StatResult
+        )
     except NotFound:
         return {"exists": False}
     return {"exists": True}
@@ -174,15 +165,17 @@ def remove(identity: str, path: _Path, svc: Svc, tenant: CurrentTenant) -> Respo
 def move(identity: str, body: MoveBody, svc: Svc, tenant: CurrentTenant) -> dict[str, Any]:
     """Move or rename an entry (parents of the destination made); its new entry."""
     src, dst = _checked(body.source, "source"), _checked(body.destination, "destination")
-    moved = svc.runner.op(tenant, identity, MoveOp(source=src, destination=dst), MoveResult)
+    moved = svc.runner.op(
+        tenant, identity, file_ops.MoveOp(source=src, destination=dst), file_ops.MoveResult
+    )
     return fs_entry(moved.entry)
 
 
 @router.post("/mkdir")
 def mkdir(identity: str, body: PathBody, svc: Svc, tenant: CurrentTenant) -> dict[str, Any]:
     """Make a directory and its parents: ``{"created": bool}``."""
-    op = MkdirOp(path=_checked(body.path, "path"))
-    return {"created": svc.runner.op(tenant, identity, op, MkdirResult).created}
+    op = file_ops.MkdirOp(path=_checked(body.path, "path"))
+    return {"created": svc.runner.op(tenant, identity, op, file_ops.MkdirResult).created}
 
 
 def _checked(raw: str, field: str) -> str:

@@ -156,7 +156,7 @@ def test_mkdir_and_move_answers(ws: Path) -> None:
     assert files.do_mkdir("a/b/c") == {"created": False}
     with pytest.raises(AgentError) as err:
         files.do_mkdir("sub/f.txt")
-    assert err.value.code == "conflict"
+    assert err.value.code == "invalid_input" and "no directory" in err.value.message
     with pytest.raises(AgentError) as err:
         files.do_move("missing", "x")
     assert err.value.code == "not_found"
