@@ -42,11 +42,13 @@ __all__ = [
     "MAX_LINKS",
     "RESOLVE_BENEATH",
     "RESOLVE_NO_MAGICLINKS",
+    "SYS_OPENAT2",
     "Openat2",
     "locate",
     "open_dir",
     "open_root",
     "openat2",
+    "outside",
     "split",
     "walk",
 ]
