@@ -6,9 +6,13 @@ the grid's own (``/v1/sessions/{id}/files``, ``/files/list``, ``/tar``) and
 AgentScope's (``/proxy/{id}/workspace/...``: exists, list, mkdir, move, entry),
 is asked to go through the link. Each answers 422 ``path_outside_workspace``
 naming the path, and nothing in ``/tmp/outside`` changes; a link that stays
-inside the workspace still works for every op. Under runsc the agent has no
-``openat2`` (gVisor answers ``ENOSYS``), so the per-component walk is what holds
-there; under runc the kernel's ``RESOLVE_BENEATH`` does.
+inside the workspace still works for every op. Both of the agent's ways to
+resolve run on both runtimes (this machine's kernel and gVisor both have
+``openat2``): ``RESOLVE_BENEATH`` answers ``EXDEV`` for the links out, and the
+per-component walk then decides (refuses); ``in/...`` is opened by ``openat2``;
+``in`` itself, a last component to follow, by the walk. Where gVisor has no
+``openat2`` (older releases answer ``ENOSYS``) the walk does it all, as the unit
+tests check (tests/unit/worker/agent/test_beneath.py, each case both ways).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ and ``delete`` or ``move`` of a link acts on the link.
 Two ways to resolve, one answer. Where the kernel has ``openat2`` (Linux 5.6)
 the directory is opened with ``RESOLVE_BENEATH``: the kernel refuses any
 escape, ``..`` races included. It also refuses absolute links and magic links
-altogether, and ``ENOSYS`` (gVisor; an old kernel) or ``EPERM`` (a seccomp
+altogether, and ``ENOSYS`` (an older gVisor or kernel) or ``EPERM`` (a seccomp
 profile without it) says it is missing: for those, and for a last name that is
 a link to follow, the per-component walk decides (``walk``): each component
 is ``lstat``-ed and opened ``O_PATH | O_NOFOLLOW | O_DIRECTORY`` relative to

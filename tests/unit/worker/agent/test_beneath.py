@@ -2,7 +2,7 @@
 temporary tree with links out of it: absolute, relative ``..``, a chain, and a
 component swapped for a link in the middle of the walk. Each case runs twice:
 with ``openat2`` where this kernel has it, and with the per-component walk alone
-(what gVisor gets), which must answer the same."""
+(what an older gVisor or kernel gets), which must answer the same."""
 
 from __future__ import annotations
 
