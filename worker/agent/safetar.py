@@ -261,11 +261,35 @@ def write_member(tar: tarfile.TarFile, m: tarfile.TarInfo, dir_fd: int, name: st
 
 
 def clear_dir(root: str) -> None:
-    """Empty a root before a full restore, closed directories included."""
-    for entry in os.scandir(root):
-        if entry.is_dir(follow_symlinks=False):
-            for dirpath, _, _ in os.walk(entry.path):
-                os.chmod(dirpath, 0o700)
-            shutil.rmtree(entry.path)
-        else:
-            os.unlink(entry.path)
+    """Empty a root before a full restore, closed directories included; every
+    entry reached relative to its parent's fd, no link ever followed."""
+    fd = os.open(root, os.O_RDONLY | _DIR_NOPATH)
+    try:
+        with os.scandir(fd) as it:
+            entries = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        for name, is_dir in entries:
+            if is_dir:
+                _open_up(fd, name)
+                shutil.rmtree(name, dir_fd=fd)  # fd-based on Linux
+            else:
+                os.unlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _open_up(parent: int, name: str) -> None:
+    """Give the owner rwx on a directory and on every one below it (so that
+    ``rmtree`` can empty those the user closed), never through a link."""
+    try:
+        os.chmod(name, 0o700, dir_fd=parent, follow_symlinks=False)
+    except NotImplementedError:  # no AT_SYMLINK_NOFOLLOW: it was a directory a moment ago
+        if stat.S_ISDIR(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+            os.chmod(name, 0o700, dir_fd=parent)
+    sub = os.open(name, os.O_RDONLY | _DIR_NOPATH, dir_fd=parent)
+    try:
+        with os.scandir(sub) as it:
+            below = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+        for child in below:
+            _open_up(sub, child)
+    finally:
+        os.close(sub)
