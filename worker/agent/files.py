@@ -135,13 +135,14 @@ def do_read(rel: str, max_bytes: int) -> Json:
 def do_stat(rel: str, follow: bool) -> Json:
     """The entry of one path (a link's own with ``follow`` false); ``not_found`` when
     there is none (a link out is refused, whether or not its target exists)."""
-    dir_fd, name = locate(limits.WORKSPACE, rel, follow_last=follow)
     try:
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
+        dir_fd, name = locate(limits.WORKSPACE, rel, follow_last=follow)
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        finally:
+            os.close(dir_fd)
+    except (FileNotFoundError, NotADirectoryError):  # it, or a directory on its way
         raise AgentError("not_found", f"path {rel!r} does not exist", path=rel) from None
-    finally:
-        os.close(dir_fd)
     return _entry(shown(rel), st)
 
 
@@ -227,14 +228,18 @@ def do_mkdir(rel: str) -> Json:
 def do_move(src: str, dst: str) -> Json:
     """Rename ``src`` to ``dst`` (``rename(2)``: a link moves as a link; parents of
     ``dst`` made); the entry of ``dst``. Both resolved beneath the workspace."""
-    sfd, sname = locate(limits.WORKSPACE, src, follow_last=False)
+    missing = AgentError("not_found", f"source {src!r} does not exist", path=src)
+    try:
+        sfd, sname = locate(limits.WORKSPACE, src, follow_last=False)
+    except (FileNotFoundError, NotADirectoryError):
+        raise missing from None
     try:
         if sname in (".", ".."):
             raise AgentError("invalid_input", "the workspace root itself cannot be moved", path=src)
         try:
             os.stat(sname, dir_fd=sfd, follow_symlinks=False)
         except FileNotFoundError:
-            raise AgentError("not_found", f"source {src!r} does not exist", path=src) from None
+            raise missing from None
         dfd, dname = locate(limits.WORKSPACE, dst, follow_last=False, create=True)
         try:
             if dname in (".", ".."):

@@ -160,9 +160,13 @@ def test_mkdir_and_move_answers(ws: Path) -> None:
     with pytest.raises(AgentError) as err:
         files.do_move("missing", "x")
     assert err.value.code == "not_found"
-    with pytest.raises(AgentError) as err:
-        files.do_stat("missing", True)
-    assert err.value.code == "not_found"
+    for missing in ("missing", "no/such/dir", "sub/f.txt/under_a_file"):
+        with pytest.raises(AgentError) as err:
+            files.do_stat(missing, True)
+        assert err.value.code == "not_found"
+        with pytest.raises(AgentError) as err:
+            files.do_move(missing, "x")
+        assert err.value.code == "not_found"
 
 
 @contextlib.contextmanager
