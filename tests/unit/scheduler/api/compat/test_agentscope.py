@@ -218,6 +218,29 @@ def test_file_routes(grid: Grid) -> None:
     assert "a.txt" not in {p for s, p in grid.worker.files if s == sid}
 
 
+def test_exists_mkdir_and_move_are_the_grids_file_ops(grid: Grid) -> None:
+    """Turns of ``stat``, ``mkdir``, ``move`` (resolved beneath the workspace by the
+    agent), not a script run by ``exec``: no exec turn is sent."""
+    sid = _create(grid)
+    base, h = f"/proxy/{sid}/workspace", grid.headers()
+    grid.http.put(f"{base}/file", params={"path": "a.txt"}, content=b"hey", headers=h)
+    assert grid.http.get(f"{base}/exists", params={"path": "a.txt"}, headers=h).json() == {
+        "exists": True
+    }
+    assert grid.http.get(f"{base}/exists", params={"path": "b"}, headers=h).json() == {
+        "exists": False
+    }
+    made = grid.http.post(f"{base}/mkdir", json={"path": "d"}, headers=h)
+    assert made.status_code == 200 and made.json() == {"created": True}
+    body = {"source": "a.txt", "destination": "/workspace/d/a.txt"}
+    moved = grid.http.post(f"{base}/move", json=body, headers=h)
+    assert moved.status_code == 200 and moved.json()["path"] == "/workspace/d/a.txt"
+    missing = grid.http.post(f"{base}/move", json={"source": "zz", "destination": "y"}, headers=h)
+    assert missing.status_code == 404
+    kinds = [j.op.kind for j, _ in grid.worker.sent]
+    assert kinds == ["write", "stat", "stat", "mkdir", "move", "move"]
+
+
 def test_file_paths_may_not_leave_the_workspace(grid: Grid) -> None:
     sid = _create(grid)
     h = grid.headers()
