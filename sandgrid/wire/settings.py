@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_SNAPSHOT_THREADS",
     "DEFAULT_TURN_MARGIN_S",
     "DEFAULT_VISIBILITY_TIMEOUT_S",
+    "DEFAULT_WORKER_METRICS_ADDR",
     "DEFAULT_WORKER_METRICS_PORT",
     "AuditSettings",
     "EgressSettings",
@@ -72,6 +73,8 @@ DEFAULT_LOST_CHECK_S = 0.25
 DEFAULT_CLOSED_TTL_S = 86400.0
 DEFAULT_BATCH_TTL_S = 7 * 86400.0
 DEFAULT_WORKER_METRICS_PORT = 9810
+# 23.3: every grid listener binds loopback unless an operator names another address.
+DEFAULT_WORKER_METRICS_ADDR = "127.0.0.1"
 DEFAULT_AUDIT_COMMAND_CHARS = 80
 DEFAULT_AUDIT_EXPORT_INTERVAL_S = 60.0
 DEFAULT_AUDIT_STREAM_KEEP_S = 3600.0
@@ -182,9 +185,9 @@ class WorkerSettings(BaseModel):
         "free port (the heartbeat carries the port the node got)",
     )
     metrics_addr: str = Field(
-        "0.0.0.0",
-        description="SANDGRID_WORKER__METRICS_ADDR: the address /metrics listens on (the API "
-        "names it in the node's URL; a wildcard is named by the host name)",
+        DEFAULT_WORKER_METRICS_ADDR,
+        description="SANDGRID_WORKER__METRICS_ADDR: the address /metrics listens on, loopback "
+        "by default (23.3); the API names it in the node's URL (a wildcard by the host name)",
     )
     egress: EgressSettings = Field(default_factory=EgressSettings)
 
