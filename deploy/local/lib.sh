@@ -52,6 +52,13 @@ wait_for() {
   done
 }
 
+# curl_auth USER:PASSWORD URL...: curl -sf with basic auth given on stdin, so the
+# password is not on curl's command line (readable in ps by every local user).
+curl_auth() {
+  local cred="$1"; shift
+  printf 'user = "%s"\n' "$cred" | curl -sf -K - "$@"
+}
+
 # stop_pid NAME: stop the process recorded in $SG_RUN/NAME.pid, and its group.
 stop_pid() {
   local f="$SG_RUN/$1.pid" pid
