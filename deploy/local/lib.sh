@@ -77,6 +77,8 @@ export SANDGRID_REDIS_URL="${SANDGRID_REDIS_URL:-redis://127.0.0.1:6379/0}"
 export SANDGRID_MINIO__ENDPOINT="${SANDGRID_MINIO__ENDPOINT:-127.0.0.1:9000}"
 export SANDGRID_MINIO__ACCESS_KEY="${SANDGRID_MINIO__ACCESS_KEY:-sandgrid}"
 export SANDGRID_MINIO__SECRET_KEY="${SANDGRID_MINIO__SECRET_KEY:-sandgrid-secret}"
+# The operators' token of GET /v1/metrics/targets (credentials.sh makes it)
+export SANDGRID_METRICS_TOKEN_FILE="${SANDGRID_METRICS_TOKEN_FILE:-$SG_STATE/metrics-token}"
 
 SG_VENV="${SANDGRID_VENV:-$SG_ROOT/.venv}"
 SG_PY="$SG_VENV/bin/python"

@@ -263,6 +263,12 @@ class Settings(BaseSettings):
     minio: MinioSettings = Field(default_factory=MinioSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    # ---- 23.18 / 23.19: operators' credentials (docs/operations.md) ----
+    metrics_token_file: Path | None = Field(
+        None,
+        description="SANDGRID_METRICS_TOKEN_FILE: the file holding the bearer token of "
+        "GET /v1/metrics/targets (Prometheus service discovery); unset: the route refuses all",
+    )
 
 
 @lru_cache(maxsize=1)
