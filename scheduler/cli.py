@@ -27,9 +27,12 @@ def serve(host: str | None, port: int | None, access_log: bool, log_level: str) 
     """Serve the HTTP API (OpenAPI at /docs)."""
     import uvicorn
 
+    from sandgrid.wire.credentials import refusal
     from sandgrid.wire.settings import get_settings
 
     settings = get_settings()
+    if (refused := refusal(settings, "the API")) is not None:
+        raise click.ClickException(refused)
     uvicorn.run(
         "scheduler.api:create_app",
         factory=True,

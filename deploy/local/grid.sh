@@ -25,13 +25,15 @@ WORKER_TYPES="$SANDGRID_WORKER_TYPES"
 flower_pw="$SG_STATE/flower-password"
 [ -s "$flower_pw" ] || (umask 077; "$SG_PY" -c 'import secrets; print(secrets.token_urlsafe(18))' >"$flower_pw")
 
-start_bg scheduler sandgrid serve --host "$API_HOST" --port "$API_PORT"
+# each process with its own Redis role (23.19: redis_url in lib.sh)
+SANDGRID_REDIS_URL="$(redis_url api)" start_bg scheduler sandgrid serve --host "$API_HOST" --port "$API_PORT"
 for w in $WORKERS; do
-  start_bg "worker-$w" sandgrid worker --types "$WORKER_TYPES" --concurrency 4 --node "$w"
+  SANDGRID_REDIS_URL="$(redis_url worker)" \
+    start_bg "worker-$w" sandgrid worker --types "$WORKER_TYPES" --concurrency 4 --node "$w"
 done
 # scheduler.flower: Flower with /metrics behind the same basic auth (Flower 2.2 leaves
 # it open), its password read from the file, never on a command line (23.6)
-SANDGRID_FLOWER_PASSWORD_FILE="$flower_pw" start_bg flower "$SG_PY" -m scheduler.flower \
+SANDGRID_FLOWER_PASSWORD_FILE="$flower_pw" SANDGRID_REDIS_URL="$(redis_url flower)" start_bg flower "$SG_PY" -m scheduler.flower \
   -A sandgrid.wire.celery_app:app flower --address="$FLOWER_ADDR" --port="$FLOWER_PORT" --persistent=False
 wait_for "scheduler" 60 curl -sf "http://127.0.0.1:$API_PORT/v1/health"
 wait_for "flower" 60 curl_auth "admin:$(cat "$flower_pw")" "http://127.0.0.1:$FLOWER_PORT/healthcheck"

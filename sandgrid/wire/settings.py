@@ -40,6 +40,8 @@ __all__ = [
     "DEFAULT_VISIBILITY_TIMEOUT_S",
     "DEFAULT_WORKER_METRICS_ADDR",
     "DEFAULT_WORKER_METRICS_PORT",
+    "SHIPPED_MINIO_ACCESS_KEY",
+    "SHIPPED_MINIO_SECRET_KEY",
     "AuditSettings",
     "EgressSettings",
     "MinioSettings",
@@ -75,6 +77,10 @@ DEFAULT_BATCH_TTL_S = 7 * 86400.0
 DEFAULT_WORKER_METRICS_PORT = 9810
 # 23.3: every grid listener binds loopback unless an operator names another address.
 DEFAULT_WORKER_METRICS_ADDR = "127.0.0.1"
+# 23.19: the well-known credentials a worker or the API refuses to start with
+# (sandgrid.wire.credentials) unless SANDGRID_ALLOW_INSECURE_DEFAULTS is set.
+SHIPPED_MINIO_ACCESS_KEY = "sandgrid"
+SHIPPED_MINIO_SECRET_KEY = "sandgrid-secret"
 DEFAULT_AUDIT_COMMAND_CHARS = 80
 DEFAULT_AUDIT_EXPORT_INTERVAL_S = 60.0
 DEFAULT_AUDIT_STREAM_KEEP_S = 3600.0
@@ -82,8 +88,8 @@ DEFAULT_AUDIT_STREAM_KEEP_S = 3600.0
 
 class MinioSettings(BaseModel):
     endpoint: str = Field(DEFAULT_MINIO_ENDPOINT, description="SANDGRID_MINIO__ENDPOINT")
-    access_key: str = Field("sandgrid", description="SANDGRID_MINIO__ACCESS_KEY")
-    secret_key: str = Field("sandgrid-secret", description="SANDGRID_MINIO__SECRET_KEY")
+    access_key: str = Field(SHIPPED_MINIO_ACCESS_KEY, description="SANDGRID_MINIO__ACCESS_KEY")
+    secret_key: str = Field(SHIPPED_MINIO_SECRET_KEY, description="SANDGRID_MINIO__SECRET_KEY")
     bucket: str = Field("sandgrid-snapshots", description="SANDGRID_MINIO__BUCKET")
     secure: bool = Field(False, description="SANDGRID_MINIO__SECURE")
 
@@ -268,6 +274,11 @@ class Settings(BaseSettings):
         None,
         description="SANDGRID_METRICS_TOKEN_FILE: the file holding the bearer token of "
         "GET /v1/metrics/targets (Prometheus service discovery); unset: the route refuses all",
+    )
+    allow_insecure_defaults: bool = Field(
+        False,
+        description="SANDGRID_ALLOW_INSECURE_DEFAULTS: let a worker or the API start with the "
+        "shipped MinIO credentials or a Redis URL without a password (tests only)",
     )
 
 
