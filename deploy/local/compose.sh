@@ -16,10 +16,12 @@ export SANDGRID_REDIS_PORT=16379 SANDGRID_MINIO_PORT=19000 SANDGRID_API_PORT=187
 # Flower reads its password from this file (mounted; never on a command line)
 export SANDGRID_FLOWER_PASSWORD_FILE="${SANDGRID_FLOWER_PASSWORD_FILE:-$SG_STATE/flower-password}"
 export PWD="$SG_ROOT"
+export SANDGRID_STATE_DIR="$SG_STATE"  # the tenants file, ACL file and token mounted from it
 API="http://127.0.0.1:$SANDGRID_API_PORT"
 NODES=(c1 c2)
 
-compose() { (cd "$SG_ROOT" && docker-compose -f docker-compose.yml "$@"); }
+# The generated credentials (credentials.sh) reach compose as its --env-file.
+compose() { (cd "$SG_ROOT" && docker-compose --env-file "$SG_SECRETS" -f docker-compose.yml "$@"); }
 
 # left: what of the stack still exists, one line each (empty when nothing).
 left() {
@@ -46,6 +48,7 @@ serving() {
 check() {
   apt_install docker-compose
   [ -s "$SG_STATE/token" ] || die "no tenant token: run make services first"
+  [ -s "$SG_SECRETS" ] || die "no generated credentials ($SG_SECRETS): run make services first"
   [ -s "$SANDGRID_FLOWER_PASSWORD_FILE" ] \
     || (umask 077; "$SG_PY" -c 'import secrets; print(secrets.token_urlsafe(18))' >"$SANDGRID_FLOWER_PASSWORD_FILE")
   trap down EXIT
@@ -69,7 +72,7 @@ check() {
   for i in $(seq 1 8); do
     printf '{"id": "job-%d", "python": "print(%d * %d)"}\n' "$i" "$i" "$i"
   done >"$work/jobs.jsonl"
-  "$SG_ROOT/.venv/bin/sandgrid" batch run "$work/jobs.jsonl" --out "$work/results.jsonl" --concurrency 4
+  "$SG_VENV/bin/sandgrid" batch run "$work/jobs.jsonl" --out "$work/results.jsonl" --concurrency 4
   "$SG_PY" - "$work/results.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
