@@ -3,11 +3,14 @@ kubernetes-validate bundles (strict: an unknown field is an error)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
+
+from tests.support.deploy_state import deploy_script, fake_state
 
 MANIFESTS = sorted((Path(__file__).parents[2] / "deploy" / "k8s").glob("*.yaml"))
 VERSION = "1.31.0"
@@ -39,25 +42,8 @@ def test_a_mistake_is_caught() -> None:
 
 
 def _generated_secrets(tmp_path: Path) -> list[dict[str, object]]:
-    import json
-    import subprocess
-    import sys
-
-    root = Path(__file__).parents[2]
-    (tmp_path / "secrets.env").write_text(
-        "SG_MINIO_ACCESS_KEY=sg-ab\nSG_MINIO_SECRET_KEY=m\n"
-        + "".join(
-            f"SG_REDIS_PW_{r}=pw{r}\n" for r in ("ADMIN", "API", "WORKER", "FLOWER", "METRICS")
-        )
-    )
-    (tmp_path / "flower-password").write_text("fpw\n")
-    (tmp_path / "metrics-token").write_text("sgm_t\n")
-    out = subprocess.run(
-        [sys.executable, str(root / "deploy/k8s/secrets.py"), str(tmp_path)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    fake_state(tmp_path)
+    out = deploy_script("deploy/k8s/secrets.py", str(tmp_path))
     return [json.loads(doc) for doc in out.split("\n---\n")]
 
 

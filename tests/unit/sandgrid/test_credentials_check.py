@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +9,7 @@ from click.testing import CliRunner
 
 from sandgrid.wire.credentials import insecure_defaults, refusal
 from sandgrid.wire.settings import MinioSettings, Settings
+from tests.support.deploy_state import deploy_script, fake_state
 
 ROOT = Path(__file__).resolve().parents[3]
 GOOD_REDIS = "redis://sg-api:pw-0123456789@127.0.0.1:6379/0"
@@ -67,18 +66,8 @@ def test_the_entry_points_exit_with_the_reason(
 
 
 def test_redis_acl_file_has_roles_and_no_password(tmp_path: Path) -> None:
-    env = tmp_path / "secrets.env"
-    pws = {
-        f"SG_REDIS_PW_{r}": f"pw-{r.lower()}-x"
-        for r in ("ADMIN", "API", "WORKER", "FLOWER", "METRICS")
-    }
-    env.write_text("# c\n" + "".join(f"{k}={v}\n" for k, v in pws.items()))
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "deploy/local/redis_acl.py"), str(env)],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    pws = fake_state(tmp_path)
+    out = deploy_script("deploy/local/redis_acl.py", str(tmp_path / "secrets.env"))
     lines = out.splitlines()
     assert lines[0].startswith("user default off")
     assert {ln.split()[1] for ln in lines[1:]} == {
