@@ -22,6 +22,10 @@ rcli() {
   fi
 }
 redis_up() { rcli ping 2>/dev/null | grep -q PONG; }
+# ours: the redis-server of our pid file, and on this port (its title: redis-server HOST:PORT)
+ours() {
+  pid_alive redis && tr '\0' ' ' <"/proc/$(cat "$SG_RUN/redis.pid")/cmdline" | grep -qE -- "(:|--port )$PORT( |\$)"
+}
 anon_ping() { redis-cli -h 127.0.0.1 -p "$PORT" ping 2>/dev/null | grep -q PONG; }
 
 start_redis() {
@@ -35,7 +39,7 @@ start_redis() {
 
 # Open to anyone while we have credentials: restart ours with them, or stop here.
 if [ -s "$ACL" ] && anon_ping; then
-  pid_alive redis || die "redis on 127.0.0.1:$PORT answers without a password and is not ours \
+  ours || die "redis on 127.0.0.1:$PORT answers without a password and is not ours \
 ($SG_RUN/redis.pid): restart it with --aclfile $ACL (users: docs/operations.md, Credentials), \
 or stop it and run make services again"
   log "redis: running without passwords; restarting ours with the ACL users of $ACL (AOF keeps the data)"
@@ -53,7 +57,7 @@ if redis_up; then
     rcli config rewrite >/dev/null 2>&1 || true  # no config file: the next start passes --appendonly
     log "redis: running; AOF turned on"; exit 0
   fi
-  pid_alive redis || die "redis on :$PORT refuses AOF and is not ours ($SG_RUN/redis.pid); turn it on there"
+  ours || die "redis on :$PORT refuses AOF and is not ours ($SG_RUN/redis.pid); turn it on there"
   log "redis: restarting ours with AOF"
   stop_pid redis
 fi
