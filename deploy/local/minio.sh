@@ -15,6 +15,7 @@ host="${SANDGRID_MINIO__ENDPOINT%:*}"; port="${SANDGRID_MINIO__ENDPOINT##*:}"
 ready() { curl -sf "http://$SANDGRID_MINIO__ENDPOINT/minio/health/ready"; }
 # takes_ours: do the current SANDGRID_MINIO__* credentials work (a signed request)?
 takes_ours() {
+  [ -x "$SG_PY" ] || return 0  # no venv yet (python.sh makes it first): nothing to sign with
   "$SG_PY" - <<'PY'
 import os, sys
 from minio import Minio
