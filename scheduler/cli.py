@@ -39,12 +39,15 @@ def serve(host: str | None, port: int | None, access_log: bool, log_level: str |
     """
     import uvicorn
 
+    from sandgrid.wire.credentials import refusal
     from sandgrid.wire.logs import setup_logging
     from sandgrid.wire.settings import get_settings
 
     settings = get_settings()
     level = (log_level or settings.log_level).upper()
     setup_logging(settings.log_format, level)
+    if (refused := refusal(settings, "the API")) is not None:
+        raise click.ClickException(refused)
     uvicorn.run(
         "scheduler.api:create_app",
         factory=True,

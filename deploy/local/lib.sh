@@ -65,6 +65,13 @@ wait_for() {
   done
 }
 
+# curl_auth USER:PASSWORD URL...: curl -sf with basic auth given on stdin, so the
+# password is not on curl's command line (readable in ps by every local user).
+curl_auth() {
+  local cred="$1"; shift
+  printf 'user = "%s"\n' "$cred" | curl -sf -K - "$@"
+}
+
 # stop_pid NAME: stop the process recorded in $SG_RUN/NAME.pid, and its group.
 stop_pid() {
   local f="$SG_RUN/$1.pid" pid
@@ -78,11 +85,32 @@ stop_pid() {
   rm -f "$f"
 }
 
+# The generated credentials (credentials.sh, 23.19): read as shell variables,
+# never exported as a whole; each process gets only its own role's (grid.sh).
+SG_SECRETS="$SG_STATE/secrets.env"
+SG_MINIO_ACCESS_KEY="" SG_MINIO_SECRET_KEY=""
+SG_REDIS_PW_ADMIN="" SG_REDIS_PW_API="" SG_REDIS_PW_WORKER="" SG_REDIS_PW_FLOWER="" SG_REDIS_PW_METRICS=""
+# shellcheck disable=SC1090  # KEY=VALUE lines of URL-safe tokens
+if [ -r "$SG_SECRETS" ]; then source "$SG_SECRETS"; fi
+SG_REDIS_PORT="${SANDGRID_REDIS_PORT:-6379}"
+SG_REDIS_URL_GIVEN="${SANDGRID_REDIS_URL:-}"
+
+# redis_url ROLE: the grid's Redis as ROLE (admin, api, worker, flower, metrics),
+# with the role's password once generated; SANDGRID_REDIS_URL, when given, wins.
+redis_url() {
+  local pw="SG_REDIS_PW_${1^^}"
+  if [ -n "$SG_REDIS_URL_GIVEN" ]; then echo "$SG_REDIS_URL_GIVEN"
+  elif [ -n "${!pw:-}" ]; then echo "redis://sg-$1:${!pw}@127.0.0.1:$SG_REDIS_PORT/0"
+  else echo "redis://127.0.0.1:$SG_REDIS_PORT/0"; fi
+}
+
 # Settings shared with the Python side (scheduler/settings.py reads SANDGRID_*).
-export SANDGRID_REDIS_URL="${SANDGRID_REDIS_URL:-redis://127.0.0.1:6379/0}"
+export SANDGRID_REDIS_URL="${SANDGRID_REDIS_URL:-$(redis_url api)}"
 export SANDGRID_MINIO__ENDPOINT="${SANDGRID_MINIO__ENDPOINT:-127.0.0.1:9000}"
-export SANDGRID_MINIO__ACCESS_KEY="${SANDGRID_MINIO__ACCESS_KEY:-sandgrid}"
-export SANDGRID_MINIO__SECRET_KEY="${SANDGRID_MINIO__SECRET_KEY:-sandgrid-secret}"
+export SANDGRID_MINIO__ACCESS_KEY="${SANDGRID_MINIO__ACCESS_KEY:-${SG_MINIO_ACCESS_KEY:-sandgrid}}"
+export SANDGRID_MINIO__SECRET_KEY="${SANDGRID_MINIO__SECRET_KEY:-${SG_MINIO_SECRET_KEY:-sandgrid-secret}}"
+# The operators' token of GET /v1/metrics/targets (credentials.sh makes it)
+export SANDGRID_METRICS_TOKEN_FILE="${SANDGRID_METRICS_TOKEN_FILE:-$SG_STATE/metrics-token}"
 
 SG_VENV="${SANDGRID_VENV:-$SG_ROOT/.venv}"
 SG_PY="$SG_VENV/bin/python"

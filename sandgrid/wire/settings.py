@@ -46,7 +46,10 @@ __all__ = [
     "DEFAULT_TERMINALS_PER_TENANT",
     "DEFAULT_TURN_MARGIN_S",
     "DEFAULT_VISIBILITY_TIMEOUT_S",
+    "DEFAULT_WORKER_METRICS_ADDR",
     "DEFAULT_WORKER_METRICS_PORT",
+    "SHIPPED_MINIO_ACCESS_KEY",
+    "SHIPPED_MINIO_SECRET_KEY",
     "AuditSettings",
     "EgressSettings",
     "MinioSettings",
@@ -81,6 +84,12 @@ DEFAULT_LOST_CHECK_S = 0.25
 DEFAULT_CLOSED_TTL_S = 86400.0
 DEFAULT_BATCH_TTL_S = 7 * 86400.0
 DEFAULT_WORKER_METRICS_PORT = 9810
+# 23.3: every grid listener binds loopback unless an operator names another address.
+DEFAULT_WORKER_METRICS_ADDR = "127.0.0.1"
+# 23.19: the well-known credentials a worker or the API refuses to start with
+# (sandgrid.wire.credentials) unless SANDGRID_ALLOW_INSECURE_DEFAULTS is set.
+SHIPPED_MINIO_ACCESS_KEY = "sandgrid"
+SHIPPED_MINIO_SECRET_KEY = "sandgrid-secret"
 DEFAULT_AUDIT_COMMAND_CHARS = 80
 DEFAULT_AUDIT_EXPORT_INTERVAL_S = 60.0
 DEFAULT_AUDIT_STREAM_KEEP_S = 3600.0
@@ -91,8 +100,8 @@ DEFAULT_LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 class MinioSettings(BaseModel):
     endpoint: str = Field(DEFAULT_MINIO_ENDPOINT, description="SANDGRID_MINIO__ENDPOINT")
-    access_key: str = Field("sandgrid", description="SANDGRID_MINIO__ACCESS_KEY")
-    secret_key: str = Field("sandgrid-secret", description="SANDGRID_MINIO__SECRET_KEY")
+    access_key: str = Field(SHIPPED_MINIO_ACCESS_KEY, description="SANDGRID_MINIO__ACCESS_KEY")
+    secret_key: str = Field(SHIPPED_MINIO_SECRET_KEY, description="SANDGRID_MINIO__SECRET_KEY")
     bucket: str = Field("sandgrid-snapshots", description="SANDGRID_MINIO__BUCKET")
     secure: bool = Field(False, description="SANDGRID_MINIO__SECURE")
 
@@ -225,9 +234,9 @@ class WorkerSettings(BaseModel):
         "free port (the heartbeat carries the port the node got)",
     )
     metrics_addr: str = Field(
-        "0.0.0.0",
-        description="SANDGRID_WORKER__METRICS_ADDR: the address /metrics listens on (the API "
-        "names it in the node's URL; a wildcard is named by the host name)",
+        DEFAULT_WORKER_METRICS_ADDR,
+        description="SANDGRID_WORKER__METRICS_ADDR: the address /metrics listens on, loopback "
+        "by default (23.3); the API names it in the node's URL (a wildcard by the host name)",
     )
     egress: EgressSettings = Field(default_factory=EgressSettings)
 
@@ -338,6 +347,17 @@ class Settings(BaseSettings):
     ] = Field(
         DEFAULT_LOG_LEVEL,
         description="SANDGRID_LOG_LEVEL of the API (or serve --log-level), workers and Flower",
+    )
+    # ---- 23.18 / 23.19: operators' credentials (docs/operations.md) ----
+    metrics_token_file: Path | None = Field(
+        None,
+        description="SANDGRID_METRICS_TOKEN_FILE: the file holding the bearer token of "
+        "GET /v1/metrics/targets (Prometheus service discovery); unset: the route refuses all",
+    )
+    allow_insecure_defaults: bool = Field(
+        False,
+        description="SANDGRID_ALLOW_INSECURE_DEFAULTS: let a worker or the API start with the "
+        "shipped MinIO credentials or a Redis URL without a password (tests only)",
     )
 
 

@@ -18,6 +18,7 @@ from scheduler.api import (
     ops,
     sessions,
     stream,
+    targets,
     types,
 )
 from scheduler.api import code as code_api
@@ -98,5 +99,6 @@ def create_app(
     app.include_router(background.router)
     app.include_router(network_api.router)
     app.include_router(agentscope.router)
+    app.include_router(targets.router)
     document_errors(app)
     return app

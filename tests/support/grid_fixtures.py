@@ -75,12 +75,21 @@ class BatchGrid:
 
 
 def start_flower(grid: LocalGrid, port: int = FLOWER_PORT) -> None:
-    """Flower as the platform starts it (deploy/local/grid.sh): basic auth, no state file."""
+    """Flower as the platform starts it (deploy/local/grid.sh): basic auth from a
+    password file, no state file."""
     with (grid.workdir / "flower.log").open("ab") as log:
         proc = _popen_flower(grid, log, port)
     grid.procs["flower"] = proc
     url = f"http://127.0.0.1:{port}/healthcheck"
     grid.wait(lambda: httpx.get(url, timeout=2).status_code == 200, "Flower")
+
+
+def _password_file(grid: LocalGrid) -> Path:
+    """Flower's password in a 0600 file, as grid.sh keeps it (never on a command line)."""
+    path = grid.workdir / "flower-password"
+    path.touch(mode=0o600)
+    path.write_text(FLOWER_PASSWORD + "\n")
+    return path
 
 
 def _popen_flower(grid: LocalGrid, log: Any, port: int) -> subprocess.Popen[bytes]:
@@ -94,10 +103,9 @@ def _popen_flower(grid: LocalGrid, log: Any, port: int) -> subprocess.Popen[byte
             "flower",
             "--address=127.0.0.1",
             f"--port={port}",
-            f"--basic-auth={FLOWER_USER}:{FLOWER_PASSWORD}",
             "--persistent=False",
         ],
-        env=grid.env,
+        env={**grid.env, "SANDGRID_FLOWER_PASSWORD_FILE": str(_password_file(grid))},
         stdout=log,
         stderr=log,
         stdin=subprocess.DEVNULL,
