@@ -16,9 +16,12 @@ least recently used process is dropped and the start tried once more.
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 from agents.sandbox.errors import PtySessionNotFoundError
 from agents.sandbox.session.pty_types import (
@@ -32,16 +35,21 @@ from agents.sandbox.session.pty_types import (
 )
 
 from sandgrid.client import AsyncClient
-from sandgrid.errors import LimitExceeded, SandgridError
+from sandgrid.errors import Conflict, ErrorCode, LimitExceeded, SandgridError
 from sandgrid.integrations.openai_agents.exec_output import transport_error
 from sandgrid.integrations.openai_agents.pty_entries import PipeProcess, PtyPoll, TerminalProcess
 
-__all__ = ["DEFAULT_EXEC_YIELD_S", "DEFAULT_WRITE_YIELD_S", "BackgroundPty"]
+__all__ = ["DEFAULT_EXEC_YIELD_S", "DEFAULT_WRITE_YIELD_S", "SETTLE_S", "BackgroundPty"]
+
+T = TypeVar("T")
 
 DEFAULT_EXEC_YIELD_S = 10.0
 """How long a start waits for the end when the model gave no ``yield_time_s`` (the SDK's)."""
 DEFAULT_WRITE_YIELD_S = 0.25
 """How long a write waits for output when the model gave no ``yield_time_s`` (the SDK's)."""
+
+SETTLE_S = 15.0
+"""How long after a terminal's end a call refused as busy is tried again."""
 
 _Entry = PipeProcess | TerminalProcess
 
@@ -51,6 +59,28 @@ class BackgroundPty:
 
     _client: AsyncClient
     _pty_table: dict[int, _Entry] | None = None
+    _settle_until: float = 0.0
+
+    async def _grid(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``; refused as busy just after a terminal ended, tried again (bounded).
+
+        A terminal turn answers its end before it has let go of the session (it
+        saves the workspace first), so the next call may meet 409
+        ``session_busy`` for a moment. A refused call never ran: trying it again
+        is safe, and only within ``SETTLE_S`` of a terminal's end.
+        """
+        while True:
+            try:
+                return await call()
+            except Conflict as exc:
+                if exc.code != ErrorCode.SESSION_BUSY or time.monotonic() > self._settle_until:
+                    raise
+                await asyncio.sleep(0.2)
+
+    async def _end(self, entry: _Entry) -> None:
+        await entry.kill()
+        if isinstance(entry, TerminalProcess):
+            self._settle_until = time.monotonic() + SETTLE_S
 
     @property
     def sandgrid_session_id(self) -> str:  # pragma: no cover - the session's own
@@ -107,10 +137,13 @@ class BackgroundPty:
     async def _start_once(self, line: str, argv: list[str] | None, tty: bool) -> _Entry:
         sid = self.sandgrid_session_id
         if tty:
-            return await TerminalProcess.open(self._client, sid, shlex.join(argv) if argv else line)
+            typed = shlex.join(argv) if argv else line
+            return await self._grid(lambda: TerminalProcess.open(self._client, sid, typed))
         if argv is None:
-            return PipeProcess(await self._client.start_process(sid, shell=line))
-        return PipeProcess(await self._client.start_process(sid, argv))
+            return PipeProcess(
+                await self._grid(lambda: self._client.start_process(sid, shell=line))
+            )
+        return PipeProcess(await self._grid(lambda: self._client.start_process(sid, argv)))
 
     async def pty_write_stdin(
         self,
@@ -137,12 +170,12 @@ class BackgroundPty:
         """Kill every process the PTY methods started (those still running)."""
         entries, self._pty_table = list(self._ptys.values()), {}
         for entry in entries:
-            await entry.kill()
+            await self._end(entry)
 
     async def _drop(self, pid: int | None) -> None:
         entry = self._ptys.pop(pid, None) if pid is not None else None
         if entry is not None:
-            await entry.kill()
+            await self._end(entry)
 
     async def _collect(
         self, pid: int, wait_ms: int, max_output_tokens: int | None
@@ -153,14 +186,14 @@ class BackgroundPty:
             polled = await entry.poll(wait_ms / 1000)
         except SandgridError as exc:
             self._ptys.pop(pid, None)
-            await entry.kill()
+            await self._end(entry)
             raise transport_error([f"pty:{pid}"], exc) from exc
         text, count = truncate_text_by_tokens(_with_notice(polled), max_output_tokens)
         if polled.exit_code is None:
             return PtyExecUpdate(pid, text.encode(), None, count)
         self._ptys.pop(pid, None)
         if isinstance(entry, TerminalProcess):
-            await entry.kill()
+            await self._end(entry)
         return PtyExecUpdate(None, text.encode(), polled.exit_code, count)
 
 

@@ -10,8 +10,9 @@ replaced: the grid's process logs have no bytes field.
 ``TerminalProcess``: ``tty=True``, the command on the grid's terminal
 (``WS /v1/sessions/{id}/pty``): a login shell on a real pseudo-terminal, so
 Ctrl-C (``\\x03``) is SIGINT to the command, as the SDK's shell instructions
-tell the model. The provider types one line into that shell: print a start
-marker, run the command with ``sh -c``, print an end marker with its status.
+tell the model. The provider types one line into that shell, which replaces it
+(``exec``) with a small ``sh`` wrapper: print a start marker, run the command
+with ``sh -c``, print an end marker with its status (130 after Ctrl-C).
 What comes before the start marker (the prompt, the echoed line) is dropped;
 the end marker gives the exit code.
 """
@@ -34,6 +35,16 @@ _LOG_READS = 16
 """Reads of a process's log in one poll at most (each is up to 1 MiB)."""
 START_MARK = "\x1esg-start\x1e"
 END_MARK = re.compile("\x1esg-exit (\\d+)\x1e")
+_WRAPPER = (
+    "trap : INT QUIT; printf '\\036sg-start\\036'; sh -c \"$1\"; printf '\\036sg-exit %d\\036' $?"
+)
+"""What replaces the login shell: the command in ``sh -c`` (Ctrl-C is its SIGINT: it is
+in the terminal's foreground group), then its status; the wrapper itself outlives the
+SIGINT (a trap, which its child does not inherit) to report it."""
+_OPEN_WAIT_S = 30.0
+"""How long a terminal may take to show its shell's first output."""
+_END_WAIT_S = 30.0
+"""How long a hung-up terminal may take to end (the grid saves the workspace first)."""
 _MARK_MAX = len("\x1esg-exit 255\x1e") + 1
 _REPLACEMENT = "\ufffd"
 
@@ -117,12 +128,20 @@ class TerminalProcess:
     async def open(cls, client: AsyncClient, session_id: str, line: str) -> TerminalProcess:
         """Open the session's terminal and type ``line`` (a shell command) into it."""
         term = await client.pty(session_id)
-        typed = (
-            f"printf '\\036sg-start\\036'; sh -c {shlex.quote(line)}; "
-            "printf '\\036sg-exit %d\\036' $?; exit\r"
-        )
+        try:  # the first frame: the shell's prompt, or the grid's refusal (busy, unknown)
+            first = await term.recv(timeout=_OPEN_WAIT_S)
+        except TimeoutError:
+            first = ""
+        except SandgridError:
+            with contextlib.suppress(SandgridError, OSError):
+                await term.close()
+            raise
+        typed = f"exec sh -c {shlex.quote(_WRAPPER)} sg {shlex.quote(line)}\r"
         await term.send(typed)
-        return cls(term)
+        proc = cls(term)
+        if first:
+            proc._feed(first)
+        return proc
 
     async def _run(self) -> None:
         try:
@@ -168,12 +187,21 @@ class TerminalProcess:
         return PtyPoll(data.encode(), code if code is not None else 129)
 
     async def kill(self) -> None:
-        """Hang up: the shell and everything it started get SIGHUP, then are killed."""
+        """Hang up (the shell and everything it started are killed), then wait, bounded,
+        for the terminal's end: the grid answers it once the turn has let go of the
+        session, so the session's next call is not refused as busy."""
+        if not self._ended.is_set():
+            with contextlib.suppress(SandgridError, OSError):
+                await self.term.close()
+        with contextlib.suppress(SandgridError, OSError, TimeoutError):
+            await asyncio.wait_for(self._drain(), _END_WAIT_S)
         with contextlib.suppress(SandgridError, OSError):
             await self.term.close()
-        self._pump.cancel()
-        with contextlib.suppress(asyncio.CancelledError, SandgridError, OSError):
-            await self._pump
+
+    async def _drain(self) -> None:
+        await self._ended.wait()
+        while await self.term.recv() is not None:
+            pass
 
 
 def _partial_mark(out: str) -> int:

@@ -20,8 +20,9 @@ reach ``/workspace`` only: a clear ``WorkspaceIOError`` says so).
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import io
+import time
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
@@ -41,7 +42,7 @@ from agents.sandbox.types import ExecResult, User
 from pydantic import Field
 
 from sandgrid.client import AsyncClient
-from sandgrid.errors import ErrorCode, InvalidInput, NotFound, SandgridError
+from sandgrid.errors import Conflict, ErrorCode, InvalidInput, NotFound, SandgridError
 from sandgrid.integrations.openai_agents.exec_output import (
     SandgridExecResult,
     decode_exact,
@@ -63,6 +64,7 @@ __all__ = [
 #: Exit code reported for a command killed by a signal with no code of its own.
 _KILLED_EXIT = -1
 
+_CLOSE_WAIT_S = 30.0
 MAX_DEADLINE_S = 3600.0
 """The longest exec deadline the wire takes (``ExecRequest.timeout_s``); a tenant's
 ceiling may be lower, and is learnt from the grid's refusal (its ``ceiling``)."""
@@ -150,21 +152,26 @@ class SandgridSandboxSession(BackgroundPty, BaseSandboxSession):
     ) -> tuple[GridExecResult, float]:
         """Run ``argv``; ``timeout=None`` is the tenant's longest deadline (SDK: no limit)."""
         if timeout is not None:
-            return await self._client.exec(
-                self.sandgrid_session_id, argv, timeout_s=timeout
-            ), timeout
+            done = await self._grid(
+                lambda: self._client.exec(self.sandgrid_session_id, argv, timeout_s=timeout)
+            )
+            return done, timeout
         deadline = self.state.deadline_ceiling_s or MAX_DEADLINE_S
         try:
-            return await self._client.exec(
-                self.sandgrid_session_id, argv, timeout_s=deadline
-            ), deadline
+            done = await self._grid(
+                lambda: self._client.exec(self.sandgrid_session_id, argv, timeout_s=deadline)
+            )
+            return done, deadline
         except InvalidInput as exc:
             ceiling = exc.context.get("ceiling")
             if exc.context.get("field") != "timeout_s" or not isinstance(ceiling, int | float):
                 raise
         self.state.deadline_ceiling_s = float(ceiling)
-        result = await self._client.exec(self.sandgrid_session_id, argv, timeout_s=float(ceiling))
-        return result, float(ceiling)
+        limit = float(ceiling)
+        result = await self._grid(
+            lambda: self._client.exec(self.sandgrid_session_id, argv, timeout_s=limit)
+        )
+        return result, limit
 
     def _relative(self, path: Path | str, *, for_write: bool = False) -> str:
         """The workspace-relative path the grid expects, after the SDK's lexical check.
@@ -181,7 +188,9 @@ class SandgridSandboxSession(BackgroundPty, BaseSandboxSession):
     async def read(self, path: Path, *, user: str | User | None = None) -> io.IOBase:
         rel = self._relative(path)
         try:
-            data = await self._client.read_file(self.sandgrid_session_id, rel, binary=True)
+            data = await self._grid(
+                lambda: self._client.read_file(self.sandgrid_session_id, rel, binary=True)
+            )
         except SandgridError as exc:
             if exc.code != ErrorCode.PAYLOAD_TOO_LARGE:
                 raise _read_error(path, rel, exc) from exc
@@ -192,7 +201,7 @@ class SandgridSandboxSession(BackgroundPty, BaseSandboxSession):
     async def _read_through_tar(self, path: Path, rel: str) -> bytes:
         """A file over the JSON read limit, through the tar download (its own, larger cap)."""
         try:
-            tar = await self._client.download_tar(self.sandgrid_session_id, rel)
+            tar = await self._grid(lambda: self._client.download_tar(self.sandgrid_session_id, rel))
         except SandgridError as exc:
             raise _read_error(path, rel, exc) from exc
         data = member_bytes(tar)
@@ -208,7 +217,8 @@ class SandgridSandboxSession(BackgroundPty, BaseSandboxSession):
             raise WorkspaceWriteTypeError(path=path, actual_type=type(payload).__name__)
         rel = self._relative(path, for_write=True)
         try:
-            await self._client.write_files(self.sandgrid_session_id, {rel: bytes(payload)})
+            files = {rel: bytes(payload)}
+            await self._grid(lambda: self._client.write_files(self.sandgrid_session_id, files))
         except SandgridError as exc:
             if exc.code == ErrorCode.PATH_OUTSIDE_WORKSPACE:
                 raise InvalidManifestPathError(rel=rel, reason="escape_root", cause=exc) from exc
@@ -224,7 +234,9 @@ class SandgridSandboxSession(BackgroundPty, BaseSandboxSession):
     async def persist_workspace(self) -> io.IOBase:
         root = Path(WORKSPACE)
         try:
-            data = await self._client.download_tar(self.sandgrid_session_id, ".")
+            data = await self._grid(
+                lambda: self._client.download_tar(self.sandgrid_session_id, ".")
+            )
         except SandgridError as exc:
             raise WorkspaceArchiveReadError(path=root, cause=exc) from exc
         skip = {p.as_posix() for p in self._persist_workspace_skip_relpaths()}
@@ -235,7 +247,8 @@ class SandgridSandboxSession(BackgroundPty, BaseSandboxSession):
         if isinstance(payload, str):
             payload = payload.encode()
         try:
-            await self._client.upload_tar(self.sandgrid_session_id, bytes(payload), ".")
+            tar = bytes(payload)
+            await self._grid(lambda: self._client.upload_tar(self.sandgrid_session_id, tar, "."))
         except SandgridError as exc:
             raise WorkspaceArchiveWriteError(path=Path(WORKSPACE), cause=exc) from exc
 
@@ -246,8 +259,17 @@ class SandgridSandboxSession(BackgroundPty, BaseSandboxSession):
 
     async def close_grid_session(self) -> None:
         """Close the grid session; a closed or unknown one is fine (idempotent)."""
-        with contextlib.suppress(NotFound):
-            await self._client.close_session(self.sandgrid_session_id)
+        end = time.monotonic() + _CLOSE_WAIT_S
+        while True:
+            try:
+                await self._client.close_session(self.sandgrid_session_id)
+                return
+            except NotFound:
+                return
+            except Conflict:  # a turn (a terminal ending) still holds it: bounded wait
+                if time.monotonic() > end:
+                    raise
+                await asyncio.sleep(0.2)
 
 
 def _read_error(path: Path, rel: str, exc: SandgridError) -> Exception:
