@@ -78,19 +78,13 @@ def NEEDS_PARALLEL_TURNS(test: F) -> F:
 
 @pytest.fixture(scope="module")
 def grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
-    work = tmp_path_factory.mktemp("openaigrid")
+    """The API and one worker; the tenant's longest deadline is ``CEILING_S``."""
     r = fresh_db(REDIS_URL)
-    limits = TenantLimits(max_timeout_s=CEILING_S)
-    r.hset(
-        names.tokens_key(), hash_token(TOKEN), Tenant(name="sdk", limits=limits).model_dump_json()
-    )
-    g = LocalGrid(
-        work / "grid",
-        port=PORT,
-        redis_url=REDIS_URL,
-        tenants={},
-        env={"SANDGRID_WORKER__POOL_SIZE": "1", "SANDGRID_WORKER__SNAPSHOT_STORE": "local"},
-    )
+    tenant = Tenant(name="sdk", limits=TenantLimits(max_timeout_s=CEILING_S))
+    r.hset(names.tokens_key(), hash_token(TOKEN), tenant.model_dump_json())
+    env = {"SANDGRID_WORKER__POOL_SIZE": "1", "SANDGRID_WORKER__SNAPSHOT_STORE": "local"}
+    where = tmp_path_factory.mktemp("openaigrid") / "grid"
+    g = LocalGrid(where, port=PORT, redis_url=REDIS_URL, tenants={}, env=env)
     try:
         g.start(["sdk-w1"], types="python,python-gvisor", concurrency=2)
         yield g
@@ -113,6 +107,18 @@ def _run(grid: LocalGrid, body: Callable[[SandgridSandboxClient], Awaitable[T]],
     return asyncio.run(main())
 
 
+def _in_session(
+    grid: LocalGrid, kind: str, body: Callable[[SandboxSession], Awaitable[None]], **quotas: Any
+) -> None:
+    """Run ``body`` in a new session of ``kind`` (closed at its end)."""
+
+    async def main(client: SandgridSandboxClient) -> None:
+        async with await client.create(options=_options(kind, **quotas)) as s:
+            await body(s)
+
+    _run(grid, main)
+
+
 def _options(kind: str, **quotas: Any) -> SandgridSandboxClientOptions:
     return SandgridSandboxClientOptions(
         sandbox_type=kind, quotas=quotas, labels={"test": "openai-sdk-suite"}
@@ -123,36 +129,34 @@ def _options(kind: str, **quotas: Any) -> SandgridSandboxClientOptions:
 
 
 def test_exec_output_is_bytes_exact_and_a_cut_is_said(grid: LocalGrid, kind: str) -> None:
-    async def body(client: SandgridSandboxClient) -> None:
-        async with await client.create(options=_options(kind, output_bytes=64 << 10)) as s:
-            raw = await s.exec("printf '\\377\\000\\376caf\\303\\251'; printf '\\200' >&2")
-            assert (raw.stdout, raw.stderr, raw.exit_code) == (
-                b"\xff\x00\xfecaf\xc3\xa9",
-                b"\x80",
-                0,
-            )
-            failed = await s.exec("echo out; echo err >&2; exit 7")
-            assert (failed.stdout, failed.stderr, failed.exit_code) == (b"out\n", b"err\n", 7)
-            plain = await s.exec("printf", "%s|", "a b", "c", shell=False)
-            assert plain.stdout == b"a b|c|"
-            big = await s.exec("head -c 200000 /dev/zero")
-            assert 0 < len(big.stdout) < 200000 and set(big.stdout) == {0}
-            assert getattr(big, "stdout_truncated", False)
-            assert b"stdout truncated" in big.stderr  # never cut silently
+    async def body(s: SandboxSession) -> None:
+        raw = await s.exec("printf '\\377\\000\\376caf\\303\\251'; printf '\\200' >&2")
+        assert (raw.stdout, raw.stderr, raw.exit_code) == (
+            b"\xff\x00\xfecaf\xc3\xa9",
+            b"\x80",
+            0,
+        )
+        failed = await s.exec("echo out; echo err >&2; exit 7")
+        assert (failed.stdout, failed.stderr, failed.exit_code) == (b"out\n", b"err\n", 7)
+        plain = await s.exec("printf", "%s|", "a b", "c", shell=False)
+        assert plain.stdout == b"a b|c|"
+        big = await s.exec("head -c 200000 /dev/zero")
+        assert 0 < len(big.stdout) < 200000 and set(big.stdout) == {0}
+        assert getattr(big, "stdout_truncated", False)
+        assert b"stdout truncated" in big.stderr  # never cut silently
 
-    _run(grid, body)
+    _in_session(grid, kind, body, output_bytes=64 << 10)
 
 
 def test_timeouts_and_timeout_none(grid: LocalGrid, kind: str) -> None:
-    async def body(client: SandgridSandboxClient) -> None:
-        async with await client.create(options=_options(kind, timeout_s=2)) as s:
-            with pytest.raises(ExecTimeoutError) as caught:
-                await s.exec("sleep 30", timeout=1)
-            assert caught.value.timeout_s == 1
-            slow = await s.exec("sleep 4; echo done")  # past the session's 2 s default
-            assert (slow.exit_code, slow.stdout) == (0, b"done\n")
+    async def body(s: SandboxSession) -> None:
+        with pytest.raises(ExecTimeoutError) as caught:
+            await s.exec("sleep 30", timeout=1)
+        assert caught.value.timeout_s == 1
+        slow = await s.exec("sleep 4; echo done")  # past the session's 2 s default
+        assert (slow.exit_code, slow.stdout) == (0, b"done\n")
 
-    _run(grid, body)
+    _in_session(grid, kind, body, timeout_s=2)
 
 
 # -- files --------------------------------------------------------------------------------
@@ -200,84 +204,78 @@ def test_persisted_links_pass_the_sdks_hydrate_check(grid: LocalGrid, kind: str)
 
 
 def test_pty_pipes_poll_and_unknown_sessions(grid: LocalGrid, kind: str) -> None:
-    async def body(client: SandgridSandboxClient) -> None:
-        async with await client.create(options=_options(kind)) as s:
-            started = await s.pty_exec_start(
-                "sh", "-c", "printf 'stdout\\n'; printf 'stderr\\n' >&2; sleep 1",
-                shell=False, yield_time_s=0.05,
-            )  # fmt: skip
-            assert started.process_id is not None and started.exit_code is None
-            done = await s.pty_write_stdin(
-                session_id=started.process_id, chars="", yield_time_s=5.5
-            )
-            text = (started.output + done.output).decode()
-            assert "stdout" in text and "stderr" in text
-            assert (done.process_id, done.exit_code) == (None, 0)
-            with pytest.raises(PtySessionNotFoundError):
-                await s.pty_write_stdin(session_id=started.process_id, chars="")
-            with pytest.raises(PtySessionNotFoundError):
-                await s.pty_write_stdin(session_id=999_999, chars="")
+    async def body(s: SandboxSession) -> None:
+        started = await s.pty_exec_start(
+            "sh", "-c", "printf 'stdout\\n'; printf 'stderr\\n' >&2; sleep 1",
+            shell=False, yield_time_s=0.05,
+        )  # fmt: skip
+        assert started.process_id is not None and started.exit_code is None
+        done = await s.pty_write_stdin(session_id=started.process_id, chars="", yield_time_s=5.5)
+        text = (started.output + done.output).decode()
+        assert "stdout" in text and "stderr" in text
+        assert (done.process_id, done.exit_code) == (None, 0)
+        with pytest.raises(PtySessionNotFoundError):
+            await s.pty_write_stdin(session_id=started.process_id, chars="")
+        with pytest.raises(PtySessionNotFoundError):
+            await s.pty_write_stdin(session_id=999_999, chars="")
 
-    _run(grid, body)
+    _in_session(grid, kind, body)
 
 
 def test_pty_split_utf8_and_max_output_tokens(grid: LocalGrid, kind: str) -> None:
-    async def body(client: SandgridSandboxClient) -> None:
-        async with await client.create(options=_options(kind)) as s:
-            split = await s.pty_exec_start(
-                "printf 'a\\342'; sleep 1; printf '\\202\\254b'", yield_time_s=0.3
-            )
-            assert split.process_id is not None
-            rest = await s.pty_write_stdin(session_id=split.process_id, chars="", yield_time_s=5)
-            assert split.output + rest.output == "a€b".encode()
-            flood = await s.pty_exec_start(
-                "head -c 108894 /dev/zero | tr '\\0' 'w'", yield_time_s=5, max_output_tokens=50
-            )
-            assert flood.exit_code == 0 and flood.original_token_count is not None
-            assert flood.original_token_count > 50 and len(flood.output) < 2000
+    async def body(s: SandboxSession) -> None:
+        split = await s.pty_exec_start(
+            "printf 'a\\342'; sleep 1; printf '\\202\\254b'", yield_time_s=0.3
+        )
+        assert split.process_id is not None
+        rest = await s.pty_write_stdin(session_id=split.process_id, chars="", yield_time_s=5)
+        assert split.output + rest.output == "a€b".encode()
+        flood = await s.pty_exec_start(
+            "head -c 108894 /dev/zero | tr '\\0' 'w'", yield_time_s=5, max_output_tokens=50
+        )
+        assert flood.exit_code == 0 and flood.original_token_count is not None
+        assert flood.original_token_count > 50 and len(flood.output) < 2000
 
-    _run(grid, body)
+    _in_session(grid, kind, body)
 
 
 def test_the_ninth_pty_process_drops_the_oldest(grid: LocalGrid, kind: str) -> None:
-    async def body(client: SandgridSandboxClient) -> None:
-        async with await client.create(options=_options(kind, background_processes=8)) as s:
-            ids: list[int] = []
-            for _ in range(9):
-                started = await s.pty_exec_start("sleep 120", yield_time_s=0)
-                assert started.process_id is not None  # no LimitExceeded
-                ids.append(started.process_id)
-            with pytest.raises(PtySessionNotFoundError):
-                await s.pty_write_stdin(session_id=ids[0], chars="")  # dropped, as the SDK does
-            live = await s.pty_write_stdin(session_id=ids[-1], chars="", yield_time_s=0)
-            assert live.process_id == ids[-1]
-            await s.pty_terminate_all()
+    async def body(s: SandboxSession) -> None:
+        ids: list[int] = []
+        for _ in range(9):
+            started = await s.pty_exec_start("sleep 120", yield_time_s=0)
+            assert started.process_id is not None  # no LimitExceeded
+            ids.append(started.process_id)
+        with pytest.raises(PtySessionNotFoundError):
+            await s.pty_write_stdin(session_id=ids[0], chars="")  # dropped, as the SDK does
+        live = await s.pty_write_stdin(session_id=ids[-1], chars="", yield_time_s=0)
+        assert live.process_id == ids[-1]
+        await s.pty_terminate_all()
 
-    _run(grid, body)
+    _in_session(grid, kind, body, background_processes=8)
 
 
 def test_tty_runs_on_a_real_terminal_and_ctrl_c_interrupts(grid: LocalGrid, kind: str) -> None:
-    async def body(client: SandgridSandboxClient) -> None:
-        async with await client.create(options=_options(kind)) as s:
-            read = await s.pty_exec_start(
-                "sh", "-c", "test -t 0 && IFS= read -r line; printf 'got %s\\n' \"$line\"",
-                shell=False, tty=True, yield_time_s=2,
-            )  # fmt: skip
-            assert read.process_id is not None and read.exit_code is None
-            answer = await s.pty_write_stdin(
-                session_id=read.process_id, chars="hello from pty\n", yield_time_s=5
-            )
-            assert answer.exit_code == 0 and b"got hello from pty" in answer.output
-            sleeper = await s.pty_exec_start("sleep", "30", shell=False, tty=True, yield_time_s=2)
-            assert sleeper.process_id is not None
-            stopped = await s.pty_write_stdin(
-                session_id=sleeper.process_id, chars="\x03", yield_time_s=5.5
-            )
-            assert stopped.process_id is None and stopped.exit_code == 130  # SIGINT
-            with pytest.raises(PtySessionNotFoundError):
-                await s.pty_write_stdin(session_id=sleeper.process_id, chars="")
+    async def body(s: SandboxSession) -> None:
+        read = await s.pty_exec_start(
+            "sh", "-c", "test -t 0 && IFS= read -r line; printf 'got %s\\n' \"$line\"",
+            shell=False, tty=True, yield_time_s=2,
+        )  # fmt: skip
+        assert read.process_id is not None and read.exit_code is None
+        answer = await s.pty_write_stdin(
+            session_id=read.process_id, chars="hello from pty\n", yield_time_s=5
+        )
+        assert answer.exit_code == 0 and b"got hello from pty" in answer.output
+        sleeper = await s.pty_exec_start("sleep", "30", shell=False, tty=True, yield_time_s=2)
+        assert sleeper.process_id is not None
+        stopped = await s.pty_write_stdin(
+            session_id=sleeper.process_id, chars="\x03", yield_time_s=5.5
+        )
+        assert stopped.process_id is None and stopped.exit_code == 130  # SIGINT
+        with pytest.raises(PtySessionNotFoundError):
+            await s.pty_write_stdin(session_id=sleeper.process_id, chars="")
 
-    _run(grid, body)
+    _in_session(grid, kind, body)
 
 
 # -- the shell capability's tools, through the runner -------------------------------------
