@@ -30,7 +30,13 @@ import pytest
 from agents import RunConfig, Runner, function_tool
 from agents.items import ToolCallOutputItem
 from agents.run_state import RunState
-from agents.sandbox import LocalSnapshotSpec, Manifest, SandboxAgent, SandboxRunConfig
+from agents.sandbox import (
+    LocalSnapshotSpec,
+    Manifest,
+    RemoteSnapshotSpec,
+    SandboxAgent,
+    SandboxRunConfig,
+)
 from agents.sandbox.capabilities import Shell
 from agents.sandbox.entries import Dir, File
 from agents.sandbox.errors import (
@@ -41,6 +47,7 @@ from agents.sandbox.errors import (
     WorkspaceReadNotFoundError,
 )
 from agents.sandbox.session import CallbackSink, Instrumentation, SandboxSessionEvent
+from agents.sandbox.session.dependencies import Dependencies
 from agents.sandbox.session.sandbox_session import SandboxSession
 from agents.sandbox.util.tar_utils import validate_tar_bytes
 from agents.sandbox.workspace_paths import SandboxPathGrant
@@ -439,3 +446,38 @@ def test_a_session_handle_is_an_sdk_sandbox_session(grid: LocalGrid, kind: str) 
         assert not await session.running()
 
     _run(grid, body)
+
+
+class _Store:
+    """A ``RemoteSnapshotSpec`` client: snapshots kept in memory."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[str, bytes] = {}
+
+    def upload(self, snapshot_id: str, data: io.IOBase) -> None:
+        self.blobs[snapshot_id] = data.read()
+
+    def download(self, snapshot_id: str) -> io.IOBase:
+        return io.BytesIO(self.blobs[snapshot_id])
+
+    def exists(self, snapshot_id: str) -> bool:
+        return snapshot_id in self.blobs
+
+
+def test_a_remote_snapshot_takes_the_clients_dependencies(grid: LocalGrid, kind: str) -> None:
+    store = _Store()
+    deps = Dependencies().bind_value("snapshots", store)
+    spec = RemoteSnapshotSpec(client_dependency_key="snapshots")
+
+    async def body(client: SandgridSandboxClient) -> bytes:
+        s = await client.create(snapshot=spec, options=_options(kind))
+        async with s:
+            await s.write(Path("kept.txt"), io.BytesIO(b"remote v1\n"))
+        payload = client.serialize_session_state(s.state)
+        back = await client.resume(client.deserialize_session_state(payload))
+        async with back:
+            got: bytes = (await back.read(Path("kept.txt"))).read()
+        return got
+
+    assert _run(grid, body, dependencies=deps) == b"remote v1\n"  # no _dependencies by hand
+    assert store.blobs
