@@ -4,8 +4,9 @@ Written from what the SDK's ``tests/sandbox/`` asserts of a client (its
 UnixLocal and Docker session tests: exec, files, the hydrate check, PTY
 processes with and without a tty), run on runc and on runsc; the shell
 capability's and the runner's checks (``agents.testing``'s scripted model) are
-in ``test_openai_agents_sdk_runner.py``, on this module's grid and helpers. A grid of its own: the API and one worker serving
-``python`` and ``python-gvisor``; its tenant's longest deadline is 600 s, so
+in ``test_openai_agents_sdk_runner.py``, on this module's grid and helpers.
+A grid of its own: the API and one worker serving ``python`` and
+``python-gvisor``; its tenant's longest deadline is 600 s, so
 ``timeout=None`` has a ceiling to learn. No model is called: the scripted
 model plays the turns. What cannot apply is in docs/integrations.md.
 
