@@ -126,11 +126,16 @@ class FakeTerm:
         self.frames, self.closed = frames, False
         self.typed: list[str] = []
         self.exit_code: int | None = None
+        self.ended = False
 
     async def recv(self, timeout: float | None = None) -> str | None:
-        while not self.frames:
+        while not self.frames and not self.ended:
             await asyncio.sleep(0.01)
-        return self.frames.pop(0)
+        if self.ended:
+            return None  # as the real terminal: None ever after its end
+        frame = self.frames.pop(0)
+        self.ended = frame is None
+        return frame
 
     async def send(self, data: str) -> None:
         self.typed.append(data)
@@ -174,3 +179,26 @@ def test_an_unknown_process_is_the_sdks_error(chars: str) -> None:
 
     with pytest.raises(PtySessionNotFoundError):
         asyncio.run(Session(FakeClient(1)).pty_write_stdin(session_id=7, chars=chars))
+
+
+def test_a_busy_refusal_is_tried_again_only_just_after_a_terminal_ended() -> None:
+    from sandgrid.errors import Conflict
+
+    s = Session(FakeClient(1))
+    tries: list[int] = []
+
+    async def busy_once() -> str:
+        tries.append(1)
+        if len(tries) == 1:
+            raise Conflict("busy with another turn")
+        return "ran"
+
+    with pytest.raises(Conflict):  # no terminal ended: a 409 is the caller's
+        asyncio.run(s._grid(busy_once))
+    tries.clear()
+
+    async def end_a_terminal() -> None:
+        await s._end(TerminalProcess(FakeTerm([None])))  # type: ignore[arg-type]
+
+    asyncio.run(end_a_terminal())
+    assert asyncio.run(s._grid(busy_once)) == "ran" and len(tries) == 2
