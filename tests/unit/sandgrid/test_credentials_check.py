@@ -41,7 +41,9 @@ def test_tests_may_allow_them() -> None:
     assert insecure_defaults(s) and refusal(s, "the API") is None
 
 
-@pytest.mark.parametrize("command", [["serve", "--port", "1"], ["worker", "--node", "x"]])
+@pytest.mark.parametrize(
+    "command", [["serve", "--port", "1"], ["worker", "--node", "x"]], ids=["serve", "worker"]
+)
 def test_the_entry_points_exit_with_the_reason(
     command: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
