@@ -1,5 +1,6 @@
 """A grid of real processes for the benchmarks: one scheduler and Celery workers
-on loopback, on a Redis db of their own (flushed before and after)."""
+on loopback, on a Redis db of their own (flushed before and after), with the
+machine's generated credentials when it has them (``_services``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import redis
+from _services import grid_env, shared_redis_url
 
 from sandgrid.localgrid import LocalGrid
 
@@ -19,15 +21,20 @@ def bench_grid(
 ) -> Iterator[LocalGrid]:
     """Start the grid (tenant ``bench`` with ``token``, a local snapshot store, 4
     warm sandboxes per type), yield it, stop it."""
-    r: redis.Redis[str] = redis.Redis.from_url(redis_url, decode_responses=True)
+    url = shared_redis_url(redis_url)
+    r: redis.Redis[str] = redis.Redis.from_url(url, decode_responses=True)
     r.flushdb()
     with tempfile.TemporaryDirectory(prefix="bench-grid-") as tmp:
         grid = LocalGrid(
             Path(tmp),
             port=port,
-            redis_url=redis_url,
+            redis_url=url,
             tenants={"bench": token},
-            env={"SANDGRID_WORKER__POOL_SIZE": "4", "SANDGRID_WORKER__SNAPSHOT_STORE": "local"},
+            env={
+                **grid_env(url),
+                "SANDGRID_WORKER__POOL_SIZE": "4",
+                "SANDGRID_WORKER__SNAPSHOT_STORE": "local",
+            },
         )
         try:
             grid.start(nodes, concurrency=concurrency)

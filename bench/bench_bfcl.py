@@ -19,13 +19,14 @@ import tempfile
 from pathlib import Path
 
 import redis
+from _services import grid_env, shared_redis_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sandgrid.localgrid import SANDGRID, LocalGrid
 
 PORT = 8734
-REDIS_URL = "redis://127.0.0.1:6379/10"
+REDIS_URL = shared_redis_url("redis://127.0.0.1:6379/10")
 TOKEN = "tok-bench-bfcl-" + "w" * 24
 
 
@@ -43,7 +44,11 @@ def main() -> int:
             port=PORT,
             redis_url=REDIS_URL,
             tenants={"bench": TOKEN},
-            env={"SANDGRID_WORKER__POOL_SIZE": "2", "SANDGRID_WORKER__SNAPSHOT_STORE": "local"},
+            env={
+                **grid_env(REDIS_URL),
+                "SANDGRID_WORKER__POOL_SIZE": "2",
+                "SANDGRID_WORKER__SNAPSHOT_STORE": "local",
+            },
         )
         try:
             grid.start(["bf-w1", "bf-w2"], types="bfcl", concurrency=4)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import redis
+from _services import shared_redis_url
 
 from sandgrid.models import NetworkPolicy
 from sandgrid.wire import names
@@ -33,7 +34,9 @@ from worker.agent.egress import serve_egress
 from worker.egress import EgressProxy, RedisBook, Resolver
 from worker.egress.handler import Handler
 
-REDIS_URL = os.environ.get("SANDGRID_BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
+REDIS_URL = shared_redis_url(
+    os.environ.get("SANDGRID_BENCH_REDIS_URL", "redis://127.0.0.1:6379/15")
+)
 HOST = "127.0.0.8"
 SID = "s-benchegress000000001"
 

@@ -39,6 +39,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _grid import bench_grid
+from _services import shared_redis_url
 from _stats import pct
 
 from sandgrid.client import Client
@@ -51,7 +52,7 @@ from worker.runtimes import runtime_for
 from worker.sandboxes import SandboxManager
 
 PORT = 8731
-REDIS_URL = "redis://127.0.0.1:6379/13"
+REDIS_URL = shared_redis_url("redis://127.0.0.1:6379/13")
 TOKEN = "tok-bench-" + "x" * 24
 IMAGE = "sandgrid/sandbox-python:latest"
 

@@ -21,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import redis
+from _services import shared_redis_url
 
 from sandgrid.models import ExecRequest, SessionInfo
 from sandgrid.ops.exec import ExecOp
@@ -50,7 +51,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--redis", default="redis://127.0.0.1:6379/13")
     args = ap.parse_args()
-    r: redis.Redis[str] = redis.Redis.from_url(args.redis, decode_responses=True)
+    url = shared_redis_url(args.redis)  # the admin user once credentials are generated
+    r: redis.Redis[str] = redis.Redis.from_url(url, decode_responses=True)
     r.delete(names.audit_key(TENANT))
     with tempfile.TemporaryDirectory() as tmp:
         log = AuditLog(r, LocalObjects(Path(tmp)), command_chars=80)

@@ -44,9 +44,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _services import minio_settings
 from minio import Minio
 
-from sandgrid.wire.settings import Settings
 from tests.support.hostdir import HostDirBackend
 from tests.support.snapshot_stores import minio_store
 from worker.snapshots import SnapshotStore, restore_sandbox, snapshot_sandbox
@@ -266,7 +266,7 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=3, help="runs per figure (median)")
     parser.add_argument("--tmp", default=None, help="scratch directory (default: system temp)")
     args = parser.parse_args()
-    s = Settings().minio  # SANDGRID_MINIO__*
+    s = minio_settings()  # SANDGRID_MINIO__*, else the generated keys
     bucket = f"sgbench-{uuid.uuid4().hex[:10]}"
     store = minio_store(s.endpoint, s.access_key, s.secret_key, bucket, secure=s.secure)
     client = Minio(s.endpoint, s.access_key, s.secret_key, secure=s.secure)

@@ -27,7 +27,7 @@ import redis
 from minio import Minio
 from minio.error import S3Error
 
-from tests.conftest import generated_secrets
+from sandgrid.wire.credentials import generated_secrets
 from tests.support.deploy_state import ROOT
 
 pytestmark = pytest.mark.integration

@@ -138,7 +138,11 @@ def test_no_policy_is_refused_with_the_reason(proxy, rds, server) -> None:  # ty
     assert not a.allowed and a.sent == a.received == 0
 
 
-@pytest.mark.parametrize("policy", [None, NetworkPolicy(allow=["pypi.org", "10.0.0.0/8"])])
+@pytest.mark.parametrize(
+    "policy",
+    [None, NetworkPolicy(allow=["pypi.org", "10.0.0.0/8"])],
+    ids=["offline", "no-allow-match"],
+)
 def test_a_name_no_entry_could_allow_is_refused_without_a_lookup(proxy, rds, policy) -> None:  # type: ignore[no-untyped-def]
     set_policy(rds, policy)
     name = b"leak-check.invalid"

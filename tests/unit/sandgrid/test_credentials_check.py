@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sandgrid.wire.credentials import insecure_defaults, refusal
+from sandgrid.wire.credentials import (
+    ADMIN_USER,
+    generated_secrets,
+    insecure_defaults,
+    refusal,
+    with_user,
+)
 from sandgrid.wire.settings import MinioSettings, Settings
 from tests.support.deploy_state import deploy_script, fake_state
 
@@ -41,7 +47,9 @@ def test_tests_may_allow_them() -> None:
     assert insecure_defaults(s) and refusal(s, "the API") is None
 
 
-@pytest.mark.parametrize("command", [["serve", "--port", "1"], ["worker", "--node", "x"]])
+@pytest.mark.parametrize(
+    "command", [["serve", "--port", "1"], ["worker", "--node", "x"]], ids=["serve", "worker"]
+)
 def test_the_entry_points_exit_with_the_reason(
     command: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -80,3 +88,23 @@ def test_redis_acl_file_has_roles_and_no_password(tmp_path: Path) -> None:
     assert not any(pw in out for pw in pws.values())
     metrics = next(ln for ln in lines if ln.startswith("user sg-metrics"))
     assert "-@all +@read" in metrics and "+@all" not in metrics
+
+
+def test_generated_secrets_are_read_and_absent_ones_are_empty(tmp_path: Path) -> None:
+    made = fake_state(tmp_path)
+    assert generated_secrets(tmp_path) == made
+    assert generated_secrets(tmp_path / "none") == {}
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis://127.0.0.1:6379/13", "redis://sg-admin:pw@127.0.0.1:6379/13"),
+        ("redis://127.0.0.1/13", "redis://sg-admin:pw@127.0.0.1/13"),
+        ("redis://u:other@127.0.0.1:6379/13", "redis://u:other@127.0.0.1:6379/13"),
+        ("redis://127.0.0.1:6390/0", "redis://127.0.0.1:6390/0"),  # a server of its own
+        ("redis://10.0.0.5:6379/0", "redis://10.0.0.5:6379/0"),
+    ],
+)
+def test_with_user_names_the_user_only_on_the_shared_redis(url: str, expected: str) -> None:
+    assert with_user(url, ADMIN_USER, "pw") == expected
