@@ -50,6 +50,7 @@ from scheduler.registry import LUA_DIR
 from scheduler.registry.records import SessionRecords
 
 __all__ = [
+    "STALE_WAITER_S",
     "TURN_RECORD_TTL_S",
     "RebuildReport",
     "SessionRegistry",
@@ -59,6 +60,15 @@ __all__ = [
 
 #: How long a turn record outlives its lock: long enough to refuse a late redelivery.
 TURN_RECORD_TTL_S = 3 * 3600.0
+
+
+#: A waiting caller that has not asked again for this long is dropped from the
+#: session's queue of waiters (its API process died); waiters ask every 100 ms at most.
+STALE_WAITER_S = 2.0
+
+
+def _waiting_keys(session_id: str) -> tuple[str, str]:
+    return names.session_waiting_key(session_id), names.session_seen_key(session_id)
 
 
 def new_session_id() -> str:
@@ -318,20 +328,52 @@ class SessionRegistry:
     # ---- turns -------------------------------------------------------------------
 
     def begin_turn(self, session_id: str, turn_id: str, ttl: float) -> bool:
-        """Take the session's turn lock for ``ttl`` seconds and record the turn queued.
+        """Take the session alone for ``ttl`` seconds (an op that needs no turn beside
+        it: close, fork, pause, restore, checkpoint) and record the op queued.
 
         Returns:
-            False when another turn of the session is in flight (the API answers
-            409 ``session_busy``).
+            False when the caller must wait: turns are in flight, the session is
+            held alone, or an earlier caller waits (this one keeps its place in
+            the session's queue of waiters; ``withdraw`` gives it up).
         """
-        keys = [names.turnlock_key(session_id), names.turn_key(turn_id)]
-        args = [turn_id, millis(ttl), session_id, time.time(), millis(ttl + TURN_RECORD_TTL_S)]
+        keys = [
+            names.turnlock_key(session_id),
+            names.turn_key(turn_id),
+            names.session_turns_key(session_id),
+            *_waiting_keys(session_id),
+        ]
+        args = [
+            turn_id,
+            millis(ttl),
+            session_id,
+            time.time(),
+            millis(ttl + TURN_RECORD_TTL_S),
+            STALE_WAITER_S,
+        ]
         return bool(self.scripts.run("begin_turn", keys, args))
 
     def end_turn(self, session_id: str, turn_id: str) -> bool:
-        """Release the turn lock if ``turn_id`` still holds it; mark the turn done."""
-        keys = [names.turnlock_key(session_id), names.turn_key(turn_id)]
+        """Give back the turn's session slot, or the session if it held it alone;
+        mark the turn done."""
+        keys = [
+            names.turnlock_key(session_id),
+            names.turn_key(turn_id),
+            names.session_turns_key(session_id),
+        ]
         return bool(self.scripts.run("end_turn", keys, [turn_id]))
+
+    def withdraw(self, session_id: str, ticket: str) -> None:
+        """A waiting caller gives up its place in the session's queue of waiters."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.zrem(names.session_waiting_key(session_id), ticket)
+        pipe.zrem(names.session_seen_key(session_id), ticket)
+        pipe.execute()
+
+    def session_turns(self, session_id: str) -> builtins.list[str]:
+        """The session's turns in flight (not past their deadline), oldest first."""
+        key = names.session_turns_key(session_id)
+        found: builtins.list[str] = self.redis.zrangebyscore(key, time.time(), "+inf")
+        return found
 
     def abandon_turn(self, turn_id: str) -> bool:
         """API side: nobody waits for this turn any more; a late claim is refused."""
@@ -357,20 +399,32 @@ class SessionRegistry:
         session_id: str,
         turn_id: str,
         ttl: float,
+        *,
+        parallel: int = 1,
+        shared: bool = False,
     ) -> tuple[str, int]:
-        """``acquire_turn_slot`` and ``begin_turn`` behind a queue-depth check, in one
-        round trip (``lua/admit_turn.lua``): all taken, or none.
+        """``acquire_turn_slot`` and a slot among the session's ``parallel`` turns in
+        flight, behind a queue-depth check, in one round trip
+        (``lua/admit_turn.lua``): all taken, or none.
+
+        ``shared``: the turn goes to its type's shared queue (no live owner); it
+        waits while another turn is in flight, which is bringing the session to
+        a worker, so that all of them run where that one restored it.
 
         Returns:
             ``("ok", 0)``, ``("backpressure", depth)``, ``("tenant_limit", 0)`` or
-            ``("busy", 0)``: the first check that refused, in that order.
+            ``("wait", running)``: the first check that refused, in that order.
+            A caller told to wait keeps its place in the session's queue of
+            waiters until it is admitted or ``withdraw``s.
         """
         now = time.time()
         keys = [
             queue,
             names.tenant_turns_key(tenant),
-            names.turnlock_key(session_id),
+            names.session_turns_key(session_id),
             names.turn_key(turn_id),
+            names.turnlock_key(session_id),
+            *_waiting_keys(session_id),
         ]
         args = [
             turn_id,
@@ -379,9 +433,11 @@ class SessionRegistry:
             now,
             now + ttl,
             millis(ttl),
-            millis(ttl),
             session_id,
             millis(ttl + TURN_RECORD_TTL_S),
+            STALE_WAITER_S,
+            parallel,
+            "1" if shared else "0",
         ]
         found = self.scripts.run("admit_turn", keys, args)
         return str(found[0]), int(found[1]) if len(found) > 1 else 0
@@ -406,6 +462,7 @@ class SessionRegistry:
             names.tenant_turns_key(tenant),
             result_key or names.turn_key(turn_id),
             names.idempotency_key(turn_id),
+            names.session_turns_key(session_id),
         ]
         args = [turn_id, "1" if result_key else "0", outcome_json, max(1, int(keep_s))]
         self.scripts.run("finish_turn", keys, args)

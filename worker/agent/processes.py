@@ -4,6 +4,14 @@ The agent is root with SETUID, SETGID and KILL only; everything the user gets
 to run (a command, a file operation) runs as uid/gid 1000 in a child (the
 scan: on a thread of the agent acting as the user, ``as_user_here``), and a
 deadline kill takes every process the command started.
+
+Requests run at once, so a deadline kill must spare what the other requests
+run. Every command starts as the leader of a session of its own; ``LEADERS``
+holds the leaders of what runs now (execs, terminals, background processes,
+the kernel host). A kill takes the command's new processes but those in
+another live leader's session: a process that left its session (``setsid``, a
+daemon) while a command beside it timed out goes with that command, as it
+would have with no other turn running (docs/agent-protocol.md).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +35,9 @@ from .reaper import REAPER
 from .threadcreds import acting_as_user
 
 __all__ = [
+    "LEADERS",
     "Cleanup",
+    "Leaders",
     "as_user",
     "as_user_here",
     "finish_cleanup",
@@ -37,16 +48,46 @@ __all__ = [
     "tasks_besides_agent",
     "user_child",
     "user_procs",
+    "user_sessions",
 ]
 
 
+class Leaders:
+    """The session leaders of what runs now: their sessions are spared by another's kill."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pids: set[int] = set()
+
+    def add(self, pid: int) -> None:
+        with self._lock:
+            self._pids.add(pid)
+
+    def discard(self, pid: int) -> None:
+        with self._lock:
+            self._pids.discard(pid)
+
+    def others(self, pid: int) -> frozenset[int]:
+        """The live leaders but ``pid``."""
+        with self._lock:
+            return frozenset(self._pids - {pid})
+
+
+LEADERS = Leaders()
+
+
 def user_procs() -> dict[tuple[int, int], bool]:
-    """Processes of uid 1000 as ``{(pid, starttime): is_zombie}``.
+    """Processes of uid 1000 as ``{(pid, starttime): is_zombie}``."""
+    return {key: zombie for key, (zombie, _) in user_sessions().items()}
+
+
+def user_sessions() -> dict[tuple[int, int], tuple[bool, int]]:
+    """Processes of uid 1000 as ``{(pid, starttime): (is_zombie, session id)}``.
 
     Read from ``/proc/<pid>/status`` rather than the directory owner, which a
     process can turn to root with ``prctl(PR_SET_DUMPABLE, 0)``.
     """
-    found: dict[tuple[int, int], bool] = {}
+    found: dict[tuple[int, int], tuple[bool, int]] = {}
     launcher = str(LAUNCHER.pid())  # root, like PID 1: two reads saved per exec
     for name in os.listdir("/proc"):
         if not name.isdigit() or name == "1" or name == launcher:
@@ -59,7 +100,7 @@ def user_procs() -> dict[tuple[int, int], bool]:
         except (OSError, StopIteration, IndexError):
             continue
         if str(UID).encode() in uids:
-            found[(int(name), int(fields[19]))] = fields[0] in (b"Z", b"X")
+            found[(int(name), int(fields[19]))] = (fields[0] in (b"Z", b"X"), int(fields[3]))
     return found
 
 
@@ -79,14 +120,17 @@ def kill_new(pgid: int, before: set[tuple[int, int]]) -> None:
     the cleanup to finish (``finish_cleanup``).
     """
     end = time.monotonic() + KILL_BUDGET_S
+    others = LEADERS.others(pgid)  # what other requests run: their sessions are spared
     LAUNCHER.stop(quiet=True)  # its children (the command's leader) become the agent's
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
-    if not before and tasks_besides_agent() is not None:
+    if not before and not others and tasks_besides_agent() is not None:
         Cleanup.pending = not _kill_all_until(end)
         return
     while True:
-        procs = {k: z for k, z in user_procs().items() if k not in before}
+        procs = {
+            k: z for k, (z, sid) in user_sessions().items() if k not in before and sid not in others
+        }
         alive = [pid for (pid, _), zombie in procs.items() if not zombie]
         for pid in alive:
             with contextlib.suppress(OSError):
@@ -108,8 +152,9 @@ def _kill_all_until(end: float) -> bool:
 
 
 def finish_cleanup() -> None:
-    """Before an exec: make sure the last timed-out exec left nothing running."""
-    if Cleanup.pending:
+    """Before an exec: make sure the last timed-out exec left nothing running (when
+    nothing else runs: a kill of everything would take the other requests' too)."""
+    if Cleanup.pending and not LEADERS.others(0):
         if not _kill_all_until(time.monotonic() + CLEANUP_WAIT_S):
             raise AgentError("sandbox_error", "processes of a timed-out exec are still dying")
         Cleanup.pending = False
@@ -160,6 +205,7 @@ def start_as_user(
     with REAPER.cond:  # the reaper must know the pid before it can reap it
         proc = LAUNCHER.popen(argv, env, cwd, stdin=stdin, stderr=stderr)  # launcher.py
         REAPER.wanted.add(proc.pid)
+    LEADERS.add(proc.pid)
     REAPER.kick()
     return proc
 
