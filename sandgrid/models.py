@@ -16,15 +16,21 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from sandgrid.network import parse_rule
+from sandgrid.network import parse_entries
 
 __all__ = [
     "CHECKPOINT_NAME_PATTERN",
     "DEFAULT_OUTPUT_CAP",
     "IDEMPOTENCY_HEADER",
+    "LABEL_KEY_PATTERN",
+    "MAX_ENV_BYTES",
     "MAX_ENV_ENTRIES",
     "MAX_FILE_BYTES",
+    "MAX_LABELS",
+    "MAX_LABEL_VALUE",
+    "MAX_NETWORK_BYTES",
     "MAX_NETWORK_ENTRIES",
+    "MAX_RECORD_BYTES",
     "MAX_SOURCE_BYTES",
     "MAX_TTL_S",
     "NEXT_OFFSET_HEADER",
@@ -33,12 +39,16 @@ __all__ = [
     "CodeError",
     "CodeRequest",
     "CodeResult",
+    "EgressLimits",
+    "EmptyBody",
+    "EnvVars",
     "ExecRequest",
     "ExecResult",
     "FileEntry",
     "FileList",
     "FileRead",
     "FileWrite",
+    "LabelMap",
     "NetworkAttempt",
     "NetworkPolicy",
     "NetworkView",
@@ -55,6 +65,7 @@ __all__ = [
     "TypeList",
     "WireModel",
     "WorkspacePath",
+    "env_bytes",
     "workspace_path",
 ]
 
@@ -68,7 +79,21 @@ DEFAULT_OUTPUT_CAP = 1 << 20  # 1 MiB per stream
 MAX_FILE_BYTES = 16 << 20  # one file through the JSON API
 MAX_SOURCE_BYTES = 1 << 20  # command / python source / stdin
 MAX_ENV_ENTRIES = 128
+MAX_ENV_BYTES = 32 << 10
+"""The bytes of every ``NAME=VALUE`` of an env, together (UTF-8): 32 KiB."""
 MAX_NETWORK_ENTRIES = 256
+MAX_NETWORK_BYTES = 32 << 10
+"""A network policy as JSON: 32 KiB."""
+MAX_LABELS = 64
+MAX_LABEL_VALUE = 256
+"""The longest label value, in characters (no control characters)."""
+LABEL_KEY_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$"
+"""A label key: 1-63 letters, digits, ``.``, ``_``, ``-`` or ``/``, alphanumeric at both ends."""
+MAX_RECORD_BYTES = 64 << 10
+"""A session's record as the caller sets it (``SessionCreate`` but ``files``), as JSON: 64 KiB.
+
+The record is in every ``GET /v1/sessions`` and in every turn's message.
+"""
 
 SandboxTypeName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")]
 SessionId = Annotated[str, Field(pattern=r"^s-[A-Za-z0-9_-]{16,64}$")]
@@ -81,12 +106,19 @@ MAX_TTL_S = 30 * 86400
 """The longest idle timeout or lifetime a session may ask for: 30 days."""
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_LABEL_KEY = re.compile(LABEL_KEY_PATTERN)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class WireModel(BaseModel):
-    """Base of every model that crosses a wire: frozen, no unknown fields."""
+    """Base of every model that crosses a wire: frozen, no unknown fields.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    A validation error's text never quotes the input (``hide_input_in_errors``):
+    a logged traceback of a bad reply would carry a tenant's output (issue 23,
+    item 5). ``errors()`` still names each field and rule.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     v: int = WIRE_VERSION
 
@@ -113,6 +145,62 @@ def workspace_path(raw: str) -> str:
 
 
 WorkspacePath = Annotated[str, AfterValidator(workspace_path)]
+
+
+def env_bytes(env: dict[str, str]) -> int:
+    """The size of an env as a process gets it: every ``NAME=VALUE``, in UTF-8 bytes."""
+    return sum(len(k.encode()) + 1 + len(v.encode()) for k, v in env.items())
+
+
+def _env(v: dict[str, str]) -> dict[str, str]:
+    """An env's entries, names and size within the limits (``MAX_ENV_*``), or why not."""
+    if len(v) > MAX_ENV_ENTRIES:
+        raise ValueError(f"env has {len(v)} entries; at most {MAX_ENV_ENTRIES} are allowed")
+    for k, val in v.items():
+        if not _ENV_NAME.fullmatch(k):
+            raise ValueError(f"env name {k!r} must match {_ENV_NAME.pattern}")
+        if "\x00" in val:
+            raise ValueError(f"env value of {k!r} must not contain a NUL byte")
+    size = env_bytes(v)
+    if size > MAX_ENV_BYTES:
+        raise ValueError(
+            f"env is {size} bytes (every NAME=VALUE, UTF-8); at most {MAX_ENV_BYTES} are allowed"
+        )
+    return v
+
+
+def _labels(v: dict[str, str]) -> dict[str, str]:
+    """Labels within ``MAX_LABELS``, ``LABEL_KEY_PATTERN`` and ``MAX_LABEL_VALUE``, or why not."""
+    if len(v) > MAX_LABELS:
+        raise ValueError(f"labels has {len(v)} entries; at most {MAX_LABELS} are allowed")
+    for k, val in v.items():
+        if not _LABEL_KEY.fullmatch(k):
+            raise ValueError(
+                f"label key {k[:80]!r} must be 1-63 letters, digits, '.', '_', '-' or '/', "
+                "starting and ending with a letter or digit"
+            )
+        if len(val) > MAX_LABEL_VALUE:
+            raise ValueError(
+                f"label {k!r}: value of {len(val)} characters; at most {MAX_LABEL_VALUE} "
+                "are allowed"
+            )
+        if _CONTROL.search(val):
+            raise ValueError(f"label {k!r}: value must not contain control characters")
+    return v
+
+
+EnvVars = Annotated[dict[str, str], AfterValidator(_env)]
+"""An environment within ``MAX_ENV_ENTRIES``, ``MAX_ENV_BYTES`` and the name rule."""
+LabelMap = Annotated[dict[str, str], AfterValidator(_labels)]
+"""A session's labels within ``MAX_LABELS``, ``LABEL_KEY_PATTERN``, ``MAX_LABEL_VALUE``."""
+
+
+class EmptyBody(WireModel):
+    """The body of an operation that takes none: absent or ``{}``; an unknown field is 422.
+
+    A caller that sends ``{"memory": true}`` to ``pause`` asked for something the
+    grid does not do: it is told so, not given an ordinary pause.
+    """
 
 
 class Quotas(WireModel):
@@ -143,12 +231,7 @@ class Quotas(WireModel):
 
 
 def _rules(field: str, entries: list[str]) -> list[str]:
-    for i, entry in enumerate(entries):
-        try:
-            parse_rule(entry)
-        except ValueError as exc:
-            raise ValueError(f"network.{field}[{i}]: {exc}") from None
-    return [e.strip().lower() for e in entries]
+    return parse_entries(f"network.{field}", entries)
 
 
 class NetworkPolicy(WireModel):
@@ -178,6 +261,15 @@ class NetworkPolicy(WireModel):
     def _deny(cls, v: list[str]) -> list[str]:
         return _rules("deny", v)
 
+    @model_validator(mode="after")
+    def _bounded(self) -> NetworkPolicy:
+        size = len(self.model_dump_json())
+        if size > MAX_NETWORK_BYTES:
+            raise ValueError(
+                f"network policy is {size} bytes as JSON; at most {MAX_NETWORK_BYTES} are allowed"
+            )
+        return self
+
 
 class NetworkAttempt(WireModel):
     """One connection attempt of a session, as the worker's egress proxy recorded it."""
@@ -186,6 +278,11 @@ class NetworkAttempt(WireModel):
     host: str
     port: int
     address: str = Field("", description="the resolved address connected to (or refused)")
+    resolved: bool = Field(
+        False,
+        description="whether the proxy looked the name up (never for an IP literal, nor for "
+        "a name refused before resolution: no policy, or no allow entry could match it)",
+    )
     allowed: bool
     rule: str = Field("", description="the entry (or special range) that decided it")
     reason: str = ""
@@ -196,6 +293,14 @@ class NetworkAttempt(WireModel):
     node: str = ""
 
 
+class EgressLimits(WireModel):
+    """The connection limits the egress proxy holds every connection to (node settings)."""
+
+    handshake_timeout_s: float = Field(description="the request must arrive within this")
+    idle_timeout_s: float = Field(description="an established connection idle this long closes")
+    max_open: int = Field(description="connections of the session open at once")
+
+
 class NetworkView(WireModel):
     """Body of ``GET /v1/sessions/{id}/network``: the policy, usage and recent attempts."""
 
@@ -203,6 +308,9 @@ class NetworkView(WireModel):
     connections: int = 0
     bytes: int = 0
     attempts: list[NetworkAttempt] = Field(default_factory=list)
+    limits: EgressLimits | None = Field(
+        None, description="the proxy's connection limits (as its node last said, else the grid's)"
+    )
 
 
 class FileWrite(WireModel):
@@ -233,7 +341,7 @@ class ExecRequest(WireModel):
     argv: list[str] | None = Field(None, min_length=1, max_length=4096)
     shell: str | None = Field(None, max_length=MAX_SOURCE_BYTES)
     python: str | None = Field(None, max_length=MAX_SOURCE_BYTES)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict)
     cwd: WorkspacePath = "."
     stdin: str | None = Field(None, max_length=MAX_SOURCE_BYTES)
     timeout_s: float | None = Field(None, gt=0, le=3600)
@@ -248,16 +356,12 @@ class ExecRequest(WireModel):
             )
         return self
 
-    @field_validator("env")
+    @field_validator("argv")
     @classmethod
-    def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        if len(v) > MAX_ENV_ENTRIES:
-            raise ValueError(f"env has {len(v)} entries; at most {MAX_ENV_ENTRIES} are allowed")
-        for k, val in v.items():
-            if not _ENV_NAME.match(k):
-                raise ValueError(f"env name {k!r} must match {_ENV_NAME.pattern}")
-            if "\x00" in val:
-                raise ValueError(f"env value of {k!r} must not contain a NUL byte")
+    def _program(cls, v: list[str] | None) -> list[str] | None:
+        """The program is a name or a path: an empty one cannot be started."""
+        if v and not v[0]:
+            raise ValueError("argv[0]: the program must be a non-empty name or path")
         return v
 
 
@@ -329,7 +433,10 @@ class SessionCreate(WireModel):
 
     type: SandboxTypeName = "python"
     quotas: Quotas = Field(default_factory=Quotas)
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvVars = Field(
+        default_factory=dict,
+        description=f"at most {MAX_ENV_ENTRIES} variables, {MAX_ENV_BYTES} bytes of NAME=VALUE",
+    )
     files: list[FileWrite] = Field(default_factory=list, max_length=1024)
     snapshot_policy: SnapshotPolicy = Field(
         "after_turn",
@@ -341,7 +448,11 @@ class SessionCreate(WireModel):
         None,
         description="start from the latest snapshot of this session of the same tenant",
     )
-    labels: dict[str, str] = Field(default_factory=dict, max_length=32)
+    labels: LabelMap = Field(
+        default_factory=dict,
+        description=f"at most {MAX_LABELS}; keys 1-63 of A-Z a-z 0-9 . _ - /, "
+        f"values at most {MAX_LABEL_VALUE} characters",
+    )
     checkpoint: str | None = Field(
         None,
         pattern=CHECKPOINT_NAME_PATTERN,
@@ -364,6 +475,17 @@ class SessionCreate(WireModel):
     def _checkpoint_needs_fork_from(self) -> SessionCreate:
         if self.checkpoint is not None and self.fork_from is None:
             raise ValueError("checkpoint: needs fork_from (the session the checkpoint is of)")
+        return self
+
+    @model_validator(mode="after")
+    def _record_bounded(self) -> SessionCreate:
+        """The record is in every listing and every turn's message: bound it whole."""
+        size = len(self.model_dump_json(exclude={"files"}).encode())
+        if size > MAX_RECORD_BYTES:
+            raise ValueError(
+                f"the session record (every field but files, as JSON) is {size} bytes; "
+                f"at most {MAX_RECORD_BYTES} are allowed"
+            )
         return self
 
     network: NetworkPolicy | None = Field(

@@ -15,6 +15,18 @@ and the server sends::
 ``error`` (with ``message``). Pure code: one parser, so the API refuses a bad
 frame with the same ``InvalidInput`` (naming the field and the rule) that the
 SDK raises before it sends one.
+
+A frame the protocol does not expect ends the terminal: the server sends an
+``error`` frame naming the field and the rule, then closes with
+``CLOSE_UNSUPPORTED_FRAME`` (1003: a binary frame) or ``CLOSE_BAD_MESSAGE``
+(4422: not a JSON object, an unknown ``type``, a field breaking its rule). A
+refused open closes with 4000 + the HTTP status of its error (4401, 4404, 4409,
+4429...).
+
+The token never travels in the URL (URLs are logged): the SDK sends the
+``Authorization`` header; a browser, which cannot, offers the subprotocols
+``bearer_subprotocol(token)`` and ``SUBPROTOCOL`` and the server answers
+``SUBPROTOCOL``, never the token.
 """
 
 from __future__ import annotations
@@ -25,6 +37,9 @@ from typing import Any
 from sandgrid.errors import InvalidInput
 
 __all__ = [
+    "BEARER_PREFIX",
+    "CLOSE_BAD_MESSAGE",
+    "CLOSE_UNSUPPORTED_FRAME",
     "PTY_DEFAULT_COLS",
     "PTY_DEFAULT_IDLE_S",
     "PTY_DEFAULT_MAX_S",
@@ -33,6 +48,8 @@ __all__ = [
     "PTY_MAX_IDLE_S",
     "PTY_MAX_INPUT",
     "PTY_MAX_S",
+    "SUBPROTOCOL",
+    "bearer_subprotocol",
     "exit_message",
     "parse_client_message",
     "resize_message",
@@ -53,6 +70,19 @@ PTY_MAX_S = 3600.0
 so a terminal turn is never handed out twice."""
 PTY_MAX_INPUT = 64 << 10
 """Characters of one ``stdin`` message (a paste is sent in pieces)."""
+CLOSE_UNSUPPORTED_FRAME = 1003
+"""Close code of a binary frame (RFC 6455 "unsupported data"): the protocol is JSON text."""
+CLOSE_BAD_MESSAGE = 4422
+"""Close code of a text frame that is not a valid message (its ``error`` frame names why)."""
+SUBPROTOCOL = "sandgrid.v1"
+"""The WebSocket subprotocol the server answers."""
+BEARER_PREFIX = "sandgrid.bearer."
+"""A subprotocol ``sandgrid.bearer.<token>`` carries the token (browsers)."""
+
+
+def bearer_subprotocol(token: str) -> str:
+    """The subprotocol that carries ``token`` (offer it with ``SUBPROTOCOL``)."""
+    return BEARER_PREFIX + token
 
 
 def _refuse(field: str, rule: str) -> InvalidInput:

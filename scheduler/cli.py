@@ -2,96 +2,85 @@
 
 sandgrid serve                   # the HTTP API on 127.0.0.1:8700 (OpenAPI at /docs)
 sandgrid tenants add acme        # prints a new token, once
-sandgrid tenants ls
+sandgrid tenants set acme --max-sessions 50 --network-ceiling pypi.org:443
+sandgrid tenants rotate acme     # a new token, once; the old one refused at once
+sandgrid tenants revoke acme     # every token of acme refused at once
+sandgrid tenants ls | sandgrid tenants show acme   (scheduler.tenant_cli)
 sandgrid admin rebuild           # re-learn every session recorded in the object store
 """
 
 from __future__ import annotations
 
-import click
-from rich.console import Console
-from rich.table import Table
+import importlib
+from typing import Any
 
-from sandgrid.cli.helpers import err_console, readable_errors
+import click
+
+from sandgrid.cli.helpers import readable_errors
 from sandgrid.errors import SandgridError
 
-__all__ = ["admin", "admin_rebuild", "serve", "tenants", "tenants_add", "tenants_ls"]
+__all__ = ["admin", "admin_rebuild", "serve", "tenants"]
 
 
 @click.command()
 @click.option("--host", default=None, help="bind address [SANDGRID_API_HOST, 127.0.0.1]")
 @click.option("--port", type=int, default=None, help="port [SANDGRID_API_PORT, 8700]")
-@click.option("--access-log/--no-access-log", default=False, help="log every request")
-@click.option("--log-level", default="info", show_default=True)
-def serve(host: str | None, port: int | None, access_log: bool, log_level: str) -> None:
-    """Serve the HTTP API (OpenAPI at /docs)."""
+@click.option(
+    "--access-log/--no-access-log",
+    default=False,
+    help="log every request (method, path without its query string, status)",
+)
+@click.option("--log-level", default=None, help="[SANDGRID_LOG_LEVEL, info]")
+def serve(host: str | None, port: int | None, access_log: bool, log_level: str | None) -> None:
+    """Serve the HTTP API (OpenAPI at /docs).
+
+    Logs are the grid's one-line records (``SANDGRID_LOG_FORMAT``, json or text;
+    ``sandgrid.wire.logs``): uvicorn's own configuration is not used.
+    """
     import uvicorn
 
+    from sandgrid.wire.credentials import refusal
+    from sandgrid.wire.logs import setup_logging
     from sandgrid.wire.settings import get_settings
 
     settings = get_settings()
+    level = (log_level or settings.log_level).upper()
+    setup_logging(settings.log_format, level)
+    if (refused := refusal(settings, "the API")) is not None:
+        raise click.ClickException(refused)
     uvicorn.run(
         "scheduler.api:create_app",
         factory=True,
         host=host or settings.api_host,
         port=port or settings.api_port,
         access_log=access_log,
-        log_level=log_level,
+        log_level=level.lower(),
+        log_config=None,
     )
 
 
-@click.group()
+class _Lazy(click.Group):
+    """A group whose commands are a module's ``COMMANDS``, imported only when the group
+    itself is used: ``sandgrid --help`` imports nothing of them."""
+
+    def __init__(self, *args: Any, module: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.module = module
+
+    def _commands(self) -> dict[str, click.Command]:
+        commands: dict[str, click.Command] = importlib.import_module(self.module).COMMANDS
+        return commands
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(self._commands())
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self._commands().get(cmd_name)
+
+
+@click.group(cls=_Lazy, module="scheduler.tenant_cli")
 def tenants() -> None:
-    """Manage tenants and their tokens (in Redis)."""
-
-
-@tenants.command(name="add")
-@click.argument("name")
-@click.option("--max-sessions", type=int, default=None, help="live sessions ceiling")
-@click.option("--max-turns", type=int, default=None, help="concurrent turns ceiling")
-@readable_errors
-def tenants_add(name: str, max_sessions: int | None, max_turns: int | None) -> None:
-    """Add a token for tenant NAME and print it (shown only this once)."""
-    import redis
-    from pydantic import ValidationError
-
-    from sandgrid.errors import InvalidInput
-    from sandgrid.wire.settings import get_settings
-    from scheduler.tenants import TenantLimits, TenantStore
-
-    settings = get_settings()
-    given: dict[str, int] = {}
-    if max_sessions is not None:
-        given["max_sessions"] = max_sessions
-    if max_turns is not None:
-        given["max_concurrent_turns"] = max_turns
-    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
-    try:
-        token = TenantStore(client).add(name, TenantLimits.model_validate(given))
-    except ValidationError as exc:
-        raise InvalidInput(f"tenant {name!r}: {exc.errors()[0]['msg']}") from exc
-    except redis.RedisError as exc:
-        raise SandgridError(f"Redis at {settings.redis_url} unreachable: {exc}") from exc
-    click.echo(token)
-    err_console.print(f"tenant {name!r}: token above; export SANDGRID_TOKEN=<token>. Keep it.")
-
-
-@tenants.command(name="ls")
-@readable_errors
-def tenants_ls() -> None:
-    """List tenants (never tokens)."""
-    import redis
-
-    from sandgrid.wire.settings import get_settings
-    from scheduler.tenants import TenantStore
-
-    settings = get_settings()
-    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
-    store = TenantStore(client, tenants_file=settings.tenants_file)
-    table = Table("tenant", "max sessions", "max turns")
-    for t in store.tenants():
-        table.add_row(t.name, str(t.limits.max_sessions), str(t.limits.max_concurrent_turns))
-    Console().print(table)
+    """Manage tenants, their limits and their tokens (in Redis)."""
 
 
 @click.group()

@@ -14,10 +14,17 @@ from __future__ import annotations
 import redis as redis_lib
 
 from sandgrid.errors import InvalidInput
-from sandgrid.models import NetworkAttempt, NetworkPolicy, NetworkView, SessionCreate
+from sandgrid.models import (
+    EgressLimits,
+    NetworkAttempt,
+    NetworkPolicy,
+    NetworkView,
+    SessionCreate,
+)
 from sandgrid.network import covers
 from sandgrid.wire import names
 from sandgrid.wire.catalog import get_type
+from sandgrid.wire.settings import get_settings
 from scheduler.tenants import Tenant
 
 __all__ = ["MAX_ATTEMPTS_SHOWN", "check_policy", "effective_policy", "network_view"]
@@ -77,4 +84,17 @@ def network_view(
         connections=int(usage.get("connections", 0)),
         bytes=int(usage.get("bytes", 0)),
         attempts=attempts,
+        limits=_limits(usage.get("limits")),
+    )
+
+
+def _limits(raw: str | None) -> EgressLimits:
+    """The limits the session's node said it holds, else this grid's settings."""
+    if raw:
+        return EgressLimits.model_validate_json(raw)
+    egress = get_settings().worker.egress
+    return EgressLimits(
+        handshake_timeout_s=egress.handshake_timeout_s,
+        idle_timeout_s=egress.idle_timeout_s,
+        max_open=egress.max_open,
     )

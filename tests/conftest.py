@@ -3,19 +3,75 @@
 Redis missing is a skip on a developer's machine and a failure in CI
 (``CI=true``), so a broken CI host cannot pass silently. Database 15 is flushed
 before and after each test that uses it.
+
+Credentials (23.19): when ``make services`` generated them (``secrets.env`` in
+the state directory, ``SANDGRID_STATE_DIR``, default ``/var/lib/sandgrid``),
+every test URL of the machine's Redis that names no user gets its admin user
+(tests flush databases), and the grid processes the tests start inherit the
+generated MinIO credentials. ``SANDGRID_ALLOW_INSECURE_DEFAULTS=1`` is set for
+the processes the tests start against their own password-less Redis servers
+(tests/chaos, the durability tests), and for a machine without generated ones.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
 
 from sandgrid.wire.settings import Settings
 
-TEST_REDIS_URL = os.environ.get("SANDGRID_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+STATE_DIR = Path(os.environ.get("SANDGRID_STATE_DIR", "/var/lib/sandgrid"))
+SHARED_REDIS_PORT = int(os.environ.get("SANDGRID_REDIS_PORT", "6379"))
+#: Every test module's Redis URL setting and its default (database) on the shared Redis.
+TEST_REDIS_URLS = {
+    "SANDGRID_TEST_REDIS_URL": "redis://127.0.0.1:6379/15",
+    "SANDGRID_TEST_BATCH_REDIS_URL": "redis://127.0.0.1:6379/14",
+    "SANDGRID_TEST_BG_REDIS_URL": "redis://127.0.0.1:6379/13",
+    "SANDGRID_TEST_SNAP_REDIS_URL": "redis://127.0.0.1:6379/12",
+}
+ADMIN_USER = "sg-admin"
+
+
+def generated_secrets(state_dir: Path = STATE_DIR) -> dict[str, str]:
+    """``make services``'s ``secrets.env`` (``KEY=VALUE`` lines), empty when there is none."""
+    try:
+        text = (state_dir / "secrets.env").read_text()
+    except OSError:
+        return {}
+    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return {k.strip(): v.strip() for k, v in pairs if not k.startswith("#")}
+
+
+def with_user(url: str, user: str, password: str) -> str:
+    """``url`` with ``user:password``, when it names none and is the shared Redis."""
+    parts = urlsplit(url)
+    shared = parts.hostname == "127.0.0.1" and (parts.port or 6379) == SHARED_REDIS_PORT
+    if parts.password is not None or not shared:
+        return url
+    return urlunsplit(parts._replace(netloc=f"{user}:{password}@{parts.netloc}"))
+
+
+def _use_generated_credentials() -> None:
+    os.environ.setdefault("SANDGRID_ALLOW_INSECURE_DEFAULTS", "1")
+    found = generated_secrets()
+    if not found.get("SG_REDIS_PW_ADMIN"):
+        return
+    for var, default in TEST_REDIS_URLS.items():
+        url = os.environ.get(var, default)
+        os.environ[var] = with_user(url, ADMIN_USER, found["SG_REDIS_PW_ADMIN"])
+    os.environ.setdefault("SANDGRID_MINIO__ACCESS_KEY", found.get("SG_MINIO_ACCESS_KEY", ""))
+    os.environ.setdefault("SANDGRID_MINIO__SECRET_KEY", found.get("SG_MINIO_SECRET_KEY", ""))
+
+
+_use_generated_credentials()
+TEST_REDIS_URL = os.environ.get(
+    "SANDGRID_TEST_REDIS_URL", TEST_REDIS_URLS["SANDGRID_TEST_REDIS_URL"]
+)
 
 
 def _redis_unavailable(reason: str) -> None:

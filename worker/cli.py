@@ -21,7 +21,13 @@ __all__ = ["worker"]
 @readable_errors
 def worker(types: str, concurrency: int, node: str | None) -> None:
     """Run a worker node consuming its direct queue and the types' shared queues."""
+    from sandgrid.wire.credentials import refusal
+    from sandgrid.wire.settings import Settings
     from worker.main import run_worker
+
+    # a fresh Settings: run_worker names the node in the environment before get_settings()
+    if (refused := refusal(Settings(), "a worker")) is not None:
+        raise click.ClickException(refused)
 
     names = [t.strip() for t in types.split(",") if t.strip()]
     run_worker(types=names, concurrency=concurrency, node=node or socket.gethostname())

@@ -3,6 +3,13 @@
 The pool is ``threads``: the warm pools and the session table exist once per
 node, shared by every task thread (a prefork pool would copy them per child).
 The node consumes its own direct queue and the shared queues of its types.
+
+Logging is the grid's (``sandgrid.wire.logs``: one line per record, JSON unless
+``SANDGRID_LOG_FORMAT=text``), set up through Celery's ``setup_logging``
+signal, so Celery configures none of its own and prints no banner; each
+record written inside a task names the task. Celery's own lines never show
+a message body (``hide_message_bodies``), a turn's arguments or its value
+(``worker.turns.task_repr``).
 """
 
 from __future__ import annotations
@@ -15,14 +22,20 @@ import threading
 import time
 from typing import Any
 
-from celery import signals
+from celery import current_task, signals
+from celery.worker.consumer import consumer
 
 from sandgrid.wire.celery_app import app, worker_queues
+from sandgrid.wire.logs import setup_logging
+from sandgrid.wire.settings import get_settings
 
 __all__ = [
     "MALLOC_ARENAS",
     "RESTART_PAUSE_S",
     "RESULT_STORE_RETRIES",
+    "TaskContext",
+    "configure_logging",
+    "hide_message_bodies",
     "limit_malloc_arenas",
     "restart_self",
     "run_worker",
@@ -48,6 +61,9 @@ def run_worker(types: list[str], concurrency: int, node: str) -> None:
     """
     os.environ["SANDGRID_WORKER__NODE"] = node
     limit_malloc_arenas()
+    configure_logging()  # now: Celery warns (root user...) before it sets logging up
+    signals.setup_logging.connect(configure_logging, weak=False)
+    hide_message_bodies()
     app.conf.update(
         result_backend_always_retry=True,
         result_backend_max_retries=RESULT_STORE_RETRIES,
@@ -95,6 +111,7 @@ def _consume(queues: str, node: str, concurrency: int) -> None:
     """Run Celery's worker loop on ``queues`` until it stops."""
     app.worker_main(
         [
+            "--quiet",  # no banner: every line of the log is a record
             "worker",
             "--pool=threads",
             f"--concurrency={concurrency}",
@@ -103,9 +120,43 @@ def _consume(queues: str, node: str, concurrency: int) -> None:
             "--without-mingle",
             "--without-gossip",
             "--task-events",
-            "--loglevel=INFO",
+            f"--loglevel={get_settings().log_level}",
         ]
     )
+
+
+class TaskContext(logging.Filter):
+    """Names the Celery task (id, name) a record was written in, if any."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        task: Any = current_task
+        if task:
+            record.sg_task_id = getattr(task.request, "id", None)
+            record.sg_task = getattr(task, "name", None)
+        return True
+
+
+def configure_logging(loglevel: int | str | None = None, **_: Any) -> None:
+    """Celery's ``setup_logging`` receiver: the grid's logging, not Celery's."""
+    settings = get_settings()
+    handler = setup_logging(settings.log_format, loglevel or settings.log_level)
+    handler.addFilter(TaskContext())
+
+
+def _body_size(message: Any, body: Any = None) -> str:
+    raw = getattr(message, "body", b"") or b""
+    return f"(a body of {len(raw)} bytes, not shown)"
+
+
+def hide_message_bodies() -> None:
+    """Make Celery's consumer name a refused message's size, never its body.
+
+    A message the node cannot take (an unknown task, a bad encoding: another
+    version of the grid) is logged with its body, which holds the turn's file
+    contents, stdin and environment values; ``dump_body`` is what the consumer's
+    error lines call for it.
+    """
+    consumer.dump_body = _body_size  # type: ignore[assignment]
 
 
 MALLOC_ARENAS = 2

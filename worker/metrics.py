@@ -3,7 +3,8 @@
 A worker node is one process whose Celery pool is ``threads`` (``worker.main``),
 so the default registry of ``prometheus_client`` holds the whole node: no
 multiprocess mode. ``serve`` starts its ``/metrics`` on the port of
-``SANDGRID_WORKER__METRICS_PORT`` (0: any free port); the heartbeat carries the
+``SANDGRID_WORKER__METRICS_PORT`` (0: any free port) on loopback unless
+``SANDGRID_WORKER__METRICS_ADDR`` names another address; the heartbeat carries the
 port the node got, so the API lists every node's URL (``GET /v1/nodes``).
 
 Counters and histograms are updated where things happen (the turn task, the
@@ -23,6 +24,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from sandgrid.wire.jobs import TurnJob, TurnOutcome
+from sandgrid.wire.settings import DEFAULT_WORKER_METRICS_ADDR
 
 __all__ = [
     "SNAPSHOT_BYTES",
@@ -136,8 +138,12 @@ def watch_pool(collector: PoolCollector) -> None:
     REGISTRY.register(collector)
 
 
-def serve(port: int, addr: str = "0.0.0.0") -> int:
-    """Start ``/metrics`` on ``port`` (0: any free one); the port it listens on.
+def serve(port: int, addr: str = DEFAULT_WORKER_METRICS_ADDR) -> int:
+    """Start ``/metrics`` on ``addr``:``port`` (0: any free port); the port it listens on.
+
+    Loopback by default (``SANDGRID_WORKER__METRICS_ADDR``): a node's metrics name
+    its tenants' types and load, and its host's addresses are off limits to
+    sandboxes (docs/network.md); a Prometheus elsewhere needs the address named.
 
     A port that is taken (two nodes on one host with the default) is not fatal:
     the node falls back to a free port, logs it, and its heartbeat says which.

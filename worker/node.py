@@ -22,6 +22,8 @@ from sandgrid.wire.settings import Settings, get_settings
 from worker import metrics
 from worker.egress import EgressProxy, RedisBook, Resolver
 from worker.egress.handler import Handler
+from worker.egress.hostguard import HostGuard
+from worker.egress.limits import Limits
 from worker.heartbeat import Heartbeat
 from worker.ops.base import NodeParts
 from worker.ops.terminal import TerminalBridge
@@ -149,6 +151,8 @@ class Node:
         """Start the node's ``/metrics`` and name its port in the heartbeat."""
         w = self.settings.worker
         self.heartbeat.metrics_port = metrics.serve(w.metrics_port, w.metrics_addr)
+        if self.egress is not None:  # a grid port (23.3), known only once bound
+            self.egress.handler.guard.add_port(self.heartbeat.metrics_port)
         self.heartbeat.metrics_host = metrics.advertised_host(w.metrics_addr)
         stats = getattr(self.pool, "stats", dict)
         metrics.watch_pool(
@@ -171,7 +175,14 @@ def _egress_proxy(name: str, settings: Settings) -> EgressProxy:
     """The node's egress proxy over the grid's Redis (docs/network.md)."""
     egress = settings.worker.egress
     book = RedisBook(settings.redis_url, max_len=egress.audit_max, ttl_s=egress.audit_ttl_s)
-    handler = Handler(book, Resolver(egress.hosts), name, egress.connect_timeout_s)
+    handler = Handler(
+        book,
+        Resolver(egress.hosts),
+        name,
+        egress.connect_timeout_s,
+        guard=HostGuard.from_settings(settings),
+        limits=Limits.from_settings(egress),
+    )
     return EgressProxy(handler, egress.state_dir / name)
 
 

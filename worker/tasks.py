@@ -5,6 +5,10 @@ prefetch), ``note_received`` writes the node and its incarnation on the turn's
 record, so that the API watches this process from then on: a message held by a
 process that dies is sent again at once instead of waiting in Redis's unacked
 set for the visibility timeout.
+
+What Celery shows of a turn (its success log line, the events Flower shows, the
+remote-control answers) is a summary, never its output or its arguments
+(``worker.turns.task_repr``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import logging
 from typing import Any
 
 from celery import signals
+from pydantic import ValidationError
 
 from sandgrid.wire import names
 from sandgrid.wire.celery_app import app
@@ -20,23 +25,36 @@ from sandgrid.wire.jobs import TurnJob
 from worker import metrics
 from worker.node import get_node
 from worker.turns.entry import run_turn
+from worker.turns.task_repr import LoggedOutcome, SafeRequest
 
 __all__ = ["cancel", "note_received", "ping", "turn"]
 
 log = logging.getLogger(__name__)
 
 
-@app.task(name=names.TASK_TURN, acks_late=True, ignore_result=False)
-def turn(job: dict[str, Any]) -> dict[str, Any]:
+@app.task(name=names.TASK_TURN, acks_late=True, ignore_result=False, Request=SafeRequest)
+def turn(job: dict[str, Any]) -> LoggedOutcome:
     """Run one turn (``TurnJob`` JSON) and return its ``TurnOutcome`` JSON.
 
-    Batch turns pass the node's batch gate first (at most half its threads).
+    The value is a ``LoggedOutcome``: the result backend stores the outcome's
+    JSON, and Celery's log line and events show only its summary. Batch turns
+    pass the node's batch gate first (at most half its threads).
     """
     node = get_node()
-    turn_job = TurnJob.model_validate(job)
+    turn_job = _job(job)
     outcome = run_turn(node.executor, node.residency, turn_job)
     metrics.observe_outcome(turn_job, outcome)
-    return outcome.model_dump(mode="json")
+    return LoggedOutcome(outcome)
+
+
+def _job(job: dict[str, Any]) -> TurnJob:
+    """The message's ``TurnJob``; refused with the fields' names and rules, never
+    their values (pydantic's message quotes them: Celery would log it)."""
+    try:
+        return TurnJob.model_validate(job)
+    except ValidationError as exc:
+        wrong = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['type']}" for e in exc.errors()[:10])
+        raise ValueError(f"not a TurnJob ({exc.error_count()} errors): {wrong}") from None
 
 
 @app.task(name=names.TASK_PING, ignore_result=False)

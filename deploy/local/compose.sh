@@ -13,12 +13,15 @@ source "$(dirname "$0")/lib.sh"
 export COMPOSE_PROJECT_NAME=sgcompose
 export SANDGRID_REDIS_PORT=16379 SANDGRID_MINIO_PORT=19000 SANDGRID_API_PORT=18700 \
   SANDGRID_FLOWER_PORT=15555
-export SANDGRID_FLOWER_PASSWORD="${SANDGRID_FLOWER_PASSWORD:-compose-check}"
+# Flower reads its password from this file (mounted; never on a command line)
+export SANDGRID_FLOWER_PASSWORD_FILE="${SANDGRID_FLOWER_PASSWORD_FILE:-$SG_STATE/flower-password}"
 export PWD="$SG_ROOT"
+export SANDGRID_STATE_DIR="$SG_STATE"  # the tenants file, ACL file and token mounted from it
 API="http://127.0.0.1:$SANDGRID_API_PORT"
 NODES=(c1 c2)
 
-compose() { (cd "$SG_ROOT" && docker-compose -f docker-compose.yml "$@"); }
+# The generated credentials (credentials.sh) reach compose as its --env-file.
+compose() { (cd "$SG_ROOT" && docker-compose --env-file "$SG_SECRETS" -f docker-compose.yml "$@"); }
 
 # left: what of the stack still exists, one line each (empty when nothing).
 left() {
@@ -45,6 +48,9 @@ serving() {
 check() {
   apt_install docker-compose
   [ -s "$SG_STATE/token" ] || die "no tenant token: run make services first"
+  [ -s "$SG_SECRETS" ] || die "no generated credentials ($SG_SECRETS): run make services first"
+  [ -s "$SANDGRID_FLOWER_PASSWORD_FILE" ] \
+    || (umask 077; "$SG_PY" -c 'import secrets; print(secrets.token_urlsafe(18))' >"$SANDGRID_FLOWER_PASSWORD_FILE")
   trap down EXIT
   down
   [ -x "$SG_BIN/minio" ] || die "no MinIO binary in $SG_BIN: run make services first"
@@ -56,8 +62,8 @@ check() {
   compose up -d >"$SG_LOG/compose-up.log" 2>&1 \
     || { tail -n 30 "$SG_LOG/compose-up.log"; die "docker-compose up failed"; }
   wait_for "the compose stack's workers" 120 serving
-  wait_for "the compose stack's flower" 60 \
-    curl -sf -u "admin:$SANDGRID_FLOWER_PASSWORD" "http://127.0.0.1:$SANDGRID_FLOWER_PORT/healthcheck"
+  wait_for "the compose stack's flower" 60 curl_auth "admin:$(cat "$SANDGRID_FLOWER_PASSWORD_FILE")" \
+    "http://127.0.0.1:$SANDGRID_FLOWER_PORT/healthcheck"
   export SANDGRID_TOKEN="$(cat "$SG_STATE/token")" SANDGRID_API_URL="$API"
   log "compose: main job"
   "$SG_PY" "$SG_ROOT/deploy/local/main_job.py"
@@ -66,7 +72,7 @@ check() {
   for i in $(seq 1 8); do
     printf '{"id": "job-%d", "python": "print(%d * %d)"}\n' "$i" "$i" "$i"
   done >"$work/jobs.jsonl"
-  "$SG_ROOT/.venv/bin/sandgrid" batch run "$work/jobs.jsonl" --out "$work/results.jsonl" --concurrency 4
+  "$SG_VENV/bin/sandgrid" batch run "$work/jobs.jsonl" --out "$work/results.jsonl" --concurrency 4
   "$SG_PY" - "$work/results.jsonl" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]

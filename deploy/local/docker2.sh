@@ -30,6 +30,7 @@ start() {
   if up >/dev/null 2>&1; then log "docker2: running on $SOCK"; return 0; fi
   config >"$DIR/daemon.json"
   rm -f "$PIDFILE" "$SOCK"
+  private_log "$DIR/dockerd.log"
   setsid nohup dockerd --config-file "$DIR/daemon.json" --data-root "$DIR/data" \
     --exec-root "$DIR/exec" --pidfile "$PIDFILE" -H "unix://$SOCK" \
     --bridge=none --iptables=false --ip-masq=false --cgroup-parent=/sandgrid-docker2 \

@@ -6,6 +6,9 @@ source "$(dirname "$0")/lib.sh"
 export SANDGRID_TENANTS_FILE="${SANDGRID_TENANTS_FILE:-$SG_STATE/tenants.json}"
 API_PORT="${SANDGRID_API_PORT:-8700}"
 FLOWER_PORT="${SANDGRID_FLOWER_PORT:-5555}"
+# Every listener binds loopback unless told otherwise (23.3).
+API_HOST="${SANDGRID_API_HOST:-127.0.0.1}"
+FLOWER_ADDR="${SANDGRID_FLOWER_ADDR:-127.0.0.1}"
 WORKERS="${SANDGRID_WORKERS:-w1 w2}"
 # Sandbox types the workers serve: every type the README names, python-gvisor
 # (runsc, registered by docker.sh) included when runsc-check.sh proves it runs
@@ -22,14 +25,17 @@ WORKER_TYPES="$SANDGRID_WORKER_TYPES"
 flower_pw="$SG_STATE/flower-password"
 [ -s "$flower_pw" ] || (umask 077; "$SG_PY" -c 'import secrets; print(secrets.token_urlsafe(18))' >"$flower_pw")
 
-start_bg scheduler sandgrid serve --host 127.0.0.1 --port "$API_PORT"
+# each process with its own Redis role (23.19: redis_url in lib.sh)
+SANDGRID_REDIS_URL="$(redis_url api)" start_bg scheduler sandgrid serve --host "$API_HOST" --port "$API_PORT"
 for w in $WORKERS; do
-  start_bg "worker-$w" sandgrid worker --types "$WORKER_TYPES" --concurrency 4 --node "$w"
+  SANDGRID_REDIS_URL="$(redis_url worker)" \
+    start_bg "worker-$w" sandgrid worker --types "$WORKER_TYPES" --concurrency 4 --node "$w"
 done
-# scheduler.flower: Flower with /metrics behind the same basic auth (Flower 2.2 leaves it open)
-start_bg flower "$SG_PY" -m scheduler.flower -A sandgrid.wire.celery_app:app flower --address=127.0.0.1 --port="$FLOWER_PORT" \
-  --basic-auth="admin:$(cat "$flower_pw")" --persistent=False
+# scheduler.flower: Flower with /metrics behind the same basic auth (Flower 2.2 leaves
+# it open), its password read from the file, never on a command line (23.6)
+SANDGRID_FLOWER_PASSWORD_FILE="$flower_pw" SANDGRID_REDIS_URL="$(redis_url flower)" start_bg flower "$SG_PY" -m scheduler.flower \
+  -A sandgrid.wire.celery_app:app flower --address="$FLOWER_ADDR" --port="$FLOWER_PORT" --persistent=False
 wait_for "scheduler" 60 curl -sf "http://127.0.0.1:$API_PORT/v1/health"
-wait_for "flower" 60 curl -sf -u "admin:$(cat "$flower_pw")" "http://127.0.0.1:$FLOWER_PORT/healthcheck"
+wait_for "flower" 60 curl_auth "admin:$(cat "$flower_pw")" "http://127.0.0.1:$FLOWER_PORT/healthcheck"
 log "grid: scheduler http://127.0.0.1:$API_PORT (docs at /docs), workers: $WORKERS"
 log "grid: flower http://127.0.0.1:$FLOWER_PORT (user admin, password in $flower_pw)"

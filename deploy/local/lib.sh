@@ -10,6 +10,9 @@ SG_BIN="${SANDGRID_BIN_DIR:-$SG_STATE/bin}"
 export PATH="$SG_BIN:/usr/local/go/bin:/root/go/bin:/usr/sbin:/usr/bin:/sbin:/bin:$PATH"
 export DEBIAN_FRONTEND=noninteractive
 mkdir -p "$SG_STATE" "$SG_RUN" "$SG_LOG" "$SG_BIN"
+# Logs name tenants, sessions and the grid's own addresses: only the grid's user
+# and its group read them (issue 23, item 4; docs/operations.md, Logs).
+chmod 0750 "$SG_LOG"
 
 log() { printf '\033[1;34m[sandgrid]\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[1;31m[sandgrid] error:\033[0m %s\n' "$*" >&2; exit 1; }
@@ -34,10 +37,20 @@ pid_alive() {
   [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
 }
 
-# start_bg NAME CMD...: start CMD in the background, its PID in $SG_RUN/NAME.pid.
+# private_log PATH: make PATH a log file of mode 0640 (created under umask 027,
+# an existing one chmod'ed), for a process to append to. Only the file: the
+# process itself keeps the usual umask (what it creates has its own modes).
+private_log() {
+  (umask 027; : >>"$1")
+  chmod 0640 "$1"
+}
+
+# start_bg NAME CMD...: start CMD in the background, its PID in $SG_RUN/NAME.pid,
+# its output appended to $SG_LOG/NAME.log (0640).
 start_bg() {
   local name="$1"; shift
   if pid_alive "$name"; then return 0; fi
+  private_log "$SG_LOG/$name.log"
   setsid nohup "$@" >>"$SG_LOG/$name.log" 2>&1 </dev/null &
   echo $! >"$SG_RUN/$name.pid"
 }
@@ -50,6 +63,13 @@ wait_for() {
     [ $SECONDS -ge $end ] && die "$desc did not come up in ${secs}s (logs: $SG_LOG)"
     sleep 0.2
   done
+}
+
+# curl_auth USER:PASSWORD URL...: curl -sf with basic auth given on stdin, so the
+# password is not on curl's command line (readable in ps by every local user).
+curl_auth() {
+  local cred="$1"; shift
+  printf 'user = "%s"\n' "$cred" | curl -sf -K - "$@"
 }
 
 # stop_pid NAME: stop the process recorded in $SG_RUN/NAME.pid, and its group.
@@ -65,11 +85,32 @@ stop_pid() {
   rm -f "$f"
 }
 
+# The generated credentials (credentials.sh, 23.19): read as shell variables,
+# never exported as a whole; each process gets only its own role's (grid.sh).
+SG_SECRETS="$SG_STATE/secrets.env"
+SG_MINIO_ACCESS_KEY="" SG_MINIO_SECRET_KEY=""
+SG_REDIS_PW_ADMIN="" SG_REDIS_PW_API="" SG_REDIS_PW_WORKER="" SG_REDIS_PW_FLOWER="" SG_REDIS_PW_METRICS=""
+# shellcheck disable=SC1090  # KEY=VALUE lines of URL-safe tokens
+if [ -r "$SG_SECRETS" ]; then source "$SG_SECRETS"; fi
+SG_REDIS_PORT="${SANDGRID_REDIS_PORT:-6379}"
+SG_REDIS_URL_GIVEN="${SANDGRID_REDIS_URL:-}"
+
+# redis_url ROLE: the grid's Redis as ROLE (admin, api, worker, flower, metrics),
+# with the role's password once generated; SANDGRID_REDIS_URL, when given, wins.
+redis_url() {
+  local pw="SG_REDIS_PW_${1^^}"
+  if [ -n "$SG_REDIS_URL_GIVEN" ]; then echo "$SG_REDIS_URL_GIVEN"
+  elif [ -n "${!pw:-}" ]; then echo "redis://sg-$1:${!pw}@127.0.0.1:$SG_REDIS_PORT/0"
+  else echo "redis://127.0.0.1:$SG_REDIS_PORT/0"; fi
+}
+
 # Settings shared with the Python side (scheduler/settings.py reads SANDGRID_*).
-export SANDGRID_REDIS_URL="${SANDGRID_REDIS_URL:-redis://127.0.0.1:6379/0}"
+export SANDGRID_REDIS_URL="${SANDGRID_REDIS_URL:-$(redis_url api)}"
 export SANDGRID_MINIO__ENDPOINT="${SANDGRID_MINIO__ENDPOINT:-127.0.0.1:9000}"
-export SANDGRID_MINIO__ACCESS_KEY="${SANDGRID_MINIO__ACCESS_KEY:-sandgrid}"
-export SANDGRID_MINIO__SECRET_KEY="${SANDGRID_MINIO__SECRET_KEY:-sandgrid-secret}"
+export SANDGRID_MINIO__ACCESS_KEY="${SANDGRID_MINIO__ACCESS_KEY:-${SG_MINIO_ACCESS_KEY:-sandgrid}}"
+export SANDGRID_MINIO__SECRET_KEY="${SANDGRID_MINIO__SECRET_KEY:-${SG_MINIO_SECRET_KEY:-sandgrid-secret}}"
+# The operators' token of GET /v1/metrics/targets (credentials.sh makes it)
+export SANDGRID_METRICS_TOKEN_FILE="${SANDGRID_METRICS_TOKEN_FILE:-$SG_STATE/metrics-token}"
 
 SG_VENV="${SANDGRID_VENV:-$SG_ROOT/.venv}"
 SG_PY="$SG_VENV/bin/python"

@@ -14,7 +14,15 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator
 
-from sandgrid.models import ExecRequest, FileWrite, Quotas, SandboxTypeName, WireModel
+from sandgrid.models import (
+    EnvVars,
+    ExecRequest,
+    FileWrite,
+    LabelMap,
+    Quotas,
+    SandboxTypeName,
+    WireModel,
+)
 
 __all__ = [
     "BatchCreate",
@@ -37,7 +45,7 @@ class BatchJob(WireModel):
     stdin: str | None = None
     timeout_s: float | None = Field(None, gt=0, le=3600)
     quotas: Quotas | None = None
-    env: dict[str, str] = Field(default_factory=dict)
+    env: EnvVars = Field(default_factory=dict)
 
     def exec_request(self) -> ExecRequest:
         """The job's command as an ``ExecRequest`` (validated: exactly one of argv,
@@ -89,7 +97,11 @@ class BatchCreate(WireModel):
     isolation: BatchIsolation = "job"
     max_attempts: int = Field(4, ge=1, le=20, description="runs per job on infrastructure errors")
     quotas: Quotas | None = None
-    labels: dict[str, str] = Field(default_factory=dict, max_length=32)
+    labels: LabelMap = Field(
+        default_factory=dict,
+        max_length=32,
+        description="given to every session of the batch (the rules of a session's labels)",
+    )
 
     @field_validator("jobs")
     @classmethod

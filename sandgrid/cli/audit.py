@@ -1,7 +1,7 @@
 """``sandgrid audit``: the caller's tenant's audit trail, as a table or JSON lines.
 
-sandgrid audit --since 1h
-sandgrid audit --session s-abc --json | jq .command_head
+sandgrid audit --since 1h                      # newest first
+sandgrid audit --session s-abc --order asc --json | jq .command_head
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import re
 import sys
 import time
 from datetime import UTC, datetime
+from typing import Literal
 
 import click
 from rich.console import Console
@@ -52,15 +53,36 @@ def parse_since(text: str, now: float | None = None) -> float:
 @click.option("--session", default=None, help="only this session's records")
 @click.option("--since", default=None, help="15m, 2h, 7d ago; an ISO time; or epoch seconds")
 @click.option("--limit", type=int, default=None, help="records at most (server default 1000)")
+@click.option("--action", default=None, help="only records of this action (exec, network...)")
+@click.option(
+    "--order",
+    type=click.Choice(["desc", "asc"]),
+    default=None,
+    help="desc: newest first (the default); asc: oldest first",
+)
+@click.option("--cursor", default=None, help="the next page: the cursor the last one printed")
 @click.option("--json", "as_json", is_flag=True, help="one JSON record per line")
 @readable_errors
-def audit(session: str | None, since: str | None, limit: int | None, as_json: bool) -> None:
-    """The audit trail of your tenant: sessions, execs, writes, uploads, network."""
+def audit(
+    session: str | None,
+    since: str | None,
+    limit: int | None,
+    action: str | None,
+    order: Literal["asc", "desc"] | None,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """The audit trail of your tenant: sessions, code, files, terminals, network."""
     from sandgrid.client import Client
 
     with Client() as client:
         page = client.audit(
-            session=session, since=parse_since(since) if since else None, limit=limit
+            session=session,
+            since=parse_since(since) if since else None,
+            limit=limit,
+            action=action,
+            order=order,
+            cursor=cursor,
         )
     if as_json:
         for rec in page.records:
@@ -74,5 +96,5 @@ def audit(session: str | None, since: str | None, limit: int | None, as_json: bo
             cmd = rec.command_head or (rec.command_digest or "")[:19]
             table.add_row(stamp, rec.session, rec.action, rec.outcome, exit_code, ms, cmd)
         Console(soft_wrap=True).print(table)
-    if page.more:
-        click.echo("more records: ask again with a later --since", err=True)
+    if page.next_cursor:
+        click.echo(f"more records: ask again with --cursor {page.next_cursor}", err=True)

@@ -1,4 +1,4 @@
-"""What every ``sandgrid`` command shares: readable errors and the consoles."""
+"""What every ``sandgrid`` command shares: readable errors, the consoles, install hints."""
 
 from __future__ import annotations
 
@@ -12,7 +12,14 @@ from rich.markup import escape
 
 from sandgrid.errors import SandgridError
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_TIMEOUT", "err_console", "readable_errors"]
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_TIMEOUT",
+    "EXTRA_OF_PACKAGE",
+    "err_console",
+    "missing_extra",
+    "readable_errors",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 err_console = Console(stderr=True, soft_wrap=True)
@@ -20,6 +27,9 @@ err_console = Console(stderr=True, soft_wrap=True)
 EXIT_TIMEOUT = 124
 #: Exit status after Ctrl-C or SIGTERM (128 + SIGINT).
 EXIT_INTERRUPTED = 130
+#: The extra (pyproject ``[project.optional-dependencies]``) whose packages each side's
+#: commands import: ``pip install sandgrid`` ships their code but not their dependencies.
+EXTRA_OF_PACKAGE = {"scheduler": "server", "worker": "worker"}
 
 
 def readable_errors(fn: F) -> F:
@@ -37,3 +47,14 @@ def readable_errors(fn: F) -> F:
             sys.exit(1)
 
     return wrapper  # type: ignore[return-value]
+
+
+def missing_extra(command: str, extra: str, exc: ImportError) -> str:
+    """What to say when ``sandgrid COMMAND`` lacks a package of its extra: the missing
+    module and the one ``pip install`` that brings it (as the SDK says for its own
+    optional packages), instead of a ``ModuleNotFoundError`` traceback."""
+    missing = exc.name or str(exc)
+    return (
+        f"`sandgrid {command}` needs the {extra!r} extra ({missing} is not installed): "
+        f"pip install 'sandgrid[{extra}]'"
+    )

@@ -9,8 +9,10 @@
 The grid's own processes add their commands through the ``sandgrid.commands``
 entry points of the installed distribution: ``serve`` and ``tenants`` (the
 control plane, ``scheduler.cli``), ``worker`` (the data plane, ``worker.cli``).
-So the command line never imports the server side, and a plain
-``pip install sandgrid`` has no such command rather than a broken one.
+So the command line never imports the server side. A plain ``pip install
+sandgrid`` lists them, but has not their dependencies (uvicorn, redis, docker...):
+running one then says which extra to install (``helpers.missing_extra``), never a
+``ModuleNotFoundError`` traceback.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from sandgrid.cli.audit import audit
 from sandgrid.cli.batch import batch
 from sandgrid.cli.bench import bench
 from sandgrid.cli.code import code
+from sandgrid.cli.helpers import EXTRA_OF_PACKAGE, missing_extra
 from sandgrid.cli.lifecycle import add_lifecycle_commands
 from sandgrid.cli.processes import ps
 from sandgrid.cli.sessions import exec_, sessions
@@ -43,6 +46,21 @@ class _PluginGroup(click.Group):
     def _plugins(self) -> dict[str, str]:
         return {ep.name: ep.value for ep in entry_points(group=PLUGIN_GROUP)}
 
+    def _extra(self, cmd_name: str) -> str:
+        """The extra a plug-in command needs, from the package its entry point names."""
+        package = self._plugins().get(cmd_name, "").partition(".")[0].partition(":")[0]
+        return EXTRA_OF_PACKAGE.get(package, "server")
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the command; a plug-in missing a package of its extra says which to install."""
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as exc:
+            name = ctx.invoked_subcommand
+            if name is None or name not in self._plugins():
+                raise
+            raise click.ClickException(missing_extra(name, self._extra(name), exc)) from exc
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self._plugins()})
 
@@ -55,8 +73,7 @@ class _PluginGroup(click.Group):
                 command = ep.load()
             except ImportError as exc:
                 raise click.ClickException(
-                    f"`sandgrid {cmd_name}` is not installed here ({exc}): "
-                    "pip install 'sandgrid[server]' or 'sandgrid[worker]'"
+                    missing_extra(cmd_name, self._extra(cmd_name), exc)
                 ) from exc
             if isinstance(command, click.Command):
                 return command

@@ -13,13 +13,14 @@ send (streams, terminals, handles).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Generator
+from collections.abc import AsyncIterator, Coroutine, Generator
 from types import TracebackType
 from typing import Any, Literal, TypeVar, Unpack, overload
 
 import anyio
 import httpx
 
+from sandgrid.audit import AuditRecord
 from sandgrid.client import _process_calls as procs
 from sandgrid.client import _requests as api
 from sandgrid.client._base import BaseClient, ProcessHandle, SessionHandle
@@ -28,6 +29,7 @@ from sandgrid.client._process_calls import ProcessRef
 from sandgrid.client._pty import AsyncTerminal, TerminalOptions, terminal_url
 from sandgrid.client._requests import (
     Argv,
+    AuditFilters,
     CommandOptions,
     ExecOptions,
     OutputOptions,
@@ -119,6 +121,18 @@ class AsyncClient(BaseClient[httpx.AsyncBaseTransport], AsyncShell, AsyncClosing
         """See ``Client.pty``."""
         url = terminal_url(self.base_url, session_id, options)
         return await AsyncTerminal.open(url, self._headers())
+
+    async def audit_records(self, **filters: Unpack[AuditFilters]) -> AsyncIterator[AuditRecord]:
+        """Every record of the tenant's audit trail that matches, page after page
+        (newest first unless ``order="asc"``), following each page's ``next_cursor``."""
+        cursor: str | None = None
+        while True:
+            page = await self._send(api.audit(**filters, cursor=cursor))
+            for rec in page.records:
+                yield rec
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
     async def close(self) -> None:
         """Close the HTTP connections (sessions stay open on the grid)."""

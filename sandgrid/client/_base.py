@@ -6,7 +6,7 @@
 tables below list every method that sends one call, each once for both shells
 (``_shell``: an ``Op`` is a plain method on a sync shell and a coroutine method
 on an async one); the builders they name (``_requests``, ``_files``,
-``_batches``, ``_lifecycle``, ``_process_calls``) hold the signatures and
+``_batches``, ``_lifecycle``, ``_process_calls``, ``_network``) hold the signatures and
 docstrings. A shell writes only how a call is sent, and the methods whose I/O
 is more than one send. Imports only httpx, pydantic and the contract modules:
 never ``docker``, ``minio``, ``celery`` or ``redis``.
@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 from sandgrid.client import _batches as batches
 from sandgrid.client import _files as files
 from sandgrid.client import _lifecycle as lifecycle
+from sandgrid.client import _network as net
 from sandgrid.client import _process_calls as procs
 from sandgrid.client import _requests as api
 from sandgrid.client._process_calls import ProcessRef
@@ -108,6 +109,9 @@ class BaseClient(Generic[Transport]):
     delete_checkpoint = Op(lifecycle.delete_checkpoint)
     restore = Op(lifecycle.restore)
     pause = Op(lifecycle.pause)
+    # network egress
+    network = Op(net.network)
+    set_network = Op(net.set_network)
     # batches
     create_batch = Op(batches.create_batch)
     get_batch = Op(batches.get_batch)
@@ -147,6 +151,8 @@ class SessionHandle(_Handle[C]):
     delete_checkpoint = BoundOp(lifecycle.delete_checkpoint)
     restore = BoundOp(lifecycle.restore)
     pause = BoundOp(lifecycle.pause)
+    network = BoundOp(net.network)
+    set_network = BoundOp(net.set_network)
 
     @property
     def id(self) -> str:

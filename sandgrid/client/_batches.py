@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 
 from sandgrid.batch.models import BatchCreate, BatchInfo, BatchIsolation, BatchJob, BatchResult
-from sandgrid.client._call import Call, model, parse_as
+from sandgrid.client._call import Call, model, parse_answer, parse_as
 from sandgrid.models import NEXT_OFFSET_HEADER, Quotas
 
 __all__ = [
@@ -59,7 +59,7 @@ def batch_results(batch_id: str, offset: int = 0, limit: int = 10_000) -> Call[B
     """Result lines from ``offset`` in completion order, and the offset to read on from."""
 
     def parse(r: httpx.Response) -> BatchPage:
-        lines = [BatchResult.model_validate_json(x) for x in r.text.splitlines() if x]
+        lines = [parse_answer(BatchResult, x) for x in r.text.splitlines() if x]
         return lines, int(r.headers.get(NEXT_OFFSET_HEADER, offset + len(lines)))
 
     params = {"offset": offset, "limit": limit}

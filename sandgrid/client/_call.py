@@ -29,6 +29,7 @@ __all__ = [
     "Call",
     "FileContent",
     "model",
+    "parse_answer",
     "parse_as",
     "parse_json",
     "raise_for_error",
@@ -132,9 +133,20 @@ def model(cls: type[M], **fields: Any) -> M:
         ) from exc
 
 
+def parse_answer(cls: type[M], raw: bytes | str | dict[str, Any]) -> M:
+    """An answer's body as ``cls``, ignoring the fields this SDK does not know.
+
+    The grid refuses unknown fields in what it is sent, but its answers may
+    grow: a newer grid's extra field must not break an older SDK.
+    """
+    if isinstance(raw, dict):
+        return cls.model_validate(raw, extra="ignore")
+    return cls.model_validate_json(raw, extra="ignore")
+
+
 def parse_as(cls: type[M]) -> Callable[[httpx.Response], M]:
-    """Read an answer as the model ``cls``."""
-    return lambda r: cls.model_validate_json(r.content)
+    """Read an answer as the model ``cls`` (``parse_answer``)."""
+    return lambda r: parse_answer(cls, r.content)
 
 
 def parse_json(r: httpx.Response) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from sandgrid.client._call import Call, FileContent, model, parse_json
+from sandgrid.client._call import Call, FileContent, model, parse_answer, parse_json
 from sandgrid.models import FileEntry, FileList, FileRead, FileWrite
 
 __all__ = [
@@ -36,7 +36,7 @@ def file_write(path: str, content: FileContent, mode: int) -> FileWrite:
 
 def _read(binary: bool) -> Callable[[httpx.Response], FileContent]:
     def parse(r: httpx.Response) -> FileContent:
-        read = FileRead.model_validate_json(r.content)
+        read = parse_answer(FileRead, r.content)
         if read.encoding == "base64":
             raw = base64.b64decode(read.content)
             return raw if binary else raw.decode()
@@ -76,7 +76,7 @@ def list_files(
     """The entries of a directory of the workspace (all below it with ``recursive``)."""
     params = {"path": path, "recursive": _flag(recursive)}
     parse: Callable[[httpx.Response], list[FileEntry]] = lambda r: (  # noqa: E731
-        FileList.model_validate_json(r.content).entries
+        parse_answer(FileList, r.content).entries
     )
     return Call("GET", f"/v1/sessions/{session_id}/files/list", parse, params=params)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from sandgrid.client._call import Call, parse_as
+from sandgrid.client._call import Call, parse_answer, parse_as
 from sandgrid.lifecycle import (
     CheckpointCreate,
     CheckpointInfo,
@@ -54,7 +54,7 @@ def find_sessions(
     return Call(
         "GET",
         "/v1/sessions",
-        lambda r: SessionList.model_validate_json(r.content).sessions,
+        lambda r: parse_answer(SessionList, r.content).sessions,
         params=params,
     )
 
@@ -71,7 +71,7 @@ def checkpoints(session_id: str) -> Call[list[CheckpointInfo]]:
     return Call(
         "GET",
         f"/v1/sessions/{session_id}/checkpoints",
-        lambda r: CheckpointList.model_validate_json(r.content).checkpoints,
+        lambda r: parse_answer(CheckpointList, r.content).checkpoints,
     )
 
 

@@ -16,7 +16,7 @@ from typing import Any, Unpack, cast
 
 import httpx
 
-from sandgrid.client._call import Call, model, parse_as
+from sandgrid.client._call import Call, model, parse_answer, parse_as
 from sandgrid.client._requests import (
     Argv,
     CommandOptions,
@@ -107,7 +107,7 @@ def list_call(session_id: str) -> Call[list[ProcessInfo]]:
     """The session's background processes, running or finished."""
 
     def parse(r: httpx.Response) -> list[ProcessInfo]:
-        return ProcessList.model_validate_json(r.content).processes
+        return parse_answer(ProcessList, r.content).processes
 
     return Call("GET", _path(session_id), parse)
 

@@ -7,6 +7,10 @@ shells over the ``websockets`` package: ``Terminal`` on its sync client,
 how); an error the server reports (bad token, unknown or busy session, a bad
 message) is raised as the same ``SandgridError`` subclass the API raises.
 
+The token travels in the ``Authorization`` header, never in the URL (the API
+refuses ``?token=``); the socket also offers the subprotocol ``sandgrid.v1``,
+which the server answers.
+
 ``websockets`` is imported when a terminal opens, so ``import sandgrid`` does
 not need it.
 """
@@ -22,7 +26,13 @@ from urllib.parse import urlencode
 from sandgrid.client._requests import check_keywords
 from sandgrid.client._shell import AsyncClosing, Closing
 from sandgrid.errors import SandgridError, error_from_body
-from sandgrid.terminal import PTY_DEFAULT_COLS, PTY_DEFAULT_ROWS, resize_message, stdin_message
+from sandgrid.terminal import (
+    PTY_DEFAULT_COLS,
+    PTY_DEFAULT_ROWS,
+    SUBPROTOCOL,
+    resize_message,
+    stdin_message,
+)
 
 __all__ = [
     "OPEN_TIMEOUT_S",
@@ -148,10 +158,16 @@ class Terminal(_Common, Closing):
     def __init__(self, url: str, headers: dict[str, str]) -> None:
         try:
             from websockets.sync.client import connect
+            from websockets.typing import Subprotocol
         except ImportError:  # pragma: no cover - an install without it
             raise _websockets_missing() from None
         self.state = TerminalState()
-        self._ws = connect(url, additional_headers=headers, open_timeout=OPEN_TIMEOUT_S)
+        self._ws = connect(
+            url,
+            additional_headers=headers,
+            subprotocols=[Subprotocol(SUBPROTOCOL)],
+            open_timeout=OPEN_TIMEOUT_S,
+        )
 
     def send(self, data: str) -> None:
         """Type ``data`` (``"\\r"`` is Enter)."""
@@ -209,9 +225,15 @@ class AsyncTerminal(_Common, AsyncClosing):
         """Connect (the server sends the turn when the socket opens)."""
         try:
             from websockets.asyncio.client import connect
+            from websockets.typing import Subprotocol
         except ImportError:  # pragma: no cover
             raise _websockets_missing() from None
-        ws = await connect(url, additional_headers=headers, open_timeout=OPEN_TIMEOUT_S)
+        ws = await connect(
+            url,
+            additional_headers=headers,
+            subprotocols=[Subprotocol(SUBPROTOCOL)],
+            open_timeout=OPEN_TIMEOUT_S,
+        )
         return cls(ws)
 
     async def send(self, data: str) -> None:

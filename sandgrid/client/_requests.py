@@ -17,9 +17,10 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypedDict, Unpack
 
-from sandgrid.audit import AuditPage
-from sandgrid.client._call import Call, FileContent, model, parse_as, parse_json
+from sandgrid.audit import AuditOrder, AuditPage
+from sandgrid.client._call import Call, FileContent, model, parse_answer, parse_as, parse_json
 from sandgrid.client._files import file_write
+from sandgrid.client._network import NetworkPolicyLike, network_policy
 from sandgrid.models import (
     IDEMPOTENCY_HEADER,
     CodeRequest,
@@ -40,6 +41,7 @@ __all__ = [
     "EXEC_DEFAULT_WAIT_S",
     "EXEC_MARGIN_S",
     "Argv",
+    "AuditFilters",
     "ChunkHandler",
     "CommandOptions",
     "ExecOptions",
@@ -73,6 +75,16 @@ ChunkHandler = Callable[[str], None]
 """Receives each chunk of output text (``on_stdout``, ``on_stderr``)."""
 
 
+class AuditFilters(TypedDict, total=False):
+    """The keywords of ``audit_records``: ``audit``'s, but the cursor, which it follows."""
+
+    session: str | None
+    since: float | None
+    limit: int | None
+    action: str | None
+    order: AuditOrder | None
+
+
 class SessionOptions(TypedDict, total=False):
     """The keywords of ``create_session`` and ``session`` (a session's spec).
 
@@ -83,6 +95,9 @@ class SessionOptions(TypedDict, total=False):
         snapshot_policy: when the workspace is saved; ``after_turn`` by default.
         labels: for finding the session again.
         fork_from: a session (or ``session@checkpoint``) whose workspace to start from.
+        network: what the session may reach (docs/network.md), as a ``NetworkPolicy``
+            or ``{"allow": ["pypi.org:443"], "deny": [...]}``; None: the type's or
+            the tenant's default (offline unless the operator set one).
     """
 
     quotas: Quotas | Mapping[str, Any] | None
@@ -91,6 +106,7 @@ class SessionOptions(TypedDict, total=False):
     snapshot_policy: SnapshotPolicy
     labels: Mapping[str, str] | None
     fork_from: str | None
+    network: NetworkPolicyLike | None
 
 
 class CommandOptions(TypedDict, total=False):
@@ -156,6 +172,7 @@ def create_session(type: str = "python", **options: Unpack[SessionOptions]) -> C
     """Create a session; ``files`` are written before it is returned."""
     check_keywords("create_session", options, SessionOptions)
     files = options.get("files") or {}
+    policy = options.get("network")
     spec = model(
         SessionCreate,
         type=type,
@@ -165,6 +182,7 @@ def create_session(type: str = "python", **options: Unpack[SessionOptions]) -> C
         snapshot_policy=options.get("snapshot_policy"),
         labels=dict(options.get("labels") or {}),
         fork_from=options.get("fork_from"),
+        network=network_policy(policy) if policy is not None else None,
     )
     body = spec.model_dump(mode="json", exclude_defaults=True)
     return Call("POST", "/v1/sessions", parse_as(SessionInfo), json=body)
@@ -177,14 +195,12 @@ def get_session(session_id: str) -> Call[SessionInfo]:
 
 def list_sessions() -> Call[list[SessionInfo]]:
     """The tenant's open sessions."""
-    return Call(
-        "GET", "/v1/sessions", lambda r: SessionList.model_validate_json(r.content).sessions
-    )
+    return Call("GET", "/v1/sessions", lambda r: parse_answer(SessionList, r.content).sessions)
 
 
 def types() -> Call[list[SandboxTypeInfo]]:
     """The catalog's sandbox types, each with the live nodes that serve it."""
-    return Call("GET", "/v1/types", lambda r: TypeList.model_validate_json(r.content).types)
+    return Call("GET", "/v1/types", lambda r: parse_answer(TypeList, r.content).types)
 
 
 def close_session(session_id: str) -> Call[SessionInfo]:
@@ -193,10 +209,25 @@ def close_session(session_id: str) -> Call[SessionInfo]:
 
 
 def audit(
-    *, session: str | None = None, since: float | None = None, limit: int | None = None
+    *,
+    session: str | None = None,
+    since: float | None = None,
+    limit: int | None = None,
+    action: str | None = None,
+    order: AuditOrder | None = None,
+    cursor: str | None = None,
 ) -> Call[AuditPage]:
-    """The tenant's audit trail from ``since`` (epoch s), oldest first (docs/operations.md)."""
-    params = {"session": session, "since": since, "limit": limit}
+    """One page of the tenant's audit trail from ``since`` (epoch s), newest first
+    (``order="asc"``: oldest first); pass the page's ``next_cursor`` as ``cursor``
+    (same filters) for the next one, or iterate ``audit_records`` (docs/operations.md)."""
+    params = {
+        "session": session,
+        "since": since,
+        "limit": limit,
+        "action": action,
+        "order": order,
+        "cursor": cursor,
+    }
     kept = {k: v for k, v in params.items() if v is not None}
     return Call("GET", "/v1/audit", parse_as(AuditPage), params=kept)
 

@@ -12,10 +12,12 @@ than one send (streams, terminals, handles).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Literal, TypeVar, Unpack, overload
 
 import httpx
 
+from sandgrid.audit import AuditRecord
 from sandgrid.client import _process_calls as procs
 from sandgrid.client import _requests as api
 from sandgrid.client._base import BaseClient, ProcessHandle, SessionHandle
@@ -24,6 +26,7 @@ from sandgrid.client._process_calls import ProcessRef
 from sandgrid.client._pty import Terminal, TerminalOptions, terminal_url
 from sandgrid.client._requests import (
     Argv,
+    AuditFilters,
     CommandOptions,
     ExecOptions,
     OutputOptions,
@@ -120,6 +123,18 @@ class Client(BaseClient[httpx.BaseTransport], SyncShell, Closing):
         or ``max_s`` in all (the grid's defaults when None).
         """
         return Terminal(terminal_url(self.base_url, session_id, options), self._headers())
+
+    def audit_records(self, **filters: Unpack[AuditFilters]) -> Iterator[AuditRecord]:
+        """Every record of the tenant's audit trail that matches, page after page
+        (newest first unless ``order="asc"``), following each page's ``next_cursor``:
+        none skipped or repeated while new ones arrive."""
+        cursor: str | None = None
+        while True:
+            page = self._send(api.audit(**filters, cursor=cursor))
+            yield from page.records
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
     def close(self) -> None:
         """Close the HTTP connections (sessions stay open on the grid)."""

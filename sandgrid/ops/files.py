@@ -1,4 +1,5 @@
-"""The file ops of a session's workspace: write, read, list, delete, tar upload and download.
+"""The file ops of a session's workspace: write, read, list, stat, delete, mkdir, move,
+tar upload and download.
 
 Read and list answer the public ``FileRead`` and ``FileList`` of
 ``sandgrid.models``; the others' results are defined here. The routes answer
@@ -12,14 +13,20 @@ from typing import Literal
 
 from pydantic import Field
 
-from sandgrid.models import MAX_FILE_BYTES, FileWrite, WireModel, WorkspacePath
+from sandgrid.models import MAX_FILE_BYTES, FileEntry, FileWrite, WireModel, WorkspacePath
 from sandgrid.ops.saved import SavedResult
 
 __all__ = [
     "DeleteOp",
     "DeleteResult",
     "ListOp",
+    "MkdirOp",
+    "MkdirResult",
+    "MoveOp",
+    "MoveResult",
     "ReadOp",
+    "StatOp",
+    "StatResult",
     "TarDownloadOp",
     "TarDownloadResult",
     "TarUploadOp",
@@ -73,6 +80,49 @@ class DeleteResult(SavedResult):
 
     kind: Literal["delete"] = Field("delete", exclude=True, repr=False)
     deleted: int
+
+
+class StatOp(WireModel):
+    """The entry of one path (a link's own entry when ``follow`` is false)."""
+
+    kind: Literal["stat"] = "stat"
+    path: WorkspacePath
+    follow: bool = True
+
+
+class MkdirOp(WireModel):
+    """Make a directory and its parents."""
+
+    kind: Literal["mkdir"] = "mkdir"
+    path: WorkspacePath
+
+
+class MoveOp(WireModel):
+    """Rename an entry (a link moves as a link); parents of ``destination`` made."""
+
+    kind: Literal["move"] = "move"
+    source: WorkspacePath
+    destination: WorkspacePath
+
+
+class StatResult(WireModel):
+    """The entry; a missing path is ``not_found``."""
+
+    kind: Literal["stat"] = Field("stat", exclude=True, repr=False)
+    entry: FileEntry
+
+
+class MoveResult(SavedResult, StatResult):
+    """The entry at its new path (``entry``); a missing source is ``not_found``."""
+
+    kind: Literal["move"] = Field("move", exclude=True, repr=False)  # type: ignore[assignment]
+
+
+class MkdirResult(SavedResult):
+    """Whether it was made (False: a directory was there already)."""
+
+    kind: Literal["mkdir"] = Field("mkdir", exclude=True, repr=False)
+    created: bool
 
 
 class TarUploadOp(WireModel):

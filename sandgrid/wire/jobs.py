@@ -36,6 +36,9 @@ TurnOp = Annotated[
     | files.ReadOp
     | files.ListOp
     | files.DeleteOp
+    | files.StatOp
+    | files.MkdirOp
+    | files.MoveOp
     | files.TarUploadOp
     | files.TarDownloadOp
     | session.CloseOp
@@ -59,6 +62,9 @@ TurnResult = Annotated[
     | FileRead
     | FileList
     | files.DeleteResult
+    | files.StatResult
+    | files.MkdirResult
+    | files.MoveResult
     | files.TarUploadResult
     | files.TarDownloadResult
     | session.CloseResult

@@ -33,6 +33,8 @@ Redis keys (all under ``sg:``):
                                    so batches never take every worker thread of the grid
     ``sg:audit:<tenant>``          stream: the tenant's recent audit records (``scheduler.audit``)
     ``sg:audit:export``            string, with a TTL: an API process is exporting the audit
+    ``sg:audit-net:<id>``          hash: the last egress attempt of the session moved into the
+                                   audit trail (``id``) and its tenant (issue 23.14)
     ``sg:pty:<turn>:out``          stream: a terminal's output, then its exit (bounded, expiring)
     ``sg:pty:<turn>:in``           stream: a terminal's input, resizes and close (bounded, expiring)
     ``sg:turn:<turn_id>:events``   stream: a turn's output chunks and result (bounded, expiring)
@@ -40,6 +42,8 @@ Redis keys (all under ``sg:``):
     ``sg:egress:<id>``             stream: the session's egress attempts (``NetworkAttempt``
                                    JSON in field ``a``), bounded, expiring
     ``sg:egress:<id>:usage``       hash: the session's egress usage (``connections``, ``bytes``)
+    ``sg:slots:<kind>:<scope>:<id>`` sorted set: open streams or terminals of a tenant or a
+                                   session (slot id -> lease deadline; issue 23.7)
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ __all__ = [
     "audit_export_lock_key",
     "audit_key",
     "audit_key_pattern",
+    "audit_network_cursor_key",
     "audit_tenant_from_key",
     "batch_done_key",
     "batch_jobs_key",
@@ -77,9 +82,12 @@ __all__ = [
     "session_seen_key",
     "session_turns_key",
     "session_waiting_key",
+    "stream_slots_key",
     "tenant_batches_key",
     "tenant_sessions_key",
     "tenant_turns_key",
+    "tokens_ack_key",
+    "tokens_changed_channel",
     "tokens_key",
     "ttl_sessions_key",
     "turn_cancel_key",
@@ -120,6 +128,11 @@ def session_key(session_id: str) -> str:
 
 def tenant_sessions_key(tenant: str) -> str:
     return f"{KEY_PREFIX}tenant:{tenant}:sessions"
+
+
+def stream_slots_key(kind: str, scope: str, ident: str) -> str:
+    """Open slots of ``kind`` (stream, terminal) of one tenant or session (``scope``)."""
+    return f"{KEY_PREFIX}slots:{kind}:{scope}:{ident}"
 
 
 def tenant_turns_key(tenant: str) -> str:
@@ -173,6 +186,17 @@ def tokens_key() -> str:
     return f"{KEY_PREFIX}tokens"
 
 
+# 23.16: a change of tokens (rotate, revoke, set) drops every API process's token cache.
+def tokens_changed_channel() -> str:
+    """Pub/sub channel on which a token change is announced (data: the change's id)."""
+    return f"{KEY_PREFIX}tokens:changed"
+
+
+def tokens_ack_key(change_id: str) -> str:
+    """List each API process pushes to once it has dropped its cache for a change."""
+    return f"{KEY_PREFIX}tokens:ack:{change_id}"
+
+
 def batch_key(batch_id: str) -> str:
     return f"{KEY_PREFIX}batch:{batch_id}"
 
@@ -224,6 +248,11 @@ def audit_tenant_from_key(key: str) -> str:
 
 def audit_export_lock_key() -> str:
     return f"{KEY_PREFIX}audit-export"
+
+
+def audit_network_cursor_key(session_id: str) -> str:
+    """Hash: how far the session's egress attempts were collected into the audit (23.14)."""
+    return f"{KEY_PREFIX}audit-net:{session_id}"
 
 
 def pty_out_key(turn_id: str) -> str:

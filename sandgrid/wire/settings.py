@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
@@ -24,6 +25,8 @@ __all__ = [
     "DEFAULT_HEARTBEAT_S",
     "DEFAULT_IDLE_TTL_S",
     "DEFAULT_LEASE_TTL_S",
+    "DEFAULT_LOG_FORMAT",
+    "DEFAULT_LOG_LEVEL",
     "DEFAULT_LOST_CHECK_S",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MINIO_ENDPOINT",
@@ -36,14 +39,23 @@ __all__ = [
     "DEFAULT_SNAPSHOT_MAX_BYTES",
     "DEFAULT_SNAPSHOT_MAX_FILES",
     "DEFAULT_SNAPSHOT_THREADS",
+    "DEFAULT_STREAMS_PER_SESSION",
+    "DEFAULT_STREAMS_PER_TENANT",
+    "DEFAULT_STREAM_LEASE_S",
+    "DEFAULT_TERMINALS_PER_SESSION",
+    "DEFAULT_TERMINALS_PER_TENANT",
     "DEFAULT_TURN_MARGIN_S",
     "DEFAULT_VISIBILITY_TIMEOUT_S",
+    "DEFAULT_WORKER_METRICS_ADDR",
     "DEFAULT_WORKER_METRICS_PORT",
+    "SHIPPED_MINIO_ACCESS_KEY",
+    "SHIPPED_MINIO_SECRET_KEY",
     "AuditSettings",
     "EgressSettings",
     "MinioSettings",
     "Settings",
     "SnapshotSettings",
+    "StreamLimitSettings",
     "WorkerSettings",
     "get_settings",
 ]
@@ -72,15 +84,24 @@ DEFAULT_LOST_CHECK_S = 0.25
 DEFAULT_CLOSED_TTL_S = 86400.0
 DEFAULT_BATCH_TTL_S = 7 * 86400.0
 DEFAULT_WORKER_METRICS_PORT = 9810
+# 23.3: every grid listener binds loopback unless an operator names another address.
+DEFAULT_WORKER_METRICS_ADDR = "127.0.0.1"
+# 23.19: the well-known credentials a worker or the API refuses to start with
+# (sandgrid.wire.credentials) unless SANDGRID_ALLOW_INSECURE_DEFAULTS is set.
+SHIPPED_MINIO_ACCESS_KEY = "sandgrid"
+SHIPPED_MINIO_SECRET_KEY = "sandgrid-secret"
 DEFAULT_AUDIT_COMMAND_CHARS = 80
 DEFAULT_AUDIT_EXPORT_INTERVAL_S = 60.0
 DEFAULT_AUDIT_STREAM_KEEP_S = 3600.0
+# Logs (issue 23, item 5): one line per event, JSON unless told otherwise.
+DEFAULT_LOG_FORMAT: Literal["json", "text"] = "json"
+DEFAULT_LOG_LEVEL: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
 class MinioSettings(BaseModel):
     endpoint: str = Field(DEFAULT_MINIO_ENDPOINT, description="SANDGRID_MINIO__ENDPOINT")
-    access_key: str = Field("sandgrid", description="SANDGRID_MINIO__ACCESS_KEY")
-    secret_key: str = Field("sandgrid-secret", description="SANDGRID_MINIO__SECRET_KEY")
+    access_key: str = Field(SHIPPED_MINIO_ACCESS_KEY, description="SANDGRID_MINIO__ACCESS_KEY")
+    secret_key: str = Field(SHIPPED_MINIO_SECRET_KEY, description="SANDGRID_MINIO__SECRET_KEY")
     bucket: str = Field("sandgrid-snapshots", description="SANDGRID_MINIO__BUCKET")
     secure: bool = Field(False, description="SANDGRID_MINIO__SECURE")
 
@@ -144,6 +165,37 @@ class EgressSettings(BaseModel):
         description="SANDGRID_WORKER__EGRESS__AUDIT_TTL_S: the audit and usage expire this "
         "long after the session's last attempt",
     )
+    # issue 23.3 (egress): the host's own addresses and the grid's ports are special
+    service_ports: list[int] = Field(
+        default_factory=lambda: [5555, 9001],
+        description="SANDGRID_WORKER__EGRESS__SERVICE_PORTS (JSON list): grid ports besides "
+        "those the settings name (Redis, MinIO, the API, metrics): Flower, the MinIO console",
+    )
+    host_refresh_s: float = Field(
+        30.0,
+        gt=0,
+        description="SANDGRID_WORKER__EGRESS__HOST_REFRESH_S: the host's interface addresses "
+        "are read again when older than this",
+    )
+    # issue 23.8 (egress): no connection holds a worker socket unbounded
+    handshake_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="SANDGRID_WORKER__EGRESS__HANDSHAKE_TIMEOUT_S: the request (CONNECT line, "
+        "HTTP head, SOCKS greeting and request) must arrive within this",
+    )
+    idle_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="SANDGRID_WORKER__EGRESS__IDLE_TIMEOUT_S: an established connection with "
+        "no byte either way for this long is closed",
+    )
+    max_open: int = Field(
+        128,
+        ge=1,
+        description="SANDGRID_WORKER__EGRESS__MAX_OPEN: connections of one sandbox open at "
+        "once, counted from accept (beyond: refused at once)",
+    )
 
 
 class WorkerSettings(BaseModel):
@@ -182,9 +234,9 @@ class WorkerSettings(BaseModel):
         "free port (the heartbeat carries the port the node got)",
     )
     metrics_addr: str = Field(
-        "0.0.0.0",
-        description="SANDGRID_WORKER__METRICS_ADDR: the address /metrics listens on (the API "
-        "names it in the node's URL; a wildcard is named by the host name)",
+        DEFAULT_WORKER_METRICS_ADDR,
+        description="SANDGRID_WORKER__METRICS_ADDR: the address /metrics listens on, loopback "
+        "by default (23.3); the API names it in the node's URL (a wildcard by the host name)",
     )
     egress: EgressSettings = Field(default_factory=EgressSettings)
 
@@ -209,6 +261,30 @@ class AuditSettings(BaseModel):
         ge=0,
         description="SANDGRID_AUDIT__STREAM_KEEP_S: records younger than this stay in Redis only",
     )
+
+
+# issue 23.7: concurrent streams and terminals (scheduler.api.stream_slots)
+DEFAULT_STREAMS_PER_TENANT = 64
+DEFAULT_STREAMS_PER_SESSION = 16
+DEFAULT_TERMINALS_PER_TENANT = 16
+DEFAULT_TERMINALS_PER_SESSION = 2
+DEFAULT_STREAM_LEASE_S = 30.0
+
+
+class StreamLimitSettings(BaseModel):
+    """Streams (SSE: streamed exec, re-attach) and terminals open at once, grid-wide:
+    429 above a cap (a terminal: close code 4429)."""
+
+    per_tenant: int = Field(DEFAULT_STREAMS_PER_TENANT, ge=1)
+    """SANDGRID_STREAMS__PER_TENANT: streams one tenant has open at once."""
+    per_session: int = Field(DEFAULT_STREAMS_PER_SESSION, ge=1)
+    """SANDGRID_STREAMS__PER_SESSION: streams open at once on one session."""
+    terminals_per_tenant: int = Field(DEFAULT_TERMINALS_PER_TENANT, ge=1)
+    """SANDGRID_STREAMS__TERMINALS_PER_TENANT: terminals one tenant has open at once."""
+    terminals_per_session: int = Field(DEFAULT_TERMINALS_PER_SESSION, ge=1)
+    """SANDGRID_STREAMS__TERMINALS_PER_SESSION: terminal sockets open on one session."""
+    lease_s: float = Field(DEFAULT_STREAM_LEASE_S, ge=3)
+    """SANDGRID_STREAMS__LEASE_S: a slot of an API process that died is free after this."""
 
 
 class Settings(BaseSettings):
@@ -267,6 +343,29 @@ class Settings(BaseSettings):
     minio: MinioSettings = Field(default_factory=MinioSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    streams: StreamLimitSettings = Field(default_factory=StreamLimitSettings)  # issue 23.7
+    # Logs (issue 23, item 5): sandgrid.wire.logs; docs/operations.md, Logs.
+    log_format: Literal["json", "text"] = Field(
+        DEFAULT_LOG_FORMAT,
+        description="SANDGRID_LOG_FORMAT: json (one object a line) or text (one line a record)",
+    )
+    log_level: Annotated[
+        Literal["DEBUG", "INFO", "WARNING", "ERROR"], BeforeValidator(lambda v: str(v).upper())
+    ] = Field(
+        DEFAULT_LOG_LEVEL,
+        description="SANDGRID_LOG_LEVEL of the API (or serve --log-level), workers and Flower",
+    )
+    # ---- 23.18 / 23.19: operators' credentials (docs/operations.md) ----
+    metrics_token_file: Path | None = Field(
+        None,
+        description="SANDGRID_METRICS_TOKEN_FILE: the file holding the bearer token of "
+        "GET /v1/metrics/targets (Prometheus service discovery); unset: the route refuses all",
+    )
+    allow_insecure_defaults: bool = Field(
+        False,
+        description="SANDGRID_ALLOW_INSECURE_DEFAULTS: let a worker or the API start with the "
+        "shipped MinIO credentials or a Redis URL without a password (tests only)",
+    )
 
 
 @lru_cache(maxsize=1)

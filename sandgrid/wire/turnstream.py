@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+import redis.asyncio as aioredis
 
 from sandgrid.errors import InvalidInput
 from sandgrid.wire import names
@@ -37,6 +38,7 @@ __all__ = [
     "Entry",
     "Read",
     "append",
+    "aread",
     "cancel_requested",
     "check_offset",
     "finished",
@@ -102,12 +104,28 @@ def read(client: redis.Redis[str], turn_id: str, after: str, *, block_ms: int = 
     key = names.turn_events_key(turn_id)
     gap = _trimmed_past(client, key, after)
     found = client.xread({key: after}, count=512, block=block_ms or None)
-    entries = [
+    return Read(_entries(found), gap)
+
+
+async def aread(
+    client: aioredis.Redis[str], turn_id: str, after: str, *, block_ms: int = 0
+) -> Read:
+    """``read`` on the asyncio client: a stream served to a client holds no thread."""
+    key = names.turn_events_key(turn_id)
+    try:
+        gap = _gap(await client.xinfo_stream(key), after)
+    except redis.ResponseError:  # no such key: nothing written, nothing trimmed
+        gap = False
+    found = await client.xread({key: after}, count=512, block=block_ms or None)
+    return Read(_entries(found), gap)
+
+
+def _entries(found: Any) -> list[Entry]:
+    return [
         Entry(_text(eid), json.loads(_text(fields.get(b"e", fields.get("e", "{}")))))
         for _stream, items in found or []
         for eid, fields in items
     ]
-    return Read(entries, gap)
 
 
 def finished(client: redis.Redis[str], turn_id: str) -> dict[str, Any] | None:
@@ -149,6 +167,11 @@ def _trimmed_past(client: redis.Redis[str], key: str, after: str) -> bool:
         info = client.xinfo_stream(key)
     except redis.ResponseError:  # no such key: nothing written, nothing trimmed
         return False
+    return _gap(info, after)
+
+
+def _gap(info: dict[str, Any], after: str) -> bool:
+    """``_trimmed_past`` from the stream's ``XINFO STREAM`` reply."""
     if int(info.get("entries-added") or 0) <= int(info.get("length") or 0):
         return False
     first = info.get("recorded-first-entry-id") or (info.get("first-entry") or ("0-0",))[0]

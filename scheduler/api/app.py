@@ -18,6 +18,7 @@ from scheduler.api import (
     ops,
     sessions,
     stream,
+    targets,
     types,
 )
 from scheduler.api import code as code_api
@@ -29,6 +30,7 @@ from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
 from scheduler.api.responses import document_errors
 from scheduler.expiry import Expiry
+from scheduler.token_watch import TokenWatch
 from scheduler.turns.dispatch import Dispatcher
 
 __all__ = ["API_VERSION", "create_app"]
@@ -52,6 +54,7 @@ def create_app(
     s = settings or get_settings()
     svc = services or Services.build(s, dispatcher=dispatcher)
     expiry = Expiry(svc.redis, svc.registry, svc.runner, interval_s=s.session_sweep_s)
+    token_watch = TokenWatch(svc.redis, svc.tenants.forget)  # 23.16: rotate/revoke at once
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -60,8 +63,10 @@ def create_app(
         if svc.audit_exporter is not None:
             svc.audit_exporter.start()
         expiry.start()
+        token_watch.start()
         async with mcp_lifespan():  # the MCP transport's task group lives as long as the app
             yield
+        token_watch.stop()
         expiry.stop()
         if svc.audit_exporter is not None:
             svc.audit_exporter.stop()
@@ -94,5 +99,6 @@ def create_app(
     app.include_router(background.router)
     app.include_router(network_api.router)
     app.include_router(agentscope.router)
+    app.include_router(targets.router)
     document_errors(app)
     return app

@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query, Response, status
 from sandgrid.batch.models import BatchCreate, BatchInfo
 from sandgrid.errors import SandgridError
 from sandgrid.models import NEXT_OFFSET_HEADER
-from scheduler.api.deps import CurrentTenant, Svc
+from scheduler.api.deps import NO_BODY, CurrentTenant, Svc
 from scheduler.batch.manager import BatchManager
 
 __all__ = [
@@ -83,7 +83,7 @@ def cancel_batch(batch_id: str, svc: Svc, tenant: CurrentTenant) -> BatchInfo:
     return _manager(svc).cancel(tenant, batch_id)
 
 
-@router.post("/{batch_id}/resume", response_model=BatchInfo)
+@router.post("/{batch_id}/resume", response_model=BatchInfo, dependencies=[NO_BODY])
 def resume_batch(batch_id: str, svc: Svc, tenant: CurrentTenant) -> BatchInfo:
     """Run the jobs of a cancelled or interrupted batch that have no result yet."""
     return _manager(svc).resume(tenant, batch_id)

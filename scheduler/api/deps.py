@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from typing import Annotated
 
 import redis as redis_lib
-from fastapi import Depends, Request
+from fastapi import Body, Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from sandgrid.models import EmptyBody
 from sandgrid.wire.objects import ObjectStore, open_objects
 from sandgrid.wire.settings import Settings
 from scheduler.audit.export import AuditExporter
@@ -42,11 +43,13 @@ from scheduler.turns.runner import TurnRunner
 
 __all__ = [
     "BATCH_DRAIN_INTERVAL_S",
+    "NO_BODY",
     "CurrentTenant",
     "Services",
     "Svc",
     "current_tenant",
     "get_services",
+    "no_body",
 ]
 
 #: Batch runner threads drain Celery results every 20 ms, not every 1 ms.
@@ -190,3 +193,17 @@ async def current_tenant(
 
 Svc = Annotated[Services, Depends(get_services)]
 CurrentTenant = Annotated[Tenant, Depends(current_tenant)]
+
+
+def no_body(
+    body: Annotated[EmptyBody | None, Body(description="none, or {}")] = None,
+) -> None:
+    """The body of an operation that takes none: absent or ``{}``, else 422 naming the field.
+
+    Without it FastAPI reads no body at all, and ``{"memory": true}`` would be
+    silently ignored. Put ``dependencies=[NO_BODY]`` on every POST without a body.
+    """
+
+
+NO_BODY = Depends(no_body)
+"""The dependency of ``no_body``, for a route decorator's ``dependencies=``."""

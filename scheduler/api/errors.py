@@ -2,8 +2,11 @@
 
 Every error answer is ``SandgridError.to_body()`` with the error's status:
 validation failures are 422 ``invalid_input`` naming the field (``loc``) and the
-rule (``msg``); a path leaving the workspace is ``path_outside_workspace``; a body
-over the limit is 413 ``payload_too_large``; Redis (the registry, the broker)
+rule (``msg``), an unknown field too; a body that is not JSON (or not UTF-8) is
+422 naming ``body``; a path leaving the workspace is ``path_outside_workspace``; a body
+over the limit is 413 ``payload_too_large``; a background process whose sandbox
+is gone is 410 ``process_lost``; Starlette's own answers (an unknown path, a
+method not allowed) keep their status with the same body; Redis (the registry, the broker)
 unreachable is 503 ``registry_unavailable`` with ``Retry-After``, whatever call
 found it so: mapped here, once, from the client libraries' own exceptions;
 anything unexpected is a 500 ``internal`` without a traceback (that goes to the
@@ -24,6 +27,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandgrid.errors import (
@@ -33,6 +37,7 @@ from sandgrid.errors import (
     ErrorCode,
     InvalidInput,
     LimitExceeded,
+    NotFound,
     SandgridError,
     unavailable,
 )
@@ -42,6 +47,7 @@ __all__ = [
     "REGISTRY_DOWN",
     "EdgeMiddleware",
     "error_response",
+    "http_error",
     "install_error_handlers",
     "invalid_input_from",
     "registry_unavailable",
@@ -59,6 +65,9 @@ log = logging.getLogger("sandgrid.api")
 
 _WORKSPACE_RULE = "leaves the workspace"
 _LOCATIONS = ("body", "query", "path", "header")
+_STATUS_BY_CODE = {ErrorCode.PAYLOAD_TOO_LARGE: 413, ErrorCode.PROCESS_LOST: 410}
+"""Codes whose status is not their class's: a lost process is gone (410), not a fault."""
+_BODY_RULE = "must be JSON (UTF-8) matching the operation's schema"
 
 
 def invalid_input_from(errors: Sequence[Any], operation: str = "") -> InvalidInput:
@@ -68,14 +77,12 @@ def invalid_input_from(errors: Sequence[Any], operation: str = "") -> InvalidInp
         loc = [str(p) for p in err.get("loc", ())]
         where = loc[0] if loc and loc[0] in _LOCATIONS else "body"
         fld = ".".join(loc[1:] if loc and loc[0] in _LOCATIONS else loc) or where
-        items.append(
-            {
-                "field": fld,
-                "in": where,
-                "rule": str(err.get("msg", "")),
-                "type": err.get("type", ""),
-            }
-        )
+        rule = str(err.get("msg", ""))
+        if err.get("type") == "json_invalid":  # loc is the offset in the body, not a field
+            fld = "body"
+            why = (err.get("ctx") or {}).get("error", "")
+            rule = f"{_BODY_RULE}: {why} at character {loc[-1] if loc else 0}"
+        items.append({"field": fld, "in": where, "rule": rule, "type": err.get("type", "")})
     first = items[0] if items else {"field": "", "rule": "invalid input"}
     code = ErrorCode.INVALID_INPUT
     if any(_WORKSPACE_RULE in i["rule"] for i in items):
@@ -99,11 +106,13 @@ def registry_unavailable(exc: BaseException, operation: str) -> SandgridError:
     )
 
 
-def error_response(err: SandgridError) -> JSONResponse:
-    """The HTTP answer of a ``SandgridError`` (status, body, helpful headers)."""
+def error_response(err: SandgridError, status: int | None = None) -> JSONResponse:
+    """The HTTP answer of a ``SandgridError`` (status, body, helpful headers).
+
+    ``status``: answer this one instead of the error's (Starlette's own refusals).
+    """
     metrics.store_error(err)
     headers: dict[str, str] = {}
-    status = err.http_status
     if isinstance(err, LimitExceeded):
         headers["Retry-After"] = str(max(1, round(err.retry_after)))
     elif err.code in UNAVAILABLE_CODES or err.code == ErrorCode.NO_CAPACITY:
@@ -111,8 +120,7 @@ def error_response(err: SandgridError) -> JSONResponse:
         headers["Retry-After"] = str(max(1, round(after)))
     elif isinstance(err, AuthError):
         headers["WWW-Authenticate"] = "Bearer"
-    if err.code == ErrorCode.PAYLOAD_TOO_LARGE:
-        status = 413
+    status = status or _STATUS_BY_CODE.get(err.code, err.http_status)
     return JSONResponse(err.to_body(), status_code=status, headers=headers)
 
 
@@ -133,6 +141,13 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError | ValidationError)
         return error_response(invalid_input_from(exc.errors(), _operation(request)))
 
+    async def on_http(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, StarletteHTTPException)
+        err = http_error(exc, _operation(request))
+        response = error_response(err, None if exc.status_code == 400 else exc.status_code)
+        response.headers.update(exc.headers or {})  # a 405's Allow
+        return response
+
     async def on_registry_down(request: Request, exc: Exception) -> JSONResponse:
         log.warning("registry unavailable on %s: %s", _operation(request), exc)
         return error_response(registry_unavailable(exc, _operation(request)))
@@ -145,9 +160,29 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(SandgridError, on_sandgrid)
     app.add_exception_handler(RequestValidationError, on_validation)
     app.add_exception_handler(ValidationError, on_validation)
+    app.add_exception_handler(StarletteHTTPException, on_http)
     for exc_type in REGISTRY_DOWN:
         app.add_exception_handler(exc_type, on_registry_down)
     app.add_exception_handler(Exception, on_unexpected)
+
+
+def http_error(exc: StarletteHTTPException, operation: str) -> SandgridError:
+    """Starlette's and FastAPI's own refusals as errors of the one body shape.
+
+    FastAPI answers 400 for a JSON body it cannot decode as UTF-8: that is bad
+    input like any other, so 422 ``invalid_input`` naming ``body``. An unknown
+    path is ``not_found``; any other (a method not allowed) is the caller's
+    ``invalid_input``, answered with Starlette's own status (``on_http``).
+    """
+    if exc.status_code == 400:
+        return InvalidInput(
+            f"body: {_BODY_RULE} ({exc.detail})",
+            operation=operation,
+            context={"field": "body", "rule": _BODY_RULE},
+        )
+    if exc.status_code == 404:
+        return NotFound(str(exc.detail), operation=operation)
+    return InvalidInput(str(exc.detail), operation=operation)
 
 
 class _TooLarge(Exception):

@@ -32,7 +32,7 @@ from sandgrid.ops.lifecycle import (
     RestoreOp,
 )
 from sandgrid.wire.jobs import TurnOp, expect
-from scheduler.api.deps import CurrentTenant, Services, Svc
+from scheduler.api.deps import NO_BODY, CurrentTenant, Services, Svc
 from scheduler.expiry import Expiry, shown
 from scheduler.tenants import Tenant
 
@@ -101,7 +101,7 @@ def restore_checkpoint(
     return _turn(svc, tenant, session_id, RestoreOp(checkpoint=body.checkpoint), RestoreResult)
 
 
-@router.post("/pause", response_model=PauseResult)
+@router.post("/pause", response_model=PauseResult, dependencies=[NO_BODY])
 def pause_session(session_id: str, svc: Svc, tenant: CurrentTenant) -> PauseResult:
     """Save the workspace and give the sandbox up; the next turn resumes on any worker.
 

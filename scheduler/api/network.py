@@ -47,6 +47,8 @@ def set_network(
         )
     check_policy(tenant, policy)
     svc.registry.update(session_id, network=policy.model_dump(mode="json"))
+    if svc.audit is not None:
+        svc.audit.policy(tenant.name, session_id, policy.model_dump(mode="json"))
     updated = svc.registry.get(tenant.name, session_id)
     svc.registry.save_record(updated)
     return updated

@@ -29,8 +29,8 @@ def metrics() -> Response:
 def nodes(svc: Svc) -> dict[str, Any]:
     """The live worker nodes: the types each serves and the URL of its ``/metrics``.
 
-    Prometheus can discover the workers from this list (``http_sd``-style; the
-    scrape config in deploy/prometheus/ lists them statically).
+    Prometheus discovers the same URLs from ``GET /v1/metrics/targets``
+    (``scheduler.api.targets``: ``http_sd`` format, behind the metrics token).
     """
     out = []
     for name, rec in sorted(svc.registry.node_records().items()):

@@ -5,9 +5,11 @@ Every failure at the edge has one body (``SandgridError.to_body()``, see
 from what it is, not from what its author remembered to list: any operation
 can meet a Redis outage (503) or a bug (500); one with a token can be refused
 (401) and throttled (429); one with parameters or a body can be invalid (422);
-one with a body can be too large (413); one on a resource (a path parameter)
+one that takes a body (every POST, PUT, PATCH) can be sent one too large (413),
+not JSON or with an unknown field (422); one on a resource (a path parameter)
 can miss it (404) or find it busy or closed (409), and so can a create that names
-one (``fork_from``).
+one (``fork_from``); one on a background process can find it lost with its
+sandbox (410).
 
 ``document_errors`` wraps the app's ``openapi()`` so that the rules run over
 the routes as they are when the document is built: a router added later by
@@ -30,11 +32,13 @@ __all__ = ["ErrorBody", "ErrorDetail", "document_errors", "error_statuses"]
 
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 _BODY_METHODS = ("post", "put", "patch")
+_PROCESS = "/processes/{pid}"
 
 _DESCRIPTIONS = {
     401: "unauthenticated: the bearer token is missing or unknown",
     404: "not_found: no such resource of this tenant (another tenant's looks the same)",
     409: "a conflict: session_busy (a turn is in flight) or session_closed",
+    410: "process_lost: the process's sandbox is gone (its node died, the session moved)",
     413: "payload_too_large: the request body is over the limit",
     422: "invalid_input: names the field (context.field) and the rule (context.rule)",
     429: "tenant_limit or backpressure, with Retry-After",
@@ -71,11 +75,13 @@ def error_statuses(path: str, method: str, operation: dict[str, Any]) -> list[in
     if has_params:
         found.add(422)
     if "requestBody" in operation or method in _BODY_METHODS:
-        found.add(413)
+        found |= {413, 422}  # any body may be too large, not JSON, or carry an unknown field
     if on_resource:
         found |= {404, 409}
     elif method == "post" and operation.get("security"):
         found |= {404, 409}  # a create can name another resource (fork_from)
+    if _PROCESS in path:
+        found.add(410)
     return sorted(found)
 
 

@@ -7,6 +7,12 @@ the output chunks, this process the final ``result`` or ``error``. So the
 client that started the turn and one that re-attaches later read the very same
 events from the very same offsets; a client that goes away only stops reading
 (the turn runs on, its stream bounded and expiring).
+
+Each stream holds a slot of ``scheduler.api.stream_slots`` (a tenant's and a
+session's streams open at once are capped, 429 beyond) from its answer's start
+until the client goes. The events are read with the asyncio Redis client in
+an async generator: an idle stream holds no thread of the threadpool, so no
+number of open streams delays another tenant's requests.
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
+import anyio
+import redis.asyncio as aioredis
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import StreamingResponse
 
@@ -25,7 +33,8 @@ from sandgrid.errors import NotFound, SandgridError
 from sandgrid.models import ExecRequest
 from sandgrid.streaming import EVENT_STREAM, LAST_EVENT_ID_HEADER, TURN_ID_HEADER, TurnCancel
 from sandgrid.wire import turnstream
-from scheduler.api.deps import CurrentTenant, Services, Svc
+from scheduler.api.deps import NO_BODY, CurrentTenant, Services, Svc
+from scheduler.api.stream_slots import Slot, StreamSlots
 from scheduler.registry.sessions import new_turn_id
 from scheduler.tenants import Tenant
 from scheduler.turns.admission import check_exec
@@ -60,6 +69,7 @@ def exec_events(
     """
     check_exec(tenant, body)
     svc.registry.get(tenant.name, session_id)
+    slot = StreamSlots(svc.settings.streams).acquire(svc.redis, "stream", tenant.name, session_id)
     if idempotency_key is not None:
         turn_id = turn_id_for(tenant.name, session_id, idempotency_key)
     else:
@@ -74,7 +84,7 @@ def exec_events(
         daemon=True,
     ).start()
     head = _frame(first, start)
-    return _response(svc, turn_id, first, head)
+    return _response(svc, turn_id, first, head, slot)
 
 
 def _run(
@@ -133,10 +143,13 @@ def turn_events(
             operation="turns.events",
             context={"turn": turn_id, "session": session_id},
         )
-    return _response(svc, turn_id, offset, "")
+    slot = StreamSlots(svc.settings.streams).acquire(svc.redis, "stream", tenant.name, session_id)
+    return _response(svc, turn_id, offset, "", slot)
 
 
-@router.post("/{session_id}/turns/{turn_id}/cancel", response_model=TurnCancel)
+@router.post(
+    "/{session_id}/turns/{turn_id}/cancel", response_model=TurnCancel, dependencies=[NO_BODY]
+)
 def cancel_turn(session_id: str, turn_id: str, svc: Svc, tenant: CurrentTenant) -> TurnCancel:
     """Cancel a turn: its processes are killed (or it never starts) and its result says
     ``cancelled: true``; a finished turn is left alone (``state: finished``)."""
@@ -144,21 +157,41 @@ def cancel_turn(session_id: str, turn_id: str, svc: Svc, tenant: CurrentTenant) 
     return svc.runner.cancels.cancel(session, turn_id)
 
 
-def _response(svc: Services, turn_id: str, after: str, head: str) -> StreamingResponse:
+def _response(svc: Services, turn_id: str, after: str, head: str, slot: Slot) -> StreamingResponse:
     return StreamingResponse(
-        _events(svc, turn_id, after, head),
+        _events(svc, turn_id, after, head, slot),
         media_type=EVENT_STREAM,
         headers={TURN_ID_HEADER: turn_id, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
-def _events(svc: Services, turn_id: str, after: str, head: str) -> Iterator[str]:
-    """The SSE text of a turn's events after ``after``, until its final event."""
-    if head:
-        yield head
+async def _events(
+    svc: Services, turn_id: str, after: str, head: str, slot: Slot
+) -> AsyncIterator[str]:
+    """The SSE text of a turn's events after ``after``, until its final event; the slot
+    is released however the stream ends (its last event, or the client gone)."""
+    client: aioredis.Redis[str] = aioredis.Redis.from_url(
+        svc.settings.redis_url, decode_responses=True
+    )
+    slots = StreamSlots(svc.settings.streams)
+    try:
+        if head:
+            yield head
+        async for text in _follow(client, slots, slot, turn_id, after):
+            yield text
+    finally:  # shielded: a client that went cancels this generator's scope
+        with anyio.CancelScope(shield=True):
+            await slots.arelease(client, slot)
+            await client.aclose()  # type: ignore[attr-defined]
+
+
+async def _follow(
+    client: aioredis.Redis[str], slots: StreamSlots, slot: Slot, turn_id: str, after: str
+) -> AsyncIterator[str]:
     last, idle_since, gap_at = after, time.monotonic(), ""
     while True:
-        got = turnstream.read(svc.redis, turn_id, last, block_ms=READ_BLOCK_MS)
+        await slots.arenew_due(client, slot)
+        got = await turnstream.aread(client, turn_id, last, block_ms=READ_BLOCK_MS)
         if got.gap and gap_at != last:
             gap_at = last
             yield _frame("", {"type": "gap"})

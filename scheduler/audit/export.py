@@ -26,6 +26,7 @@ from sandgrid.wire.objects.keys import audit_segment_key
 from sandgrid.wire.periodic import Periodic
 from scheduler import metrics
 from scheduler.audit.log import day_of, parse_entry
+from scheduler.audit.network import NetworkCollector
 
 __all__ = ["EXPORT_BATCH", "AuditExporter"]
 
@@ -36,7 +37,8 @@ EXPORT_BATCH = 5000
 
 
 class AuditExporter:
-    """A daemon thread exporting every ``interval_s`` the records older than ``keep_s``.
+    """A daemon thread exporting every ``interval_s`` the records older than ``keep_s``,
+    after collecting the network decisions of every session (``NetworkCollector.sweep``).
 
     Args:
         client: the registry's Redis.
@@ -57,6 +59,7 @@ class AuditExporter:
         self.objects = objects
         self.interval_s = interval_s
         self.keep_s = keep_s
+        self.network = NetworkCollector(client)
         self._loop = Periodic(
             self.export, interval_s, "audit", log, on_error=_count_failure, join_s=10.0
         )
@@ -75,6 +78,7 @@ class AuditExporter:
         if not self.redis.set(lock, token, nx=True, px=int(max(self.interval_s, 60) * 2000)):
             return 0
         try:
+            self.network.sweep()  # the decisions no turn, close or read has collected yet
             keys = sorted(self.redis.scan_iter(match=names.audit_key_pattern(), count=500))
             return sum(self._export_stream(k, cutoff_ms) for k in keys)
         finally:
@@ -91,10 +95,10 @@ class AuditExporter:
             firsts: dict[str, str] = {}
             for entry_id, fields in entries:
                 rec = parse_entry(entry_id, fields)
-                if rec is None:  # kept as it is: unreadable is still not lost
-                    rec_day, line = day_of(int(entry_id.split("-")[0]) / 1000), None
-                else:
-                    rec_day, line = day_of(rec.ts), rec.model_dump_json(exclude_none=True)
+                # The day of the id, not of ``ts``: segments then hold disjoint id
+                # ranges in the order of their names, which a reader relies on.
+                rec_day = day_of(int(entry_id.split("-")[0]) / 1000)
+                line = rec.model_dump_json(exclude_none=True) if rec is not None else None
                 firsts.setdefault(rec_day, entry_id)
                 days[rec_day].append(line or _raw_line(entry_id, fields))
             for day, lines in days.items():

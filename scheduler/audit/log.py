@@ -1,46 +1,44 @@
 """The audit trail: who did what in which session, append-only and durable.
 
-One writer per record: the API, where a turn's outcome is known
-(``TurnRunner.on_turn`` calls ``AuditLog.turn``), and where a session is
-created and closed. Each record goes to the tenant's Redis Stream
-(``sg:audit:<tenant>``, AOF-persisted like the rest of the registry); the
+One writer per record, on the control plane: the API, where a turn's outcome
+is known (``TurnRunner`` calls ``AuditLog.turn``; ``scheduler.audit.describe``
+says what its record holds), where a session is created, closed or its network
+policy changed, where a terminal opens and closes, and, for the egress
+proxies' decisions, the collector that moves them from the workers' per-session
+streams (``scheduler.audit.network``). Each record goes to the tenant's Redis
+Stream (``sg:audit:<tenant>``, AOF-persisted like the rest of the registry); the
 exporter (``scheduler.audit.export``) moves records older than
 ``SANDGRID_AUDIT__STREAM_KEEP_S`` into per-day JSONL segments in the object
 store and only then trims them from the stream, so a record is always in one
-place or both, never in none. A reader merges both and drops duplicates by id.
+place or both, never in none. A reader merges both and drops duplicates by id
+(``scheduler.audit.query``: newest first by default, with a cursor).
 
-Never recorded: file contents, environment values, stdin, output. A command is
-its ``sha256:`` digest plus its first ``SANDGRID_AUDIT__COMMAND_CHARS``
+Never recorded: file contents, environment values, stdin, output. Code or a
+command is its ``sha256:`` digest plus its first ``SANDGRID_AUDIT__COMMAND_CHARS``
 characters (0 keeps the digest alone).
-
-Other parts record their own actions with ``AuditLog.record`` (the egress
-proxy's per-connection decisions: ``action="network"``, ``detail`` with host,
-port and verdict).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import shlex
 import time
 from typing import Any
 
 import redis as redis_lib
 
-from sandgrid.audit import MAX_AUDIT_LIMIT, MAX_AUDIT_SINCE, AuditAction, AuditPage, AuditRecord
+from sandgrid.audit import AuditAction, AuditOrder, AuditPage, AuditRecord
 from sandgrid.errors import InvalidInput, SandgridError
-from sandgrid.models import ExecRequest, ExecResult
-from sandgrid.ops.exec import ExecOp
-from sandgrid.ops.files import TarUploadOp, WriteOp
+from sandgrid.models import ExecRequest
 from sandgrid.wire import names
 from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from sandgrid.wire.objects import ObjectStore
-from sandgrid.wire.objects.keys import audit_day_of, audit_prefix
 from scheduler import metrics
+from scheduler.audit.describe import MAX_PATH_CHARS, code_fields, command_fields, describe
+from scheduler.audit.network import NetworkCollector
+from scheduler.audit.query import AuditQuery, decode_cursor, read_page
 
-__all__ = ["DEFAULT_AUDIT_LIMIT", "AuditLog", "command_fields", "day_of", "parse_entry"]
+__all__ = ["DEFAULT_AUDIT_LIMIT", "AuditLog", "day_of", "parse_entry"]
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +46,6 @@ log = logging.getLogger(__name__)
 DEFAULT_AUDIT_LIMIT = 1000
 #: The stream entry's one field: the record as JSON, without its id (the entry's id).
 _FIELD = "r"
-
-
-def command_fields(request: ExecRequest, head_chars: int) -> tuple[str, str | None]:
-    """The digest of an exec's command and its first ``head_chars`` characters."""
-    text = request.shell if request.shell is not None else request.python
-    if text is None:
-        text = shlex.join(request.argv or [])
-    digest = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-    return digest, (text[:head_chars] if head_chars > 0 else None)
 
 
 def day_of(ts: float) -> str:
@@ -86,6 +75,7 @@ class AuditLog:
         self.redis = client
         self.objects = objects
         self.command_chars = command_chars
+        self.network = NetworkCollector(client)
 
     def record(
         self,
@@ -124,38 +114,68 @@ class AuditLog:
         error: SandgridError | None,
         duration_ms: float,
     ) -> None:
-        """Record a finished turn whose op is audited; never raises (the turn is done)."""
-        op = job.op
+        """Record a finished turn whose op is audited (``scheduler.audit.describe``),
+        then the session's network decisions so far; never raises (the turn is done)."""
         fields: dict[str, Any] = {"turn": job.turn_id, "duration_ms": round(duration_ms, 3)}
         if outcome is not None:
             fields["node"] = outcome.node
             fields["outcome"] = "ok" if outcome.ok else str((outcome.error or {}).get("code"))
         if error is not None:
             fields["outcome"] = error.code.value
-        result = outcome.result if outcome is not None else None
         try:
-            if isinstance(op, ExecOp):
-                ran = result if isinstance(result, ExecResult) else None
-                fields["exit_code"] = ran.exit_code if ran is not None else None
-                fields["bytes"] = len(ran.stdout) + len(ran.stderr) if ran is not None else None
-                self._safe(job, "exec", command=op.request, **fields)
-            elif isinstance(op, WriteOp):
-                fields["bytes"] = sum(len(f.content) for f in op.files)
-                fields["detail"] = {"files": len(op.files)}
-                self._safe(job, "write", **fields)
-            elif isinstance(op, TarUploadOp):
-                fields["bytes"] = len(op.data_b64) * 3 // 4
-                self._safe(job, "tar_upload", **fields)
+            for action, own in describe(job, outcome, self.command_chars):
+                self._safe(job, action, **{**fields, **own})
         except Exception:  # the record must not turn a finished turn into an error
             log.exception("audit: could not describe turn %s", job.turn_id)
+        self.collect_network(job.session.id, job.session.tenant)
+
+    def terminal(self, job: TurnJob, *, opened_s: float | None = None) -> None:
+        """Record a terminal's open (``opened_s`` None) or its close after ``opened_s``
+        seconds; never raises. A terminal's input and output are never recorded."""
+        if opened_s is None:
+            self._safe(job, "terminal_open", turn=job.turn_id)
+        else:
+            ms = round(opened_s * 1000, 3)
+            self._safe(job, "terminal_close", turn=job.turn_id, duration_ms=ms)
+            self.collect_network(job.session.id, job.session.tenant)
+
+    def policy(self, tenant: str, session: str, policy: dict[str, Any]) -> None:
+        """Record a change of a session's network policy (its JSON's digest and head, its
+        entry counts); never raises."""
+        text = json.dumps(policy, sort_keys=True)
+        counts = {k: len(v) for k, v in policy.items() if k in ("allow", "deny") and v}
+        fields = code_fields(text, self.command_chars)
+        self.event(tenant, session, "network_policy", **fields, detail=counts)
+
+    def paths(
+        self, tenant: str, session: str, op: str, paths: list[str], exit_code: int | None
+    ) -> None:
+        """Record a workspace op that runs as an exec of its own (``move``, ``mkdir`` of
+        the AgentScope routes) by its paths, beside that exec's record; never raises."""
+        if op in ("move", "mkdir"):
+            detail = dict(zip(("path", "to"), (p[:MAX_PATH_CHARS] for p in paths), strict=False))
+            action: AuditAction = "move" if op == "move" else "mkdir"
+            outcome = "ok" if exit_code == 0 else f"exit {exit_code}"
+            self.event(tenant, session, action, detail=detail, outcome=outcome)
 
     def event(self, tenant: str, session: str, action: AuditAction, **fields: Any) -> None:
-        """``record``, for a caller whose action is done already: never raises."""
+        """``record``, for a caller whose action is done already: never raises.
+        A close first collects the session's last network decisions."""
+        if action == "session_close":
+            self.collect_network(session, tenant)
         try:
             self.record(tenant, session, action, **fields)
         except redis_lib.RedisError:
             metrics.STORE_ERRORS.labels(store="registry", operation="audit").inc()
             log.exception("audit: %s of session %s not recorded", action, session)
+
+    def collect_network(self, session: str, tenant: str) -> None:
+        """Move the session's new egress decisions into the trail; never raises."""
+        try:
+            self.network.collect_sessions([session], tenant)
+        except redis_lib.RedisError:
+            metrics.STORE_ERRORS.labels(store="registry", operation="audit").inc()
+            log.exception("audit: network decisions of session %s not collected", session)
 
     def _safe(self, job: TurnJob, action: AuditAction, **fields: Any) -> None:
         self.event(job.session.tenant, job.session.id, action, **fields)
@@ -167,60 +187,40 @@ class AuditLog:
         tenant: str,
         *,
         session: str | None = None,
+        action: str | None = None,
         since: float | None = None,
         limit: int = DEFAULT_AUDIT_LIMIT,
+        order: AuditOrder | None = None,
+        cursor: str | None = None,
     ) -> AuditPage:
-        """The tenant's records from ``since`` on (exported and recent), oldest first.
+        """One page of the tenant's records (exported and recent), newest first unless
+        ``order="asc"``; its ``next_cursor`` continues it (``scheduler.audit.query``).
+        The tenant's open sessions' network decisions are collected first.
 
         Raises:
-            InvalidInput: ``limit`` outside 1..MAX_AUDIT_LIMIT, or ``since`` negative.
+            InvalidInput: ``limit`` outside 1..MAX_AUDIT_LIMIT, ``since`` negative,
+                a bad cursor, or an ``order`` other than the cursor's.
         """
-        if not 1 <= limit <= MAX_AUDIT_LIMIT:
-            raise InvalidInput(
-                f"limit = {limit} must be between 1 and {MAX_AUDIT_LIMIT}",
-                operation="audit",
-                context={"field": "limit", "rule": f"1..{MAX_AUDIT_LIMIT}"},
-            )
-        if since is not None and not 0 <= since <= MAX_AUDIT_SINCE:
-            raise InvalidInput(
-                f"since = {since} must be an epoch time in 0..{MAX_AUDIT_SINCE:.0f}",
-                operation="audit",
-                context={"field": "since", "rule": f"0..{MAX_AUDIT_SINCE:.0f} (epoch seconds)"},
-            )
-        found: dict[str, AuditRecord] = {}
-        for rec in [*self._exported(tenant, since), *self._recent(tenant, since)]:
-            if session is None or rec.session == session:
-                found[rec.id] = rec
-        ordered = sorted(found.values(), key=lambda r: _id_key(r.id))
-        return AuditPage(records=ordered[:limit], more=len(ordered) > limit)
+        query = AuditQuery(tenant, session, action, since, order or "desc", limit)
+        return self.page(query, cursor, order_given=order is not None)
 
-    def _recent(self, tenant: str, since: float | None) -> list[AuditRecord]:
-        start = f"{int(since * 1000)}-0" if since else "-"
-        entries = self.redis.xrange(names.audit_key(tenant), min=start, max="+")
-        return [r for r in (parse_entry(i, f) for i, f in entries) if r is not None]
-
-    def _exported(self, tenant: str, since: float | None) -> list[AuditRecord]:
-        first_day = day_of(since) if since else ""
-        out: list[AuditRecord] = []
-        for key in sorted(self.objects.list(audit_prefix(tenant))):
-            day = audit_day_of(tenant, key)
-            if day is None or day < first_day:
-                continue
-            for line in self.objects.get(key).decode().splitlines():
-                rec = _line_record(line)
-                if rec is not None and (since is None or rec.ts >= since):
-                    out.append(rec)
-        return out
-
-
-def _line_record(line: str) -> AuditRecord | None:
-    """A segment's line as a record; None for a blank or a kept unreadable one."""
-    try:
-        return AuditRecord.model_validate_json(line) if line.strip() else None
-    except ValueError:
-        return None
-
-
-def _id_key(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms or 0), int(seq or 0)
+    def page(self, query: AuditQuery, cursor: str | None, *, order_given: bool) -> AuditPage:
+        """``query``'s page after ``cursor``; ``order_given``: the caller named the order
+        (then it must be the cursor's). Raises as ``query``."""
+        if cursor is not None:
+            wanted = query.order
+            query = decode_cursor(cursor, query)
+            if order_given and wanted != query.order:
+                raise InvalidInput(
+                    f"order = {wanted!r}, but the cursor pages in order {query.order!r}",
+                    operation="audit",
+                    context={"field": "order", "rule": "the order of the cursor's first page"},
+                )
+        try:
+            if query.session is not None:
+                self.network.collect_sessions([query.session], query.tenant)
+            else:
+                self.network.collect_tenant(query.tenant)
+        except redis_lib.RedisError:  # the trail is still readable; the decisions come later
+            log.exception("audit: network decisions of tenant %s not collected", query.tenant)
+        return read_page(self.redis, self.objects, query, parse_entry)

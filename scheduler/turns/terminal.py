@@ -16,7 +16,8 @@ plus the turn margin, so an API process that dies mid-terminal leaks neither.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -62,6 +63,7 @@ class TerminalTurn:
     handle: Any
     result_key: str | None
     """The Redis key of the turn's Celery result (None: a dispatcher without one)."""
+    opened: float = field(default_factory=time.monotonic)
 
     @property
     def op(self) -> PtyOp:
@@ -75,6 +77,8 @@ class TerminalTurn:
         finally:
             self.runner.registry.end_turn(self.session.id, self.job.turn_id)
             self.runner.admission.release_turn(self.tenant, self.job.turn_id)
+            if self.runner.audit is not None:
+                self.runner.audit.terminal(self.job, opened_s=time.monotonic() - self.opened)
 
 
 def open_terminal(
@@ -108,6 +112,8 @@ def open_terminal(
         runner.registry.end_turn(session.id, turn_id)
         runner.admission.release_turn(tenant, turn_id)
         raise
+    if runner.audit is not None:
+        runner.audit.terminal(job)
     return TerminalTurn(runner, tenant, session, job, handle, _result_key(runner, job))
 
 

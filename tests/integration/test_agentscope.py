@@ -15,14 +15,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 
 from sandgrid.localgrid import LocalGrid
+from tests.support.one_node_grid import one_node_fixture
 
 pytestmark = pytest.mark.integration
 
@@ -63,29 +62,8 @@ def agentscope_python() -> Path:
     return python
 
 
-@pytest.fixture(scope="module")
-def grid(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
-    """API + one worker (python), on their own port and the test Redis database."""
-    r: redis.Redis[str] = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    try:
-        r.flushdb()
-    except redis.RedisError as exc:
-        _unavailable(f"Redis at {REDIS_URL} unreachable: {exc}")
-    env = {"SANDGRID_WORKER__POOL_SIZE": "1", "SANDGRID_WORKER__SNAPSHOT_STORE": "local"}
-    g = LocalGrid(
-        tmp_path_factory.mktemp("ascope"),
-        port=PORT,
-        redis_url=REDIS_URL,
-        tenants={"ascope": TOKEN},
-        env=env,
-    )
-    try:
-        g.start(["ascope-w1"], concurrency=4)
-        yield g
-    finally:
-        g.stop()
-        r.flushdb()
-        r.close()
+grid = one_node_fixture("ascope", port=PORT, redis_url=REDIS_URL, token=TOKEN)
+"""API + one worker (python), on their own port and the test Redis database."""
 
 
 @pytest.fixture(scope="module")

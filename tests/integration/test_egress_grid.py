@@ -21,6 +21,7 @@ import redis
 from sandgrid.localgrid import LocalGrid
 from sandgrid.wire import names
 from scheduler.tenants import Tenant, TenantLimits, hash_token
+from tests.integration.test_egress_limits import Listener, own_address
 from tests.support.egress_servers import build_wheel, git_server, pypi_server
 
 pytestmark = pytest.mark.integration
@@ -32,7 +33,14 @@ TYPES = "python,python-gvisor"
 NET_TOKEN = "tok-netco-" + "e" * 24
 PLAIN_TOKEN = "tok-plain-" + "f" * 24
 PYPI, GIT = "127.0.0.5", "127.0.0.6"
-HOSTS = {"pypi.test": PYPI, "git.test": GIT, "redis.test": "127.0.0.1"}
+#: ``leak-check.invalid`` is a made-up name mapped by the override, so that even a
+#: broken proxy sends no DNS query for it: a record with its address means a lookup.
+HOSTS = {
+    "pypi.test": PYPI,
+    "git.test": GIT,
+    "redis.test": "127.0.0.1",
+    "leak-check.invalid": "127.0.0.1",
+}
 PIP_POLICY = {"allow": ["pypi.test", PYPI]}
 PIP = "pip install -q --user --trusted-host pypi.test --index-url http://pypi.test/simple demo-pkg"
 RUNTIMES = [
@@ -123,6 +131,31 @@ def test_pip_install_when_allowed_and_the_proxys_denial_by_default(grid, kind) -
 
 
 @pytest.mark.parametrize("kind", RUNTIMES)
+def test_an_offline_session_never_has_a_name_resolved(grid, kind) -> None:  # type: ignore[no-untyped-def]
+    sid = session(grid, kind)  # no policy
+    proxy = "curl -sS --noproxy '' -x http://127.0.0.1:3128"
+    out = sh(
+        grid,
+        sid,
+        f"{proxy} -p http://localhost:6379/; {proxy} -p https://leak-check.invalid/; "
+        f"{proxy} http://leak-check.invalid/; "
+        "curl -sS --noproxy '' --socks5-hostname 127.0.0.1:3128 http://leak-check.invalid/",
+    )
+    text = out["stdout"] + out["stderr"]
+    assert "egress to leak-check.invalid:80 denied: no network policy" in text, out
+    seen = attempts(grid, sid)
+    assert [(a["host"], a["port"], a["protocol"]) for a in seen] == [
+        ("localhost", 6379, "connect"),
+        ("leak-check.invalid", 443, "connect"),
+        ("leak-check.invalid", 80, "http"),
+        ("leak-check.invalid", 80, "socks5"),
+    ]
+    assert all((a["allowed"], a["resolved"], a["address"]) == (False, False, "") for a in seen), (
+        seen
+    )
+
+
+@pytest.mark.parametrize("kind", RUNTIMES)
 def test_git_clone_over_dumb_http(grid, kind) -> None:  # type: ignore[no-untyped-def]
     sid = session(grid, kind, {"allow": ["git.test", GIT]})
     out = sh(grid, sid, "git clone -q http://git.test/demo.git repo && cat repo/README")
@@ -141,6 +174,23 @@ def test_redis_and_private_literals_refused_under_allow_all(grid, kind) -> None:
         "loopback address",
         "private address",
     ] * 1 + ["loopback address"]
+
+
+@pytest.mark.parametrize("kind", RUNTIMES)
+def test_allow_all_cannot_reach_the_hosts_own_address(grid, kind) -> None:  # type: ignore[no-untyped-def]
+    addr = own_address()
+    if addr is None:
+        pytest.skip("this host has only loopback (and Docker bridge) addresses")
+    listener = Listener(addr, b"you reached the host\n")
+    try:
+        sid = session(grid, kind, {"allow": ["*"]})
+        out = sh(grid, sid, f"curl -sS http://{addr}:{listener.port}/")
+        assert f"egress to {addr}:{listener.port} denied: host address" in out["stdout"], out
+        assert listener.accepted == []
+        [a] = attempts(grid, sid)
+        assert (a["allowed"], a["rule"], a["address"]) == (False, "host address", addr)
+    finally:
+        listener.close()
 
 
 @pytest.mark.parametrize("kind", RUNTIMES)

@@ -7,6 +7,7 @@ by the resolver override, as in the grid tests.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import socket
@@ -32,6 +33,9 @@ REDIS_URL = os.environ.get("SANDGRID_TEST_REDIS_URL", "redis://127.0.0.1:6379/15
 HOST = "127.0.0.7"
 SID = "s-egressproxytest00001"
 PAYLOAD = os.urandom(3 << 20)
+#: A made-up name, mapped by the override so that even a broken proxy sends no DNS
+#: query: a record with this address means the proxy resolved it.
+TRAP = {"leak-check.invalid": "127.0.0.1"}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +62,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 def proxy(tmp_path: Path, rds: redis.Redis[str]) -> Iterator[tuple[EgressProxy, Path]]:
     for key in (names.session_key(SID), names.egress_audit_key(SID), names.egress_usage_key(SID)):
         rds.delete(key)
-    hosts = {"files.test": HOST, "redis.test": "127.0.0.1"}
+    hosts = {"files.test": HOST, "redis.test": "127.0.0.1", **TRAP}
     handler = Handler(RedisBook(REDIS_URL), Resolver(hosts), "pytest-node", 5.0)
     egress = EgressProxy(handler, tmp_path / "egress")
     path = egress.open("sbx-1", lambda: SID)
@@ -132,6 +136,48 @@ def test_no_policy_is_refused_with_the_reason(proxy, rds, server) -> None:  # ty
     assert b"denied: no network policy (offline session)" in out
     [a] = audit(rds)
     assert not a.allowed and a.sent == a.received == 0
+
+
+@pytest.mark.parametrize("policy", [None, NetworkPolicy(allow=["pypi.org", "10.0.0.0/8"])])
+def test_a_name_no_entry_could_allow_is_refused_without_a_lookup(proxy, rds, policy) -> None:  # type: ignore[no-untyped-def]
+    set_policy(rds, policy)
+    name = b"leak-check.invalid"
+    socks = b"\x05\x01\x00\x05\x01\x00\x03" + bytes([len(name)]) + name + b"\x01\xbb"
+    for req in (
+        b"CONNECT localhost:6379 HTTP/1.1\r\n\r\n",
+        b"CONNECT leak-check.invalid:443 HTTP/1.1\r\n\r\n",
+        b"GET http://leak-check.invalid/ HTTP/1.1\r\n\r\n",
+        socks,
+    ):
+        out = exchange(proxy[1], req)
+        assert out.startswith((b"HTTP/1.1 403 egress to ", b"\x05\x00\x05\x02")), out
+    seen = settle_audit(rds, 4)
+    want = "no network policy (offline session)" if policy is None else "not in the allow list"
+    assert [(a.allowed, a.reason, a.resolved, a.address) for a in seen] == [
+        (False, want, False, "")
+    ] * 4
+
+
+def settle_audit(rds: redis.Redis[str], n: int) -> list[NetworkAttempt]:
+    assert settle(lambda: rds.xlen(names.egress_audit_key(SID)) >= n)
+    return audit(rds)
+
+
+def test_a_deny_holds_for_the_ipv4_mapped_form_over_connect_and_socks5(proxy, rds, server) -> None:  # type: ignore[no-untyped-def]
+    set_policy(rds, NetworkPolicy(allow=["*", HOST], deny=[f"{HOST}:{server}"]))
+    mapped = ipaddress.IPv6Address(f"::ffff:{HOST}")
+    out = exchange(proxy[1], f"CONNECT [{mapped}]:{server} HTTP/1.1\r\n\r\n".encode())
+    assert out.startswith(f"HTTP/1.1 403 egress to {mapped}:{server} denied: denied by".encode())
+    socks = b"\x05\x01\x00\x05\x01\x00\x04" + mapped.packed + server.to_bytes(2, "big")
+    assert exchange(proxy[1], socks) == b"\x05\x00\x05\x02\x00\x01" + bytes(6)
+    seen = settle_audit(rds, 2)
+    assert [(a.allowed, a.rule, a.protocol) for a in seen] == [
+        (False, f"{HOST}:{server}", "connect"),
+        (False, f"{HOST}:{server}", "socks5"),
+    ]
+    set_policy(rds, NetworkPolicy(allow=["*", HOST]))  # without the deny, the same form passes
+    req = f"CONNECT [{mapped}]:{server} HTTP/1.1\r\n\r\nGET /blob HTTP/1.0\r\n\r\n"
+    assert exchange(proxy[1], req.encode()).endswith(PAYLOAD)
 
 
 def test_redis_port_refused_even_under_allow_all(proxy, rds) -> None:  # type: ignore[no-untyped-def]
@@ -220,7 +266,8 @@ def test_both_paths_count_exactly_the_bytes_moved(tmp_path, rds, server, fast) -
         assert (a.sent, a.received) == (len(get), len(out) - len(reply))
         want = {"connections": "1", "bytes": str(a.sent + a.received)}
         key = names.egress_usage_key(SID)
-        assert settle(lambda: rds.hgetall(key) == want)  # added just after the record
+        usage = lambda: {k: v for k, v in rds.hgetall(key).items() if k != "limits"}  # noqa: E731
+        assert settle(lambda: usage() == want)  # added just after the record
         assert fast.active == 0
     finally:  # only now: stopping ends what is still in flight
         egress.stop()

@@ -89,6 +89,19 @@ def test_exec_goes_through_a_root_launcher_host(backend: SandboxManager, shared:
     assert pid == pgid == sid  # its own session: the deadline kill and cancel take it all
 
 
+def test_a_program_posix_spawn_refuses_fails_that_exec_not_the_launcher(
+    backend: SandboxManager, shared: Sandbox
+) -> None:
+    """An empty program name made ``posix_spawn`` raise ``ValueError``, which killed the
+    host: a background start answered 500 ``sandbox_error`` (issue 23.12). The API
+    refuses it now (422); the host answers ``EINVAL`` for it and keeps serving."""
+    host_parent(backend, shared)
+    before = run(backend, shared, shell="echo $PPID").stdout
+    r = exec_command(backend, shared, ExecRequest.model_construct(argv=[""]))
+    assert r.exit_code in (126, 127) and "Invalid argument" in r.stderr, r
+    assert run(backend, shared, shell="echo $PPID").stdout == before  # the same host
+
+
 def test_a_timed_out_exec_leaves_no_launcher_until_the_next_command(
     backend: SandboxManager, shared: Sandbox
 ) -> None:

@@ -140,7 +140,7 @@ def test_every_node_lists_and_serves_its_metrics(grid: BatchGrid, turns: str) ->
 
 def test_audit_records_each_action_once_without_contents(grid: BatchGrid, turns: str) -> None:
     with Client(grid.api_url, TOKEN) as client:
-        page = client.audit(session=turns)
+        page = client.audit(session=turns, order="asc")
     actions = [r.action for r in page.records]
     assert actions == ["session_create", "exec", "write", "tar_upload", "exec", "session_close"]
     first, second = page.records[1], page.records[4]
@@ -167,7 +167,7 @@ def test_audit_is_exported_to_the_store_then_trimmed_and_still_read(
     assert turns in text and SECRET not in text and CONTENT not in text
     with Client(grid.api_url, TOKEN) as client:
         page = client.audit(session=turns)
-        assert len(page.records) == 6
+        assert len(page.records) == 6 and page.records[0].action == "session_close"
         assert len(client.audit(session=turns, limit=2).records) == 2
         assert client.audit(session=turns, since=time.time() + 60).records == []
 

@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from sandgrid.client import Client
-from sandgrid.errors import SandboxLost, SandgridError
+from sandgrid.errors import NotFound, SandboxLost, SandgridError
 from sandgrid.models import CodeResult, ExecResult, FileEntry, FileList, FileRead
 from sandgrid.ops.code import RunCodeOp
 from sandgrid.ops.exec import ExecOp
@@ -28,7 +28,13 @@ from sandgrid.ops.files import (
     DeleteOp,
     DeleteResult,
     ListOp,
+    MkdirOp,
+    MkdirResult,
+    MoveOp,
+    MoveResult,
     ReadOp,
+    StatOp,
+    StatResult,
     TarDownloadOp,
     TarDownloadResult,
     TarUploadOp,
@@ -140,6 +146,8 @@ class FakeWorker:
             return FileList(entries=entries)
         if isinstance(op, DeleteOp):
             return DeleteResult(deleted=int(self.files.pop((sid, op.path), None) is not None))
+        if isinstance(op, StatOp | MkdirOp | MoveOp):
+            return self._entry_op(op, sid)
         if isinstance(op, TarUploadOp):
             self.files[(sid, "tar")] = op.data_b64
             return TarUploadResult(files=1)
@@ -157,6 +165,20 @@ class FakeWorker:
             data = self.files.get((sid, "tar"), base64.b64encode(b"").decode())
             return TarDownloadResult(data_b64=data)
         return CloseResult()
+
+    def _entry_op(self, op: StatOp | MkdirOp | MoveOp, sid: str) -> TurnResult:
+        """stat, mkdir, move over the flat file map (a directory is a key ending ``/``)."""
+        if isinstance(op, MkdirOp):
+            created = (sid, op.path + "/") not in self.files
+            self.files[(sid, op.path + "/")] = ""
+            return MkdirResult(created=created)
+        path = op.source if isinstance(op, MoveOp) else op.path
+        if (sid, path) not in self.files:
+            raise NotFound(f"path {path!r} does not exist", operation=op.kind)
+        if isinstance(op, StatOp):
+            return StatResult(entry=FileEntry(path=path, type="file"))
+        self.files[(sid, op.destination)] = self.files.pop((sid, path))
+        return MoveResult(entry=FileEntry(path=op.destination, type="file"))
 
 
 #: The node that ``FakeNodes`` adds: it serves every type and never holds a turn.

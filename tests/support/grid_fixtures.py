@@ -18,15 +18,16 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import redis
 
 from sandgrid.localgrid import LocalGrid
+from tests.support.redis_db import fresh_db
 
 API_PORT = int(os.environ.get("SANDGRID_TEST_BATCH_API_PORT", "8712"))
 FLOWER_PORT = int(os.environ.get("SANDGRID_TEST_FLOWER_PORT", "5566"))
@@ -73,16 +74,25 @@ class BatchGrid:
         return httpx.get(f"{self.flower_url}{path}", auth=creds, timeout=10)
 
 
-def _start_flower(grid: LocalGrid) -> None:
-    """Flower as the platform starts it (deploy/local/grid.sh): basic auth, no state file."""
+def start_flower(grid: LocalGrid, port: int = FLOWER_PORT) -> None:
+    """Flower as the platform starts it (deploy/local/grid.sh): basic auth from a
+    password file, no state file."""
     with (grid.workdir / "flower.log").open("ab") as log:
-        proc = _popen_flower(grid, log)
+        proc = _popen_flower(grid, log, port)
     grid.procs["flower"] = proc
-    url = f"http://127.0.0.1:{FLOWER_PORT}/healthcheck"
+    url = f"http://127.0.0.1:{port}/healthcheck"
     grid.wait(lambda: httpx.get(url, timeout=2).status_code == 200, "Flower")
 
 
-def _popen_flower(grid: LocalGrid, log: Any) -> subprocess.Popen[bytes]:
+def _password_file(grid: LocalGrid) -> Path:
+    """Flower's password in a 0600 file, as grid.sh keeps it (never on a command line)."""
+    path = grid.workdir / "flower-password"
+    path.touch(mode=0o600)
+    path.write_text(FLOWER_PASSWORD + "\n")
+    return path
+
+
+def _popen_flower(grid: LocalGrid, log: Any, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -92,11 +102,10 @@ def _popen_flower(grid: LocalGrid, log: Any) -> subprocess.Popen[bytes]:
             "sandgrid.wire.celery_app:app",
             "flower",
             "--address=127.0.0.1",
-            f"--port={FLOWER_PORT}",
-            f"--basic-auth={FLOWER_USER}:{FLOWER_PASSWORD}",
+            f"--port={port}",
             "--persistent=False",
         ],
-        env=grid.env,
+        env={**grid.env, "SANDGRID_FLOWER_PASSWORD_FILE": str(_password_file(grid))},
         stdout=log,
         stderr=log,
         stdin=subprocess.DEVNULL,
@@ -108,13 +117,7 @@ def _popen_flower(grid: LocalGrid, log: Any) -> subprocess.Popen[bytes]:
 def batch_grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchGrid]:
     """API + two workers (python, bfcl, appworld; 2 threads each) + Flower, for one module."""
     workdir = tmp_path_factory.mktemp("batchgrid")
-    r: redis.Redis[str] = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    try:
-        r.flushdb()
-    except redis.RedisError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"Redis missing in CI: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
+    r = fresh_db(REDIS_URL)
     grid = LocalGrid(
         workdir / "grid",
         port=API_PORT,
@@ -128,9 +131,36 @@ def batch_grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BatchGrid]:
         },
     )
     try:
-        _start_flower(grid)  # first: it sees every task event from the start
+        start_flower(grid)  # first: it sees every task event from the start
         grid.start(list(NODES), types=",".join(TYPES), concurrency=2)
         yield BatchGrid(grid, workdir, f"http://127.0.0.1:{FLOWER_PORT}")
+    finally:
+        grid.stop()
+        r.flushdb()
+        r.close()
+
+
+@contextmanager
+def own_grid(
+    work: Path,
+    *,
+    port: int,
+    redis_url: str,
+    tenants: dict[str, str],
+    nodes: list[str],
+    types: str,
+    env: dict[str, str] | None = None,
+) -> Iterator[LocalGrid]:
+    """A grid of a test module's own on a flushed Redis database (skipped when Redis is
+    missing), with local snapshots and 1 warm sandbox a type; stopped and flushed after."""
+    r = fresh_db(redis_url)
+    base = {"SANDGRID_WORKER__POOL_SIZE": "1", "SANDGRID_WORKER__SNAPSHOT_STORE": "local"}
+    grid = LocalGrid(
+        work / "grid", port=port, redis_url=redis_url, tenants=tenants, env={**base, **(env or {})}
+    )
+    try:
+        grid.start(nodes, types=types, concurrency=4)
+        yield grid
     finally:
         grid.stop()
         r.flushdb()

@@ -41,3 +41,13 @@ def test_scrape_config_covers_the_api_the_workers_and_flower() -> None:
     jobs = {j["job_name"]: j for j in conf["scrape_configs"]}
     assert set(jobs) == {"sandgrid-api", "sandgrid-workers", "flower"}
     assert "basic_auth" in jobs["flower"]
+
+
+def test_workers_are_discovered_through_the_api_not_listed() -> None:
+    """23.18: no static worker ports (the second node's port is whatever it got)."""
+    conf = yaml.safe_load((ROOT / "deploy/prometheus/prometheus.yml").read_text())
+    workers = next(j for j in conf["scrape_configs"] if j["job_name"] == "sandgrid-workers")
+    assert "static_configs" not in workers
+    (sd,) = workers["http_sd_configs"]
+    assert sd["url"].endswith("/v1/metrics/targets")
+    assert sd["authorization"]["credentials_file"]

@@ -1,7 +1,12 @@
-"""Workspace file operations (``write``, ``read``, ``list``, ``delete``, ``tar_get``, ``tar_put``).
+"""Workspace file operations: ``write``, ``read``, ``list``, ``stat``, ``delete``,
+``mkdir``, ``move``, ``tar_get``, ``tar_put``.
 
-Each runs as the user (``as_user``) on paths relative to ``/workspace``;
-``resolve`` refuses any that lands outside it once symlinks are followed.
+Each runs as the user (``as_user``) on a path relative to ``/workspace``,
+resolved by ``beneath.locate``: a symlink met on the way is followed only while
+it stays inside the workspace, one that leads out is refused
+(``path_outside_workspace``), and the op then acts relative to the directory
+fd that was checked, never by path again. The root is ``limits.WORKSPACE``,
+read at call time (a unit test points it at a temporary tree).
 """
 
 from __future__ import annotations
@@ -15,45 +20,39 @@ import tarfile
 from collections.abc import Iterator
 from typing import Any
 
+from . import limits
+from .beneath import locate, open_dir, split
 from .errors import AgentError, Json
 from .framing import write_all
-from .limits import MAX_LIST_ENTRIES, WORKSPACE, check_size, inside
+from .limits import MAX_LIST_ENTRIES, check_size
 from .safetar import extract
 
 __all__ = [
     "do_delete",
     "do_list",
+    "do_mkdir",
+    "do_move",
     "do_read",
+    "do_stat",
     "do_tar_get",
     "do_tar_put",
     "do_write",
-    "resolve",
-    "walk",
+    "shown",
+    "walk_fd",
 ]
 
-
-def resolve(rel: Any, *, follow: bool = True) -> str:
-    """The real path of a workspace path, refused when it leaves ``/workspace``."""
-    if not isinstance(rel, str) or not rel or "\0" in rel:
-        raise AgentError("invalid_input", f"path {rel!r} must be a non-empty string", field="path")
-    full = os.path.normpath(os.path.join(WORKSPACE, rel))
-    if follow:
-        real = os.path.realpath(full)
-    else:
-        real = os.path.join(os.path.realpath(os.path.dirname(full)), os.path.basename(full))
-    if not inside(real, (WORKSPACE,)):
-        raise AgentError(
-            "path_outside_workspace",
-            f"path {rel!r} resolves to {real!r}, outside /workspace",
-            path=rel,
-        )
-    return real
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a fifo cannot block
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _rel_entry(path: str, st: os.stat_result) -> Json:
+def shown(rel: Any) -> str:
+    """A path as entries name it: normalised, relative to the workspace (``.`` for it)."""
+    return os.path.normpath("/".join(split(limits.WORKSPACE, rel)) or ".")
+
+
+def _entry(rel: str, st: os.stat_result) -> Json:
     kind = "dir" if stat.S_ISDIR(st.st_mode) else "file" if stat.S_ISREG(st.st_mode) else "other"
     kind = "symlink" if stat.S_ISLNK(st.st_mode) else kind
-    rel = os.path.relpath(path, WORKSPACE)
     return {
         "path": rel,
         "type": kind,
@@ -63,28 +62,46 @@ def _rel_entry(path: str, st: os.stat_result) -> Json:
     }
 
 
-def walk(top: str) -> Iterator[tuple[str, os.stat_result]]:
-    """Every entry under ``top`` (not ``top``), never following symlinks."""
-    stack = [top]
-    while stack:
-        with os.scandir(stack.pop()) as it:
-            for entry in sorted(it, key=lambda e: e.name):
-                st = entry.stat(follow_symlinks=False)
-                yield entry.path, st
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append(entry.path)
+def walk_fd(fd: int, prefix: str) -> Iterator[tuple[str, os.stat_result, int, str]]:
+    """Every entry under the directory ``fd`` (not itself) as ``(path, lstat, parent
+    fd, name)``, never following a link: a directory's entries by name, then each
+    subdirectory's, opened ``O_NOFOLLOW`` relative to its parent (fds held: the depth)."""
+    with os.scandir(fd) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    subdirs: list[tuple[str, str]] = []
+    for e in entries:
+        st = e.stat(follow_symlinks=False)
+        yield prefix + e.name, st, fd, e.name
+        if stat.S_ISDIR(st.st_mode):
+            subdirs.append((e.name, prefix + e.name + "/"))
+    for name, below in subdirs:
+        try:
+            sub = os.open(name, _DIR, dir_fd=fd)
+        except (FileNotFoundError, NotADirectoryError):  # gone or swapped since: not ours
+            continue
+        try:
+            yield from walk_fd(sub, below)
+        finally:
+            os.close(sub)
 
 
 def do_write(files: list[Json]) -> Json:
-    """Write each ``{path, data_b64, mode}``, parents made, never through a final symlink."""
+    """Write each ``{path, data_b64, mode}``, parents made, never through a link out."""
     for spec in files:
-        path = resolve(spec.get("path"))
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        resolve(os.path.relpath(path, WORKSPACE))
+        rel = str(spec.get("path") or "")
         data = base64.b64decode(spec.get("data_b64") or "", validate=True)
         mode = int(spec.get("mode", 0o644)) & 0o777
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+        dir_fd, name = locate(limits.WORKSPACE, rel, create=True)
         try:
+            if name == ".":
+                raise AgentError("invalid_input", f"path {rel!r} is a directory", path=rel)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(name, flags | os.O_NONBLOCK, mode, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise AgentError("invalid_input", f"path {rel!r} is not a regular file", path=rel)
             write_all(fd, data)
             os.fchmod(fd, mode)
         finally:
@@ -94,8 +111,11 @@ def do_write(files: list[Json]) -> Json:
 
 def do_read(rel: str, max_bytes: int) -> Json:
     """A regular file's bytes, refused when larger than ``max_bytes``."""
-    path = resolve(rel)
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    dir_fd, name = locate(limits.WORKSPACE, rel)
+    try:
+        fd = os.open(name, _READ, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -112,63 +132,174 @@ def do_read(rel: str, max_bytes: int) -> Json:
     return {"data_b64": base64.b64encode(data).decode(), "size": len(data)}
 
 
+def do_stat(rel: str, follow: bool) -> Json:
+    """The entry of one path (a link's own with ``follow`` false); ``not_found`` when
+    there is none (a link out is refused, whether or not its target exists)."""
+    try:
+        dir_fd, name = locate(limits.WORKSPACE, rel, follow_last=follow)
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        finally:
+            os.close(dir_fd)
+    except (FileNotFoundError, NotADirectoryError):  # it, or a directory on its way
+        raise AgentError("not_found", f"path {rel!r} does not exist", path=rel) from None
+    return _entry(shown(rel), st)
+
+
 def do_list(rel: str, recursive: bool) -> Json:
-    """The entries of a directory (or the one entry of a file), up to ``MAX_LIST_ENTRIES``."""
-    path = resolve(rel)
-    st = os.stat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        return {"entries": [_rel_entry(path, st)]}
+    """The entries of a directory (or the one entry of a file), up to
+    ``MAX_LIST_ENTRIES``, each named by its path as asked (below ``rel``)."""
+    top = shown(rel)
+    dir_fd, name = locate(limits.WORKSPACE, rel)
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode):
+            return {"entries": [_entry(top, st)]}
+        fd = os.open(name, _DIR, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
     entries: list[Json] = []
-    items = (
-        walk(path)
-        if recursive
-        else (
-            (e.path, e.stat(follow_symlinks=False))
-            for e in sorted(os.scandir(path), key=lambda e: e.name)
-        )
-    )
-    for p, est in items:
-        entries.append(_rel_entry(p, est))
-        if len(entries) > MAX_LIST_ENTRIES:
-            raise AgentError(
-                "payload_too_large", f"more than {MAX_LIST_ENTRIES} entries under {rel!r}", path=rel
-            )
+    try:
+        for p, est, parent, _ in walk_fd(fd, "" if top == "." else top + "/"):
+            if parent != fd and not recursive:
+                break
+            entries.append(_entry(p, est))
+            if len(entries) > MAX_LIST_ENTRIES:
+                raise AgentError(
+                    "payload_too_large",
+                    f"more than {MAX_LIST_ENTRIES} entries under {rel!r}",
+                    path=rel,
+                )
+    finally:
+        os.close(fd)
     return {"entries": entries}
 
 
 def do_delete(rel: str, recursive: bool) -> Json:
     """Remove a file, link or directory (the workspace root itself never); how many went."""
-    path = resolve(rel, follow=False)
-    if path == WORKSPACE:
-        raise AgentError("invalid_input", "the workspace root itself cannot be deleted", path=rel)
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode):
-        os.unlink(path)
-        return {"deleted": 1}
-    if not recursive:
-        os.rmdir(path)
-        return {"deleted": 1}
-    count = 1 + sum(1 for _ in walk(path))
-    shutil.rmtree(path)
-    return {"deleted": count}
+    dir_fd, name = locate(limits.WORKSPACE, rel, follow_last=False)
+    try:
+        if name in (".", ".."):
+            raise AgentError(
+                "invalid_input", "the workspace root itself cannot be deleted", path=rel
+            )
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(name, dir_fd=dir_fd)
+            return {"deleted": 1}
+        if not recursive:
+            os.rmdir(name, dir_fd=dir_fd)
+            return {"deleted": 1}
+        fd = os.open(name, _DIR, dir_fd=dir_fd)
+        try:
+            count = 1 + sum(1 for _ in walk_fd(fd, ""))
+        finally:
+            os.close(fd)
+        shutil.rmtree(name, dir_fd=dir_fd)  # fd-based on Linux: never follows a link
+        return {"deleted": count}
+    finally:
+        os.close(dir_fd)
+
+
+def do_mkdir(rel: str) -> Json:
+    """Make a directory and its parents: ``{"created": bool}`` (False: it was there);
+    refused (``invalid_input``) when something that is no directory is in the way."""
+    dir_fd, name = locate(limits.WORKSPACE, rel, create=True)
+    try:
+        if name != ".":
+            try:
+                os.mkdir(name, 0o755, dir_fd=dir_fd)
+                return {"created": True}
+            except FileExistsError:
+                pass
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        if not stat.S_ISDIR(st.st_mode):
+            raise AgentError(
+                "invalid_input",
+                f"path {rel!r} exists and is no directory",
+                path=rel,
+                rule="mkdir needs a directory or nothing there",
+            )
+        return {"created": False}
+    finally:
+        os.close(dir_fd)
+
+
+def do_move(src: str, dst: str) -> Json:
+    """Rename ``src`` to ``dst`` (``rename(2)``: a link moves as a link; parents of
+    ``dst`` made); the entry of ``dst``. Both resolved beneath the workspace."""
+    missing = AgentError("not_found", f"source {src!r} does not exist", path=src)
+    try:
+        sfd, sname = locate(limits.WORKSPACE, src, follow_last=False)
+    except (FileNotFoundError, NotADirectoryError):
+        raise missing from None
+    try:
+        if sname in (".", ".."):
+            raise AgentError("invalid_input", "the workspace root itself cannot be moved", path=src)
+        try:
+            os.stat(sname, dir_fd=sfd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise missing from None
+        dfd, dname = locate(limits.WORKSPACE, dst, follow_last=False, create=True)
+        try:
+            if dname in (".", ".."):
+                raise AgentError("invalid_input", f"destination {dst!r} is the root", path=dst)
+            os.rename(sname, dname, src_dir_fd=sfd, dst_dir_fd=dfd)
+            return _entry(shown(dst), os.stat(dname, dir_fd=dfd, follow_symlinks=False))
+        finally:
+            os.close(dfd)
+    finally:
+        os.close(sfd)
+
+
+def _member(tar: tarfile.TarFile, arc: str, st: os.stat_result, parent: int, name: str) -> None:
+    """Add one entry to ``tar``, read relative to its parent's fd (never by path)."""
+    if stat.S_ISREG(st.st_mode):
+        with os.fdopen(os.open(name, _READ, dir_fd=parent), "rb") as f:
+            info = tar.gettarinfo(arcname=arc, fileobj=f)
+            if info.isreg():
+                tar.addfile(info, f)
+        return
+    info = tarfile.TarInfo(arc)
+    info.mode, info.mtime = stat.S_IMODE(st.st_mode), int(st.st_mtime)
+    info.uid, info.gid = st.st_uid, st.st_gid
+    if stat.S_ISDIR(st.st_mode):
+        info.type = tarfile.DIRTYPE
+    elif stat.S_ISLNK(st.st_mode):
+        info.type, info.linkname = tarfile.SYMTYPE, os.readlink(name, dir_fd=parent)
+    elif stat.S_ISFIFO(st.st_mode):
+        info.type = tarfile.FIFOTYPE
+    else:
+        return  # a socket or a device: no member (as tarfile itself skips a socket)
+    tar.addfile(info)
 
 
 def do_tar_get(rel: str) -> Json:
     """An uncompressed tar of a file or a tree, within the frame's raw payload cap."""
-    path = resolve(rel)
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        if not os.path.isdir(path):
-            tar.add(path, arcname=os.path.basename(path), recursive=False)
-        for p, _ in walk(path) if os.path.isdir(path) else ():
-            tar.add(p, arcname=os.path.relpath(p, path), recursive=False)
-            check_size(buf.tell(), f"the tar of {rel!r}")
+    dir_fd, name = locate(limits.WORKSPACE, rel)
+    try:
+        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            if not stat.S_ISDIR(st.st_mode):
+                _member(tar, name, st, dir_fd, name)
+            else:
+                fd = os.open(name, _DIR, dir_fd=dir_fd)
+                try:
+                    for p, est, parent, entry in walk_fd(fd, ""):
+                        _member(tar, p, est, parent, entry)
+                        check_size(buf.tell(), f"the tar of {rel!r}")
+                finally:
+                    os.close(fd)
+    finally:
+        os.close(dir_fd)
     check_size(buf.tell(), f"the tar of {rel!r}")
     return {"data_b64": base64.b64encode(buf.getvalue()).decode()}
 
 
 def do_tar_put(rel: str, data: bytes) -> Json:
-    """Extract a tar into a workspace directory, checked member by member (``safetar``)."""
-    dest = resolve(rel)
-    os.makedirs(dest, exist_ok=True)
-    return {"files": extract(data, dest, (WORKSPACE,))}
+    """Extract a tar into a workspace directory (made when missing), checked member
+    by member (``safetar``), every write relative to the directory's fd."""
+    dest = os.path.normpath(os.path.join(limits.WORKSPACE, shown(rel)))
+    with open_dir(limits.WORKSPACE, rel, create=True) as fd:
+        return {"files": extract(data, dest, (dest,), root_fds={dest: fd})}

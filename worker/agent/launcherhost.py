@@ -117,6 +117,8 @@ def launch(req: dict[str, Any], fds: list[int]) -> dict[str, int]:
             return {"pid": spawn_path(req["argv"], req["env"], fds)}
         except OSError as exc:
             return {"errno": exc.errno or errno.EIO}
+        except ValueError:  # posix_spawn's own refusal (an empty program name): not our death
+            return {"errno": errno.EINVAL}
         finally:
             try:
                 root_ids()

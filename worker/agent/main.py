@@ -19,7 +19,17 @@ from .control import INBOX, PTY_NOTIFY_OPS
 from .egress import start_egress
 from .errors import AgentError, Json, b64_field, log, need
 from .exec import op_exec
-from .files import do_delete, do_list, do_read, do_tar_get, do_tar_put, do_write
+from .files import (
+    do_delete,
+    do_list,
+    do_mkdir,
+    do_move,
+    do_read,
+    do_stat,
+    do_tar_get,
+    do_tar_put,
+    do_write,
+)
 from .framing import MAX_FRAME, recv, send
 from .kernel import op_run_code
 from .launcher import LAUNCHER
@@ -50,7 +60,10 @@ OPS: dict[str, Callable[[Json], Json]] = {
         do_read, need(r, "path", str), int(r.get("max_bytes") or MAX_RAW_PAYLOAD)
     ),
     "list": lambda r: as_user(do_list, need(r, "path", str), bool(r.get("recursive"))),
+    "stat": lambda r: as_user(do_stat, need(r, "path", str), r.get("follow", True) is not False),
     "delete": lambda r: as_user(do_delete, need(r, "path", str), bool(r.get("recursive"))),
+    "mkdir": lambda r: as_user(do_mkdir, need(r, "path", str)),
+    "move": lambda r: as_user(do_move, need(r, "source", str), need(r, "destination", str)),
     "tar_put": lambda r: as_user(do_tar_put, need(r, "path", str), b64_field(r)),
     "tar_get": lambda r: as_user(do_tar_get, need(r, "path", str)),
     "scan": op_scan,

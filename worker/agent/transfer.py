@@ -2,7 +2,8 @@
 
 Large files travel in ranges (``read_range``, ``write_range``) so no frame
 exceeds the cap; every path must stay below the snapshot roots, and no write
-ever goes through a symlink.
+ever goes through a symlink: a chunk is written relative to its directory's
+fd, reached component by component with ``O_NOFOLLOW`` (``safetar.parent_fd``).
 
 ``pack_tar`` and ``read_range`` return bytes; ``do_pack`` and ``do_read_range``
 are their replies. The roots are the sandbox's (``limits.ROOTS``) unless given:
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import functools
 import io
 import os
@@ -26,7 +28,7 @@ from . import limits
 from .access import open_own, reaching
 from .errors import AgentError, Json
 from .limits import check_size, inside
-from .safetar import blocker, extract
+from .safetar import Blocked, below, extract, parent_fd
 
 __all__ = [
     "do_pack",
@@ -124,19 +126,7 @@ def do_write_range(
     if not inside(path, roots) or path in roots or offset < 0:
         bad.message += f"not below {list(roots)}, or a negative offset"
         raise bad
-    if (found := blocker(path, roots)) is not None:
-        bad.message += f"{found} on its way is not a directory"
-        raise bad
-    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK
-    if offset == 0:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISDIR(os.lstat(path).st_mode):
-                bad.message += "a directory is in the way"
-                raise bad
-            os.unlink(path)
-        flags |= os.O_CREAT | os.O_EXCL
-    fd = os.open(path, flags, 0o600)
+    fd = _open_chunk(path, roots, offset, bad)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size != offset:
@@ -155,3 +145,28 @@ def do_write_range(
         raise OSError(exc.errno, exc.strerror, exc.filename or path) from None
     finally:
         os.close(fd)
+
+
+def _open_chunk(path: str, roots: tuple[str, ...], offset: int, bad: AgentError) -> int:
+    """The fd a chunk is written to, opened relative to its directory's fd (reached
+    with no link followed): at offset 0 a new file (what was there removed)."""
+    root, parts = below(path, roots)
+    try:
+        dir_fd = parent_fd(root, parts, {}, create=offset == 0)
+    except Blocked as exc:
+        bad.message += f"{exc.path} on its way is not a directory"
+        raise bad from None
+    if dir_fd is None:  # a later chunk of a file whose directory is gone
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+    name, flags = parts[-1], os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        if offset == 0:
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                    bad.message += "a directory is in the way"
+                    raise bad
+                os.unlink(name, dir_fd=dir_fd)
+            flags |= os.O_CREAT | os.O_EXCL
+        return os.open(name, flags, 0o600, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)

@@ -6,7 +6,8 @@ session record (field ``network`` of ``sg:session:<id>``) on every connection,
 so ``PATCH /v1/sessions/{id}/network`` holds for the next connection. Attempts
 go to a bounded Redis Stream per session (``names.egress_audit_key``), one
 entry ``{"a": <NetworkAttempt JSON>}`` each; usage to a hash
-(``names.egress_usage_key``), both expiring ``ttl_s`` after the last write.
+(``names.egress_usage_key``, with the node's connection limits in its field
+``limits``), both expiring ``ttl_s`` after the last write.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from abc import ABC, abstractmethod
 
 import redis.asyncio as aioredis
 
-from sandgrid.models import NetworkAttempt, NetworkPolicy
+from sandgrid.models import EgressLimits, NetworkAttempt, NetworkPolicy
 from sandgrid.wire import names
 
 __all__ = ["EgressBook", "RedisBook", "Usage"]
@@ -50,6 +51,9 @@ class EgressBook(ABC):
     @abstractmethod
     async def add_usage(self, session_id: str, connections: int, nbytes: int) -> None:
         """Add to the session's recorded usage."""
+
+    async def show_limits(self, session_id: str, limits: EgressLimits) -> None:  # noqa: B027
+        """Say which connection limits hold the session's connections (not kept by default)."""
 
     async def aclose(self) -> None:  # noqa: B027 - a book without connections has none to close
         """Release connections (none by default)."""
@@ -90,6 +94,13 @@ class RedisBook(EgressBook):
         pipe = self.redis.pipeline(transaction=False)
         pipe.hincrby(key, "connections", connections)
         pipe.hincrby(key, "bytes", nbytes)
+        pipe.expire(key, self.ttl_s)
+        await pipe.execute()
+
+    async def show_limits(self, session_id: str, limits: EgressLimits) -> None:
+        key = names.egress_usage_key(session_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hset(key, "limits", limits.model_dump_json())
         pipe.expire(key, self.ttl_s)
         await pipe.execute()
 

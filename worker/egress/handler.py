@@ -1,61 +1,60 @@
 """One egress connection: read what the sandbox asks for, decide, connect, pipe, audit.
 
-Three ways in, told apart by the first byte on the socket:
-
-* ``0x05``: SOCKS5 (``ALL_PROXY=socks5h://``), CONNECT only, no authentication;
-  a refusal is reply code 2 ("connection not allowed by ruleset").
-* ``CONNECT host:port HTTP/1.1``: a tunnel (HTTPS through ``HTTPS_PROXY``).
-* ``GET http://host[:port]/path HTTP/1.1``: plain HTTP proxying; the request is
-  sent on in origin form with ``Connection: close``, one request per connection.
-
-An HTTP refusal is ``403`` whose reason phrase and body say
-``egress to HOST:PORT denied: REASON``, so pip, git and curl print it.
-The name is resolved here (never in the sandbox), the decision covers every
-address, and the connection goes only to an address that was checked.
+The request is read by ``protocol`` (SOCKS5, CONNECT, plain HTTP) within
+``Limits.handshake_timeout_s``. The name is resolved here (never in the
+sandbox), and only after ``sandgrid.network.precheck`` found that the policy
+could allow it (an offline session's names are never looked up); the decision
+covers every address, the host's own addresses and the grid's ports
+(``hostguard``), and the connection goes only to an address that was checked.
+An established connection with no byte either way for ``idle_timeout_s`` is
+closed; ``EgressProxy`` holds the cap of connections open at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from sandgrid.models import NetworkAttempt, NetworkPolicy
-from sandgrid.network import Decision, IPAddress, decide
+from sandgrid.netaddr import IPAddress
+from sandgrid.network import Decision, decide, precheck
 from worker.egress.book import EgressBook, Usage
 from worker.egress.fastpath import FastPath, add_bytes
+from worker.egress.hostguard import HostGuard
+from worker.egress.limits import Limits
+from worker.egress.protocol import (
+    Refused,
+    Target,
+    accept,
+    read_target,
+    refuse,
+    reply_error,
+)
 from worker.egress.resolver import Resolver
 
-__all__ = ["STREAM_LIMIT", "Handler", "Target", "denial", "read_target"]
+__all__ = ["STREAM_LIMIT", "Handler"]
 
 log = logging.getLogger(__name__)
 
 #: The buffer of each stream (a request head longer than this is refused).
 STREAM_LIMIT = 1 << 20
 _CHUNK = 256 << 10
-_HOP_HEADERS = (b"proxy-connection", b"proxy-authorization", b"connection", b"keep-alive")
 
-
-class _Refused(Exception):
-    """The request cannot be served (malformed, unsupported); the client is told."""
+_Count = Callable[[int, int], int]
 
 
 class _QuotaExceeded(Exception):
     pass
 
 
-@dataclass
-class Target:
-    """Where the sandbox wants to go, and how it asked."""
-
-    host: str
-    port: int
-    protocol: str
-    head: bytes = b""  # bytes to send upstream first (plain HTTP: the rewritten request)
+class _Idle(Exception):
+    pass
 
 
 @dataclass
@@ -64,68 +63,9 @@ class _Attempt:
     started: float = field(default_factory=time.monotonic)
     ts: float = field(default_factory=time.time)
     address: str = ""
+    resolved: bool = False  # the name was looked up
     counts: list[int] = field(default_factory=lambda: [0, 0])  # sent, received
-
-
-def denial(target: Target, reason: str) -> str:
-    """The message of a refusal, as the sandbox sees it."""
-    text = f"egress to {target.host}:{target.port} denied: {reason}"
-    return "".join(c if 32 <= ord(c) < 127 else "?" for c in text)
-
-
-async def read_target(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Target:
-    """Read the request's head from the sandbox and say where it goes.
-
-    Raises:
-        _Refused: malformed or unsupported request.
-    """
-    first = await reader.readexactly(1)
-    if first == b"\x05":
-        return await _socks_target(reader, writer)
-    try:
-        head = first + await reader.readuntil(b"\r\n\r\n")
-    except asyncio.LimitOverrunError:
-        raise _Refused("request head too large") from None
-    line, _, rest = head.partition(b"\r\n")
-    parts = line.decode("latin-1").split(" ")
-    if len(parts) != 3:
-        raise _Refused("malformed request line")
-    method, uri, version = parts
-    if method == "CONNECT":
-        host, _, port = uri.rpartition(":")
-        if not host or not port.isdigit():
-            raise _Refused("CONNECT needs host:port")
-        return Target(host.strip("[]"), int(port), "connect")
-    url = urlsplit(uri)
-    if url.scheme != "http" or not url.hostname:
-        raise _Refused("only absolute http:// URLs are proxied (use CONNECT for https)")
-    path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-    kept = [h for h in rest.split(b"\r\n") if h and h.split(b":")[0].lower() not in _HOP_HEADERS]
-    new = [f"{method} {path} {version}".encode(), *kept, b"Connection: close", b"", b""]
-    return Target(url.hostname, url.port or 80, "http", b"\r\n".join(new))
-
-
-async def _socks_target(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Target:
-    nmethods = (await reader.readexactly(1))[0]
-    if 0 not in await reader.readexactly(nmethods):
-        writer.write(b"\x05\xff")
-        raise _Refused("SOCKS5: only 'no authentication' is supported")
-    writer.write(b"\x05\x00")
-    await writer.drain()
-    ver, cmd, _, atyp = await reader.readexactly(4)
-    if ver != 5 or cmd != 1:
-        raise _Refused("SOCKS5: only CONNECT is supported")
-    if atyp == 1:
-        host = ".".join(str(b) for b in await reader.readexactly(4))
-    elif atyp == 3:
-        host = (await reader.readexactly((await reader.readexactly(1))[0])).decode("idna")
-    elif atyp == 4:
-        raw = await reader.readexactly(16)
-        host = ":".join(raw[i : i + 2].hex() for i in range(0, 16, 2))
-    else:
-        raise _Refused("SOCKS5: unknown address type")
-    port = int.from_bytes(await reader.readexactly(2), "big")
-    return Target(host, port, "socks5")
+    active: float = field(default_factory=time.monotonic)  # the last byte either way
 
 
 class Handler:
@@ -138,6 +78,9 @@ class Handler:
         connect_timeout_s: how long a connection upstream may take.
         fast: moves allowed connections' bytes in splice threads (None: the
             default ``FastPath``; ``FastPath(0)``: always the asyncio copy).
+        guard: the host's own addresses and the grid's ports (None: the
+            ranges alone, for tests that need the host's addresses open).
+        limits: the handshake deadline, the idle timeout, the open cap.
     """
 
     def __init__(
@@ -147,23 +90,35 @@ class Handler:
         node: str,
         connect_timeout_s: float = 10.0,
         fast: FastPath | None = None,
+        *,
+        guard: HostGuard | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.book = book
         self.resolver = resolver
         self.node = node
         self.connect_timeout_s = connect_timeout_s
         self.fast = fast if fast is not None else FastPath()
+        self.guard = guard if guard is not None else HostGuard(set(), read=frozenset)
+        self.limits = limits or Limits()
         self._usage: dict[str, Usage] = {}
+        self._shown: set[str] = set()  # sessions whose limits the book has
 
     async def serve(
         self, session_id: str | None, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         """Serve one connection from a sandbox of ``session_id`` (None: not yet bound)."""
         try:
-            target = await read_target(reader, writer)
-        except (_Refused, asyncio.IncompleteReadError, UnicodeError, OSError) as exc:
+            target = await asyncio.wait_for(
+                read_target(reader, writer), self.limits.handshake_timeout_s
+            )
+        except TimeoutError:
+            reason = f"no request within handshake_timeout_s={self.limits.handshake_timeout_s:g}"
+            await reply_error(writer, 408, f"egress: {reason}")
+            return
+        except (Refused, asyncio.IncompleteReadError, UnicodeError, OSError) as exc:
             with contextlib.suppress(OSError):
-                if isinstance(exc, _Refused | UnicodeError):
+                if isinstance(exc, Refused | UnicodeError):
                     writer.write(f"HTTP/1.1 400 {exc}\r\nConnection: close\r\n\r\n".encode())
                 writer.close()
             return
@@ -181,39 +136,82 @@ class Handler:
     ) -> None:
         attempt = _Attempt(target)
         policy = await self.book.policy(session_id) if session_id else None
-        try:
-            addrs = await self.resolver.resolve(target.host, target.port)
-        except OSError:
-            addrs = []
+        allow, deny = (policy.allow, policy.deny) if policy else (None, [])
+        early = precheck(allow, deny, *_hp(target))
+        if early is not None:  # refused before any lookup: the name never leaves the host
+            await refuse(writer, target, early.reason)
+            await self._record(session_id, attempt, early, policy=None)
+            return
+        addrs = await self._resolve(target, attempt)
         usage = await self._usage_of(session_id) if session_id and policy else None
         decision = self._decide(policy, target, addrs, usage)
         if not decision.allowed:
             attempt.address = str(addrs[0]) if addrs else ""
-            await _refuse(writer, target, decision.reason)
+            await refuse(writer, target, decision.reason)
             await self._record(session_id, attempt, decision, policy=None)
             return
         assert policy is not None and session_id is not None and usage is not None
         usage.connections += 1
         await self._add_usage(session_id, 1, 0)  # counted in the book before any byte moves
+        await self._show_limits(session_id)
         upstream = await self._connect(addrs, target, attempt)
         if upstream is None:
             failed = Decision(True, decision.rule, "connection failed")
-            await _refuse(writer, target, "connection failed", code=502)
+            await refuse(writer, target, "connection failed", code=502)
             await self._record(session_id, attempt, failed, policy)
             return
-        await _accept(writer, target, upstream[1])
+        await accept(writer, target)
+        decision = await self._carry(
+            session_id, (reader, writer), upstream, attempt, usage, policy, decision
+        )
+        await self._record(session_id, attempt, decision, policy)
+
+    async def _carry(
+        self,
+        session_id: str,
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        attempt: _Attempt,
+        usage: Usage,
+        policy: NetworkPolicy,
+        decision: Decision,
+    ) -> Decision:
+        """Relay an accepted connection; the decision as it ended (quota, idle, done)."""
         try:
-            await self._pipe((reader, writer), upstream, attempt, usage, policy.max_bytes)
+            await self._pipe(client, upstream, attempt, usage, policy.max_bytes)
         except _QuotaExceeded:
             quota = f"closed: byte quota exceeded (max_bytes={policy.max_bytes})"
             decision = Decision(True, decision.rule, quota)
+        except _Idle:
+            idle = f"closed: idle for idle_timeout_s={self.limits.idle_timeout_s:g}"
+            decision = Decision(True, decision.rule, idle)
         except asyncio.CancelledError:  # the sandbox is gone: its connections too
             closed = Decision(True, decision.rule, "closed: sandbox closed")
             await self._record(session_id, attempt, closed, policy)
             raise
         finally:
             upstream[1].close()
-        await self._record(session_id, attempt, decision, policy)
+        return decision
+
+    async def _show_limits(self, session_id: str) -> None:
+        """Tell the book the limits once per session (shown only: traffic goes on)."""
+        if session_id not in self._shown:
+            self._shown.add(session_id)
+            with contextlib.suppress(Exception):
+                await self.book.show_limits(session_id, self.limits.shown())
+
+    async def _resolve(self, target: Target, attempt: _Attempt) -> list[IPAddress]:
+        """The addresses of the target: the literal itself, or the name looked up."""
+        literal = _literal(target.host)
+        if literal is not None:
+            return [literal]
+        attempt.resolved = True
+        try:
+            return await asyncio.wait_for(
+                self.resolver.resolve(target.host, target.port), self.connect_timeout_s
+            )
+        except (OSError, TimeoutError):
+            return []
 
     def _decide(
         self,
@@ -225,7 +223,11 @@ class Handler:
         if policy is not None and not addrs:
             return Decision(False, "", "name does not resolve")
         decision = decide(
-            policy.allow if policy else None, policy.deny if policy else [], *_hp(target), addrs
+            policy.allow if policy else None,
+            policy.deny if policy else [],
+            *_hp(target),
+            addrs,
+            self.guard.current(),
         )
         if not decision.allowed or usage is None or policy is None:
             return decision
@@ -236,6 +238,13 @@ class Handler:
             reason = f"byte quota exceeded (max_bytes={policy.max_bytes})"
             return Decision(False, "max_bytes", reason)
         return decision
+
+    async def refuse_open(self, session_id: str | None, writer: asyncio.StreamWriter) -> None:
+        """Refuse a connection beyond ``max_open`` at accept, before reading anything."""
+        reason = f"too many connections open at once (max_open={self.limits.max_open})"
+        await reply_error(writer, 503, f"egress denied: {reason}")
+        attempt = _Attempt(Target("", 0, ""))
+        await self._record(session_id, attempt, Decision(False, "max_open", reason), None)
 
     async def _usage_of(self, session_id: str) -> Usage:
         if session_id not in self._usage:
@@ -249,6 +258,7 @@ class Handler:
     def forget(self, session_id: str) -> None:
         """Drop the cached usage of a session that left this node."""
         self._usage.pop(session_id, None)
+        self._shown.discard(session_id)
 
     async def _connect(
         self, addrs: list[IPAddress], target: Target, attempt: _Attempt
@@ -278,17 +288,40 @@ class Handler:
             add_bytes(attempt.counts, 0, usage, head, sys.maxsize)
 
         def count(idx: int, n: int) -> int:
+            attempt.active = time.monotonic()
             return add_bytes(attempt.counts, idx, usage, n, max_bytes)
 
+        relay = asyncio.ensure_future(self._relay(client, upstream, count))
+        try:
+            await self._watch(relay, attempt)
+        finally:
+            if not relay.done():  # cancelled from outside, or idle: the relay ends too
+                relay.cancel()
+                await asyncio.wait({relay})
+
+    async def _watch(self, relay: asyncio.Future[None], attempt: _Attempt) -> None:
+        """Wait for ``relay``; raise ``_Idle`` once no byte moved for ``idle_timeout_s``."""
+        while True:
+            left = attempt.active + self.limits.idle_timeout_s - time.monotonic()
+            if left <= 0:
+                raise _Idle
+            done, _ = await asyncio.wait({relay}, timeout=left)
+            if done:
+                return relay.result()
+
+    async def _relay(
+        self,
+        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        count: _Count,
+    ) -> None:
         cut = await self.fast.pipe(client, upstream, count)
         if cut:
             raise _QuotaExceeded
         if cut is not None:
             return
-        up = asyncio.create_task(_copy(client[0], upstream[1], attempt.counts, 0, usage, max_bytes))
-        down = asyncio.create_task(
-            _copy(upstream[0], client[1], attempt.counts, 1, usage, max_bytes)
-        )
+        up = asyncio.create_task(_copy(client[0], upstream[1], 0, count))
+        down = asyncio.create_task(_copy(upstream[0], client[1], 1, count))
         try:
             done, _ = await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
             if up in done and up.exception() is None and down not in done:
@@ -315,6 +348,7 @@ class Handler:
             host=attempt.target.host,
             port=attempt.target.port,
             address=attempt.address,
+            resolved=attempt.resolved,
             allowed=decision.allowed,
             rule=decision.rule,
             reason=decision.reason,
@@ -342,16 +376,18 @@ def _hp(target: Target) -> tuple[str, int]:
     return target.host, target.port
 
 
+def _literal(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
 async def _copy(
-    src: asyncio.StreamReader,
-    dst: asyncio.StreamWriter,
-    counts: list[int],
-    idx: int,
-    usage: Usage,
-    max_bytes: int,
+    src: asyncio.StreamReader, dst: asyncio.StreamWriter, idx: int, count: _Count
 ) -> None:
     while data := await src.read(_CHUNK):
-        allowed = add_bytes(counts, idx, usage, len(data), max_bytes)
+        allowed = count(idx, len(data))
         dst.write(data[:allowed])
         await dst.drain()
         if allowed < len(data):
@@ -359,28 +395,3 @@ async def _copy(
     if dst.can_write_eof():
         with contextlib.suppress(OSError):
             dst.write_eof()
-
-
-async def _accept(writer: asyncio.StreamWriter, target: Target, upstream: object) -> None:
-    if target.protocol == "connect":
-        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-    elif target.protocol == "socks5":
-        writer.write(b"\x05\x00\x00\x01\x00\x00\x00\x00\x00\x00")
-    await writer.drain()
-
-
-async def _refuse(
-    writer: asyncio.StreamWriter, target: Target, reason: str, *, code: int = 403
-) -> None:
-    message = denial(target, reason)
-    with contextlib.suppress(OSError):
-        if target.protocol == "socks5":
-            writer.write(b"\x05" + (b"\x02" if code == 403 else b"\x05") + b"\x00\x01" + bytes(6))
-        else:
-            body = (message + "\n").encode()
-            writer.write(
-                f"HTTP/1.1 {code} {message}\r\nContent-Type: text/plain\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                + body
-            )
-        await writer.drain()

@@ -9,6 +9,9 @@ it, the sandbox user does not. Which session a sandbox serves is asked at
 each connection (a warm sandbox is bound to its session later), and so is
 the session's policy (``Handler``). Closing a sandbox's socket also ends its
 connections in flight (their attempts are recorded "closed: sandbox closed").
+At most ``Limits.max_open`` connections of one sandbox are open at once,
+counted from accept (before a byte is read); one more is answered 503 and
+closed at once.
 Configured by ``SANDGRID_WORKER__EGRESS__*``.
 """
 
@@ -76,6 +79,9 @@ class EgressProxy:
         async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             task = asyncio.current_task()
             assert task is not None
+            if len(conns) >= self.handler.limits.max_open:  # counted from accept
+                await self.handler.refuse_open(session_of(), writer)
+                return
             conns.add(task)
             try:
                 await self.handler.serve(session_of(), reader, writer)

@@ -12,7 +12,7 @@ import asyncio
 import ipaddress
 import socket
 
-from sandgrid.network import IPAddress
+from sandgrid.netaddr import IPAddress
 
 __all__ = ["Resolver"]
 

@@ -1,10 +1,14 @@
-"""The file ops on this node: write, read, list, delete, tar upload and download.
+"""The file ops on this node: write, read, list, stat, delete, mkdir, move, tar
+upload and download.
 
 Each is one agent request in the session's sandbox, as the sandbox user, on a
 path checked here first (``check_path``: inside the workspace) and again by
-the agent. Tar payloads are base64 in the op and in the agent's request and
-reply alike, so they pass through the worker as they came (the agent checks
-that they are strict base64, and checks every member of a tar it extracts).
+the agent, which resolves it beneath ``/workspace`` (``worker.agent.beneath``:
+no symlink is followed out; a path that would leave is 422
+``path_outside_workspace``, never a 500). Tar payloads are base64 in the op
+and in the agent's request and reply alike, so they pass through the worker
+as they came (the agent checks that they are strict base64, and checks every
+member of a tar it extracts).
 """
 
 from __future__ import annotations
@@ -18,7 +22,13 @@ from sandgrid.ops.files import (
     DeleteOp,
     DeleteResult,
     ListOp,
+    MkdirOp,
+    MkdirResult,
+    MoveOp,
+    MoveResult,
     ReadOp,
+    StatOp,
+    StatResult,
     TarDownloadOp,
     TarDownloadResult,
     TarUploadOp,
@@ -37,8 +47,11 @@ __all__ = [
     "file_read",
     "get_tar",
     "list_files",
+    "make_dir",
+    "move",
     "put_tar",
     "read_file",
+    "stat",
     "write_fields",
     "write_files",
 ]
@@ -134,6 +147,25 @@ def delete(backend: SandboxManager, sbx: Sandbox, path: str, recursive: bool = F
     return int(backend.call(sbx, "delete", {"path": rel, "recursive": recursive})["deleted"])
 
 
+def stat(backend: SandboxManager, sbx: Sandbox, path: str, follow: bool = True) -> FileEntry:
+    """The entry of one path; ``NotFound`` when there is none."""
+    rel = check_path(path, operation="files.stat")
+    return FileEntry(**backend.call(sbx, "stat", {"path": rel, "follow": follow}))
+
+
+def make_dir(backend: SandboxManager, sbx: Sandbox, path: str) -> bool:
+    """Make a directory and its parents; whether it was made (False: it was there)."""
+    rel = check_path(path, operation="files.mkdir")
+    return bool(backend.call(sbx, "mkdir", {"path": rel})["created"])
+
+
+def move(backend: SandboxManager, sbx: Sandbox, source: str, destination: str) -> FileEntry:
+    """Rename an entry within the workspace (a link as a link); its new entry."""
+    src = check_path(source, "source", "files.move")
+    dst = check_path(destination, "destination", "files.move")
+    return FileEntry(**backend.call(sbx, "move", {"source": src, "destination": dst}))
+
+
 def put_tar(backend: SandboxManager, sbx: Sandbox, path: str, data_b64: str) -> int:
     """Extract a tar (base64, passed on as is) under a workspace directory; every
     member must stay inside the workspace (no absolute paths, ``..``, devices,
@@ -167,6 +199,18 @@ def _delete(ctx: SandboxContext, op: DeleteOp) -> DeleteResult:
     return DeleteResult(deleted=delete(ctx.backend, ctx.sandbox, op.path, op.recursive))
 
 
+def _stat(ctx: SandboxContext, op: StatOp) -> StatResult:
+    return StatResult(entry=stat(ctx.backend, ctx.sandbox, op.path, op.follow))
+
+
+def _mkdir(ctx: SandboxContext, op: MkdirOp) -> MkdirResult:
+    return MkdirResult(created=make_dir(ctx.backend, ctx.sandbox, op.path))
+
+
+def _move(ctx: SandboxContext, op: MoveOp) -> MoveResult:
+    return MoveResult(entry=move(ctx.backend, ctx.sandbox, op.source, op.destination))
+
+
 def _tar_upload(ctx: SandboxContext, op: TarUploadOp) -> TarUploadResult:
     return TarUploadResult(files=put_tar(ctx.backend, ctx.sandbox, op.path, op.data_b64))
 
@@ -180,6 +224,9 @@ HANDLERS = (
     SandboxHandler(ReadOp, _read),
     SandboxHandler(ListOp, _list),
     SandboxHandler(DeleteOp, _delete, mutates=True),
+    SandboxHandler(StatOp, _stat),
+    SandboxHandler(MkdirOp, _mkdir, mutates=True),
+    SandboxHandler(MoveOp, _move, mutates=True),
     SandboxHandler(TarUploadOp, _tar_upload, mutates=True),
     SandboxHandler(TarDownloadOp, _tar_download),
 )

@@ -58,6 +58,9 @@ START_TIMEOUT_S = 30.0
 PING_TIMEOUT_S = 5.0
 INCARNATION = uuid.uuid4().hex[:12]
 """This worker process: labels its containers so a successor can spot orphans."""
+_RLIMIT_REFUSED = re.compile(r"error setting rlimit type (\d+)")
+"""The OCI runtime's words when the host cannot give a sandbox a ulimit it asked for."""
+_RLIMIT_FIELDS = {"1": "quotas.fsize_mb", "7": "quotas.nofile"}  # RLIMIT_FSIZE, RLIMIT_NOFILE
 
 _TYPE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 
@@ -207,6 +210,14 @@ class SandboxManager:
         except Exception as exc:
             sbx.state = "error"
             self.destroy(sbx)
+            refused = _RLIMIT_REFUSED.search(str(exc))
+            if refused:  # the quota, not the capacity: no other node would do better
+                field = _RLIMIT_FIELDS.get(refused.group(1), "quotas")
+                raise InvalidInput(
+                    f"{field}: above what this host's container runtime may give ({exc})",
+                    operation="create",
+                    context={"field": field, "rule": "within the host's own hard limit"},
+                ) from exc
             raise CapacityError(
                 f"sandbox {sbx.name} did not come up ({self.runtime}): {exc}",
                 operation="create",

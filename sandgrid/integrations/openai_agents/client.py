@@ -1,10 +1,12 @@
 """``SandgridSandboxClient``: the OpenAI Agents SDK's sandbox client over a sandgrid grid.
 
 Options (``SandgridSandboxClientOptions``, ``type="sandgrid"``): the sandbox
-type, its quotas, its network policy (``network``: egress as the type allows),
-labels, and ``keep_on_exit`` (leave the grid session open when the SDK session
-shuts down, so that ``resume`` re-attaches to it). The grid's address and token
-are the client's (``SANDGRID_API_URL``, ``SANDGRID_TOKEN`` when omitted).
+type, its quotas (``background_processes`` is 64, the SDK's PTY process limit,
+unless given), its network policy (``network``: egress as the type allows),
+labels, ``keep_on_exit`` (leave the grid session open when the SDK session
+shuts down, so that ``resume`` re-attaches to it) and ``exact_output`` (exec
+output as the exact bytes, through a ``base64`` wrapper: ``exec_output``). The
+grid's address and token are the client's (``SANDGRID_API_URL``, ``SANDGRID_TOKEN`` when omitted).
 
 ``resume`` re-attaches to the grid session the state names while it is open; the
 grid itself restores that session from its own snapshot on any worker, so a lost
@@ -20,6 +22,9 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from agents.sandbox.manifest import Manifest
+from agents.sandbox.session.dependencies import Dependencies
+from agents.sandbox.session.manager import Instrumentation
+from agents.sandbox.session.pty_types import PTY_PROCESSES_MAX
 from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
 from agents.sandbox.session.sandbox_session import SandboxSession
 from agents.sandbox.session.sandbox_session_state import SandboxSessionState
@@ -46,6 +51,7 @@ class SandgridSandboxClientOptions(BaseSandboxClientOptions):
     network: bool = False
     labels: dict[str, str] = Field(default_factory=dict)
     keep_on_exit: bool = False
+    exact_output: bool = True
 
 
 class SandgridSandboxClient(BaseSandboxClient[SandgridSandboxClientOptions]):
@@ -55,6 +61,10 @@ class SandgridSandboxClient(BaseSandboxClient[SandgridSandboxClientOptions]):
         base_url: the grid's API; ``SANDGRID_API_URL`` when omitted.
         token: the tenant's token; ``SANDGRID_TOKEN`` when omitted.
         client: an ``AsyncClient`` to use instead (its owner closes it).
+        instrumentation: the SDK's event sinks for every session made here (as the
+            Docker and UnixLocal clients take them).
+        dependencies: the SDK's session dependencies (a clone per session), e.g. what
+            a ``RemoteSnapshotSpec`` needs to store and restore its snapshots.
     """
 
     backend_id = "sandgrid"
@@ -66,8 +76,14 @@ class SandgridSandboxClient(BaseSandboxClient[SandgridSandboxClientOptions]):
         token: str | None = None,
         *,
         client: AsyncClient | None = None,
+        instrumentation: Instrumentation | None = None,
+        dependencies: Dependencies | None = None,
     ) -> None:
         self.client = client or AsyncClient(base_url, token)
+        self._instrumentation = (
+            instrumentation if instrumentation is not None else Instrumentation()
+        )
+        self._dependencies = dependencies
 
     async def create(
         self,
@@ -94,9 +110,10 @@ class SandgridSandboxClient(BaseSandboxClient[SandgridSandboxClientOptions]):
             network=options.network,
             labels=dict(options.labels),
             close_on_shutdown=not options.keep_on_exit,
+            exact_output=options.exact_output,
         )
         inner = SandgridSandboxSession(state=state, client=self.client)
-        return self._wrap_session(inner)
+        return self._wrap_session(inner, instrumentation=self._instrumentation)
 
     async def delete(self, session: SandboxSession) -> SandboxSession:
         """Close the grid session (idempotent: a closed or unknown one is fine)."""
@@ -121,7 +138,7 @@ class SandgridSandboxClient(BaseSandboxClient[SandgridSandboxClientOptions]):
             state.workspace_root_ready = False
         inner = SandgridSandboxSession(state=state, client=self.client)
         inner._set_start_state_preserved(live is not None)
-        return self._wrap_session(inner)
+        return self._wrap_session(inner, instrumentation=self._instrumentation)
 
     def deserialize_session_state(self, payload: dict[str, object]) -> SandboxSessionState:
         return self._deserialize_session_state_payload(payload, SandgridSandboxSessionState)
@@ -141,9 +158,10 @@ class SandgridSandboxClient(BaseSandboxClient[SandgridSandboxClientOptions]):
         labels: Mapping[str, str],
         env: Mapping[str, str],
     ) -> SessionInfo:
+        wanted = {"background_processes": PTY_PROCESSES_MAX, **quotas}
         return await self.client.create_session(
             sandbox_type,
-            quotas={**quotas, "network": network} if network else dict(quotas),
+            quotas={**wanted, "network": network} if network else wanted,
             env=dict(env),
             labels=dict(labels),
         )

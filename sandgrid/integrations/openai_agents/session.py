@@ -7,25 +7,32 @@ download and upload, with member paths relative to ``/workspace``. Paths are
 checked twice: lexically by the SDK's policy, then by the in-sandbox agent,
 which resolves symlinks and refuses any path that leaves ``/workspace``.
 
-The PTY methods run on the grid's background processes (``pty.BackgroundPty``).
-What is not served: running as another user (the sandbox has one), and exposed
-ports (a sandbox has no network device).
+``exec`` output is bytes-exact (``exec_output``: the command runs under a
+``base64`` wrapper unless ``exact_output`` is off), a cut output says so, and
+``timeout=None`` is the tenant's longest deadline, not the session's default. A
+file over the JSON read limit (16 MiB) is read through the tar download. The
+PTY methods run on the grid's background processes, or with ``tty=True`` on
+the grid's terminal (``pty.BackgroundPty``). What is not served: running as
+another user (the sandbox has one), exposed ports (a sandbox has no network
+device), and the manifest's ``extra_path_grants`` (the grid's file operations
+reach ``/workspace`` only: a clear ``WorkspaceIOError`` says so).
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import io
-import tarfile
+import time
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
+from agents.sandbox.errors import ErrorCode as SdkErrorCode
 from agents.sandbox.errors import (
     ExecTimeoutError,
-    ExecTransportError,
     InvalidManifestPathError,
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
+    WorkspaceIOError,
     WorkspaceReadNotFoundError,
     WorkspaceWriteTypeError,
 )
@@ -35,17 +42,52 @@ from agents.sandbox.types import ExecResult, User
 from pydantic import Field
 
 from sandgrid.client import AsyncClient
-from sandgrid.errors import ErrorCode, NotFound, SandgridError
+from sandgrid.errors import Conflict, ErrorCode, InvalidInput, NotFound, SandgridError
+from sandgrid.integrations.openai_agents.exec_output import (
+    SandgridExecResult,
+    decode_exact,
+    transport_error,
+    wrap_exact,
+)
 from sandgrid.integrations.openai_agents.pty import BackgroundPty
+from sandgrid.integrations.openai_agents.tars import member_bytes, workspace_tar
 from sandgrid.models import WORKSPACE
+from sandgrid.models import ExecResult as GridExecResult
 
 __all__ = [
+    "MAX_DEADLINE_S",
+    "OutsideWorkspaceError",
     "SandgridSandboxSession",
     "SandgridSandboxSessionState",
 ]
 
 #: Exit code reported for a command killed by a signal with no code of its own.
 _KILLED_EXIT = -1
+
+_CLOSE_WAIT_S = 30.0
+MAX_DEADLINE_S = 3600.0
+"""The longest exec deadline the wire takes (``ExecRequest.timeout_s``); a tenant's
+ceiling may be lower, and is learnt from the grid's refusal (its ``ceiling``)."""
+
+
+class OutsideWorkspaceError(WorkspaceIOError):
+    """A path the SDK's policy allows (an ``extra_path_grants`` entry) but the grid cannot reach."""
+
+    def __init__(self, *, path: Path, op: Literal["read", "write"]) -> None:
+        super().__init__(
+            message=(
+                f"{path} is outside /workspace: the sandgrid provider reads and writes files "
+                "under /workspace only (extra_path_grants are not served); use exec to reach it"
+            ),
+            error_code=(
+                SdkErrorCode.WORKSPACE_ARCHIVE_READ_ERROR
+                if op == "read"
+                else SdkErrorCode.WORKSPACE_ARCHIVE_WRITE_ERROR
+            ),
+            op=op,
+            context={"path": str(path), "reason": "outside_workspace"},
+            retryable=False,
+        )
 
 
 class SandgridSandboxSessionState(SandboxSessionState):
@@ -62,6 +104,8 @@ class SandgridSandboxSessionState(SandboxSessionState):
     network: bool = False
     labels: dict[str, str] = Field(default_factory=dict)
     close_on_shutdown: bool = True
+    exact_output: bool = True
+    deadline_ceiling_s: float | None = None
 
 
 class SandgridSandboxSession(BackgroundPty, BaseSandboxSession):
@@ -86,37 +130,84 @@ class SandgridSandboxSession(BackgroundPty, BaseSandboxSession):
         self, *command: str | Path, timeout: float | None = None
     ) -> ExecResult:
         argv = [str(c) for c in command]
+        sent = wrap_exact(argv) if self.state.exact_output else argv
         try:
-            result = await self._client.exec(self.sandgrid_session_id, argv, timeout_s=timeout)
+            result, deadline = await self._exec_within_deadline(sent, timeout)
         except SandgridError as exc:
-            raise ExecTransportError(
-                command=argv,
-                context={"code": str(exc.code), "message": exc.message},
-                cause=exc,
-                retryable=exc.retryable,
-            ) from exc
+            raise transport_error(argv, exc) from exc
         if result.timed_out:
-            raise ExecTimeoutError(command=argv, timeout_s=timeout)
+            raise ExecTimeoutError(command=argv, timeout_s=deadline)
         code = result.exit_code
         if code is None:
             code = 128 + result.signal if result.signal else _KILLED_EXIT
-        return ExecResult(
-            stdout=result.stdout.encode(), stderr=result.stderr.encode(), exit_code=code
+        if self.state.exact_output:
+            out, err, out_cut, err_cut = decode_exact(result)
+        else:
+            out, err = result.stdout.encode(), result.stderr.encode()
+            out_cut, err_cut = result.stdout_truncated, result.stderr_truncated
+        return SandgridExecResult.of(out, err, code, (out_cut, err_cut))
+
+    async def _exec_within_deadline(
+        self, argv: list[str], timeout: float | None
+    ) -> tuple[GridExecResult, float]:
+        """Run ``argv``; ``timeout=None`` is the tenant's longest deadline (SDK: no limit)."""
+        if timeout is not None:
+            done = await self._grid(
+                lambda: self._client.exec(self.sandgrid_session_id, argv, timeout_s=timeout)
+            )
+            return done, timeout
+        deadline = self.state.deadline_ceiling_s or MAX_DEADLINE_S
+        try:
+            done = await self._grid(
+                lambda: self._client.exec(self.sandgrid_session_id, argv, timeout_s=deadline)
+            )
+            return done, deadline
+        except InvalidInput as exc:
+            ceiling = exc.context.get("ceiling")
+            if exc.context.get("field") != "timeout_s" or not isinstance(ceiling, int | float):
+                raise
+        self.state.deadline_ceiling_s = float(ceiling)
+        limit = float(ceiling)
+        result = await self._grid(
+            lambda: self._client.exec(self.sandgrid_session_id, argv, timeout_s=limit)
         )
+        return result, limit
 
     def _relative(self, path: Path | str, *, for_write: bool = False) -> str:
-        """The workspace-relative path the grid expects, after the SDK's lexical check."""
+        """The workspace-relative path the grid expects, after the SDK's lexical check.
+
+        Raises:
+            OutsideWorkspaceError: the SDK allows the path (an extra path grant), the grid
+                does not reach it.
+        """
         full = PurePosixPath(self.normalize_path(path, for_write=for_write).as_posix())
+        if full != PurePosixPath(WORKSPACE) and PurePosixPath(WORKSPACE) not in full.parents:
+            raise OutsideWorkspaceError(path=Path(full), op="write" if for_write else "read")
         return full.relative_to(WORKSPACE).as_posix() or "."
 
     async def read(self, path: Path, *, user: str | User | None = None) -> io.IOBase:
         rel = self._relative(path)
         try:
-            data = await self._client.read_file(self.sandgrid_session_id, rel, binary=True)
+            data = await self._grid(
+                lambda: self._client.read_file(self.sandgrid_session_id, rel, binary=True)
+            )
         except SandgridError as exc:
-            raise _read_error(path, rel, exc) from exc
+            if exc.code != ErrorCode.PAYLOAD_TOO_LARGE:
+                raise _read_error(path, rel, exc) from exc
+            data = await self._read_through_tar(path, rel)
         assert isinstance(data, bytes)
         return io.BytesIO(data)
+
+    async def _read_through_tar(self, path: Path, rel: str) -> bytes:
+        """A file over the JSON read limit, through the tar download (its own, larger cap)."""
+        try:
+            tar = await self._grid(lambda: self._client.download_tar(self.sandgrid_session_id, rel))
+        except SandgridError as exc:
+            raise _read_error(path, rel, exc) from exc
+        data = member_bytes(tar)
+        if data is None:
+            raise WorkspaceArchiveReadError(path=path, context={"reason": "not a regular file"})
+        return data
 
     async def write(self, path: Path, data: io.IOBase, *, user: str | User | None = None) -> None:
         payload = data.read()
@@ -126,7 +217,8 @@ class SandgridSandboxSession(BackgroundPty, BaseSandboxSession):
             raise WorkspaceWriteTypeError(path=path, actual_type=type(payload).__name__)
         rel = self._relative(path, for_write=True)
         try:
-            await self._client.write_files(self.sandgrid_session_id, {rel: bytes(payload)})
+            files = {rel: bytes(payload)}
+            await self._grid(lambda: self._client.write_files(self.sandgrid_session_id, files))
         except SandgridError as exc:
             if exc.code == ErrorCode.PATH_OUTSIDE_WORKSPACE:
                 raise InvalidManifestPathError(rel=rel, reason="escape_root", cause=exc) from exc
@@ -142,18 +234,21 @@ class SandgridSandboxSession(BackgroundPty, BaseSandboxSession):
     async def persist_workspace(self) -> io.IOBase:
         root = Path(WORKSPACE)
         try:
-            data = await self._client.download_tar(self.sandgrid_session_id, ".")
+            data = await self._grid(
+                lambda: self._client.download_tar(self.sandgrid_session_id, ".")
+            )
         except SandgridError as exc:
             raise WorkspaceArchiveReadError(path=root, cause=exc) from exc
         skip = {p.as_posix() for p in self._persist_workspace_skip_relpaths()}
-        return io.BytesIO(_without(data, skip) if skip else data)
+        return io.BytesIO(workspace_tar(data, skip))
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
         payload = data.read()
         if isinstance(payload, str):
             payload = payload.encode()
         try:
-            await self._client.upload_tar(self.sandgrid_session_id, bytes(payload), ".")
+            tar = bytes(payload)
+            await self._grid(lambda: self._client.upload_tar(self.sandgrid_session_id, tar, "."))
         except SandgridError as exc:
             raise WorkspaceArchiveWriteError(path=Path(WORKSPACE), cause=exc) from exc
 
@@ -164,8 +259,17 @@ class SandgridSandboxSession(BackgroundPty, BaseSandboxSession):
 
     async def close_grid_session(self) -> None:
         """Close the grid session; a closed or unknown one is fine (idempotent)."""
-        with contextlib.suppress(NotFound):
-            await self._client.close_session(self.sandgrid_session_id)
+        end = time.monotonic() + _CLOSE_WAIT_S
+        while True:
+            try:
+                await self._client.close_session(self.sandgrid_session_id)
+                return
+            except NotFound:
+                return
+            except Conflict:  # a turn (a terminal ending) still holds it: bounded wait
+                if time.monotonic() > end:
+                    raise
+                await asyncio.sleep(0.2)
 
 
 def _read_error(path: Path, rel: str, exc: SandgridError) -> Exception:
@@ -175,15 +279,3 @@ def _read_error(path: Path, rel: str, exc: SandgridError) -> Exception:
     if missing:
         return WorkspaceReadNotFoundError(path=path, cause=exc)
     return WorkspaceArchiveReadError(path=path, cause=exc, retryable=exc.retryable)
-
-
-def _without(data: bytes, skip: set[str]) -> bytes:
-    """The tar ``data`` without the members at or under the ``skip`` paths."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=io.BytesIO(data)) as src, tarfile.open(fileobj=out, mode="w") as dst:
-        for member in src.getmembers():
-            name = member.name.removeprefix("./")
-            if any(name == s or name.startswith(s + "/") for s in skip):
-                continue
-            dst.addfile(member, src.extractfile(member) if member.isfile() else None)
-    return out.getvalue()

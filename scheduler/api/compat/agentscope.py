@@ -31,6 +31,7 @@ from scheduler.api.compat.agentscope_models import (
     LABEL_CTX,
     CallToolBody,
     CreateFromPoolBody,
+    GetInfoBody,
     IdentityBody,
     IpythonArgs,
     ListToolsBody,
@@ -43,7 +44,7 @@ from scheduler.api.compat.agentscope_models import (
     tool_list,
     tool_result,
 )
-from scheduler.api.deps import CurrentTenant, Svc
+from scheduler.api.deps import NO_BODY, CurrentTenant, Svc
 from scheduler.api.errors import invalid_input_from
 from scheduler.api.lifecycle import ExpiryDep
 from scheduler.api.sessions import close_session, create_session
@@ -69,12 +70,17 @@ _A = TypeVar("_A", bound=BaseModel)
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _twin(path: str) -> Callable[[_F], _F]:
-    """Serve one handler at ``path`` and at its ``*_async`` twin (same JSON both ways)."""
+def _twin(path: str, *, body: bool = True) -> Callable[[_F], _F]:
+    """Serve one handler at ``path`` and at its ``*_async`` twin (same JSON both ways).
+
+    ``body=False``: the method has no parameters; the client sends ``{}``, and
+    anything else is refused (``NO_BODY``).
+    """
 
     def register(fn: _F) -> _F:
-        router.post(path)(fn)
-        router.post(f"{path}_async", name=f"{path.strip('/')}_async")(fn)
+        deps = [] if body else [NO_BODY]
+        router.post(path, dependencies=deps)(fn)
+        router.post(f"{path}_async", name=f"{path.strip('/')}_async", dependencies=deps)(fn)
         return fn
 
     return register
@@ -117,7 +123,7 @@ def release(body: IdentityBody, svc: Svc, tenant: CurrentTenant) -> _Data:
 
 
 @_twin("/get_info")
-def get_info(body: IdentityBody, request: Request, svc: Svc, tenant: CurrentTenant) -> _Data:
+def get_info(body: GetInfoBody, request: Request, svc: Svc, tenant: CurrentTenant) -> _Data:
     """The sandbox as agentscope's ``ContainerModel``."""
     info = svc.registry.get(tenant.name, body.identity)
     return {"data": container_info(info, str(request.base_url))}
@@ -185,7 +191,7 @@ def get_session_mapping(body: SessionMappingBody, svc: Svc, tenant: CurrentTenan
     return {"data": [s.id for s in sorted(mine, key=lambda s: s.created_at)]}
 
 
-@_twin("/list_session_keys")
+@_twin("/list_session_keys", body=False)
 def list_session_keys(svc: Svc, tenant: CurrentTenant) -> _Data:
     """Every session context with an open sandbox (``SandboxService.stop`` drains them)."""
     keys = {s.labels[LABEL_CTX] for s in svc.registry.list(tenant.name) if LABEL_CTX in s.labels}

@@ -3,9 +3,10 @@
 agentscope-runtime's ``sandbox.fs`` (``SandboxManager.fs_*`` in remote mode)
 sends these to the manager, which would proxy them to the runtime inside the
 container. Here they are turns of the session: ``file`` (read, write),
-``files:batch``, ``list`` and ``entry`` (delete) map onto the grid's file ops;
-``exists``, ``move`` and ``mkdir``, which have no op of their own, run one
-fixed ``python3`` script in the sandbox. Paths are the runtime's (absolute under
+``files:batch``, ``list``, ``entry`` (delete), ``exists`` (stat), ``move`` and
+``mkdir`` map onto the grid's file ops, which resolve every path beneath
+``/workspace`` in the sandbox (no symlink followed out: 422
+``path_outside_workspace``). Paths are the runtime's (absolute under
 ``/workspace``, or relative to it) and are checked by ``models.workspace_path``
 before any turn: a path leaving the workspace is 422 ``path_outside_workspace``.
 Answers have the runtime's shapes (entries with absolute ``path``, ``name``,
@@ -15,8 +16,6 @@ Answers have the runtime's shapes (entries with absolute ``path``, ``name``,
 from __future__ import annotations
 
 import base64
-import json
-import posixpath
 import time
 from contextlib import suppress
 from typing import Annotated, Any, Literal
@@ -26,23 +25,22 @@ from fastapi.responses import PlainTextResponse
 from pydantic import AfterValidator
 from starlette.concurrency import run_in_threadpool
 
-from sandgrid.errors import Conflict, InvalidInput, NotFound, SandboxError
+from sandgrid.errors import InvalidInput, NotFound
 from sandgrid.models import (
     MAX_FILE_BYTES,
-    ExecRequest,
     FileEntry,
     FileList,
     FileRead,
     FileWrite,
     workspace_path,
 )
+from sandgrid.ops import files as file_ops
 from sandgrid.ops.files import DeleteOp, DeleteResult, ListOp, ReadOp, WriteOp, WriteResult
 from scheduler.api.compat.agentscope_models import MoveBody, PathBody, fs_entry
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.tenants import Tenant
 
 __all__ = [
-    "FS_SCRIPT",
     "MAX_BATCH_FILES",
     "batch_write",
     "exists",
@@ -61,33 +59,6 @@ router = APIRouter(prefix="/proxy/{identity}/workspace", tags=["agentscope"])
 MAX_BATCH_FILES = 1024
 
 _Path = Annotated[str, AfterValidator(workspace_path), Query(description="a workspace path")]
-
-#: exists / mkdir / move in the sandbox: argv is ``op path [path]``, relative to
-#: /workspace (its cwd); prints one JSON object (an entry, or an ``error``).
-FS_SCRIPT = """\
-import json, os, stat, sys
-op, *p = sys.argv[1:]
-def entry(x):
-    st = os.lstat(x)
-    m = st.st_mode
-    t = "dir" if stat.S_ISDIR(m) else "file" if stat.S_ISREG(m) else "other"
-    t = "symlink" if stat.S_ISLNK(m) else t
-    return {"path": os.path.normpath(x), "type": t, "size": st.st_size, "mtime": st.st_mtime}
-if op == "exists":
-    out = {"exists": os.path.lexists(p[0])}
-elif op == "mkdir" and os.path.lexists(p[0]):
-    out = {"created": False} if os.path.isdir(p[0]) else {"error": "conflict"}
-elif op == "mkdir":
-    os.makedirs(p[0])
-    out = {"created": True}
-elif not os.path.lexists(p[0]):
-    out = {"error": "not_found"}
-else:
-    os.makedirs(os.path.dirname(p[1]) or ".", exist_ok=True)
-    os.replace(p[0], p[1])
-    out = entry(p[1])
-print(json.dumps(out))
-"""
 
 
 @router.get("/file", response_model=None)
@@ -165,7 +136,14 @@ def list_dir(
 @router.get("/exists")
 def exists(identity: str, path: _Path, svc: Svc, tenant: CurrentTenant) -> dict[str, Any]:
     """``{"exists": bool}`` (a dangling symlink exists)."""
-    return _script(svc, tenant, identity, "exists", path)
+    svc.registry.get(tenant.name, identity)  # an unknown sandbox is 404, a missing path not
+    try:
+        svc.runner.op(
+            tenant, identity, file_ops.StatOp(path=path, follow=False), file_ops.StatResult
+        )
+    except NotFound:
+        return {"exists": False}
+    return {"exists": True}
 
 
 @router.delete("/entry", status_code=204)
@@ -187,14 +165,17 @@ def remove(identity: str, path: _Path, svc: Svc, tenant: CurrentTenant) -> Respo
 def move(identity: str, body: MoveBody, svc: Svc, tenant: CurrentTenant) -> dict[str, Any]:
     """Move or rename an entry (parents of the destination made); its new entry."""
     src, dst = _checked(body.source, "source"), _checked(body.destination, "destination")
-    out = _script(svc, tenant, identity, "move", src, dst)
-    return fs_entry(FileEntry.model_validate(out))
+    moved = svc.runner.op(
+        tenant, identity, file_ops.MoveOp(source=src, destination=dst), file_ops.MoveResult
+    )
+    return fs_entry(moved.entry)
 
 
 @router.post("/mkdir")
 def mkdir(identity: str, body: PathBody, svc: Svc, tenant: CurrentTenant) -> dict[str, Any]:
     """Make a directory and its parents: ``{"created": bool}``."""
-    return _script(svc, tenant, identity, "mkdir", _checked(body.path, "path"))
+    op = file_ops.MkdirOp(path=_checked(body.path, "path"))
+    return {"created": svc.runner.op(tenant, identity, op, file_ops.MkdirResult).created}
 
 
 def _checked(raw: str, field: str) -> str:
@@ -227,24 +208,3 @@ def _written(path: str, size: int) -> dict[str, Any]:
     """The entry of a file just written (the write op reports no stat of its own)."""
     entry = FileEntry(path=path, type="file", size=size, mtime=time.time())
     return fs_entry(entry)
-
-
-def _script(svc: Services, tenant: Tenant, identity: str, *argv: str) -> dict[str, Any]:
-    """Run ``FS_SCRIPT`` with ``argv`` as one turn; its JSON answer, errors raised."""
-    req = ExecRequest(argv=["python3", "-c", FS_SCRIPT, *argv])
-    result = svc.runner.exec(tenant, identity, req)
-    try:
-        out: dict[str, Any] = json.loads(result.stdout) if result.exit_code == 0 else {}
-    except ValueError:
-        out = {}
-    if not out:
-        raise SandboxError(
-            f"workspace {argv[0]} failed in the sandbox: {result.stderr[-500:]}",
-            operation=f"workspace.{argv[0]}",
-        )
-    error = out.get("error")
-    if error == "not_found":
-        raise NotFound(f"source: {posixpath.join('/workspace', argv[1])} does not exist")
-    if error == "conflict":
-        raise Conflict(f"path: {posixpath.join('/workspace', argv[1])} exists and is no directory")
-    return out

@@ -4,10 +4,12 @@ agentscope-runtime 1.1.6's ``SandboxManager(base_url=...)`` posts each remote
 method's parameters as one JSON object to ``/<method name>`` and reads the
 answer's ``data``; its ``*_async`` twins declared as ``(*args, **kwargs)`` send a
 lone positional argument as ``{"args": value}``, so every body here takes
-``args`` as its first field. Unknown keys are ignored (the client sends every
-parameter of its own signature). The sandbox it calls an *identity* is a
-sandgrid session of type ``python``; the AgentScope session context lives in the
-session's labels (``LABEL_CTX``), so ``get_session_mapping`` is a registry query.
+``args`` as its first field. The client sends every parameter of its method's
+own signature and nothing else; exactly those are accepted, and an unknown key
+is 422 naming it (a caller must not believe it asked for what it did not get).
+The sandbox it calls an *identity* is a sandgrid session of type ``python``;
+the AgentScope session context lives in the session's labels (``LABEL_CTX``),
+so ``get_session_mapping`` is a registry query.
 
 Tool answers are MCP ``CallToolResult`` objects in their wire form (``content``,
 ``isError``), as the runtime's own container answers them, so agentscope's
@@ -31,6 +33,7 @@ __all__ = [
     "LABEL_VALUE_MAX",
     "CallToolBody",
     "CreateFromPoolBody",
+    "GetInfoBody",
     "IdentityBody",
     "IpythonArgs",
     "ListToolsBody",
@@ -63,14 +66,16 @@ _VERSION = "sandgrid/runtime-sandbox-{type}"
 class _Body(BaseModel):
     """A remote call's parameters; a lone positional ``args`` fills the first field."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="forbid")
     _first: ClassVar[str] = ""
 
     @model_validator(mode="before")
     @classmethod
     def _positional(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "args" in data and cls._first not in data:
-            data = {**data, cls._first: data["args"]}
+        if isinstance(data, dict) and "args" in data:
+            data = dict(data)
+            arg = data.pop("args")
+            data.setdefault(cls._first, arg)
         return data
 
 
@@ -89,11 +94,22 @@ class IdentityBody(_Body):
     identity: str = Field(min_length=1, max_length=128)
 
 
+class GetInfoBody(IdentityBody):
+    """``/get_info``: ``get_info(identity, _redirect_depth=0)``; the depth is the
+    runtime's own guard against redirect loops, which the grid never answers."""
+
+    redirect_depth: int = Field(0, alias="_redirect_depth", ge=0, le=10)
+
+
 class ListToolsBody(IdentityBody):
-    tool_type: str | None = None
+    """``/list_tools``: ``list_tools(identity, tool_type=None)``."""
+
+    tool_type: str | None = Field(None, max_length=64)
 
 
 class CallToolBody(IdentityBody):
+    """``/call_tool``: ``call_tool(identity, tool_name=None, arguments=None)``."""
+
     tool_name: str = Field(min_length=1, max_length=128)
     arguments: dict[str, Any] = Field(default_factory=dict)
 
@@ -120,14 +136,14 @@ class IpythonArgs(BaseModel):
 class PathBody(BaseModel):
     """``POST /proxy/{identity}/workspace/mkdir``."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="forbid")
     path: str = Field(min_length=1, max_length=4096)
 
 
 class MoveBody(BaseModel):
     """``POST /proxy/{identity}/workspace/move``."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
+    model_config = ConfigDict(frozen=True, extra="forbid")
     source: str = Field(min_length=1, max_length=4096)
     destination: str = Field(min_length=1, max_length=4096)
 

@@ -12,7 +12,8 @@ Why it looks the way it does:
 * Tools call the same service layer as the REST routes (``scheduler.api.sessions``,
   ``TurnRunner``), in a worker thread as the sync routes do; never HTTP to
   ourselves. A ``SandgridError`` becomes a tool error (``is_error``) whose text
-  starts with its stable code; bad arguments name the field and the rule.
+  starts with its stable code; bad arguments name the field and the rule, and
+  an argument the tool does not take is refused, naming it (``_forbid_unknown``).
 * The transport is stateless and answers JSON (no MCP session to keep in one
   process): any API process can serve any request, like the REST API.
 
@@ -32,9 +33,10 @@ import anyio.to_thread
 from fastapi import FastAPI
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -151,7 +153,25 @@ def build_server(svc: Services, app: FastAPI) -> MCPServer:
     _session_tools(server, svc, app)
     _file_tools(server, svc)
     _run_code_tool(server, svc)
+    _forbid_unknown(server)
     return server
+
+
+def _forbid_unknown(server: MCPServer) -> None:
+    """Make every tool refuse an argument it does not take (the SDK ignores them).
+
+    A caller that passes ``memory=true`` must learn the tool has no such thing,
+    not get an ordinary call; the published input schemas say
+    ``additionalProperties: false`` accordingly.
+    """
+    for tool in server._tool_manager.list_tools():
+        loose = tool.fn_metadata.arg_model
+        config = ConfigDict(**{**loose.model_config, "extra": "forbid"})
+        strict: type[ArgModelBase] = type(
+            loose.__name__, (loose,), {"model_config": config, "__module__": __name__}
+        )
+        tool.fn_metadata.arg_model = strict
+        tool.parameters = strict.model_json_schema(by_alias=True)
 
 
 def _session_tools(server: MCPServer, svc: Services, app: FastAPI) -> None:

@@ -43,7 +43,8 @@ def test_same_public_methods(sync: type, async_: type) -> None:
     for name in s:
         assert _params(s[name]) == _params(a[name]), name
         if name not in ("session", "id"):
-            assert inspect.iscoroutinefunction(getattr(async_, name)), name
+            method = getattr(async_, name)  # a coroutine, or an async iterator (audit_records)
+            assert inspect.iscoroutinefunction(method) or inspect.isasyncgenfunction(method), name
 
 
 def test_same_annotations_except_transport() -> None:
@@ -109,7 +110,19 @@ def test_the_wide_keywords_are_the_ones_users_pass() -> None:
         "snapshot_policy",
         "labels",
         "fork_from",
+        "network",
     }
     assert TerminalOptions.__optional_keys__ == {"rows", "cols", "term", "idle_s", "max_s"}
     with pytest.raises(TypeError, match="unexpected keyword argument 'shel'"):
         exec_call("s-1", shel="true")  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("cls", [Client, AsyncClient, Session, AsyncSession])
+def test_network_methods_on_every_shell(cls: type) -> None:
+    """23.17: ``session(network=...)``, ``network()`` and ``set_network()`` on all four."""
+    methods = _public(cls)
+    assert {"network", "set_network"} <= set(methods)
+    first = "session_id" if cls in (Client, AsyncClient) else None
+    names = [p.name for p in methods["set_network"].parameters.values()][1:]
+    assert names == ([first] if first else []) + ["policy"]
+    assert "limit" in methods["network"].parameters

@@ -8,7 +8,16 @@ import pytest
 from pydantic import ValidationError
 
 from sandgrid.models import NetworkPolicy, SessionCreate
-from sandgrid.network import covers, decide, parse_rule, special_kind
+from sandgrid.netaddr import special_kind, unembed
+from sandgrid.network import (
+    HOST_ADDRESS,
+    SERVICE_PORT,
+    Guard,
+    covers,
+    decide,
+    parse_rule,
+    precheck,
+)
 
 
 def ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
@@ -136,3 +145,179 @@ def test_ceilings_cover_entries() -> None:
         ["github.com:443"], "github.com"
     )
     assert not covers([], "pypi.org")
+
+
+@pytest.mark.parametrize(
+    ("allow", "deny", "host", "reason"),
+    [
+        (None, [], "localhost", "no network policy (offline session)"),
+        (None, [], "203.0.113.7", "no network policy (offline session)"),
+        ([], [], "pypi.org", "not in the allow list"),
+        (
+            ["pypi.org", "*.pythonhosted.org", "10.0.0.0/8", "[2001:db8::1]"],
+            [],
+            "x.test",
+            "not in the allow list",
+        ),
+        (["pythonhosted.org:443"], [], "pythonhosted.org", "not in the allow list"),  # port 80
+        (["*.pythonhosted.org"], [], "pythonhosted.org", "not in the allow list"),
+        (["*"], ["*.invalid"], "leak-check.invalid", "denied by rule '*.invalid'"),
+    ],
+)
+def test_precheck_refuses_what_no_lookup_could_change(
+    allow: list[str] | None, deny: list[str], host: str, reason: str
+) -> None:
+    d = precheck(allow, deny, host, 80)
+    assert d is not None and not d.allowed and d.reason == reason
+
+
+@pytest.mark.parametrize(
+    ("allow", "host"),
+    [
+        (["*"], "localhost"),  # ``*`` allows any name: it is resolved, then the address decides
+        (["*:80"], "leak-check.invalid"),
+        (["pypi.org"], "PyPI.org."),
+        (["*.pythonhosted.org"], "files.pythonhosted.org"),
+        (["pypi.org"], "10.0.0.5"),  # a literal: nothing to resolve, decide has it all
+    ],
+)
+def test_precheck_leaves_to_decide_what_may_be_allowed(allow: list[str], host: str) -> None:
+    assert precheck(allow, [], host, 80) is None
+
+
+# 23.2: IPv6 forms that carry an IPv4 address are decided as that IPv4 address.
+FORMS = {
+    "mapped": "::ffff:{}",
+    "compatible": "::{}",
+    "nat64": "64:ff9b::{}",
+}
+
+
+def forms(v4: str) -> list[str]:
+    """``v4`` written in every IPv6 form that carries it (6to4 puts it in bits 16-48)."""
+    six = ipaddress.IPv6Address((0x2002 << 112) | (int(ipaddress.IPv4Address(v4)) << 80) | 1)
+    return [f.format(v4) for f in FORMS.values()] + [str(six)]
+
+
+@pytest.mark.parametrize("form", forms("203.0.113.7"), ids=[*FORMS, "6to4"])
+def test_every_form_unembeds_to_its_ipv4(form: str) -> None:
+    assert unembed(ip(form)) == ip("203.0.113.7")
+
+
+@pytest.mark.parametrize("addr", ["::", "::1", "2001:db8::1", "fd00::2", "203.0.113.7"])
+def test_plain_addresses_stay_as_they_are(addr: str) -> None:
+    assert unembed(ip(addr)) == ip(addr)
+
+
+@pytest.mark.parametrize("form", forms("203.0.113.7"), ids=[*FORMS, "6to4"])
+def test_deny_of_an_ipv4_range_holds_for_its_ipv6_forms(form: str) -> None:
+    d = decide(["*"], ["203.0.113.0/24"], form, 443, [ip(form)])
+    assert not d.allowed and d.rule == "203.0.113.0/24"
+    named = decide(["*"], ["203.0.113.0/24"], "rebound.example", 443, [ip(form)])
+    assert not named.allowed and named.rule == "203.0.113.0/24"  # a name resolving to it
+
+
+@pytest.mark.parametrize("form", forms("127.0.0.77"), ids=[*FORMS, "6to4"])
+def test_a_denied_port_on_a_named_loopback_address_holds_for_its_ipv6_forms(form: str) -> None:
+    allow, deny = ["*", "127.0.0.77"], ["127.0.0.77:7000"]
+    d = decide(allow, deny, form, 7000, [ip(form)])
+    assert not d.allowed and d.rule == "127.0.0.77:7000"
+    assert decide(allow, deny, form, 7001, [ip(form)]).allowed  # named: the other port opens
+    assert decide(["127.0.0.77"], [], form, 7001, [ip(form)]).allowed  # allow by address too
+
+
+@pytest.mark.parametrize(
+    ("v4", "kind"),
+    [
+        ("127.0.0.1", "loopback address"),
+        ("10.0.0.5", "private address"),
+        ("169.254.169.254", "metadata address"),
+    ],
+)
+def test_special_addresses_in_ipv6_forms_are_refused_under_allow_all(v4: str, kind: str) -> None:
+    for form in forms(v4):
+        assert special_kind(ip(form)) == kind
+        d = decide(["*"], [], form, 6379, [ip(form)])
+        assert not d.allowed and d.reason == kind, form
+
+
+@pytest.mark.parametrize(
+    ("entry", "kind"),
+    [
+        ("[::ffff:127.0.0.1]:6379", "IPv4-mapped"),
+        ("::ffff:0:0/96", "IPv4-mapped"),
+        ("::ffff:10.0.0.0/104", "IPv4-mapped"),
+        ("::7f00:1", "IPv4-compatible"),
+        ("::/96", "IPv4-compatible"),
+        ("64:ff9b::/96", "NAT64"),
+        ("[64:ff9b::a00:5]:80", "NAT64"),
+        ("2002::/16", "6to4"),
+        ("2002:7f00::/24", "6to4"),
+    ],
+)
+def test_entries_in_an_ipv6_form_of_ipv4_are_refused(entry: str, kind: str) -> None:
+    with pytest.raises(ValueError, match=rf"in the {kind} form .*write the IPv4"):
+        parse_rule(entry)
+    with pytest.raises(ValidationError, match=r"network\.deny\[1\]: entry"):
+        NetworkPolicy(deny=["ok.org", entry])
+
+
+@pytest.mark.parametrize("entry", ["[::1]:6379", "::/128", "::/0", "2000::/3", "2001:db8::/32"])
+def test_plain_ipv6_entries_still_parse(entry: str) -> None:
+    assert parse_rule(entry).net is not None
+
+
+# 23.3: the host's own addresses and the grid's service ports.
+OWN = ip("192.0.2.2")
+GUARD = Guard(
+    host_addrs=frozenset({ip("127.0.0.1"), OWN, ip("fd00::2")}),
+    service_ports=frozenset({6379, 9000, 8700}),
+    endpoints=frozenset({(ip("203.0.113.50"), 6379)}),
+)
+
+
+def test_the_hosts_own_address_is_refused_under_allow_all_and_ranges() -> None:
+    for allow in (["*"], ["192.0.2.0/24"], ["0.0.0.0/0"], ["*", "192.0.2.0/24:8080"]):
+        d = decide(allow, [], "192.0.2.2", 8080, [OWN], GUARD)
+        assert not d.allowed and d.reason == HOST_ADDRESS, allow
+    rebound = decide(["*"], [], "rebound.example", 8080, [OWN], GUARD)
+    assert not rebound.allowed and rebound.reason == HOST_ADDRESS
+    mapped = decide(["*"], [], "::ffff:192.0.2.2", 8080, [ip("::ffff:192.0.2.2")], GUARD)
+    assert mapped.reason == HOST_ADDRESS
+    assert decide(["*"], [], "192.0.2.3", 8080, [ip("192.0.2.3")], GUARD).allowed  # a neighbour
+
+
+def test_the_hosts_own_address_opens_only_when_named_exactly() -> None:
+    assert decide(["*", "192.0.2.2"], [], "192.0.2.2", 8080, [OWN], GUARD).allowed
+    assert decide(["192.0.2.2:8080"], [], "192.0.2.2", 8080, [OWN], GUARD).allowed
+    assert not decide(["192.0.2.2:8081"], [], "192.0.2.2", 8080, [OWN], GUARD).allowed
+    # a private host address needs both: the private range named, and the address itself
+    assert decide(["fd00::/8"], [], "fd00::2", 80, [ip("fd00::2")], GUARD).reason == HOST_ADDRESS
+    assert decide(["[fd00::2]"], [], "fd00::2", 80, [ip("fd00::2")], GUARD).allowed
+
+
+def test_a_grid_port_on_loopback_needs_the_port_named() -> None:
+    lo = [ip("127.0.0.1")]
+    for allow in (["127.0.0.0/8"], ["127.0.0.1"], ["*", "127.0.0.0/8"]):
+        d = decide(allow, [], "127.0.0.1", 6379, lo, GUARD)
+        assert not d.allowed and d.reason == SERVICE_PORT, allow
+    assert decide(["127.0.0.1:6379"], [], "127.0.0.1", 6379, lo, GUARD).allowed
+    assert decide(["127.0.0.0/8:6379"], [], "127.0.0.1", 6379, lo, GUARD).allowed
+    d = decide(["127.0.0.0/8"], [], "127.0.0.5", 8700, [ip("127.0.0.5")], GUARD)
+    assert d.reason == SERVICE_PORT  # any loopback address
+    assert decide(["127.0.0.0/8"], [], "127.0.0.5", 80, [ip("127.0.0.5")], GUARD).allowed
+    named = decide(["pypi.test", "127.0.0.0/8"], [], "pypi.test", 9000, [ip("127.0.0.5")], GUARD)
+    assert named.reason == SERVICE_PORT  # names never open a grid port
+
+
+def test_a_grid_port_on_the_hosts_address_and_on_the_services_endpoint() -> None:
+    d = decide(["192.0.2.2"], [], "192.0.2.2", 6379, [OWN], GUARD)
+    assert not d.allowed and d.reason == SERVICE_PORT
+    assert decide(["192.0.2.2:6379"], [], "192.0.2.2", 6379, [OWN], GUARD).allowed
+    public = [ip("203.0.113.9")]
+    assert decide(["*"], [], "203.0.113.9", 6379, public, GUARD).allowed  # someone else's
+    endpoint = decide(["*"], [], "redis.example", 6379, [ip("203.0.113.50")], GUARD)
+    assert not endpoint.allowed and endpoint.reason == SERVICE_PORT
+    assert decide(
+        ["203.0.113.50:6379"], [], "203.0.113.50", 6379, [ip("203.0.113.50")], GUARD
+    ).allowed

@@ -11,7 +11,15 @@ from pydantic import BaseModel
 from sandgrid.errors import SandboxError
 from sandgrid.lifecycle import CheckpointInfo, CheckpointList, PauseResult, RestoreResult
 from sandgrid.models import CodeResult, ExecResult, FileEntry, FileList, FileRead, SaveError
-from sandgrid.ops.files import DeleteResult, TarDownloadResult, TarUploadResult, WriteResult
+from sandgrid.ops.files import (
+    DeleteResult,
+    MkdirResult,
+    MoveResult,
+    StatResult,
+    TarDownloadResult,
+    TarUploadResult,
+    WriteResult,
+)
 from sandgrid.ops.lifecycle import DropCheckpointResult
 from sandgrid.ops.processes import StdinResult
 from sandgrid.ops.saved import bare_body
@@ -27,6 +35,9 @@ EXAMPLES: list[BaseModel] = [
     FileRead(path="a", content="x", encoding="utf-8", size=1),
     FileList(entries=[FileEntry(path="a", type="file")]),
     DeleteResult(deleted=1),
+    StatResult(entry=FileEntry(path="a", type="file")),
+    MkdirResult(created=True),
+    MoveResult(entry=FileEntry(path="b", type="dir")),
     TarUploadResult(files=3),
     TarDownloadResult(data_b64="AAAA"),
     CloseResult(snapshots_deleted=2),

@@ -12,6 +12,7 @@ from sandgrid.models import NetworkAttempt, NetworkPolicy, SessionCreate
 from sandgrid.wire import names
 from scheduler.network import check_policy, effective_policy, network_view
 from scheduler.tenants import Tenant, TenantLimits
+from tests.support.fakes import Grid
 
 
 def tenant(**limits: object) -> Tenant:
@@ -39,6 +40,22 @@ def test_an_entry_beyond_the_ceiling_is_named() -> None:
         effective_policy(
             tenant(network_ceiling=[]), SessionCreate(network=NetworkPolicy(allow=["a.b"]))
         )
+
+
+def test_a_ceiling_entry_in_an_ipv6_form_of_ipv4_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match=r"network_ceiling\[1\]: entry '::ffff:0:0/96' is in the"):
+        tenant(network_ceiling=["*", "::ffff:0:0/96"])
+    assert tenant(network_ceiling=["*", "[::1]:6379"]).limits.network_ceiling == ["*", "[::1]:6379"]
+
+
+@pytest.mark.parametrize(
+    "entry", ["[::ffff:127.0.0.1]:6379", "::ffff:0:0/96", "64:ff9b::/96", "2002::/16"]
+)
+def test_the_api_refuses_a_policy_entry_in_an_ipv6_form_with_422(grid: Grid, entry: str) -> None:
+    body = {"type": "python", "network": {"allow": ["pypi.org"], "deny": [entry]}}
+    r = grid.http.post("/v1/sessions", json=body, headers=grid.headers())
+    assert r.status_code == 422, r.text
+    assert "network.deny[0]" in r.text and entry in r.text and "write the IPv4" in r.text
 
 
 def test_the_view_reads_the_stream_and_usage(redis_client: redis.Redis[str]) -> None:

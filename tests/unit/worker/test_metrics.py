@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from sandgrid.models import SessionInfo
 from sandgrid.ops.exec import ExecOp
 from sandgrid.wire.jobs import TurnJob, TurnOutcome
+from sandgrid.wire.settings import Settings
+from tests.support.listeners import listen_addresses
 from worker import metrics
 
 
@@ -55,3 +58,19 @@ def test_serve_falls_back_to_a_free_port_when_taken() -> None:
     again = metrics.serve(port, "127.0.0.1")  # taken: another free port, not a crash
     assert again != port
     assert httpx.get(f"http://127.0.0.1:{again}/metrics", timeout=5).status_code == 200
+
+
+def test_metrics_listen_on_loopback_by_default() -> None:
+    """23.3: a node's /metrics socket is bound to 127.0.0.1 unless an address is named."""
+    assert Settings().worker.metrics_addr == "127.0.0.1"
+    port = metrics.serve(0)
+    assert listen_addresses(port) == {"127.0.0.1"}
+    assert metrics.advertised_host(Settings().worker.metrics_addr) == "127.0.0.1"
+
+
+def test_metrics_address_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SANDGRID_WORKER__METRICS_ADDR", "127.0.0.3")
+    addr = Settings().worker.metrics_addr
+    port = metrics.serve(0, addr)
+    assert listen_addresses(port) == {"127.0.0.3"}
+    assert metrics.advertised_host(addr) == "127.0.0.3"

@@ -23,7 +23,7 @@ def test_no_live_owner_is_process_lost_and_an_empty_listing(grid: Grid) -> None:
         ("POST", f"{base}/7/stdin", {"data": "x"}),
     ):
         r = grid.http.request(method, path, json=body, headers=grid.headers())
-        assert r.status_code == 500 and r.json()["error"]["code"] == "process_lost", (path, r.text)
+        assert r.status_code == 410 and r.json()["error"]["code"] == "process_lost", (path, r.text)
     assert grid.worker.sent == []  # answered at once: no message sent, no wait
 
 

@@ -18,8 +18,9 @@ from sandgrid.ops.files import WriteOp, WriteResult
 from sandgrid.wire import names
 from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from sandgrid.wire.objects.local import LocalObjects
+from scheduler.audit.describe import command_fields
 from scheduler.audit.export import AuditExporter
-from scheduler.audit.log import AuditLog, command_fields
+from scheduler.audit.log import AuditLog
 
 
 @pytest.fixture
@@ -67,7 +68,7 @@ def test_a_turn_is_recorded_without_env_or_contents(log: AuditLog) -> None:
         None,
         3.0,
     )
-    records = log.query("acme").records
+    records = log.query("acme", order="asc").records
     assert [r.action for r in records] == ["exec", "write"]
     assert (
         records[0].exit_code == 2 and records[0].node == "w1" and records[0].command_head == "cat /"
@@ -111,9 +112,9 @@ def test_export_writes_segments_first_then_trims_and_loses_nothing(
     segments = list((tmp_path / "t" / "acme" / "audit").rglob("*.jsonl"))
     assert len(segments) == 1 and len(segments[0].read_text().splitlines()) == 5
     log.record("acme", "s-late", "exec")
-    assert [r.session for r in log.query("acme").records] == [f"s-{i}" for i in range(5)] + [
-        "s-late"
-    ]
+    assert [r.session for r in log.query("acme", order="asc").records] == [
+        f"s-{i}" for i in range(5)
+    ] + ["s-late"]
 
 
 def test_a_crash_between_export_and_trim_duplicates_nothing(

@@ -110,3 +110,24 @@ def test_blocker_reports_the_first_link_or_file_on_the_way(agent: ModuleType, ro
     assert agent.blocker(str(root / "l/e/x"), roots) == str(root / "l")
     assert agent.blocker(str(root / "f/x"), roots) == str(root / "f")
     assert agent.blocker(str(root / "l"), roots) is None  # the member itself may be a link
+
+
+def test_a_full_restore_empties_closed_directories_and_never_follows_a_link(
+    agent: ModuleType, root: Path
+) -> None:
+    """``clear`` opens closed directories to rmtree them, relative to their
+    parent's fd: a link out is unlinked, its target's modes and files untouched."""
+    (root / "closed/deeper").mkdir(parents=True)
+    (root / "closed/deeper/f").write_text("x")
+    os.chmod(root / "closed/deeper", 0o000)
+    os.chmod(root / "closed", 0o000)
+    outside = root.parent / "outside"
+    os.chmod(outside, 0o500)
+    os.symlink(str(outside), root / "out")
+    try:
+        assert extract(agent, root, tar(("new", tarfile.REGTYPE, "n")), clear=True) == 1
+        assert sorted(os.listdir(root)) == ["new"]
+        assert oct(os.stat(outside).st_mode & 0o777) == oct(0o500)
+        assert (outside / "secret").read_text() == "untouched"
+    finally:
+        os.chmod(outside, 0o755)

@@ -11,7 +11,8 @@ import pytest
 from sandgrid.models import NetworkAttempt, NetworkPolicy
 from worker.egress.book import EgressBook, Usage
 from worker.egress.env import proxy_env, session_env
-from worker.egress.handler import Handler, read_target
+from worker.egress.handler import Handler
+from worker.egress.protocol import read_target
 from worker.egress.resolver import Resolver
 
 
@@ -133,6 +134,57 @@ def test_unresolvable_and_unbound() -> None:
     )
     out = serve(handler, b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n", session=None)
     assert b"denied: no network policy" in out and len(book.attempts) == 1
+
+
+class NoLookups(Resolver):
+    """A resolver that fails the test if the handler asks it anything."""
+
+    async def resolve(self, host: str, port: int) -> list[Any]:
+        pytest.fail(f"the handler resolved {host!r}")
+
+
+@pytest.mark.parametrize(
+    ("policy", "request_", "reason"),
+    [
+        (None, b"CONNECT localhost:6379 HTTP/1.1\r\n\r\n", "no network policy"),
+        (None, b"CONNECT leak-check.invalid:443 HTTP/1.1\r\n\r\n", "no network policy"),
+        (None, b"GET http://leak-check.invalid/x HTTP/1.1\r\n\r\n", "no network policy"),
+        (
+            NetworkPolicy(allow=["pypi.org", "*.pythonhosted.org", "10.0.0.0/8"]),
+            b"CONNECT leak-check.invalid:443 HTTP/1.1\r\n\r\n",
+            "not in the allow list",
+        ),
+        (
+            NetworkPolicy(allow=["*"], deny=["*.invalid"]),
+            b"\x05\x01\x00\x05\x01\x00\x03\x12leak-check.invalid\x01\xbb",
+            "denied by rule",
+        ),
+    ],
+    ids=["offline-localhost", "offline-connect", "offline-http", "no-allow-match", "deny-name"],
+)
+def test_a_refusal_by_name_makes_no_lookup_and_says_so(
+    policy: NetworkPolicy | None, request_: bytes, reason: str
+) -> None:
+    book = MemoryBook(policy)
+    out = serve(Handler(book, NoLookups(), "n1"), request_)
+    assert reason.encode() in out or out.startswith(b"\x05\x00\x05\x02")
+    [a] = book.attempts
+    assert not a.allowed and reason in a.reason
+    assert (a.resolved, a.address) == (False, "")
+
+
+def test_a_name_the_policy_could_allow_is_resolved_and_says_so() -> None:
+    book = MemoryBook(NetworkPolicy(allow=["pypi.test"]))
+    out = serve(
+        Handler(book, Resolver({"pypi.test": "10.1.2.3"}), "n1"),
+        b"CONNECT pypi.test:80 HTTP/1.1\r\n\r\n",
+    )
+    assert b"denied: private address" in out
+    [a] = book.attempts
+    assert (a.resolved, a.address) == (True, "10.1.2.3")
+    literal = MemoryBook(NetworkPolicy(allow=["*"]))
+    serve(Handler(literal, NoLookups(), "n1"), b"CONNECT 10.0.0.5:80 HTTP/1.1\r\n\r\n")
+    assert (literal.attempts[0].resolved, literal.attempts[0].address) == (False, "10.0.0.5")
 
 
 def test_connection_quota_is_enforced_from_recorded_usage() -> None:

@@ -32,6 +32,9 @@ def test_the_handler_says_whether_the_op_needs_the_sandbox() -> None:
         "read",
         "list",
         "delete",
+        "stat",
+        "mkdir",
+        "move",
         "tar_upload",
         "tar_download",
         "run_code",
@@ -43,7 +46,7 @@ def test_the_handler_says_whether_the_op_needs_the_sandbox() -> None:
 
 def test_the_ops_that_change_the_workspace_say_so() -> None:
     mutating = {k for k in OPS if getattr(OPS.handler(k), "mutates", False)}
-    assert mutating == {"exec", "write", "delete", "tar_upload", "run_code", "pty"}
+    assert mutating == {"exec", "write", "delete", "mkdir", "move", "tar_upload", "run_code", "pty"}
 
 
 def test_an_unknown_kind_is_an_error_and_a_kind_has_one_handler() -> None:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from sandgrid.models import ExecResult, FileEntry, Quotas, SessionInfo
 from sandgrid.ops.code import RunCodeOp
@@ -19,7 +20,12 @@ from scheduler.api.compat.agentscope_models import (
     LABEL_TYPE,
     CallToolBody,
     CreateFromPoolBody,
+    GetInfoBody,
     IdentityBody,
+    ListToolsBody,
+    MoveBody,
+    PathBody,
+    SessionMappingBody,
     container_info,
     fs_entry,
     labels_for,
@@ -47,8 +53,27 @@ def _create(grid: Grid, ctx: str = "ctx-1", token: str | None = None) -> str:
 def test_async_twins_positional_args_fill_the_first_field() -> None:
     assert IdentityBody.model_validate({"args": "s-1"}).identity == "s-1"
     assert CreateFromPoolBody.model_validate({"args": "base"}).sandbox_type == "base"
-    body = CallToolBody.model_validate({"identity": "s-1", "tool_name": "t", "extra": 1})
+    body = CallToolBody.model_validate({"identity": "s-1", "tool_name": "t"})
     assert body.arguments == {}
+
+
+def test_bodies_take_what_the_runtime_client_sends_and_refuse_the_rest() -> None:
+    """agentscope-runtime 1.1.6 sends each method's own parameters: those, and no other."""
+    CreateFromPoolBody.model_validate({"sandbox_type": "base", "meta": {"session_ctx_id": "c"}})
+    assert GetInfoBody.model_validate({"identity": "s-1", "_redirect_depth": 1}).identity == "s-1"
+    ListToolsBody.model_validate({"identity": "s-1", "tool_type": None})
+    CallToolBody.model_validate({"identity": "s-1", "tool_name": "t", "arguments": {}})
+    SessionMappingBody.model_validate({"session_ctx_id": "c"})
+    MoveBody.model_validate({"source": "a", "destination": "b"})
+    PathBody.model_validate({"path": "a"})
+    for model, body in (
+        (CallToolBody, {"identity": "s-1", "tool_name": "t", "extra": 1}),
+        (IdentityBody, {"identity": "s-1", "memory": True}),
+        (MoveBody, {"source": "a", "destination": "b", "overwrite": True}),
+        (PathBody, {"path": "a", "parents": False}),
+    ):
+        with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+            model.model_validate(body)
 
 
 def test_labels_carry_the_session_context() -> None:
@@ -191,6 +216,29 @@ def test_file_routes(grid: Grid) -> None:
     gone = grid.http.delete(f"{base}/entry", params={"path": "a.txt"}, headers=h)
     assert gone.status_code == 204
     assert "a.txt" not in {p for s, p in grid.worker.files if s == sid}
+
+
+def test_exists_mkdir_and_move_are_the_grids_file_ops(grid: Grid) -> None:
+    """Turns of ``stat``, ``mkdir``, ``move`` (resolved beneath the workspace by the
+    agent), not a script run by ``exec``: no exec turn is sent."""
+    sid = _create(grid)
+    base, h = f"/proxy/{sid}/workspace", grid.headers()
+    grid.http.put(f"{base}/file", params={"path": "a.txt"}, content=b"hey", headers=h)
+    assert grid.http.get(f"{base}/exists", params={"path": "a.txt"}, headers=h).json() == {
+        "exists": True
+    }
+    assert grid.http.get(f"{base}/exists", params={"path": "b"}, headers=h).json() == {
+        "exists": False
+    }
+    made = grid.http.post(f"{base}/mkdir", json={"path": "d"}, headers=h)
+    assert made.status_code == 200 and made.json() == {"created": True}
+    body = {"source": "a.txt", "destination": "/workspace/d/a.txt"}
+    moved = grid.http.post(f"{base}/move", json=body, headers=h)
+    assert moved.status_code == 200 and moved.json()["path"] == "/workspace/d/a.txt"
+    missing = grid.http.post(f"{base}/move", json={"source": "zz", "destination": "y"}, headers=h)
+    assert missing.status_code == 404
+    kinds = [j.op.kind for j, _ in grid.worker.sent]
+    assert kinds == ["write", "stat", "stat", "mkdir", "move", "move"]
 
 
 def test_file_paths_may_not_leave_the_workspace(grid: Grid) -> None:

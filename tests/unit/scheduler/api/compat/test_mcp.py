@@ -88,3 +88,15 @@ def test_run_code_is_a_tool(grid: Grid) -> None:
     listed = _rpc(grid, "tools/list", {}).json()["result"]["tools"]
     tool = next(t for t in listed if t["name"] == "run_code")
     assert tool["inputSchema"]["required"] == ["session_id", "code"]
+
+
+def test_an_argument_a_tool_does_not_take_is_an_error_naming_it(grid: Grid) -> None:
+    """Issue 23.13: the MCP SDK ignores unknown arguments; ours refuse them."""
+    sid = _call(grid, "create_session")["structuredContent"]["id"]
+    sent = len(grid.worker.sent)
+    extra = _call(grid, "exec", session_id=sid, command="true", sudo=True)
+    assert extra["isError"] and "sudo" in str(extra) and "Extra inputs" in str(extra), extra
+    assert len(grid.worker.sent) == sent  # refused before any turn
+    tools = _rpc(grid, "tools/list", {}).json()["result"]["tools"]
+    assert all(t["inputSchema"].get("additionalProperties") is False for t in tools)
+    assert _call(grid, "close_session", session_id=sid)["structuredContent"]["state"] == "closed"

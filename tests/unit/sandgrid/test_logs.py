@@ -1,0 +1,152 @@
+"""The grid's log lines (sandgrid.wire.logs): one line a record, never a secret.
+
+Each record here carries a secret as a real library would log it (uvicorn's
+access and WebSocket lines with a query string, a URL with a password, a
+token in a message or a traceback, Celery's task context as ``extra``); the
+line written must hold none of them, and be exactly one line (a JSON object
+for ``json``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from sandgrid.wire.logs import (
+    FRAMEWORK_LOGGERS,
+    JsonFormatter,
+    OneLineTextFormatter,
+    formatter_for,
+    scrub,
+    setup_logging,
+)
+
+SECRET = "sg_" + "S3cr3tT0k3n" * 4
+FORMATS = ("json", "text")
+
+
+def _record(name: str, msg: str, *args: object, **extra: object) -> logging.LogRecord:
+    record = logging.LogRecord(name, logging.INFO, __file__, 1, msg, args or None, None)
+    record.__dict__.update(extra)
+    return record
+
+
+SECRET_RECORDS = {
+    "uvicorn access with a query": _record(
+        "uvicorn.access",
+        '%s - "%s %s HTTP/%s" %d',
+        "127.0.0.1:4242",
+        "GET",
+        f"/v1/sessions/s-1/terminal?token={SECRET}&x=1",
+        "1.1",
+        101,
+    ),
+    "uvicorn websocket accepted": _record(
+        "uvicorn.error",
+        '%s - "WebSocket %s" [accepted]',
+        "127.0.0.1:4242",
+        f"/v1/sessions/s-1/terminal?ticket={SECRET}",
+    ),
+    "a URL with a password": _record("x", "broker at %s", f"redis://:{SECRET}@127.0.0.1:6379/0"),
+    "a bearer header": _record("x", "headers: %r", {"authorization": f"Bearer {SECRET}"}),
+    "a bare token": _record("x", "tenant token %s rotated", SECRET),
+    "a password pair": _record("x", "flower --basic-auth=admin password=%s", SECRET),
+    "celery's task context as extra": _record(
+        "celery.app.trace",
+        "Task %(name)s[%(id)s] succeeded in %(runtime)ss: %(return_value)s",
+        {"name": "sandgrid.turn", "id": "t-1.1", "runtime": 0.1, "return_value": "<outcome>"},
+        data={"args": SECRET, "kwargs": SECRET},
+    ),
+}
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("case", list(SECRET_RECORDS))
+def test_a_record_carrying_a_secret_never_prints_it(fmt: str, case: str) -> None:
+    line = formatter_for(fmt).format(SECRET_RECORDS[case])
+    assert SECRET not in line and "S3cr3t" not in line
+    assert "\n" not in line
+
+
+def test_the_access_line_keeps_the_path_and_status_only() -> None:
+    line = json.loads(JsonFormatter().format(SECRET_RECORDS["uvicorn access with a query"]))
+    assert line["msg"] == '127.0.0.1:4242 - "GET /v1/sessions/s-1/terminal HTTP/1.1" 101'
+    assert line["logger"] == "uvicorn.access" and line["level"] == "INFO"
+
+
+def _raise_with_secret() -> logging.LogRecord:
+    try:
+        raise RuntimeError(f"GET http://127.0.0.1/x?token={SECRET}\nfailed\nover lines")
+    except RuntimeError:
+        record = logging.LogRecord("x", logging.ERROR, __file__, 1, "boom\nline2", None, None)
+        record.exc_info = sys.exc_info()
+        return record
+
+
+def test_json_is_one_object_a_line_with_the_traceback_inside() -> None:
+    line = JsonFormatter().format(_raise_with_secret())
+    assert "\n" not in line
+    body = json.loads(line)
+    assert set(body) >= {"ts", "level", "logger", "msg", "exc"}
+    assert body["msg"] == "boom\nline2" and "RuntimeError" in body["exc"]
+    assert SECRET not in line and body["ts"].endswith("Z")
+
+
+def test_text_is_one_line_with_newlines_escaped() -> None:
+    line = OneLineTextFormatter().format(_raise_with_secret())
+    assert "\n" not in line and "boom\\nline2" in line and "RuntimeError" in line
+    assert SECRET not in line and " ERROR x: " in line
+
+
+def test_task_context_is_named_and_other_extras_are_not_written() -> None:
+    record = _record("worker.x", "hello", sg_task_id="t-1.1", sg_task="sandgrid.turn", other=SECRET)
+    body = json.loads(JsonFormatter().format(record))
+    assert body["task_id"] == "t-1.1" and body["task"] == "sandgrid.turn"
+    assert SECRET not in json.dumps(body)
+
+
+def test_scrub_leaves_plain_text_alone() -> None:
+    text = 'node w1: serving python; "GET /v1/health HTTP/1.1" 200; is it? yes'
+    assert scrub(text) == text
+
+
+def test_an_unknown_format_is_refused() -> None:
+    with pytest.raises(ValueError, match="'xml'"):
+        formatter_for("xml")
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    named = {
+        n: (list(logging.getLogger(n).handlers), logging.getLogger(n).propagate)
+        for n in FRAMEWORK_LOGGERS
+    }
+    yield
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
+    for n, (handlers, propagate) in named.items():
+        logging.getLogger(n).handlers[:] = handlers
+        logging.getLogger(n).propagate = propagate
+    logging.captureWarnings(False)
+
+
+@pytest.mark.usefixtures("restore_logging")
+def test_setup_sends_every_library_through_one_handler() -> None:
+    logging.getLogger("uvicorn.access").addHandler(logging.StreamHandler(io.StringIO()))
+    logging.getLogger("uvicorn.access").propagate = False
+    out = io.StringIO()
+    setup_logging("json", "INFO", stream=out)
+    setup_logging("json", "INFO", stream=out)  # idempotent: one handler, not two
+    assert len(logging.getLogger().handlers) == 1
+    logging.getLogger("uvicorn.access").info('%s - "GET %s HTTP/1.1" 200', "c", f"/a?t={SECRET}")
+    logging.getLogger("celery.worker").warning("two\nlines")
+    lines = out.getvalue().splitlines()
+    assert [json.loads(x)["logger"] for x in lines] == ["uvicorn.access", "celery.worker"]
+    assert SECRET not in out.getvalue()
