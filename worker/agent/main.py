@@ -163,6 +163,7 @@ def main() -> int:
             req = {"op": "_bad"}
         if req is None:
             INBOX.close_all()
+            threads.drain()
             return 0
         if req.get("notify") or req.get("op") in PTY_NOTIFY_OPS:
             INBOX.route(req)  # no reply, ever (docs/agent-protocol.md, notifications)

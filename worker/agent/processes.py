@@ -43,6 +43,7 @@ __all__ = [
     "finish_cleanup",
     "kill_new",
     "reply_of",
+    "spared",
     "spawn",
     "start_as_user",
     "tasks_besides_agent",
@@ -74,6 +75,16 @@ class Leaders:
 
 
 LEADERS = Leaders()
+
+
+def spared(pgid: int) -> frozenset[int]:
+    """The leaders a kill of ``pgid``'s command spares: every live one but its own.
+
+    Read under the reaper's lock, which a spawn holds until its leader is in
+    ``LEADERS``: a process seen in a scan made before this call has its leader
+    here if that leader is a command's."""
+    with REAPER.cond:
+        return LEADERS.others(pgid)
 
 
 def user_procs() -> dict[tuple[int, int], bool]:
@@ -120,17 +131,18 @@ def kill_new(pgid: int, before: set[tuple[int, int]]) -> None:
     the cleanup to finish (``finish_cleanup``).
     """
     end = time.monotonic() + KILL_BUDGET_S
-    others = LEADERS.others(pgid)  # what other requests run: their sessions are spared
     LAUNCHER.stop(quiet=True)  # its children (the command's leader) become the agent's
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
-    if not before and not others and tasks_besides_agent() is not None:
-        Cleanup.pending = not _kill_all_until(end)
-        return
+    if not before and not spared(pgid) and tasks_besides_agent() is not None:
+        done = _kill_all_until(end, pgid)
+        if done is not None:  # else another command started: spare it, one by one below
+            Cleanup.pending = not done
+            return
     while True:
-        procs = {
-            k: z for k, (z, sid) in user_sessions().items() if k not in before and sid not in others
-        }
+        found = user_sessions()
+        others = spared(pgid)  # after the scan: a command started meanwhile is known by now
+        procs = {k: z for k, (z, sid) in found.items() if k not in before and sid not in others}
         alive = [pid for (pid, _), zombie in procs.items() if not zombie]
         for pid in alive:
             with contextlib.suppress(OSError):
@@ -141,12 +153,14 @@ def kill_new(pgid: int, before: set[tuple[int, int]]) -> None:
         time.sleep(0.002)
 
 
-def _kill_all_until(end: float) -> bool:
-    """Kill every user process until there is none (True) or ``end`` passes (False)."""
+def _kill_all_until(end: float, pgid: int) -> bool | None:
+    """Kill every user process until there is none (True) or ``end`` passes (False);
+    None as soon as a command other than ``pgid``'s runs (it must be spared)."""
     while tasks_besides_agent() != 0:
         if time.monotonic() > end:
             return False
-        _kill_all_as_user(end)
+        if not _kill_all_as_user(end, pgid):
+            return None
         time.sleep(0.002)
     return True
 
@@ -154,10 +168,11 @@ def _kill_all_until(end: float) -> bool:
 def finish_cleanup() -> None:
     """Before an exec: make sure the last timed-out exec left nothing running (when
     nothing else runs: a kill of everything would take the other requests' too)."""
-    if Cleanup.pending and not LEADERS.others(0):
-        if not _kill_all_until(time.monotonic() + CLEANUP_WAIT_S):
+    if Cleanup.pending and not spared(0):
+        done = _kill_all_until(time.monotonic() + CLEANUP_WAIT_S, 0)
+        if done is False:
             raise AgentError("sandbox_error", "processes of a timed-out exec are still dying")
-        Cleanup.pending = False
+        Cleanup.pending = done is None  # None: a command started meanwhile, finish later
 
 
 def _become_user() -> None:
@@ -166,13 +181,17 @@ def _become_user() -> None:
     os.setuid(UID)
 
 
-def _kill_all_as_user(end: float) -> None:
-    """``kill(-1, SIGKILL)`` from a child running as the user (spares only itself)."""
+def _kill_all_as_user(end: float, pgid: int) -> bool:
+    """``kill(-1, SIGKILL)`` from a child running as the user (spares only itself);
+    False, killing nothing, when a command other than ``pgid``'s runs (checked under
+    the lock every spawn holds until its leader is known)."""
     with REAPER.cond:
+        if LEADERS.others(pgid):
+            return False
         try:
             pid = os.fork()
         except OSError:
-            return
+            return True
         if pid == 0:  # pragma: no cover - child
             with contextlib.suppress(BaseException):
                 _become_user()
@@ -181,6 +200,7 @@ def _kill_all_as_user(end: float) -> None:
         REAPER.wanted.add(pid)
     REAPER.kick()
     REAPER.wait(pid, max(end - time.monotonic(), 0.01))
+    return True
 
 
 def tasks_besides_agent() -> int | None:
@@ -205,7 +225,7 @@ def start_as_user(
     with REAPER.cond:  # the reaper must know the pid before it can reap it
         proc = LAUNCHER.popen(argv, env, cwd, stdin=stdin, stderr=stderr)  # launcher.py
         REAPER.wanted.add(proc.pid)
-    LEADERS.add(proc.pid)
+        LEADERS.add(proc.pid)  # under the reaper's lock: ``spared`` reads them under it
     REAPER.kick()
     return proc
 

@@ -88,7 +88,7 @@ def _spawn(slave: int, term: str) -> subprocess.Popen[bytes]:
             close_fds=True,
         )
         REAPER.wanted.add(proc.pid)
-    LEADERS.add(proc.pid)
+        LEADERS.add(proc.pid)
     REAPER.kick()
     return proc
 

@@ -4,8 +4,9 @@ A session runs several turns at once (the scheduler's ``max_parallel_turns``),
 as commands in one container do, so the agent answers requests in any order:
 the main loop reads each frame and hands it to a request thread, which runs
 its op and writes the reply (``framing.send`` writes whole frames under a
-lock). Threads are made on demand up to ``MAX_THREADS`` and kept: a sandbox
-that only ever runs one turn at a time has one. A thread that cannot be made
+lock). The first thread is made at start, before any user code runs; more
+are made on demand up to ``MAX_THREADS`` and kept: a sandbox that only ever
+runs one turn at a time has one. A thread that cannot be made
 (a fork bomb has taken every pid the sandbox has, and threads count) is no
 error: the request waits for a thread that is already there, so the agent is
 never without one.
@@ -39,10 +40,12 @@ class RequestThreads:
         self._serve = serve
         self._limit = max(1, limit)
         self._queue: queue.SimpleQueue[Json] = queue.SimpleQueue()
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._threads = 0
         self._idle = 0  # threads waiting for a request
         self._pending = 0  # requests not yet taken by a thread
+        # One from the start, before any user code runs: the agent is never without one.
+        self._threads = 1 if self._start() else 0
 
     def submit(self, req: Json) -> None:
         """Run ``req`` on an idle thread, a new one, or the first to free up."""
@@ -55,6 +58,12 @@ class RequestThreads:
             with self._lock:
                 self._threads -= 1
         self._queue.put(req)
+
+    def drain(self) -> None:
+        """Wait until every request submitted has answered (EOF: the worker detached;
+        the requests in flight end as they would have, then the agent exits)."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._pending == 0 and self._idle == self._threads)
 
     @property
     def size(self) -> int:
@@ -73,6 +82,7 @@ class RequestThreads:
         while True:
             with self._lock:
                 self._idle += 1
+                self._lock.notify_all()
             req = self._queue.get()
             with self._lock:
                 self._idle -= 1
