@@ -222,6 +222,12 @@ class Quotas(WireModel):
     background_processes: int = Field(
         8, ge=0, le=64, description="background processes running at once in the sandbox"
     )
+    max_parallel_turns: int = Field(
+        8,
+        ge=1,
+        le=16,
+        description="turns of the session running at once; a call beyond waits in order",
+    )
 
 
 def _rules(field: str, entries: list[str]) -> list[str]:

@@ -74,6 +74,7 @@ class TenantLimits(WireModel):
     max_timeout_s: float = Field(3600.0, gt=0)
     max_workspace_mb: int = Field(4096, ge=1)
     max_output_bytes: int = Field(16 << 20, ge=1024)
+    max_parallel_turns: int = Field(8, ge=1, le=16, description="a session's turns at once")
     allow_network: bool = False
     types: list[str] | None = Field(None, description="sandbox types allowed; None: all")
     network_ceiling: list[str] = Field(

@@ -86,6 +86,7 @@ def test_settings() -> Settings:
         lost_check_s=0.05,
         auth_cache_s=0.0,
         max_body_bytes=4 << 20,
+        slot_wait_s=0.5,
     )
 
 

@@ -83,7 +83,7 @@ class Reaper:
         cutoff = time.monotonic() - self.idle_ttl_s
         count = 0
         for local in self.sessions.idle_since(cutoff):
-            if not local.lock.acquire(blocking=False):
+            if not local.gate.try_alone():
                 continue  # a turn is running: not idle
             try:
                 if self.sessions.get(local.session_id) is not local:
@@ -94,7 +94,7 @@ class Reaper:
                 if self.residency.release(local, snapshot=True, keep_on_failure=True):
                     count += 1
             finally:
-                local.lock.release()
+                local.gate.release()
         return count
 
     def reconcile(self) -> int:
@@ -111,7 +111,7 @@ class Reaper:
             running |= {c["id"] for c in backend.list_managed(self.node) if c.get("running")}
         dropped = self.pool.prune(warm - running)
         for local in sessions:
-            if local.sandbox.id in running or not local.lock.acquire(blocking=False):
+            if local.sandbox.id in running or not local.gate.try_alone():
                 continue
             try:
                 if self.sessions.get(local.session_id) is local:
@@ -125,7 +125,7 @@ class Reaper:
                     self.residency.discard(local)
                     dropped += 1
             finally:
-                local.lock.release()
+                local.gate.release()
         return dropped
 
     def collect_orphans(self, *, startup: bool = False) -> int:

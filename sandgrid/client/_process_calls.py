@@ -154,10 +154,10 @@ def wait_step(left: float | None) -> float:
 
 
 class Waiting:
-    """The steps of ``wait``: bounded waits (the sandbox serves one request at a time,
-    so no call holds it more than ``MAX_PROC_WAIT_S``) until the process ends or
-    ``timeout`` passes (None: no limit); a turn of the session in flight meanwhile
-    (409 ``session_busy``) only delays the next step."""
+    """The steps of ``wait``: bounded waits (no call holds one of the session's turn
+    slots more than ``MAX_PROC_WAIT_S``) until the process ends or ``timeout``
+    passes (None: no limit); a session with no free slot meanwhile
+    (429 ``session_busy``) only delays the next step."""
 
     def __init__(self, ref: ProcessRef, timeout: float | None) -> None:
         self.ref = ref

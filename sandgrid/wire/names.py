@@ -9,7 +9,14 @@ Redis keys (all under ``sg:``):
     ``sg:session:<id>``            hash: the session record (``SessionInfo`` JSON)
     ``sg:tenant:<tenant>:sessions`` set: the tenant's session ids
     ``sg:lease:<id>``              string: owner node, with a TTL (the lease)
-    ``sg:turnlock:<id>``           string: the turn in flight (one at a time)
+    ``sg:turnlock:<id>``           string: the op that holds the session alone (close, fork,
+                                   pause, restore, checkpoint), with a TTL
+    ``sg:sturns:<id>``             sorted set: the session's turns in flight (turn id ->
+                                   deadline), at most its ``max_parallel_turns``
+    ``sg:swait:<id>``              sorted set: calls waiting for a turn slot of the session
+                                   (ticket -> arrival), served in that order
+    ``sg:sseen:<id>``              sorted set: when each waiting call last asked (ticket ->
+                                   time), so a waiter whose API process died is dropped
     ``sg:turn:<turn_id>``          hash: state and attempt of one turn
     ``sg:node:<name>``             string: node heartbeat, with a TTL
     ``sg:tenant:<tenant>:turns``   sorted set: the tenant's turns in flight (turn id ->
@@ -72,6 +79,9 @@ __all__ = [
     "pty_in_key",
     "pty_out_key",
     "session_key",
+    "session_seen_key",
+    "session_turns_key",
+    "session_waiting_key",
     "stream_slots_key",
     "tenant_batches_key",
     "tenant_sessions_key",
@@ -135,6 +145,18 @@ def lease_key(session_id: str) -> str:
 
 def turnlock_key(session_id: str) -> str:
     return f"{KEY_PREFIX}turnlock:{session_id}"
+
+
+def session_turns_key(session_id: str) -> str:
+    return f"{KEY_PREFIX}sturns:{session_id}"
+
+
+def session_waiting_key(session_id: str) -> str:
+    return f"{KEY_PREFIX}swait:{session_id}"
+
+
+def session_seen_key(session_id: str) -> str:
+    return f"{KEY_PREFIX}sseen:{session_id}"
 
 
 def turn_key(turn_id: str) -> str:

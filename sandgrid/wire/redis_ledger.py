@@ -225,12 +225,12 @@ class RedisLedger(SessionLedger):
             raise NotFound(f"session {session_id!r} not found", operation="sessions.update")
 
     def get_any(self, session_id: str) -> SessionInfo | None:
-        """One round trip: record, lease holder and TTL, turn lock."""
+        """One round trip: record, lease holder and TTL, turns in flight."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(names.session_key(session_id))
         pipe.get(names.lease_key(session_id))
         pipe.pttl(names.lease_key(session_id))
-        pipe.exists(names.turnlock_key(session_id))
+        pipe.exists(names.turnlock_key(session_id), names.session_turns_key(session_id))
         raw, owner, pttl, busy = pipe.execute()
         if not raw:
             return None

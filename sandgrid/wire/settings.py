@@ -315,6 +315,13 @@ class Settings(BaseSettings):
         DEFAULT_TURN_MARGIN_S,
         description="SANDGRID_TURN_MARGIN_S: extra wait (queue, restore, snapshot)",
     )
+    # Parallel turns (issue 20): how long a call waits for a slot of its session.
+    slot_wait_s: float = Field(
+        30.0,
+        ge=0,
+        description="SANDGRID_SLOT_WAIT_S: a call waits this long for a free slot of its "
+        "session (quotas.max_parallel_turns), then 429 session_busy",
+    )
     lost_check_s: float = Field(
         DEFAULT_LOST_CHECK_S,
         gt=0,

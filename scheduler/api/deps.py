@@ -139,6 +139,7 @@ def _runner(
         turn_margin_s=settings.turn_margin_s,
         lost_check_s=settings.lost_check_s,
         restart_grace_s=3 * settings.heartbeat_s,
+        slot_wait_s=settings.slot_wait_s,
     )
 
 

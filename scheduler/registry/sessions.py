@@ -11,9 +11,9 @@ beside it) so that it is atomic without WATCH loops. Keys come only from
 
 Who calls what:
     * the API: ``create``, ``get``, ``list``, ``close``, ``save_record``,
-      ``close_record``, ``begin_turn`` /
-      ``end_turn``, ``acquire_turn_slot`` / ``release_turn_slot``,
-      ``abandon_turn``, ``node_alive``, and of the ledger's operations the
+      ``close_record``, the turns' operations of ``scheduler.registry.turns``
+      (``admit_turn``, ``begin_turn`` / ``end_turn``, ``finish_turn``,
+      ``withdraw``, ``abandon_turn``...), ``node_alive``, and of the ledger's operations the
       ones it exposes: ``get_any``, ``update``, ``requeue_turn``,
       ``lease_owner``, ``node_record``, ``node_records``.
     * a worker (through ``SessionLedger``, the registry's ``ledger`` in tests):
@@ -32,7 +32,6 @@ from __future__ import annotations
 import builtins
 import json
 import secrets
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,22 +42,19 @@ from sandgrid.errors import LimitExceeded, NotFound
 from sandgrid.models import SessionCreate, SessionInfo
 from sandgrid.wire import names
 from sandgrid.wire.ledger import NodeRecord
-from sandgrid.wire.redis_ledger import DERIVED_FIELDS, RedisLedger, Requeue, millis
+from sandgrid.wire.redis_ledger import DERIVED_FIELDS, RedisLedger, Requeue
 from sandgrid.wire.scripts import LuaScripts
 from scheduler import metrics
 from scheduler.registry import LUA_DIR
 from scheduler.registry.records import SessionRecords
+from scheduler.registry.turns import SessionTurns
 
 __all__ = [
-    "TURN_RECORD_TTL_S",
     "RebuildReport",
     "SessionRegistry",
     "new_session_id",
     "new_turn_id",
 ]
-
-#: How long a turn record outlives its lock: long enough to refuse a late redelivery.
-TURN_RECORD_TTL_S = 3 * 3600.0
 
 
 def new_session_id() -> str:
@@ -83,8 +79,9 @@ class RebuildReport:
     """Records of closed sessions (never brought back), or unreadable ones."""
 
 
-class SessionRegistry:
-    """The API's operations on the ledger: records, turn locks, turn slots.
+class SessionRegistry(SessionTurns):
+    """The API's operations on the ledger: records, and (``SessionTurns``) the
+    turns' slots, waiters and records.
 
     Args:
         client: a Redis client created with ``decode_responses=True``.
@@ -314,107 +311,3 @@ class SessionRegistry:
         """Every node whose heartbeat has not lapsed (health checks; uses SCAN)."""
         keys = self.redis.scan_iter(match=names.node_key_pattern(), count=500)
         return sorted(names.node_from_key(k) for k in keys)
-
-    # ---- turns -------------------------------------------------------------------
-
-    def begin_turn(self, session_id: str, turn_id: str, ttl: float) -> bool:
-        """Take the session's turn lock for ``ttl`` seconds and record the turn queued.
-
-        Returns:
-            False when another turn of the session is in flight (the API answers
-            409 ``session_busy``).
-        """
-        keys = [names.turnlock_key(session_id), names.turn_key(turn_id)]
-        args = [turn_id, millis(ttl), session_id, time.time(), millis(ttl + TURN_RECORD_TTL_S)]
-        return bool(self.scripts.run("begin_turn", keys, args))
-
-    def end_turn(self, session_id: str, turn_id: str) -> bool:
-        """Release the turn lock if ``turn_id`` still holds it; mark the turn done."""
-        keys = [names.turnlock_key(session_id), names.turn_key(turn_id)]
-        return bool(self.scripts.run("end_turn", keys, [turn_id]))
-
-    def abandon_turn(self, turn_id: str) -> bool:
-        """API side: nobody waits for this turn any more; a late claim is refused."""
-        return bool(self.scripts.run("set_turn_state", [names.turn_key(turn_id)], ["abandoned"]))
-
-    def turn_state(self, turn_id: str) -> dict[str, str]:
-        """The turn record: ``state`` (queued, running, done, abandoned), ``node``..."""
-        record: dict[str, str] = self.redis.hgetall(names.turn_key(turn_id))
-        return record
-
-    def acquire_turn_slot(self, tenant: str, turn_id: str, limit: int, ttl: float) -> bool:
-        """Take one of ``limit`` in-flight turn slots of ``tenant`` for ``ttl`` seconds."""
-        now = time.time()
-        args = [turn_id, limit, now, now + ttl, millis(ttl)]
-        return bool(self.scripts.run("turn_slot", [names.tenant_turns_key(tenant)], args))
-
-    def admit_turn(
-        self,
-        queue: str,
-        depth_limit: int,
-        tenant: str,
-        limit: int,
-        session_id: str,
-        turn_id: str,
-        ttl: float,
-    ) -> tuple[str, int]:
-        """``acquire_turn_slot`` and ``begin_turn`` behind a queue-depth check, in one
-        round trip (``lua/admit_turn.lua``): all taken, or none.
-
-        Returns:
-            ``("ok", 0)``, ``("backpressure", depth)``, ``("tenant_limit", 0)`` or
-            ``("busy", 0)``: the first check that refused, in that order.
-        """
-        now = time.time()
-        keys = [
-            queue,
-            names.tenant_turns_key(tenant),
-            names.turnlock_key(session_id),
-            names.turn_key(turn_id),
-        ]
-        args = [
-            turn_id,
-            depth_limit,
-            limit,
-            now,
-            now + ttl,
-            millis(ttl),
-            millis(ttl),
-            session_id,
-            millis(ttl + TURN_RECORD_TTL_S),
-        ]
-        found = self.scripts.run("admit_turn", keys, args)
-        return str(found[0]), int(found[1]) if len(found) > 1 else 0
-
-    def finish_turn(
-        self,
-        session_id: str,
-        turn_id: str,
-        tenant: str,
-        *,
-        result_key: str | None = None,
-        outcome_json: str = "",
-        keep_s: float = 0.0,
-    ) -> None:
-        """``end_turn`` and ``release_turn_slot`` of a turn that answered, in one round
-        trip (``lua/finish_turn.lua``), with the other writes of its end: delete its
-        Celery result at ``result_key`` (read already), and keep ``outcome_json``
-        under the turn's idempotency key for ``keep_s`` (a keyed exec's settle)."""
-        keys = [
-            names.turnlock_key(session_id),
-            names.turn_key(turn_id),
-            names.tenant_turns_key(tenant),
-            result_key or names.turn_key(turn_id),
-            names.idempotency_key(turn_id),
-        ]
-        args = [turn_id, "1" if result_key else "0", outcome_json, max(1, int(keep_s))]
-        self.scripts.run("finish_turn", keys, args)
-
-    def release_turn_slot(self, tenant: str, turn_id: str) -> None:
-        """Give back the slot of a finished turn."""
-        self.redis.zrem(names.tenant_turns_key(tenant), turn_id)
-
-    def turns_in_flight(self, tenant: str) -> int:
-        """The tenant's turns in flight (slots not past their deadline)."""
-        key = names.tenant_turns_key(tenant)
-        return int(self.redis.zcount(key, time.time(), "+inf"))

@@ -67,6 +67,7 @@ def check_quotas(tenant: Tenant, quotas: Quotas, field: str = "quotas") -> None:
         ("timeout_s", quotas.timeout_s, lim.max_timeout_s),
         ("workspace_mb", quotas.workspace_mb, lim.max_workspace_mb),
         ("output_bytes", quotas.output_bytes, lim.max_output_bytes),
+        ("max_parallel_turns", quotas.max_parallel_turns, lim.max_parallel_turns),
     ]
     for name, value, ceiling in pairs:
         if value > ceiling:
@@ -173,21 +174,40 @@ class Admission:
         if not self.registry.acquire_turn_slot(tenant.name, turn_id, limit, ttl):
             raise _tenant_limit(tenant)
 
-    def admit(self, tenant: Tenant, queue: str, session_id: str, turn_id: str, ttl: float) -> bool:
-        """``check_queue``, ``acquire_turn`` and the session's turn lock
-        (``SessionRegistry.begin_turn``) in one round trip: the turn path's
-        admission costs one Redis call instead of three, and a refusal takes
-        nothing (no slot to give back).
+    def admit(
+        self,
+        tenant: Tenant,
+        queue: str,
+        session_id: str,
+        turn_id: str,
+        ttl: float,
+        *,
+        parallel: int = 1,
+        shared: bool = False,
+    ) -> bool:
+        """``check_queue``, ``acquire_turn`` and a slot among the session's
+        ``parallel`` turns (``SessionRegistry.admit_turn``) in one round trip: the
+        turn path's admission costs one Redis call instead of three, and a refusal
+        takes nothing (no slot to give back).
 
         Returns:
-            False when the session is busy with another turn (nothing taken).
+            False when the turn must wait for a slot of its session (nothing
+            taken; it keeps its place among the session's waiters).
 
         Raises:
             LimitExceeded: ``backpressure`` or ``tenant_limit``, as the two checks do.
         """
         limit = tenant.limits.max_concurrent_turns
         verdict, depth = self.registry.admit_turn(
-            queue, self.queue_depth_limit, tenant.name, limit, session_id, turn_id, ttl
+            queue,
+            self.queue_depth_limit,
+            tenant.name,
+            limit,
+            session_id,
+            turn_id,
+            ttl,
+            parallel=parallel,
+            shared=shared,
         )
         if verdict == "backpressure":
             raise self._backpressure(queue, depth)

@@ -93,22 +93,25 @@ class TurnCancels:
                 log.exception("turn %s: could not send the cancel to %s", turn_id, node)
         return TurnCancel(turn_id=turn_id, state="cancelling")
 
-    def running(self, session_id: str) -> str | None:
-        """The id of the turn holding the session's turn lock, if any."""
+    def running(self, session_id: str) -> list[str]:
+        """The session's turns in flight, and the op holding it alone, if any."""
         holder = self.registry.redis.get(names.turnlock_key(session_id))
-        return str(holder) if holder else None
+        turns = self.registry.session_turns(session_id)
+        return [*turns, str(holder)] if holder else turns
 
     def lock_for_close(self, session: SessionInfo, lock: str, ttl: float) -> bool:
-        """Take the session's turn lock to close it; a turn in flight is cancelled
-        first and the lock taken when it ends (False if it does not end in time)."""
+        """Take the session alone to close it; the turns in flight are cancelled
+        first and the session taken when they end (False if they do not end in
+        time). The calls waiting for a slot wait behind the close, then find the
+        session closed."""
         if self.registry.begin_turn(session.id, lock, ttl):
             return True
-        running = self.running(session.id)
-        if running is not None:
-            self.cancel(session, running)
+        for turn_id in self.running(session.id):
+            self.cancel(session, turn_id)
         deadline = time.monotonic() + CLOSE_CANCEL_WAIT_S
         while time.monotonic() < deadline:
             time.sleep(0.02)
             if self.registry.begin_turn(session.id, lock, ttl):
                 return True
+        self.registry.withdraw(session.id, lock)
         return False

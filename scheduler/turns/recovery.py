@@ -47,8 +47,11 @@ class TurnRecovery:
         be claimed (``requeue_turn``). When the session's record shows that the
         turn did complete (its worker died after saving the snapshot but before
         reporting), that the workspace had changes no snapshot holds
-        (``unsaved``), or that the turn ran ``MAX_RUNS`` times already, it is
-        not run again: the caller gets a clear 503 instead.
+        (``unsaved``), that a snapshot was taken since the turn was sent
+        (``overlapped``: another turn of the session ended while this one ran,
+        so that snapshot may hold part of it), or that the turn ran
+        ``MAX_RUNS`` times already, it is not run again: the caller gets a
+        clear 503 instead.
 
         Args:
             job: the attempt that was lost.
@@ -68,15 +71,16 @@ class TurnRecovery:
         runs = int(self.registry.turn_state(job.turn_id).get("runs") or 0)
         completed = fresh is not None and fresh.last_turn == job.turn_id
         unsaved = fresh is not None and fresh.unsaved
+        overlapped = fresh is not None and fresh.snapshot != job.session.snapshot
         verdict = "final"
-        may_run = not (completed or unsaved or fresh is None) and runs < MAX_RUNS
+        may_run = not (completed or unsaved or overlapped or fresh is None) and runs < MAX_RUNS
         if may_run and job.attempt < MAX_ATTEMPTS:
             verdict = self.registry.requeue_turn(job.turn_id, job.attempt, holder)
         if verdict == "held":
             return None
         if verdict != "requeued" or fresh is None:
             self.registry.abandon_turn(job.turn_id)
-            raise _lost(job, node, completed, unsaved)
+            raise _lost(job, node, completed, unsaved, overlapped)
         return job.model_copy(update={"attempt": job.attempt + 1, "session": fresh})
 
     def on_turn_timeout(self, job: TurnJob, ttl: float) -> NoReturn:
@@ -116,9 +120,20 @@ def timeout_of(job: TurnJob) -> float | None:
     return job.op.request.timeout_s if isinstance(job.op, ExecOp) else None
 
 
-def _lost(job: TurnJob, node: str, completed: bool, unsaved: bool = False) -> InfrastructureError:
+def _lost(
+    job: TurnJob, node: str, completed: bool, unsaved: bool = False, overlapped: bool = False
+) -> InfrastructureError:
+    context: dict[str, Any] = {"node": node, "turn": job.turn_id, "session": job.session.id}
+    context["ran"] = completed
     if completed:
         why = "the turn completed and was saved, but its result was lost with the worker"
+    elif overlapped:
+        why = (
+            "the turn was not run again because a snapshot was taken while it ran (another "
+            "turn of the session ended meanwhile) and may hold part of it; the session "
+            "continues from that snapshot"
+        )
+        context["ran"] = None  # not known: part of it may be in the snapshot
     elif unsaved:
         why = (
             "the turn was not run again because the workspace had changes that no "
@@ -130,6 +145,6 @@ def _lost(job: TurnJob, node: str, completed: bool, unsaved: bool = False) -> In
         f"worker {node!r} stopped heartbeating during turn {job.turn_id}: {why}",
         code=ErrorCode.WORKER_LOST,
         operation=job.op.kind,
-        context={"node": node, "turn": job.turn_id, "session": job.session.id, "ran": completed},
+        context=context,
         retryable=False,
     )

@@ -1,13 +1,13 @@
 """The flow of one turn on the scheduler side.
 
-    lookup -> route -> backpressure -> tenant slot -> session turn lock (409 if busy)
-    -> send -> wait (watching the worker's heartbeat) -> unlock -> outcome
-    (backpressure, tenant slot and turn lock are one round trip: ``Admission.admit``)
+    lookup -> route -> backpressure -> tenant slot -> session slot (wait in order)
+    -> send -> wait (watching the worker's heartbeat) -> release -> outcome
+    (backpressure, tenant slot and session slot are one round trip: ``Admission.admit``)
 
-One session runs one turn at a time: a second concurrent turn is refused with
-409 ``session_busy`` instead of being queued behind the first, so that a client
-never waits an unbounded time for a slot it cannot see, and the order of turns
-is always the order the client chose.
+A session runs up to ``quotas.max_parallel_turns`` turns at once; a call beyond
+that waits in order for a slot, for a bounded time, then gets 429
+``session_busy`` (``scheduler.turns.slots``). Pause, restore and checkpoint
+take the session alone, after the running turns; a close cancels them first.
 
 A type that no live worker serves is refused at once (503 ``no_capacity``).
 While waiting, the runner watches the process that holds the turn (it reserved
@@ -56,6 +56,7 @@ from scheduler.turns.dispatch import Dispatcher, result_key
 from scheduler.turns.idempotency import IdempotencyStore, TakeOver, fingerprint, turn_id_for
 from scheduler.turns.recovery import TurnRecovery, timeout_of
 from scheduler.turns.routing import route
+from scheduler.turns.slots import SessionSlots
 from scheduler.turns.watch import RESTART_GRACE_S, Lost, TurnWatch
 
 __all__ = [
@@ -101,6 +102,8 @@ class TurnRunner:
         lost_check_s: how often the waiter checks the worker's heartbeat.
         restart_grace_s: see ``scheduler.turns.watch.RESTART_GRACE_S`` (the API
             gives 3 heartbeats of the grid).
+        slot_wait_s: how long a call waits for a slot of its session
+            (``scheduler.turns.slots``).
     """
 
     def __init__(
@@ -117,6 +120,7 @@ class TurnRunner:
         turn_margin_s: float = 30.0,
         lost_check_s: float = 0.25,
         restart_grace_s: float = RESTART_GRACE_S,
+        slot_wait_s: float = 30.0,
     ) -> None:
         self.registry = registry
         self.admission = admission
@@ -129,6 +133,7 @@ class TurnRunner:
         self.turn_margin_s = turn_margin_s
         self.lost_check_s = lost_check_s
         self.restart_grace_s = restart_grace_s
+        self.slots = SessionSlots(registry, admission, slot_wait_s)
 
     def exec(
         self,
@@ -245,8 +250,9 @@ class TurnRunner:
         (``IdempotencyStore.settle``) in the same round trip that ends the turn.
 
         Raises:
-            Conflict: the session is closed, or busy with another turn.
-            LimitExceeded: backpressure, or the tenant's turns in flight.
+            Conflict: the session is closed.
+            LimitExceeded: backpressure, the tenant's turns in flight, or no slot
+                of the session in time (``session_busy``).
             InfrastructureError: the worker was lost, or the turn timed out.
             SandgridError: the error the worker reported for the turn.
         """
@@ -254,12 +260,7 @@ class TurnRunner:
         if not batch and self.on_interactive is not None:
             self.on_interactive()
         if session.state == "closed":
-            raise Conflict(
-                f"session {session.id!r} is closed",
-                code=ErrorCode.SESSION_CLOSED,
-                operation=op.kind,
-                context={"session": session.id},
-            )
+            raise _closed(session.id, op.kind)
         if is_due(session):  # past its TTL: the sweeper closes it (scheduler.expiry)
             raise Conflict(
                 f"session {session.id!r} has expired (its idle timeout or lifetime)",
@@ -269,7 +270,6 @@ class TurnRunner:
             )
         ttl = (timeout_s or session.quotas.timeout_s) + self.turn_margin_s
         self.admission.check_capacity(session.type, op.kind)
-        queue = route(self.registry, session, batch=batch)
         job = TurnJob(
             turn_id=turn_id or new_turn_id(),
             session=session,
@@ -277,10 +277,18 @@ class TurnRunner:
             batch=batch,
             close_after=close_after,
         )
-        if not self.admission.admit(tenant, queue, session.id, job.turn_id, ttl):
-            busy = _busy(session.id, op.kind)
-            self._finished(job, None, busy, _timings(t0, 0.0, None))
-            raise busy
+        try:
+            admitted = self.slots.enter(tenant, session, op.kind, job.turn_id, ttl, batch=batch)
+        except SandgridError as exc:
+            self._finished(job, None, exc, _timings(t0, 0.0, None))
+            raise
+        queue = admitted.queue
+        if admitted.session is not session:  # it waited: the session as it is now
+            job = job.model_copy(update={"session": admitted.session})
+            if admitted.session.state == "closed":
+                self.registry.end_turn(session.id, job.turn_id)
+                self.admission.release_turn(tenant, job.turn_id)
+                raise _closed(session.id, op.kind)
         try:
             outcome, wait_ms = self._locked(tenant, job, queue, ttl, settle=settle)
         except SandgridError as exc:
@@ -432,9 +440,17 @@ class TurnRunner:
 
 def _busy(session_id: str, operation: str) -> Conflict:
     return Conflict(
-        f"session {session_id!r} is busy with another turn; turns of one session run "
-        "one at a time: retry when it finishes",
+        f"session {session_id!r}: its turns did not end in time for {operation}; retry later",
         code=ErrorCode.SESSION_BUSY,
+        operation=operation,
+        context={"session": session_id},
+    )
+
+
+def _closed(session_id: str, operation: str) -> Conflict:
+    return Conflict(
+        f"session {session_id!r} is closed",
+        code=ErrorCode.SESSION_CLOSED,
         operation=operation,
         context={"session": session_id},
     )

@@ -29,7 +29,6 @@ from sandgrid.wire.jobs import TurnJob
 from scheduler.registry.sessions import new_turn_id
 from scheduler.tenants import Tenant
 from scheduler.turns.dispatch import task_id_of
-from scheduler.turns.routing import route
 from scheduler.turns.runner import TurnRunner
 
 __all__ = ["TerminalTurn", "open_terminal", "outcome_error", "pty_op"]
@@ -105,25 +104,12 @@ def open_terminal(
         )
     ttl = op.max_s + runner.turn_margin_s
     runner.admission.check_capacity(session.type, "pty")
-    queue = route(runner.registry, session)
-    runner.admission.check_queue(queue)
-    job = TurnJob(turn_id=turn_id, session=session, op=op)
-    runner.admission.acquire_turn(tenant, turn_id, ttl)
+    admitted = runner.slots.enter(tenant, session, "pty", turn_id, ttl)  # one of its slots
+    job = TurnJob(turn_id=turn_id, session=admitted.session, op=op)
     try:
-        if not runner.registry.begin_turn(session.id, turn_id, ttl):
-            raise Conflict(
-                f"session {session.id!r} is busy with another turn; a terminal opens "
-                "when it finishes",
-                code=ErrorCode.SESSION_BUSY,
-                operation="pty",
-                context={"session": session.id},
-            )
-        try:
-            handle = runner.dispatcher.send(job, queue, expires=ttl)
-        except BaseException:
-            runner.registry.end_turn(session.id, turn_id)
-            raise
+        handle = runner.dispatcher.send(job, admitted.queue, expires=ttl)
     except BaseException:
+        runner.registry.end_turn(session.id, turn_id)
         runner.admission.release_turn(tenant, turn_id)
         raise
     if runner.audit is not None:

@@ -1,8 +1,10 @@
 """The load of a chaos scenario: sessions whose every turn appends its number to a file.
 
-One thread per session runs turn after turn (``echo N >> turns.log``, then a
-short sleep so that faults land in the middle of turns as often as between
-them) and records what its client was told in the scenario's ``Accounting``.
+``parallel`` threads per session (one by default; several, to prove that
+overlapping turns of a session keep exactly-once) run turn after turn
+(``echo N >> turns.log``, then a short sleep so that faults land in the middle
+of turns as often as between them), each turn with the next number of its
+session, and record what the client was told in the scenario's ``Accounting``.
 A turn answered with an error is not retried by the load: the SDK's own
 retries (same idempotency key) are the only ones, as for a real agent that
 moves on; the next turn has the next number.
@@ -10,6 +12,7 @@ moves on; the next turn has the next number.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -46,13 +49,18 @@ class Load:
     Args:
         client: the tenant's client (httpx clients are safe across threads).
         accounting: where each call is recorded.
-        sessions: how many sessions (one thread each).
+        sessions: how many sessions.
+        parallel: threads per session: turns of one session at once.
     """
 
-    def __init__(self, client: Client, accounting: Accounting, sessions: int = 1) -> None:
+    def __init__(
+        self, client: Client, accounting: Accounting, sessions: int = 1, parallel: int = 1
+    ) -> None:
         self.client = client
         self.accounting = accounting
+        self.parallel = parallel
         self.sessions: list[Session] = [client.session() for _ in range(sessions)]
+        self._numbers = {s.id: itertools.count(1) for s in self.sessions}
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
@@ -60,9 +68,9 @@ class Load:
         """Calls answered so far (acknowledged or not), across sessions."""
 
     def _run(self, session: Session) -> None:
-        number = 0
         while not self._stop.is_set():
-            number += 1
+            with self._lock:
+                number = next(self._numbers[session.id])
             self._one(session, number)
 
     def _one(self, session: Session, number: int) -> None:
@@ -116,8 +124,9 @@ class Load:
     def running(self) -> Iterator[Load]:
         """Run the threads inside the block; stop them and read the files after it."""
         self._threads = [
-            threading.Thread(target=self._run, args=(s,), name=f"load-{s.id}", daemon=True)
+            threading.Thread(target=self._run, args=(s,), name=f"load-{s.id}-{i}", daemon=True)
             for s in self.sessions
+            for i in range(self.parallel)
         ]
         for t in self._threads:
             t.start()

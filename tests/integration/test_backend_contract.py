@@ -462,7 +462,7 @@ def _cancel_when_started(sbx: Sandbox, started: threading.Event) -> None:
     """Wait for the exec's first chunk, then cancel the request in flight."""
     assert started.wait(30)
     assert sbx.channel is not None and sbx.channel.in_flight is not None
-    op, frame_id = sbx.channel.in_flight
+    [(frame_id, (op, _))] = sbx.channel.in_flight.items()
     assert op == "exec"
     sbx.channel.notify("cancel", {"target": frame_id})
 

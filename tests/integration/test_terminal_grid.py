@@ -172,12 +172,18 @@ def test_terminal_bad_message_closes_it(
         assert _exec_when_free(s, "echo free", within=FREE_S) == "free\n"
 
 
-def test_terminal_one_at_a_time(client: Client) -> None:
+def test_two_terminals_and_an_exec_at_once(client: Client) -> None:
+    """Each terminal is one of the session's parallel turns (issue 20): two at once,
+    and an exec beside them; each shell sees what the other wrote."""
     with client.session(type="python") as s, s.pty() as first:
         first.read_until("$ ", WAIT_S)
-        with s.pty() as second, pytest.raises(Conflict) as err:
-            second.recv(timeout=WAIT_S)
-        assert err.value.code == "session_busy"
+        with s.pty() as second:
+            second.read_until("$ ", WAIT_S)
+            first.send("echo from-first > both.txt\n")
+            first.read_until("$ ", WAIT_S)
+            second.send("cat both.txt\n")
+            assert "from-first" in second.read_until("from-first", WAIT_S)
+            assert s.exec(shell="cat both.txt").stdout == "from-first\n"
         first.close()
         _exec_when_free(s, "true")
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from .errors import AgentError, Json, need
 from .exec import exec_args
 from .limits import READ_CHUNK
-from .processes import start_as_user
+from .processes import LEADERS, start_as_user
 from .reaper import REAPER
 
 __all__ = [
@@ -246,6 +246,7 @@ def _await(proc: Proc, lock: threading.Lock) -> None:
     status = None
     while status is None:
         status = REAPER.wait(proc.popen.pid, 60.0)
+    LEADERS.discard(proc.popen.pid)
     with lock:
         proc.status = status
     proc.done.set()

@@ -1,7 +1,7 @@
 """``exec``: run one command as the user under a deadline and output caps.
 
-The hot path of every turn: spawn, pump both pipes with ``selectors`` in the
-main thread (streaming chunks when asked), then wait, kill what the command
+The hot path of every turn: spawn, pump both pipes with ``selectors`` on the
+request's thread (streaming chunks when asked), then wait, kill what the command
 left on a timeout, and report exit code, signal, OOM and a full workspace.
 """
 
@@ -12,20 +12,21 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from typing import IO, Any
 
-from .control import Control
+from .control import INBOX, Control, Mailbox
 from .errors import AgentError, Json, need
-from .framing import recv, send
+from .framing import send
 from .limits import BASE_ENV, ENOSPC_TEXT, EXIT_GRACE_S, OOM_FILES, READ_CHUNK, WORKSPACE, inside
 from .memory import MEMORY
-from .processes import finish_cleanup, kill_new, spawn, user_procs
+from .processes import LEADERS, finish_cleanup, kill_new, spawn, user_procs
 from .reaper import REAPER
 
 __all__ = ["Output", "exec_args", "oom_count", "op_exec", "pump", "workspace_nearly_full"]
 
-_SCRATCH = bytearray(READ_CHUNK)
+_SCRATCH = threading.local()
 
 
 def oom_count() -> int | None:
@@ -116,12 +117,14 @@ def pump(
 ) -> bool:
     """Feed stdin, read both streams until EOF or deadline; True when on time.
 
-    With ``control``, fd 0 is watched too, so that a ``cancel`` of this exec is
-    read while it runs: the pump stops at once (False, ``control.cancelled``).
+    With ``control``, the request's mailbox is watched too, so that a ``cancel``
+    of this exec is read while it runs: the pump stops at once (False,
+    ``control.cancelled``).
     """
     sel = selectors.DefaultSelector()
     if control is not None:
-        sel.register(0, selectors.EVENT_READ, control)
+        box = INBOX.get(control.rid) or Mailbox("exec")
+        sel.register(box.fileno(), selectors.EVENT_READ, (control, box))
     assert proc.stdout is not None and proc.stderr is not None
     for pipe, out in ((proc.stdout, outs[0]), (proc.stderr, outs[1])):
         os.set_blocking(pipe.fileno(), False)
@@ -151,18 +154,28 @@ def pump(
         sel.close()
 
 
+def _scratch() -> bytearray:
+    """This thread's read buffer (requests run on several threads at once)."""
+    buf: bytearray | None = getattr(_SCRATCH, "buf", None)
+    if buf is None:
+        buf = _SCRATCH.buf = bytearray(READ_CHUNK)
+    return buf
+
+
 def _pumping(sel: selectors.BaseSelector) -> bool:
-    """Whether a pipe of the command is still open (fd 0 alone does not count)."""
-    return any(not isinstance(k.data, Control) for k in sel.get_map().values())
+    """Whether a pipe of the command is still open (the mailbox alone does not count)."""
+    return any(not isinstance(k.data, tuple) for k in sel.get_map().values())
 
 
 def _pump_one(
     sel: selectors.BaseSelector, key: selectors.SelectorKey, pending: memoryview
 ) -> memoryview:
-    if isinstance(key.data, Control):  # a notification frame from the worker
-        key.data.on_frame(recv())
-        if key.data.eof:
-            sel.unregister(0)
+    if isinstance(key.data, tuple):  # notifications from the worker
+        control, box = key.data
+        for frame in box.take():
+            control.on_frame(frame)
+        if control.eof:
+            sel.unregister(key.fileobj)
         return pending
     pipe: IO[bytes] = key.fileobj  # type: ignore[assignment]
     if key.data is None:  # stdin
@@ -174,12 +187,13 @@ def _pump_one(
             sel.unregister(pipe)
             pipe.close()
         return pending
+    scratch = _scratch()
     try:
-        n = os.readv(pipe.fileno(), [_SCRATCH])  # one buffer for all reads: no garbage per read
+        n = os.readv(pipe.fileno(), [scratch])  # one buffer per thread: no garbage per read
     except BlockingIOError:
         return pending
     if n:
-        key.data.feed(memoryview(_SCRATCH)[:n])
+        key.data.feed(memoryview(scratch)[:n])
     else:
         sel.unregister(pipe)
     return pending
@@ -211,12 +225,16 @@ def op_exec(req: Json) -> Json:
         )
     control = Control(req.get("id"))
     raw_in = stdin.encode() if isinstance(stdin, str) else None
-    on_time = pump(proc, raw_in, outs, start + timeout, control)
-    status = REAPER.wait(proc.pid, max(start + timeout - time.monotonic(), 0)) if on_time else None
-    timed_out = status is None and not control.cancelled
-    if status is None:  # deadline or cancel: everything the command started goes
-        kill_new(proc.pid, before)
-        status = REAPER.wait(proc.pid, 0.1)
+    try:
+        on_time = pump(proc, raw_in, outs, start + timeout, control)
+        left = max(start + timeout - time.monotonic(), 0)
+        status = REAPER.wait(proc.pid, left) if on_time else None
+        timed_out = status is None and not control.cancelled
+        if status is None:  # deadline or cancel: everything the command started goes
+            kill_new(proc.pid, before)
+            status = REAPER.wait(proc.pid, 0.1)
+    finally:
+        LEADERS.discard(proc.pid)
     for pipe in (proc.stdin, proc.stdout, proc.stderr):
         if pipe is not None and not pipe.closed:
             pipe.close()

@@ -19,13 +19,14 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 from typing import IO, Any
 
 from .errors import AgentError, Json, need
 from .limits import BASE_ENV, WORKSPACE
 from .location import module_command
-from .processes import spawn
+from .processes import LEADERS, spawn
 from .reaper import REAPER
 
 __all__ = [
@@ -88,6 +89,7 @@ class Host:
         proc, cls.proc = cls.proc, None
         if proc is None:
             return
+        LEADERS.discard(proc.pid)
         for pid in (proc.pid, *_children(proc.pid)):
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
@@ -125,8 +127,17 @@ def _read_line(pipe: IO[bytes], deadline: float) -> bytes | None:
     return bytes(buf)
 
 
+_CELLS = threading.Lock()  # one kernel: its cells run one at a time, as Jupyter's do
+
+
 def op_run_code(req: Json) -> Json:
-    """Run ``code`` in the kernel; the ``run_code`` reply."""
+    """Run ``code`` in the kernel; the ``run_code`` reply.
+
+    Cells of the session run one at a time; a cell's ``timeout`` counts from
+    its arrival, so one that waits for the cell before it has what is left of
+    it, and is refused (``session_busy``) when nothing is: the worker's
+    deadline for the reply always holds.
+    """
     code = need(req, "code", str)
     timeout = float(need(req, "timeout", (int, float)))
     cap = int(need(req, "output_cap", int))
@@ -135,6 +146,18 @@ def op_run_code(req: Json) -> Json:
         isinstance(k, str) and isinstance(v, str) for k, v in env.items()
     ):
         raise AgentError("invalid_input", "env must map names to strings", field="env")
+    arrived = time.monotonic()
+    if not _CELLS.acquire(timeout=max(timeout, 0.0)):
+        raise AgentError(
+            "session_busy", "the interpreter ran another cell for the whole timeout of this one"
+        )
+    try:
+        return _run_cell(code, timeout - (time.monotonic() - arrived), cap, env)
+    finally:
+        _CELLS.release()
+
+
+def _run_cell(code: str, timeout: float, cap: int, env: dict[str, str]) -> Json:
     start = time.monotonic()
     if not Host.alive():
         Host.kill()

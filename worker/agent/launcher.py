@@ -97,6 +97,9 @@ class Launcher:
         self._ready = False
         self._buf = bytearray()
         self._wanted = False
+        # Requests run at once: one spawn at a time on the host's socket (an RLock:
+        # a failed launch stops the host from inside).
+        self._lock = threading.RLock()
         self.enabled = os.geteuid() == 0 and hasattr(os, "posix_spawn") and supported()
 
     def pid(self) -> int | None:
@@ -139,13 +142,14 @@ class Launcher:
 
     def usable(self) -> bool:
         """Whether the host has said it is ready (looked at without waiting)."""
-        if not self.enabled or self._sock is None:
-            return False
-        if not self._ready and select.select([self._sock], [], [], 0)[0]:
-            self._ready = self._read_line() == b"ready"
-            if not self._ready:
-                self.stop()
-        return self._ready
+        with self._lock:
+            if not self.enabled or self._sock is None:
+                return False
+            if not self._ready and select.select([self._sock], [], [], 0)[0]:
+                self._ready = self._read_line() == b"ready"
+                if not self._ready:
+                    self.stop()
+            return self._ready
 
     def prepare(self) -> None:
         """After a reply: start a host if there is none, so that the next exec need not fork.
@@ -158,11 +162,20 @@ class Launcher:
         command was started again: until then the sandbox holds no process but
         the agent and the user's.
         """
-        if self.enabled and self._wanted and self._sock is None:
-            self._start()
+        if not (self.enabled and self._wanted and self._sock is None):
+            return
+        with REAPER.cond, self._lock:  # the order every spawn takes them (start_as_user)
+            if self.enabled and self._wanted and self._sock is None:
+                self._start()
 
     def launch(self, args: list[str], env: dict[str, str], cwd: str, fds: list[int]) -> int:
         """The pid of ``args`` started by the host; its ``OSError`` if the spawn failed."""
+        with self._lock:
+            if self._sock is None:  # stopped by another request meanwhile: fork instead
+                raise _NotLaunched
+            return self._launch(args, env, cwd, fds)
+
+    def _launch(self, args: list[str], env: dict[str, str], cwd: str, fds: list[int]) -> int:
         assert self._sock is not None
         body = json.dumps({"argv": args, "env": env, "cwd": cwd}).encode()
         try:
@@ -189,14 +202,15 @@ class Launcher:
         ``quiet``: the exec was killed (deadline, cancel); no new host until a
         command is started again.
         """
-        self._wanted = self._wanted and not quiet
-        if self._sock is not None:
-            self._sock.close()
-        if self._host is not None:
-            with contextlib.suppress(OSError):
-                os.kill(self._host.pid, signal.SIGKILL)
-        self._host, self._sock, self._ready = None, None, False
-        self._buf = bytearray()
+        with self._lock:
+            self._wanted = self._wanted and not quiet
+            if self._sock is not None:
+                self._sock.close()
+            if self._host is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(self._host.pid, signal.SIGKILL)
+            self._host, self._sock, self._ready = None, None, False
+            self._buf = bytearray()
 
     def _read_line(self) -> bytes:
         """One answer line from the host, or b"" when it is gone or too slow."""
@@ -219,7 +233,7 @@ class Launcher:
         rfd, wfd = os.pipe()
         argv, path = host_command()
         try:
-            with REAPER.cond:
+            with REAPER.cond:  # held already by ``prepare``: the condition's lock is an RLock
                 host = subprocess.Popen(
                     argv, stdin=theirs.fileno(), stdout=wfd, env={"PYTHONPATH": path}
                 )

@@ -1,7 +1,10 @@
-"""The dispatch loop: read a request, run its op, write the reply; until EOF on fd 0.
+"""The dispatch loop: read each frame, run requests at once, route notifications; until EOF.
 
-``OPS`` maps each op of docs/agent-protocol.md to its handler; file
-operations go through ``as_user`` so they run as the sandbox user.
+The main thread alone reads fd 0. A request gets a mailbox for its
+notifications (``control.INBOX``) and runs on a request thread
+(``threads.RequestThreads``), which writes its reply; a notification goes to
+its request's mailbox. ``OPS`` maps each op of docs/agent-protocol.md to its
+handler; file operations go through ``as_user`` so they run as the sandbox user.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import signal
 from collections.abc import Callable
 
 from .background import BACKGROUND_OPS
-from .control import notify
+from .control import INBOX, PTY_NOTIFY_OPS
 from .egress import start_egress
 from .errors import AgentError, Json, b64_field, log, need
 from .exec import op_exec
@@ -33,13 +36,14 @@ from .launcher import LAUNCHER
 from .limits import MAX_RAW_PAYLOAD, PIDS_MAX_FILE, VERSION, check_roots
 from .memory import limit_memory
 from .processes import as_user
-from .pty import PTY_NOTIFY_OPS, op_pty
+from .pty import op_pty
 from .reaper import REAPER
 from .scan import op_scan
 from .seccomp import deny_user_namespaces
+from .threads import RequestThreads
 from .transfer import do_pack, do_read_range, do_unpack, do_write_range
 
-__all__ = ["OPS", "THEN_OPS", "handle", "limit_pids", "main"]
+__all__ = ["OPS", "THEN_OPS", "handle", "limit_pids", "main", "serve"]
 
 #: What an exec may ask to run right after its command, in the same reply:
 #: the snapshot's scan, one channel round trip less per turn.
@@ -118,6 +122,15 @@ def handle(req: Json) -> Json:
         }
 
 
+def serve(req: Json) -> None:
+    """One request on its thread: run it, write its reply, close its mailbox."""
+    try:
+        send(handle(req))
+    finally:
+        INBOX.done(req.get("id"))
+    LAUNCHER.prepare()  # off the exec path: the next spawn needs no fork (launcher.py)
+
+
 def limit_pids() -> None:
     """Apply ``SANDGRID_PIDS_MAX`` inside the sandbox where the cgroup is ours to set.
 
@@ -142,17 +155,18 @@ def main() -> int:
     os.chdir("/")
     REAPER.start()
     start_egress()
+    threads = RequestThreads(serve)
     while True:
         try:
             req = recv()
         except (ValueError, UnicodeDecodeError):
             req = {"op": "_bad"}
         if req is None:
+            INBOX.close_all()
+            threads.drain()
             return 0
-        if req.get("op") in PTY_NOTIFY_OPS:
-            continue  # a notification that came after its terminal ended: no reply
-        if req.get("notify"):  # no reply, ever (docs/agent-protocol.md, notifications)
-            notify(req)
+        if req.get("notify") or req.get("op") in PTY_NOTIFY_OPS:
+            INBOX.route(req)  # no reply, ever (docs/agent-protocol.md, notifications)
             continue
-        send(handle(req))
-        LAUNCHER.prepare()  # off the exec path: the next spawn needs no fork (launcher.py)
+        INBOX.open(req.get("id"), str(req.get("op")))
+        threads.submit(req)

@@ -4,6 +4,14 @@ The agent is root with SETUID, SETGID and KILL only; everything the user gets
 to run (a command, a file operation) runs as uid/gid 1000 in a child (the
 scan: on a thread of the agent acting as the user, ``as_user_here``), and a
 deadline kill takes every process the command started.
+
+Requests run at once, so a deadline kill must spare what the other requests
+run. Every command starts as the leader of a session of its own; ``LEADERS``
+holds the leaders of what runs now (execs, terminals, background processes,
+the kernel host). A kill takes the command's new processes but those in
+another live leader's session: a process that left its session (``setsid``, a
+daemon) while a command beside it timed out goes with that command, as it
+would have with no other turn running (docs/agent-protocol.md).
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,27 +35,70 @@ from .reaper import REAPER
 from .threadcreds import acting_as_user
 
 __all__ = [
+    "LEADERS",
     "Cleanup",
+    "Leaders",
     "as_user",
     "as_user_here",
     "finish_cleanup",
     "kill_new",
     "reply_of",
+    "spared",
     "spawn",
     "start_as_user",
     "tasks_besides_agent",
     "user_child",
     "user_procs",
+    "user_sessions",
 ]
 
 
+class Leaders:
+    """The session leaders of what runs now: their sessions are spared by another's kill."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pids: set[int] = set()
+
+    def add(self, pid: int) -> None:
+        with self._lock:
+            self._pids.add(pid)
+
+    def discard(self, pid: int) -> None:
+        with self._lock:
+            self._pids.discard(pid)
+
+    def others(self, pid: int) -> frozenset[int]:
+        """The live leaders but ``pid``."""
+        with self._lock:
+            return frozenset(self._pids - {pid})
+
+
+LEADERS = Leaders()
+
+
+def spared(pgid: int) -> frozenset[int]:
+    """The leaders a kill of ``pgid``'s command spares: every live one but its own.
+
+    Read under the reaper's lock, which a spawn holds until its leader is in
+    ``LEADERS``: a process seen in a scan made before this call has its leader
+    here if that leader is a command's."""
+    with REAPER.cond:
+        return LEADERS.others(pgid)
+
+
 def user_procs() -> dict[tuple[int, int], bool]:
-    """Processes of uid 1000 as ``{(pid, starttime): is_zombie}``.
+    """Processes of uid 1000 as ``{(pid, starttime): is_zombie}``."""
+    return {key: zombie for key, (zombie, _) in user_sessions().items()}
+
+
+def user_sessions() -> dict[tuple[int, int], tuple[bool, int]]:
+    """Processes of uid 1000 as ``{(pid, starttime): (is_zombie, session id)}``.
 
     Read from ``/proc/<pid>/status`` rather than the directory owner, which a
     process can turn to root with ``prctl(PR_SET_DUMPABLE, 0)``.
     """
-    found: dict[tuple[int, int], bool] = {}
+    found: dict[tuple[int, int], tuple[bool, int]] = {}
     launcher = str(LAUNCHER.pid())  # root, like PID 1: two reads saved per exec
     for name in os.listdir("/proc"):
         if not name.isdigit() or name == "1" or name == launcher:
@@ -59,7 +111,7 @@ def user_procs() -> dict[tuple[int, int], bool]:
         except (OSError, StopIteration, IndexError):
             continue
         if str(UID).encode() in uids:
-            found[(int(name), int(fields[19]))] = fields[0] in (b"Z", b"X")
+            found[(int(name), int(fields[19]))] = (fields[0] in (b"Z", b"X"), int(fields[3]))
     return found
 
 
@@ -82,11 +134,15 @@ def kill_new(pgid: int, before: set[tuple[int, int]]) -> None:
     LAUNCHER.stop(quiet=True)  # its children (the command's leader) become the agent's
     with contextlib.suppress(OSError):
         os.killpg(pgid, signal.SIGKILL)
-    if not before and tasks_besides_agent() is not None:
-        Cleanup.pending = not _kill_all_until(end)
-        return
+    if not before and not spared(pgid) and tasks_besides_agent() is not None:
+        done = _kill_all_until(end, pgid)
+        if done is not None:  # else another command started: spare it, one by one below
+            Cleanup.pending = not done
+            return
     while True:
-        procs = {k: z for k, z in user_procs().items() if k not in before}
+        found = user_sessions()
+        others = spared(pgid)  # after the scan: a command started meanwhile is known by now
+        procs = {k: z for k, (z, sid) in found.items() if k not in before and sid not in others}
         alive = [pid for (pid, _), zombie in procs.items() if not zombie]
         for pid in alive:
             with contextlib.suppress(OSError):
@@ -97,22 +153,26 @@ def kill_new(pgid: int, before: set[tuple[int, int]]) -> None:
         time.sleep(0.002)
 
 
-def _kill_all_until(end: float) -> bool:
-    """Kill every user process until there is none (True) or ``end`` passes (False)."""
+def _kill_all_until(end: float, pgid: int) -> bool | None:
+    """Kill every user process until there is none (True) or ``end`` passes (False);
+    None as soon as a command other than ``pgid``'s runs (it must be spared)."""
     while tasks_besides_agent() != 0:
         if time.monotonic() > end:
             return False
-        _kill_all_as_user(end)
+        if not _kill_all_as_user(end, pgid):
+            return None
         time.sleep(0.002)
     return True
 
 
 def finish_cleanup() -> None:
-    """Before an exec: make sure the last timed-out exec left nothing running."""
-    if Cleanup.pending:
-        if not _kill_all_until(time.monotonic() + CLEANUP_WAIT_S):
+    """Before an exec: make sure the last timed-out exec left nothing running (when
+    nothing else runs: a kill of everything would take the other requests' too)."""
+    if Cleanup.pending and not spared(0):
+        done = _kill_all_until(time.monotonic() + CLEANUP_WAIT_S, 0)
+        if done is False:
             raise AgentError("sandbox_error", "processes of a timed-out exec are still dying")
-        Cleanup.pending = False
+        Cleanup.pending = done is None  # None: a command started meanwhile, finish later
 
 
 def _become_user() -> None:
@@ -121,13 +181,17 @@ def _become_user() -> None:
     os.setuid(UID)
 
 
-def _kill_all_as_user(end: float) -> None:
-    """``kill(-1, SIGKILL)`` from a child running as the user (spares only itself)."""
+def _kill_all_as_user(end: float, pgid: int) -> bool:
+    """``kill(-1, SIGKILL)`` from a child running as the user (spares only itself);
+    False, killing nothing, when a command other than ``pgid``'s runs (checked under
+    the lock every spawn holds until its leader is known)."""
     with REAPER.cond:
+        if LEADERS.others(pgid):
+            return False
         try:
             pid = os.fork()
         except OSError:
-            return
+            return True
         if pid == 0:  # pragma: no cover - child
             with contextlib.suppress(BaseException):
                 _become_user()
@@ -136,6 +200,7 @@ def _kill_all_as_user(end: float) -> None:
         REAPER.wanted.add(pid)
     REAPER.kick()
     REAPER.wait(pid, max(end - time.monotonic(), 0.01))
+    return True
 
 
 def tasks_besides_agent() -> int | None:
@@ -160,6 +225,7 @@ def start_as_user(
     with REAPER.cond:  # the reaper must know the pid before it can reap it
         proc = LAUNCHER.popen(argv, env, cwd, stdin=stdin, stderr=stderr)  # launcher.py
         REAPER.wanted.add(proc.pid)
+        LEADERS.add(proc.pid)  # under the reaper's lock: ``spared`` reads them under it
     REAPER.kick()
     return proc
 

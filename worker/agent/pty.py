@@ -2,12 +2,11 @@
 
 The shell (``/bin/bash -l`` if present, else ``/bin/sh -l``) runs as the sandbox
 user in /workspace, in a session of its own with the pty as its controlling
-terminal. While it lives, this op owns the channel: it streams the terminal's
-output as ``chunk`` frames of its request, and reads the control frames the
-worker sends meanwhile on fd 0 (``pty_input``, ``pty_resize``, ``pty_close``:
-notifications, answered by nothing). Reading frame by frame with
-``framing.recv`` never consumes a byte past the last whole frame, so the
-dispatch loop takes over fd 0 cleanly when the op answers.
+terminal. While it lives, it streams the terminal's output as ``chunk`` frames
+of its request, and takes the control frames the worker sends meanwhile
+(``pty_input``, ``pty_resize``, ``pty_close``: notifications, answered by
+nothing) from its mailbox (``control.Mailbox``): the main loop reads fd 0 and
+posts them there, so other requests of the session run beside the terminal.
 
 It answers when the shell exits (its exit code), on ``pty_close``, when the
 terminal has been idle (no input, no output) for ``idle_s`` or open for
@@ -31,17 +30,16 @@ import subprocess
 import termios
 import time
 
+from .control import INBOX, Mailbox
 from .errors import AgentError, Json, need
-from .framing import recv, send
+from .framing import send
 from .limits import BASE_ENV, GID, UID, WORKSPACE
-from .processes import finish_cleanup, kill_new, user_procs
+from .processes import LEADERS, finish_cleanup, kill_new, user_procs
 from .reaper import REAPER
 
-__all__ = ["PTY_NOTIFY_OPS", "PTY_READ", "op_pty", "set_size", "shell_argv"]
+__all__ = ["PTY_READ", "op_pty", "set_size", "shell_argv"]
 
 PTY_READ = 64 << 10
-PTY_NOTIFY_OPS = ("pty_input", "pty_resize", "pty_close")
-"""The notifications of a pty op; the dispatch loop ignores late ones."""
 _MAX_DIM = 1000
 _CLOSE_GRACE_S = 0.5
 
@@ -90,6 +88,7 @@ def _spawn(slave: int, term: str) -> subprocess.Popen[bytes]:
             close_fds=True,
         )
         REAPER.wanted.add(proc.pid)
+        LEADERS.add(proc.pid)
     REAPER.kick()
     return proc
 
@@ -99,6 +98,7 @@ class _Term:
 
     def __init__(self, rid: object, master: int, proc: subprocess.Popen[bytes]) -> None:
         self.rid, self.master, self.proc = rid, master, proc
+        self.mailbox = INBOX.get(rid) or Mailbox("pty")
         self.utf8 = codecs.getincrementaldecoder("utf-8")("replace")
         self.reason = ""
         self.bytes_out = 0
@@ -120,8 +120,10 @@ class _Term:
         return True
 
     def control(self) -> bool:
-        """Apply one control frame from fd 0; False when the terminal must end."""
-        frame = recv()
+        """Apply the control frames in the mailbox; False when the terminal must end."""
+        return all(self._apply(frame) for frame in self.mailbox.take())
+
+    def _apply(self, frame: Json | None) -> bool:
         if frame is None:
             self.reason = "channel_closed"
             return False
@@ -164,6 +166,7 @@ def op_pty(req: Json) -> Json:
         _loop(t, start, idle_s, max_s)
     finally:
         status = _finish(t, before)
+        LEADERS.discard(proc.pid)
         os.close(master)
     code = None if status is None else os.waitstatus_to_exitcode(status)
     return {
@@ -178,7 +181,7 @@ def op_pty(req: Json) -> Json:
 def _loop(t: _Term, start: float, idle_s: float, max_s: float) -> None:
     sel = selectors.DefaultSelector()
     sel.register(t.master, selectors.EVENT_READ, "out")
-    sel.register(0, selectors.EVENT_READ, "in")
+    sel.register(t.mailbox.fileno(), selectors.EVENT_READ, "in")
     last = start
     try:
         while True:

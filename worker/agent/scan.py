@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import threading
 from typing import cast
 
 from .access import lending, listing, settled_ctime, sha256_of
@@ -35,6 +36,7 @@ __all__ = ["HASHES", "SCANNED", "Hashes", "op_scan", "scan_diff", "update"]
 Hashes = dict[str, tuple[int, int, int, int, str]]
 HASHES: Hashes = {}
 SCANNED = ScanState()
+_ONE_SCAN = threading.Lock()  # the delta state is one: scans run one at a time
 _IN_THREAD = os.geteuid() == 0 and supported()  # else fork (as_user)
 
 
@@ -136,7 +138,8 @@ def update(
 def op_scan(req: Json) -> Json:
     """The ``scan`` reply: a delta on ``since`` when PID 1 holds that token, else every row."""
     roots = check_roots(req.get("roots"))
-    delta = SCANNED.answers(req.get("since"), roots)
-    run = as_user_here if _IN_THREAD else as_user
-    diff = run(scan_diff, roots, SCANNED.rows if delta else {})
-    return update(SCANNED, roots, diff, delta=delta)
+    with _ONE_SCAN:
+        delta = SCANNED.answers(req.get("since"), roots)
+        run = as_user_here if _IN_THREAD else as_user
+        diff = run(scan_diff, roots, SCANNED.rows if delta else {})
+        return update(SCANNED, roots, diff, delta=delta)

@@ -7,10 +7,13 @@ the runtime's (``Runtime.attach``: under Docker, the attach stream with its
 framing already stripped), so the client is the same on every runtime; no
 ``docker exec``, no network.
 
-Requests on one channel are serialised by a lock: the agent answers one
-request at a time anyway, and a turn of a session never overlaps another. The
-read is synchronous in the caller's thread (no reader thread per container), so
-a round trip costs two socket operations and nothing else.
+Requests on one channel overlap: a session runs several turns at once, and
+the agent answers each request when it is done, in any order, matched by
+frame id. The reads are synchronous in the callers' threads (no reader thread
+per container): whichever waiting caller holds the read lock reads and hands
+each frame to its request, so a lone round trip costs two socket operations
+and nothing else. Each request is tagged with the turn it serves
+(``TURN_TAG``), so a cancel finds the exec of its turn.
 
 Anything that leaves the byte stream in an unknown state (socket error, EOF,
 bad framing, no reply by the deadline) breaks the channel for good: it is
@@ -26,15 +29,16 @@ import logging
 import socket
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from sandgrid.errors import SandboxLost
 from worker.agent_client.framing import FrameDecoder, FrameError, encode_frame, error_from_reply
 from worker.runtimes.base import ByteStream
 
-__all__ = ["RECV_SIZE", "AgentClient", "ChunkCallback"]
+__all__ = ["RECV_SIZE", "TURN_TAG", "AgentClient", "ChunkCallback"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,23 @@ ChunkCallback = Callable[[str, str], None]
 """Called as ``on_chunk(stream, text)`` for each streamed piece of output."""
 
 RECV_SIZE = 1 << 20
+
+TURN_TAG: ContextVar[str | None] = ContextVar("sandgrid_turn_tag", default=None)
+"""The turn the calling thread serves (set by the worker's executor for each turn)."""
+
+#: How long a waiter sleeps before it looks again at the read lock, at most: the
+#: reader wakes it sooner when its reply or the lock's release comes.
+_HANDOFF_S = 0.05
+
+
+@dataclass
+class _Waiter:
+    """One request waiting for its reply: who it is for, and the reply once read."""
+
+    op: str
+    tag: str | None
+    on_chunk: ChunkCallback | None
+    reply: dict[str, Any] | None = None
 
 
 class AgentClient:
@@ -56,18 +77,31 @@ class AgentClient:
     def __init__(self, stream: ByteStream, name: str) -> None:
         self.name = name
         self._stream = stream
-        self._lock = threading.Lock()
+        self._state = threading.Condition()  # the waiters, and a reply's arrival
+        self._read_lock = threading.Lock()  # one reader at a time
         self._write_lock = threading.Lock()  # whole frames only: requests and notifications
-        #: ``(op, frame id)`` of the request waiting for its reply, if any.
-        self.in_flight: tuple[str, int] | None = None
+        self._waiting: dict[int, _Waiter] = {}
         self._ids = itertools.count(1)
         self._frames = FrameDecoder()
-        self._ready: deque[dict[str, Any]] = deque()
         self.broken: str | None = None
 
     @property
     def alive(self) -> bool:
         return self.broken is None
+
+    @property
+    def in_flight(self) -> dict[int, tuple[str, str | None]]:
+        """``{frame id: (op, turn tag)}`` of the requests waiting for their replies."""
+        with self._state:
+            return {fid: (w.op, w.tag) for fid, w in self._waiting.items()}
+
+    def frame_of(self, op: str, tag: str) -> int | None:
+        """The frame id of the ``op`` request in flight for turn ``tag``, if any."""
+        with self._state:
+            for fid, w in self._waiting.items():
+                if w.op == op and w.tag == tag:
+                    return fid
+        return None
 
     def request(
         self,
@@ -77,7 +111,7 @@ class AgentClient:
         timeout: float,
         on_chunk: ChunkCallback | None = None,
     ) -> dict[str, Any]:
-        """Send one request and wait for its reply.
+        """Send one request and wait for its reply (other requests may be in flight).
 
         Args:
             op: the agent operation.
@@ -96,18 +130,22 @@ class AgentClient:
         """
         frame_id = next(self._ids)
         data = encode_frame({"id": frame_id, "op": op, **(fields or {})})
-        with self._lock:
+        waiter = _Waiter(op, TURN_TAG.get(), on_chunk)
+        with self._state:
             if self.broken is not None:
                 raise self._lost(op, self.broken)
-            self.in_flight = (op, frame_id)
-            try:
-                reply = self._round_trip(data, frame_id, time.monotonic() + timeout, on_chunk)
-            except (OSError, FrameError) as exc:
-                reason = "no reply in time" if isinstance(exc, TimeoutError) else str(exc)
-                self._break(f"{op}: {reason or type(exc).__name__}")
-                raise self._lost(op, self.broken or reason) from exc
-            finally:
-                self.in_flight = None
+            self._waiting[frame_id] = waiter
+        try:
+            with self._write_lock:
+                self._stream.sendall(data)
+            reply = self._await(waiter, time.monotonic() + timeout)
+        except (OSError, FrameError) as exc:
+            reason = "no reply in time" if isinstance(exc, TimeoutError) else str(exc)
+            self._break(f"{op}: {reason or type(exc).__name__}")
+            raise self._lost(op, self.broken or reason) from exc
+        finally:
+            with self._state:
+                self._waiting.pop(frame_id, None)
         if not reply.get("ok"):
             raise error_from_reply(op, reply.get("error") or {})
         result = reply.get("result")
@@ -116,9 +154,9 @@ class AgentClient:
     def notify(self, op: str, fields: dict[str, Any] | None = None) -> None:
         """Write one request frame that expects no reply (``"notify": true``).
 
-        Allowed while another request is in flight (a ``cancel`` of that very
-        request, or a terminal's input to its ``pty``): it takes only the write
-        lock, so frames never interleave, and never reads.
+        Allowed while requests are in flight (a ``cancel`` of one of them, a
+        terminal's input to its ``pty``): it takes only the write lock, so
+        frames never interleave, and never reads.
 
         Raises:
             SandboxLost: the channel is broken, or broke while writing.
@@ -135,29 +173,42 @@ class AgentClient:
 
     def close(self) -> None:
         """Close the stream; the agent sees EOF on stdin and exits."""
-        with self._lock:
-            self._break("closed")
+        self._break("closed")
 
     # ---- internals ---------------------------------------------------------
 
-    def _round_trip(
-        self, data: bytes, frame_id: int, deadline: float, on_chunk: ChunkCallback | None
-    ) -> dict[str, Any]:
-        self._stream.settimeout(max(deadline - time.monotonic(), 0.001))
-        with self._write_lock:
-            self._stream.sendall(data)
-        while True:
-            while self._ready:
-                frame = self._ready.popleft()
-                if frame.get("id") != frame_id:
-                    log.warning("sandbox %s: dropping stale frame %r", self.name, frame.get("id"))
-                elif frame.get("event") == "chunk":
-                    self._chunk(frame, on_chunk)
-                else:
-                    return frame
-            self._receive(deadline)
+    def _await(self, waiter: _Waiter, deadline: float) -> dict[str, Any]:
+        """Wait for ``waiter``'s reply, reading the stream whenever no one else is.
 
-    def _receive(self, deadline: float) -> None:
+        No reader thread: the waiter that finds the read lock free reads and
+        hands each frame to its request (a chunk to its callback, a reply to
+        its waiter), until its own reply comes; then a waiter still waiting
+        takes over. One request alone costs what it did before requests could
+        overlap: its own reads, nothing else.
+        """
+        while True:
+            if waiter.reply is not None:
+                return waiter.reply
+            if self.broken is not None:
+                raise ConnectionResetError(self.broken)
+            if self._read_lock.acquire(blocking=False):
+                try:
+                    if waiter.reply is None:
+                        self._read_once(deadline)
+                finally:
+                    self._read_lock.release()
+                    with self._state:
+                        self._state.notify_all()
+                continue
+            with self._state:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("no reply in time")
+                if waiter.reply is None and self.broken is None:
+                    self._state.wait(min(left, _HANDOFF_S))
+
+    def _read_once(self, deadline: float) -> None:
+        """One read from the stream; every whole frame in it goes where it belongs."""
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise TimeoutError("no reply in time")
@@ -165,7 +216,20 @@ class AgentClient:
         data = self._stream.recv(RECV_SIZE)
         if not data:
             raise ConnectionResetError("the agent closed the channel (container exited?)")
-        self._ready.extend(self._frames.feed(data))
+        for frame in self._frames.feed(data):
+            self._deliver(frame)
+
+    def _deliver(self, frame: dict[str, Any]) -> None:
+        with self._state:
+            waiter = self._waiting.get(frame.get("id"))  # type: ignore[arg-type]
+            if waiter is not None and frame.get("event") != "chunk":
+                waiter.reply = frame
+                self._state.notify_all()
+                return
+        if waiter is None:
+            log.warning("sandbox %s: dropping stale frame %r", self.name, frame.get("id"))
+        else:
+            self._chunk(frame, waiter.on_chunk)
 
     def _chunk(self, frame: dict[str, Any], on_chunk: ChunkCallback | None) -> None:
         if on_chunk is None:
@@ -176,8 +240,12 @@ class AgentClient:
             log.exception("sandbox %s: chunk callback failed", self.name)
 
     def _break(self, reason: str) -> None:
-        if self.broken is None:
-            self.broken = reason
+        with self._state:
+            first = self.broken is None
+            if first:
+                self.broken = reason
+            self._state.notify_all()
+        if first:
             log.info("sandbox %s: channel closed (%s)", self.name, reason)
         with contextlib.suppress(OSError):
             self._stream.shutdown(socket.SHUT_RDWR)

@@ -66,7 +66,7 @@ def _pause(ctx: TurnContext, op: PauseOp) -> PauseResult:
     local = _save(ctx.parts, session_id)
     if local is None:
         return PauseResult(session=session_id, snapshot=ctx.session.snapshot, released=False)
-    with local.lock:
+    with local.gate.alone():
         ctx.parts.residency.discard(local)
     return PauseResult(session=session_id, snapshot=local.snapshot, released=True)
 
@@ -76,7 +76,7 @@ def _save(parts: NodeParts, session_id: str) -> LocalSession | None:
     local = parts.sessions.get(session_id)
     if local is None:
         return None
-    with local.lock:
+    with local.gate.alone():
         if local.dirty:
             parts.persistence.save(local)
             parts.ledger.update(session_id, snapshot=local.snapshot, unsaved=False)

@@ -170,7 +170,7 @@ def proc_turn(
     local = sessions.get(job.session.id)
     if local is None or not _holds(sessions, local, op):
         return _gone(job, op, node)
-    with local.lock:
+    with local.gate.turn():
         # Looked at again: the idle reaper may have released it while we waited.
         if not _holds(sessions, local, op):
             return _gone(job, op, node)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import logging
 import threading
+import time
 from typing import Any
 
 import redis
@@ -31,6 +32,7 @@ from sandgrid.errors import SandboxError, SandgridError
 from sandgrid.ops.terminal import PtyOp, PtyResult
 from sandgrid.wire import names
 from sandgrid.wire.settings import Settings
+from worker.agent_client.client import TURN_TAG, AgentClient
 from worker.ops.base import SandboxContext, SandboxHandler
 from worker.sandboxes import Sandbox, SandboxManager
 from worker.sandboxes.manager import DEADLINE_MARGIN_S
@@ -54,6 +56,7 @@ STREAM_TTL_S = 300
 IN_BLOCK_MS = 500
 """How long one read of the input stream blocks; the input thread's stop latency."""
 _REPLY_MARGIN_S = DEADLINE_MARGIN_S + 5.0
+_FIND_REQUEST_S = 5.0  # the pty request is written right after its input thread starts
 
 
 def agent_control(entry: dict[str, str]) -> tuple[str, dict[str, Any]] | None:
@@ -96,7 +99,10 @@ class TerminalBridge:
         out_key = names.pty_out_key(op.pty_id)
         stop = threading.Event()
         pump = threading.Thread(
-            target=self._input, args=(sbx, op.pty_id, stop), name="sandgrid-pty-in", daemon=True
+            target=self._input,
+            args=(sbx, op.pty_id, stop, TURN_TAG.get()),
+            name="sandgrid-pty-in",
+            daemon=True,
         )
         fields = {"rows": op.rows, "cols": op.cols, "term": op.term}
         fields.update(idle_s=op.idle_s, max_s=op.max_s)
@@ -125,11 +131,15 @@ class TerminalBridge:
         pipe.expire(key, STREAM_TTL_S)
         pipe.execute()
 
-    def _input(self, sbx: Sandbox, pty_id: str, stop: threading.Event) -> None:
-        """Forward the input stream to the agent until ``stop``, or a close entry."""
+    def _input(self, sbx: Sandbox, pty_id: str, stop: threading.Event, turn: str | None) -> None:
+        """Forward the input stream to the agent until ``stop``, or a close entry.
+
+        Each notification names the ``pty`` request of this turn (``target``): a
+        session may have several terminals open at once (parallel turns)."""
         key, last = names.pty_in_key(pty_id), "0-0"
         channel = sbx.channel
         assert channel is not None
+        target: int | None = None
         while not stop.is_set():
             try:
                 got = self.redis.xread({key: last}, count=64, block=IN_BLOCK_MS)
@@ -143,10 +153,26 @@ class TerminalBridge:
                     control = agent_control(entry)
                     if control is None or stop.is_set():
                         continue
+                    target = target or _request_of(channel, turn, stop)
+                    op, fields = control
                     try:
-                        channel.notify(*control)
+                        channel.notify(op, {**fields, "target": target} if target else fields)
                     except SandboxError:
                         return  # the channel broke: the pty request fails too
+
+
+def _request_of(channel: AgentClient, turn: str | None, stop: threading.Event) -> int | None:
+    """The frame id of this turn's ``pty`` request, once it is written (None: the
+    turn is unknown, or the terminal ended first; the agent then takes the newest)."""
+    if turn is None:
+        return None
+    deadline = time.monotonic() + _FIND_REQUEST_S
+    while not stop.is_set() and time.monotonic() < deadline:
+        frame = channel.frame_of("pty", turn)
+        if frame is not None:
+            return frame
+        stop.wait(0.005)
+    return None
 
 
 def pty_result(reply: dict[str, Any]) -> PtyResult:

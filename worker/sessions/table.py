@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from worker.sandboxes import Sandbox
+from worker.sessions.gate import SessionGate
 from worker.snapshots import Manifest
 
 __all__ = ["LocalSession", "SessionTable"]
@@ -32,7 +33,9 @@ class LocalSession:
         snapshot: the reference of that snapshot.
         dirty: the workspace changed since the last snapshot.
         last_used: monotonic time of the last turn's end.
-        lock: serialises turns of this session on this node.
+        gate: shared by the session's turns, taken alone by what needs none
+            running (``worker.sessions.gate``).
+        saving: orders the session's snapshots and the records that name them.
     """
 
     session_id: str
@@ -44,7 +47,8 @@ class LocalSession:
     policy: str = "after_turn"
     dirty: bool = False
     last_used: float = field(default_factory=time.monotonic)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    gate: SessionGate = field(default_factory=SessionGate)
+    saving: threading.Lock = field(default_factory=threading.Lock)
 
 
 class SessionTable:
@@ -53,6 +57,13 @@ class SessionTable:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[str, LocalSession] = {}
+        self._arrivals: dict[str, threading.Lock] = {}
+
+    def arrival(self, session_id: str) -> threading.Lock:
+        """The lock under which a session is brought to this node: of the turns that
+        find it absent at once, one leases and restores it, the others then find it."""
+        with self._lock:
+            return self._arrivals.setdefault(session_id, threading.Lock())
 
     def get(self, session_id: str) -> LocalSession | None:
         with self._lock:
@@ -64,6 +75,7 @@ class SessionTable:
 
     def pop(self, session_id: str) -> LocalSession | None:
         with self._lock:
+            self._arrivals.pop(session_id, None)
             return self._entries.pop(session_id, None)
 
     def ids(self) -> list[str]:

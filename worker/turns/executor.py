@@ -10,6 +10,13 @@ next turn can run on any worker, and a worker that dies mid-turn leaves the
 snapshot of the turn before it, from which the turn can run again exactly once
 (``worker.turns.snapshot_policy`` decides when a snapshot is taken).
 
+A session's turns run at once here (the scheduler admits up to its
+``max_parallel_turns``): they share the session's gate (``worker.sessions.gate``);
+of those that find the session absent at once, one leases and restores it
+(``SessionTable.arrival``) and the others then run in the sandbox it made. Each
+request to the agent is tagged with its turn (``TURN_TAG``), so a cancel finds
+the exec of its turn among the others.
+
 The op itself is its handler's (``worker.ops``), found by the op's kind in the
 registry; the handler's type says whether the op needs the session's sandbox
 (exec, files, code, pty, a process start) or not (close, fork, the lifecycle
@@ -26,6 +33,7 @@ from typing import Any
 from sandgrid.errors import Conflict, ErrorCode, InfrastructureError, SandboxLost, SandgridError
 from sandgrid.models import SessionInfo
 from sandgrid.wire.jobs import TurnJob, TurnOutcome, TurnResult
+from worker.agent_client.client import TURN_TAG
 from worker.ops.base import NodeHandler, NodeParts, SandboxContext, SandboxHandler, TurnContext
 from worker.ops.registry import OPS, OpRegistry
 from worker.sessions.pool import SandboxPool
@@ -95,6 +103,14 @@ class Executor:
         took this node for dead) is answered with that run's outcome.
         """
         turn = _Turn(time.perf_counter(), {})
+        tag = TURN_TAG.set(job.turn_id)
+        try:
+            return self._claimed(job, turn)
+        finally:
+            TURN_TAG.reset(tag)
+
+    def _claimed(self, job: TurnJob, turn: _Turn) -> TurnOutcome:
+        """Claim the turn, then run it; an attempt that ran here already answers its outcome."""
         ledger = self.parts.ledger
         if not ledger.claim_turn(job.turn_id, self.node, job.attempt, self.incarnation):
             log.info("turn %s: already claimed, abandoned or done; skipped", job.turn_id)
@@ -155,22 +171,26 @@ class Executor:
         """
         local = self._session_for(job, turn)
         policy = self.parts.persistence
-        with local.lock:
+        with local.gate.turn() as share:
             if (done := self.ran.get(job.turn_id)) is not None:  # ran while we waited
                 raise _AlreadyRan(done)
             t = time.perf_counter()
-            policy.before_turn(local, job.op.kind, mutates=handler.mutates)
-            result = self._apply(local, job, handler)
+            policy.before_turn(local, job.op.kind, mutates=handler.mutates, alone=share.first)
+            try:
+                result = self._apply(local, job, handler)
+            finally:
+                policy.ended(local, mutates=handler.mutates)
             turn.applied = True
             t = turn.mark("sandbox_ms", t)
-            try:
-                policy.after_turn(local, mutates=handler.mutates)
-            except SandgridError as exc:
-                log.warning("turn %s ran but was not saved: %s", job.turn_id, exc)
-                result = unsaved_result(exc, result)
-            finally:
-                turn.mark("snapshot_ms", t)
-        self._record(job, local)
+            with local.saving:  # snapshots, and the records naming them, in order
+                try:
+                    policy.after_turn(local, mutates=handler.mutates, solo=local.gate.solo(share))
+                except SandgridError as exc:
+                    log.warning("turn %s ran but was not saved: %s", job.turn_id, exc)
+                    result = unsaved_result(exc, result)
+                finally:
+                    turn.mark("snapshot_ms", t)
+                self._record(job, local)
         return local, result
 
     def _failed(self, job: TurnJob, exc: SandgridError, turn: _Turn) -> TurnOutcome:
@@ -187,15 +207,28 @@ class Executor:
 
     def _session_for(self, job: TurnJob, turn: _Turn) -> LocalSession:
         """The local sandbox of the session: here already, or leased and restored."""
-        sid, node, parts = job.session.id, self.node, self.parts
-        t = time.perf_counter()
-        local = parts.sessions.get(sid)
-        if local is not None and local.sandbox.state not in ("lost", "error", "destroyed"):
+        local = self._resident(job.session.id)
+        if local is not None:
             # Ours already: the heartbeat renews the lease and drops the session
             # here if the lease was ever lost, so no round trip on the hot path.
             return local
+        with self.parts.sessions.arrival(job.session.id):
+            # Another turn of the session may have brought it while this one waited.
+            return self._resident(job.session.id) or self._arrive(job, turn)
+
+    def _resident(self, sid: str) -> LocalSession | None:
+        """The session's usable sandbox here; a lost one is discarded (None)."""
+        local = self.parts.sessions.get(sid)
+        if local is not None and local.sandbox.state not in ("lost", "error", "destroyed"):
+            return local
         if local is not None:  # its sandbox was lost: start again from the snapshot
-            parts.residency.discard(local)
+            self.parts.residency.discard(local)
+        return None
+
+    def _arrive(self, job: TurnJob, turn: _Turn) -> LocalSession:
+        """Lease the session and restore it into a warm sandbox here."""
+        sid, node, parts = job.session.id, self.node, self.parts
+        t = time.perf_counter()
         if not parts.ledger.acquire_lease(sid, node):
             owner = parts.ledger.lease_owner(sid)
             raise Conflict(

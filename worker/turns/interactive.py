@@ -154,9 +154,9 @@ class TurnControl:
                 return "not_running"
             local = self.sessions.get(session_id)
             channel = local.sandbox.channel if local is not None else None
-            flight = channel.in_flight if channel is not None else None
-            if channel is not None and flight is not None and flight[0] == "exec":
-                channel.notify("cancel", {"target": flight[1]})
+            frame = channel.frame_of("exec", turn_id) if channel is not None else None
+            if channel is not None and frame is not None:
+                channel.notify("cancel", {"target": frame})
                 return "cancelling"
             time.sleep(0.005)  # registered, its request not yet written
         return "not_running"

@@ -81,7 +81,7 @@ class Residency:
         restore: what the sandbox holds since the last snapshot is not kept)."""
         local = self.sessions.get(session_id)
         if local is not None:
-            with local.lock:
+            with local.gate.alone():
                 self.discard(local)
 
     def close(self, session_id: str) -> None:

@@ -25,6 +25,15 @@ again. The session's record says ``unsaved`` (so a worker loss does not re-run
 a turn on a snapshot older than the workspace), it stays on this node, dirty,
 and the next snapshot that succeeds saves everything and clears the flag.
 
+Turns of a session overlap (``worker.sessions.gate``). A snapshot is taken
+after each mutating turn all the same, one at a time (``LocalSession.saving``),
+and holds every turn that ended before it began and whatever the turns still
+running had written by then (docs/reliability.md: what a snapshot taken while
+turns overlap contains). The dirty flag is cleared when a snapshot begins and
+set again by each mutating turn as it ends, so a turn that ends during a
+snapshot takes the next one. Only a turn that ran alone takes the snapshot's
+scan with its exec; when turns overlap, the snapshot scans when it is taken.
+
 Closing a session deletes its snapshots (``forget``): the manifests and
 pointer at once, the blobs when ``gc`` finds nothing refers to them any more (a
 fork shares them). Collection (``collect_due``, from the reaper) runs for each
@@ -123,36 +132,51 @@ class Persistence:
             SnapshotError / InfrastructureError / InvalidInput: the snapshot
                 failed; the session stays dirty and usable, the next one retries.
         """
+        local.dirty = False  # a turn that ends from now on marks it again (``ended``)
         try:
             ref = self._snapshot(local)
         except SandgridError:
+            local.dirty = True
             raise
         except Exception as exc:
+            local.dirty = True
             raise SnapshotError(f"snapshot failed: {exc}", operation="snapshot") from exc
         if ref is not None:
             local.snapshot, local.manifest = ref
-        local.dirty = False
         self.touch(local.tenant)
 
-    def before_turn(self, local: LocalSession, kind: str, *, mutates: bool) -> None:
+    def before_turn(
+        self, local: LocalSession, kind: str, *, mutates: bool, alone: bool = True
+    ) -> None:
         """Mark the workspace changed before an op that ``mutates`` it runs (its
         handler says so): one that fails halfway may still have changed files. An
         exec that a snapshot follows scans in the same request
-        (``Sandbox.scan_after_exec``)."""
+        (``Sandbox.scan_after_exec``) when no other turn of the session runs
+        (``alone``)."""
         if mutates:
             local.dirty = True
-        if kind == "exec" and local.policy == "after_turn":
+        if kind == "exec" and local.policy == "after_turn" and alone:
             local.sandbox.scan_after_exec = DEFAULT_ROOTS  # scanned with the exec
 
-    def after_turn(self, local: LocalSession, *, mutates: bool) -> None:
-        """Snapshot after a turn as the session's policy says.
+    def ended(self, local: LocalSession, *, mutates: bool) -> None:
+        """Mark the workspace changed again as a mutating op ends: a snapshot that
+        began while it ran cleared the flag but may not hold all of its changes."""
+        if mutates:
+            local.dirty = True
+
+    def after_turn(self, local: LocalSession, *, mutates: bool, solo: bool = True) -> None:
+        """Snapshot after a turn as the session's policy says (under ``local.saving``).
 
         A turn that changed nothing still saves what an earlier failed snapshot
-        left behind, but its own answer does not depend on that.
+        left behind, but its own answer does not depend on that. A turn that did
+        not run alone (``solo``) scans afresh: a scan taken with an exec may
+        predate the other turns' changes.
 
         Raises:
             SandgridError: the snapshot after a mutating turn failed.
         """
+        if not solo:
+            local.sandbox.scan_ready = None
         if local.policy != "after_turn" or not local.dirty:
             return
         try:

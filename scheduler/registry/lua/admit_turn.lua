@@ -1,11 +1,18 @@
--- Admit a turn in one round trip: the queue's depth, a tenant slot, the session's
--- turn lock and the turn record (begin_turn), checked in that order, all or nothing.
+-- Admit a turn in one round trip: the queue's depth, a tenant slot, a slot among the
+-- session's turns in flight and the turn record, checked in that order, all or nothing.
+-- A session runs up to ARGV[10] turns at once; a call that finds no slot, the session
+-- held alone (KEYS[5]), an earlier caller still waiting, or (ARGV[11] = '1': routed to
+-- the shared queue, no live owner) a turn already in flight that is restoring the
+-- session, is told to wait and keeps its place in the session's queue of waiters.
 -- KEYS[1] the queue's list, KEYS[2] tenant's in-flight set (turn id -> deadline),
--- KEYS[3] turn lock, KEYS[4] turn record
--- ARGV[1] turn id, ARGV[2] queue depth limit, ARGV[3] slot limit, ARGV[4] now (s),
--- ARGV[5] deadline (s), ARGV[6] slot set ttl ms, ARGV[7] lock ttl ms, ARGV[8] session id,
--- ARGV[9] record ttl ms
--- Returns {'ok'}, {'backpressure', depth}, {'tenant_limit'} or {'busy'}.
+-- KEYS[3] session's turns in flight (turn id -> deadline), KEYS[4] turn record,
+-- KEYS[5] the session's alone lock, KEYS[6] waiters (ticket -> arrival),
+-- KEYS[7] waiters' last ask (ticket -> time)
+-- ARGV[1] turn id, ARGV[2] queue depth limit, ARGV[3] tenant slot limit, ARGV[4] now (s),
+-- ARGV[5] deadline (s), ARGV[6] slot set ttl ms, ARGV[7] session id, ARGV[8] record ttl ms,
+-- ARGV[9] a waiter is dropped after this many seconds without asking,
+-- ARGV[10] session's parallel turn limit, ARGV[11] '1' when routed to the shared queue
+-- Returns {'ok'}, {'backpressure', depth}, {'tenant_limit'} or {'wait', running}.
 local depth = redis.call('LLEN', KEYS[1])
 if depth > tonumber(ARGV[2]) then
   return {'backpressure', depth}
@@ -14,12 +21,31 @@ redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])
 if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then
   return {'tenant_limit'}
 end
-if not redis.call('SET', KEYS[3], ARGV[1], 'NX', 'PX', ARGV[7]) then
-  return {'busy'}
+local now = tonumber(ARGV[4])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[4])
+for _, stale in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', tostring(now - tonumber(ARGV[9])))) do
+  redis.call('ZREM', KEYS[6], stale)
+  redis.call('ZREM', KEYS[7], stale)
 end
-redis.call('HSET', KEYS[4], 'state', 'queued', 'session', ARGV[8], 'attempt', 1,
+local running = redis.call('ZCARD', KEYS[3])
+local first = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
+if redis.call('EXISTS', KEYS[5]) == 1 or (first and first ~= ARGV[1])
+   or running >= tonumber(ARGV[10]) or (ARGV[11] == '1' and running > 0) then
+  redis.call('ZADD', KEYS[6], 'NX', ARGV[4], ARGV[1])
+  redis.call('ZADD', KEYS[7], ARGV[4], ARGV[1])
+  redis.call('PEXPIRE', KEYS[6], ARGV[6])
+  redis.call('PEXPIRE', KEYS[7], ARGV[6])
+  return {'wait', running}
+end
+redis.call('ZREM', KEYS[6], ARGV[1])
+redis.call('ZREM', KEYS[7], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
+if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[6]) then
+  redis.call('PEXPIRE', KEYS[3], ARGV[6])
+end
+redis.call('HSET', KEYS[4], 'state', 'queued', 'session', ARGV[7], 'attempt', 1,
            'created', ARGV[4], 'node', '')
-redis.call('PEXPIRE', KEYS[4], ARGV[9])
+redis.call('PEXPIRE', KEYS[4], ARGV[8])
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
 if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[6]) then
   redis.call('PEXPIRE', KEYS[2], ARGV[6])

@@ -1,9 +1,10 @@
 -- End a turn that answered, in one round trip: end_turn (mark its record done unless
--- abandoned, release the session's turn lock if this turn still holds it), give back
--- the tenant's slot, drop the Celery result the API has read, and keep a keyed exec's
+-- abandoned, give back its session slot, release the session's alone lock if this op
+-- holds it), give back the tenant's slot, drop the Celery result the API has read, and keep a keyed exec's
 -- outcome under its idempotency key.
--- KEYS[1] turn lock, KEYS[2] turn record, KEYS[3] tenant's in-flight set,
--- KEYS[4] the turn's Celery result, KEYS[5] the idempotency key
+-- KEYS[1] the session's alone lock, KEYS[2] turn record, KEYS[3] tenant's in-flight set,
+-- KEYS[4] the turn's Celery result, KEYS[5] the idempotency key,
+-- KEYS[6] the session's turns in flight
 -- ARGV[1] turn id, ARGV[2] '1': delete KEYS[4], ARGV[3] outcome JSON ('' for none),
 -- ARGV[4] how long the outcome is kept (s)
 local state = redis.call('HGET', KEYS[2], 'state')
@@ -14,6 +15,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
 end
 redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('ZREM', KEYS[6], ARGV[1])
 if ARGV[2] == '1' then
   redis.call('DEL', KEYS[4])
 end

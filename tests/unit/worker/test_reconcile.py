@@ -118,7 +118,7 @@ def test_a_session_in_a_turn_is_left_to_its_turn() -> None:
     reaper, sessions, pool, residency = _node(backend)
     local = _lease(sessions, pool, "s1")
     backend.restart()
-    with local.lock:
+    with local.gate.turn():
         reaper.reconcile()
     assert sessions.ids() == ["s1"] and residency.discarded == []
     assert reaper.reconcile() >= 1 and sessions.ids() == []

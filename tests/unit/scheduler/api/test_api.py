@@ -175,20 +175,81 @@ def test_payload_too_large(grid: Grid) -> None:
     assert r.json()["error"]["type"] == "InvalidInput"
 
 
-def test_second_concurrent_turn_is_409_session_busy(grid: Grid) -> None:
+def test_turns_of_one_session_run_at_once(grid: Grid) -> None:
     s = _session(grid)
+    assert _exec(grid, s["id"], {"shell": "x"}).status_code == 200  # live on the fake node
+    grid.worker.hold = threading.Event()
+    answers: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: answers.append(_exec(grid, s["id"], {"shell": "x"})))
+        for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    _wait_for(lambda: len(grid.worker.sent) == 4)  # all three sent before any answered
+    grid.worker.hold.set()
+    for t in threads:
+        t.join(10)
+    assert [a.status_code for a in answers] == [200, 200, 200]
+
+
+def test_calls_to_a_session_not_live_wait_for_the_one_that_brings_it(grid: Grid) -> None:
+    """With no live owner the first call goes to the type's shared queue; the others wait
+    until a worker holds the session, then go to that worker: one restore for all."""
+    s = _session(grid)
+    grid.worker.hold = threading.Event()
+    answers: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: answers.append(_exec(grid, s["id"], {"shell": "x"})))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    _wait_for(lambda: len(grid.worker.sent) == 1)
+    time.sleep(0.1)
+    assert [q for _, q in grid.worker.sent] == ["sbx.python"]  # the second waits
+    grid.worker.hold.set()
+    for t in threads:
+        t.join(10)
+    assert [a.status_code for a in answers] == [200, 200]
+    assert [q for _, q in grid.worker.sent][1].startswith("node.")
+
+
+def test_a_call_beyond_the_sessions_slots_waits_then_is_429_session_busy(grid: Grid) -> None:
+    s = _session(grid, quotas={"max_parallel_turns": 1})
     grid.worker.hold = threading.Event()
     first: list[Any] = []
     t = threading.Thread(target=lambda: first.append(_exec(grid, s["id"], {"shell": "sleep"})))
     t.start()
     _wait_for(lambda: len(grid.worker.sent) == 1)
-    second = _exec(grid, s["id"], {"shell": "echo 2"})
-    assert second.status_code == 409
-    assert second.json()["error"]["code"] == "session_busy"
+    second = _exec(grid, s["id"], {"shell": "echo 2"})  # waits slot_wait_s (0.5 s), then 429
+    assert second.status_code == 429
+    body = second.json()["error"]
+    assert body["code"] == "session_busy" and body["context"]["max"] == 1
+    assert float(second.headers["Retry-After"]) > 0
     grid.worker.hold.set()
     t.join(10)
     assert first[0].status_code == 200
     assert _exec(grid, s["id"], {"shell": "echo 3"}).status_code == 200
+
+
+def test_a_waiting_call_runs_when_a_slot_frees(grid: Grid) -> None:
+    s = _session(grid, quotas={"max_parallel_turns": 1})
+    grid.worker.hold = threading.Event()
+    answers: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: answers.append(_exec(grid, s["id"], {"shell": "x"})))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    _wait_for(lambda: len(grid.worker.sent) == 1)
+    time.sleep(0.1)
+    assert len(grid.worker.sent) == 1  # the second waits for the slot
+    grid.worker.hold.set()
+    for t in threads:
+        t.join(10)
+    assert [a.status_code for a in answers] == [200, 200] and len(grid.worker.sent) == 2
 
 
 def test_tenant_turn_ceiling_is_429_with_retry_after(grid: Grid) -> None:

@@ -15,8 +15,8 @@ from tests.support.fakes import Grid
 KEY = "retry-key-0001"
 
 
-def _session(grid: Grid) -> str:
-    r = grid.http.post("/v1/sessions", json={}, headers=grid.headers())
+def _session(grid: Grid, **body: Any) -> str:
+    r = grid.http.post("/v1/sessions", json=body, headers=grid.headers())
     assert r.status_code == 201, r.text
     return str(r.json()["id"])
 
@@ -88,14 +88,14 @@ def test_a_malformed_key_is_422_naming_the_header(grid: Grid) -> None:
 
 
 def test_a_refused_turn_releases_its_key(grid: Grid) -> None:
-    sid = _session(grid)
+    sid = _session(grid, quotas={"max_parallel_turns": 1})
     grid.worker.hold = threading.Event()
     t = threading.Thread(target=lambda: _exec(grid, sid, {"shell": "busy"}, key=None))
     t.start()
     while not grid.worker.sent:
         time.sleep(0.01)
     refused = _exec(grid, sid, {"shell": "later"})
-    assert refused.status_code == 409 and refused.json()["error"]["code"] == "session_busy"
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "session_busy"
     grid.worker.hold.set()
     t.join(10)
     ran = _exec(grid, sid, {"shell": "later"})  # the same key: it did not run, so it runs now

@@ -5,6 +5,7 @@ In-process app, real Redis, the fake worker (``fakes.FakeWorker``).
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -103,6 +104,29 @@ def test_a_turn_is_not_run_again_when_the_workspace_had_unsaved_changes(grid: Gr
     assert r.status_code == 503 and time.monotonic() - t0 < 3
     err = r.json()["error"]
     assert err["code"] == "worker_lost" and "no snapshot holds" in err["message"]
+    assert len(grid.worker.sent) == sent + 1  # sent once, never re-dispatched
+
+
+def test_a_turn_is_not_run_again_once_a_snapshot_was_taken_while_it_ran(grid: Grid) -> None:
+    """Overlapping turns (issue 20): another turn of the session ended and saved while
+    this one ran, so the snapshot may hold part of it; it is not run again from it."""
+    s = _session(grid)
+    _write(grid, s["id"], "a", "1")
+    grid.worker.node = "doomed"
+    grid.services.registry.ledger.heartbeat("doomed", 0.3)
+    grid.worker.silent = True
+    sent = len(grid.worker.sent)
+
+    def another_turn_saved() -> None:  # what the worker records when another turn ends
+        time.sleep(0.1)
+        grid.services.registry.update(s["id"], snapshot="snap-of-another-turn")
+
+    threading.Thread(target=another_turn_saved).start()
+    r = grid.http.post(f"/v1/sessions/{s['id']}/exec", json={"shell": "x"}, headers=grid.headers())
+    assert r.status_code == 503
+    err = r.json()["error"]
+    assert err["code"] == "worker_lost" and "a snapshot was taken while it ran" in err["message"]
+    assert err["context"]["ran"] is None  # not known: part of it may be in the snapshot
     assert len(grid.worker.sent) == sent + 1  # sent once, never re-dispatched
 
 

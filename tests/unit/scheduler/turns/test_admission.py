@@ -109,4 +109,47 @@ def test_admit_takes_slot_lock_and_record_or_nothing(redis_client: redis.Redis[s
     reg.end_turn("s-1", "t1")
     adm.release_turn(TENANT, "t1")
     redis_client.delete("sbx.python")
+    assert not adm.admit(TENANT, "sbx.python", "s-1", "t7", 30)  # t2 waits before it
+    reg.withdraw("s-1", "t2")
     assert adm.admit(TENANT, "sbx.python", "s-1", "t7", 30)
+
+
+def test_a_session_runs_its_parallel_turns_and_the_next_waits_in_order(
+    redis_client: redis.Redis[str],
+) -> None:
+    reg = SessionRegistry(redis_client)
+    adm = Admission(redis_client, reg, queue_depth_limit=10)
+    tenant = TENANT.model_copy(update={"limits": TenantLimits(max_concurrent_turns=10)})
+
+    def admit(turn: str, shared: bool = False) -> bool:
+        return adm.admit(tenant, "node.w1", "s-1", turn, 30, parallel=2, shared=shared)
+
+    assert admit("a") and admit("b")
+    assert not admit("c")  # both slots taken: c waits first
+    assert not admit("d")
+    reg.end_turn("s-1", "a")
+    assert not admit("d")  # c came first
+    assert admit("c") and not admit("d")
+    assert reg.session_turns("s-1") == ["b", "c"]
+    reg.end_turn("s-1", "b")
+    reg.end_turn("s-1", "c")
+    assert admit("d")
+    assert not admit("e", shared=True)  # d is bringing the session to a worker: wait
+    reg.end_turn("s-1", "d")
+    assert admit("e", shared=True)
+
+
+def test_an_op_alone_waits_for_the_turns_and_holds_back_the_next(
+    redis_client: redis.Redis[str],
+) -> None:
+    reg = SessionRegistry(redis_client)
+    adm = Admission(redis_client, reg, queue_depth_limit=10)
+    tenant = TENANT.model_copy(update={"limits": TenantLimits(max_concurrent_turns=10)})
+    assert adm.admit(tenant, "node.w1", "s-1", "a", 30, parallel=4)
+    assert not reg.begin_turn("s-1", "pause", 30)  # a turn runs: the pause waits
+    assert not adm.admit(tenant, "node.w1", "s-1", "b", 30, parallel=4)  # behind the pause
+    reg.end_turn("s-1", "a")
+    assert reg.begin_turn("s-1", "pause", 30)
+    assert not adm.admit(tenant, "node.w1", "s-1", "b", 30, parallel=4)  # held alone
+    reg.end_turn("s-1", "pause")
+    assert adm.admit(tenant, "node.w1", "s-1", "b", 30, parallel=4)

@@ -4,8 +4,9 @@ they count as the session's use."""
 
 from __future__ import annotations
 
-import threading
+import contextlib
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +19,7 @@ from sandgrid.processes import ProcessInfo, ProcessList
 from sandgrid.wire.jobs import TurnJob
 from worker.ops.processes import proc_turn
 from worker.sandboxes import Sandbox
+from worker.sessions.gate import SessionGate, Share
 from worker.sessions.table import LocalSession, SessionTable
 
 
@@ -39,20 +41,19 @@ class _Backend:
         return info.model_dump(mode="json", exclude={"sandbox", "node"})
 
 
-class _ReleasedWhileWaited:
-    """A session lock that the idle reaper held: it released the session, then let go."""
+class _ReleasedWhileWaited(SessionGate):
+    """A session gate that the idle reaper held alone: it released the session, then let go."""
 
     def __init__(self, sessions: SessionTable, local: LocalSession) -> None:
+        super().__init__()
         self.sessions, self.local = sessions, local
-        self.inner = threading.Lock()
 
-    def __enter__(self) -> bool:
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[Share]:
         self.local.sandbox.state = "destroyed"
         self.sessions.pop(self.local.session_id)
-        return self.inner.__enter__()
-
-    def __exit__(self, *exc: object) -> None:
-        self.inner.__exit__(*exc)
+        with super().turn() as share:
+            yield share
 
 
 def _session() -> tuple[SessionTable, LocalSession, TurnJob]:
@@ -71,7 +72,7 @@ def _session() -> tuple[SessionTable, LocalSession, TurnJob]:
 
 def test_a_session_released_while_the_op_waited_is_process_lost() -> None:
     sessions, local, job = _session()
-    local.lock = _ReleasedWhileWaited(sessions, local)  # type: ignore[assignment]
+    local.gate = _ReleasedWhileWaited(sessions, local)
     backend = _Backend()
     with pytest.raises(SandboxLost) as err:
         proc_turn(sessions, lambda _type: backend, job, "n1")  # type: ignore[arg-type,return-value]
