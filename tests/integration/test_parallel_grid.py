@@ -18,11 +18,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 
 from sandgrid.client import Client
 from sandgrid.localgrid import LocalGrid
 from sandgrid.models import ExecResult
+from tests.support.grid_fixtures import own_grid
 
 pytestmark = pytest.mark.integration
 
@@ -35,32 +35,17 @@ SLOT_WAIT_S = 3.0
 
 @pytest.fixture(scope="module")
 def grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
-    r: redis.Redis[str] = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    try:
-        r.flushdb()
-    except redis.RedisError as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"Redis missing in CI: {exc}")
-        pytest.skip(f"Redis at {REDIS_URL} unreachable: {exc}")
-    g = LocalGrid(
+    env = {"SANDGRID_SLOT_WAIT_S": str(SLOT_WAIT_S), "SANDGRID_HEARTBEAT_S": "0.5"}
+    with own_grid(
         Path(tmp_path_factory.mktemp("parallel")),
         port=PORT,
         redis_url=REDIS_URL,
         tenants={"par": TOKEN},
-        env={
-            "SANDGRID_WORKER__POOL_SIZE": "1",
-            "SANDGRID_WORKER__SNAPSHOT_STORE": "local",
-            "SANDGRID_SLOT_WAIT_S": str(SLOT_WAIT_S),
-            "SANDGRID_HEARTBEAT_S": "0.5",
-        },
-    )
-    try:
-        g.start(["par-w1"], types=",".join(TYPES), concurrency=6)
+        nodes=["par-w1"],
+        types=",".join(TYPES),
+        env=env,
+    ) as g:
         yield g
-    finally:
-        g.stop()
-        r.flushdb()
-        r.close()
 
 
 @pytest.fixture(params=TYPES)
