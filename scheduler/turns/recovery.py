@@ -47,9 +47,10 @@ class TurnRecovery:
         be claimed (``requeue_turn``). When the session's record shows that the
         turn did complete (its worker died after saving the snapshot but before
         reporting), that the workspace had changes no snapshot holds
-        (``unsaved``), that a snapshot was taken since the turn was sent
-        (``overlapped``: another turn of the session ended while this one ran,
-        so that snapshot may hold part of it), or that the turn ran
+        (``unsaved``), that the turn started and a snapshot was taken since it
+        was sent (``overlapped``: another turn of the session ended while this
+        one ran, so that snapshot may hold part of it; the error says
+        ``ran: null, overlapped: true``), or that the turn ran
         ``MAX_RUNS`` times already, it is not run again: the caller gets a
         clear 503 instead.
 
@@ -71,7 +72,8 @@ class TurnRecovery:
         runs = int(self.registry.turn_state(job.turn_id).get("runs") or 0)
         completed = fresh is not None and fresh.last_turn == job.turn_id
         unsaved = fresh is not None and fresh.unsaved
-        overlapped = fresh is not None and fresh.snapshot != job.session.snapshot
+        # A snapshot since it was sent may hold part of it, if it started (runs > 0).
+        overlapped = fresh is not None and fresh.snapshot != job.session.snapshot and runs > 0
         verdict = "final"
         may_run = not (completed or unsaved or overlapped or fresh is None) and runs < MAX_RUNS
         if may_run and job.attempt < MAX_ATTEMPTS:
@@ -134,6 +136,7 @@ def _lost(
             "continues from that snapshot"
         )
         context["ran"] = None  # not known: part of it may be in the snapshot
+        context["overlapped"] = True
     elif unsaved:
         why = (
             "the turn was not run again because the workspace had changes that no "

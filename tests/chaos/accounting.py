@@ -78,6 +78,10 @@ class Call:
     """For an acknowledged turn: the node that ran it."""
     saved: bool = True
     """For an acknowledged turn: whether its workspace was saved (``ExecResult.saved``)."""
+    overlapped: bool = False
+    """For an error: the turn started and a snapshot of another turn was taken while it
+    ran, so whether it ran is not known (``ran`` null); it must be in the file at most
+    once (docs/reliability.md, overlapping turns)."""
 
     @property
     def acknowledged(self) -> bool:
@@ -144,7 +148,7 @@ class Accounting:
 
     def silent_errors(self) -> list[Call]:
         """Errors that do not say whether their turn ran."""
-        return [c for c in self.errors if c.ran is None]
+        return [c for c in self.errors if c.ran is None and not c.overlapped]
 
     def wrong_errors(self) -> list[Call]:
         """Errors whose word on running contradicts the file."""

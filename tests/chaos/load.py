@@ -79,13 +79,16 @@ class Load:
         ran: bool | None = None
         node = ""
         saved = True
+        overlapped = False
         try:
             result = session.exec(shell=turn_command(number), timeout_s=TURN_TIMEOUT_S)
             node, saved = result.node, result.saved
         except (SandgridError, httpx.HTTPError) as exc:
             code = _code(exc)
             ran = ran_of(exc)
-        call = Call(session.id, number, start, time.monotonic() - start, code, ran, node, saved)
+            overlapped = isinstance(exc, SandgridError) and exc.context.get("overlapped") is True
+        elapsed = time.monotonic() - start
+        call = Call(session.id, number, start, elapsed, code, ran, node, saved, overlapped)
         with self._lock:
             self.accounting.record(call)
             self.done += 1

@@ -97,6 +97,8 @@ def test_kills_of_the_owner_while_four_turns_of_the_session_overlap(
         accounting.fault(first, last)
     accounting.containers_left = chaos_grid.shutdown()
     accounting.notes.append(f"kills: {kills} of {PARALLEL_KILLS}, {PARALLEL} turns at once")
+    overlapped = sum(1 for c in accounting.errors if c.overlapped)
+    accounting.notes.append(f"not run again, a snapshot overlapped them (ran null): {overlapped}")
     report(accounting)
     assert kills == PARALLEL_KILLS, f"only {kills} kills in {KILL_BUDGET_S} s"
     assert accounting.violations() == []
