@@ -31,20 +31,25 @@ __all__ = [
     "LABEL_CTX",
     "LABEL_TYPE",
     "LABEL_VALUE_MAX",
+    "SERVED_TYPES",
     "CallToolBody",
+    "CreateBody",
     "CreateFromPoolBody",
     "GetInfoBody",
     "IdentityBody",
     "IpythonArgs",
     "ListToolsBody",
+    "McpServersBody",
     "MoveBody",
     "PathBody",
     "SessionMappingBody",
     "ShellArgs",
     "cell_result",
     "container_info",
+    "container_status",
     "error_result",
     "fs_entry",
+    "grid_type_for",
     "labels_for",
     "tool_list",
     "tool_result",
@@ -58,6 +63,12 @@ LABEL_TYPE = "agentscope.sandbox_type"
 LABEL_VALUE_MAX = 256
 #: The AgentScope type a sandbox has when the caller names none.
 DEFAULT_SANDBOX_TYPE = "base"
+#: The AgentScope sandbox types the grid serves, each with the grid type that
+#: serves it. Only ``base`` for now: ``filesystem``, ``bfcl``/``appworld``,
+#: ``browser``, ``gui`` and ``mobile`` boxes call tools of their own (MCP
+#: filesystem tools, training environments, a desktop) that no grid type has yet,
+#: so they are refused at create rather than accepted with tools that fail.
+SERVED_TYPES: dict[str, str] = {"base": "python", "base_async": "python"}
 #: The image version agentscope reads back: ``SandboxService`` finds the sandbox
 #: class by the type name it contains.
 _VERSION = "sandgrid/runtime-sandbox-{type}"
@@ -85,6 +96,28 @@ class CreateFromPoolBody(_Body):
     _first: ClassVar[str] = "sandbox_type"
     sandbox_type: str | None = Field(None, max_length=64, pattern=r"^[a-z][a-z0-9_]*$")
     meta: dict[str, Any] | None = None
+
+
+class CreateBody(CreateFromPoolBody):
+    """``/create``: ``create(sandbox_type, mount_dir, storage_path, environment, meta)``.
+
+    ``mount_dir`` and ``storage_path`` bind a host directory into the runtime's
+    container; a grid sandbox has no host directory, so they are refused when set
+    (``create_session_for``). ``environment`` becomes the session's env.
+    """
+
+    mount_dir: str | None = Field(None, max_length=4096)
+    storage_path: str | None = Field(None, max_length=4096)
+    environment: dict[str, str] | None = None
+
+
+class McpServersBody(_Body):
+    """``/add_mcp_servers``: ``add_mcp_servers(identity, server_configs, overwrite=False)``."""
+
+    _first: ClassVar[str] = "identity"
+    identity: str = Field(min_length=1, max_length=128)
+    server_configs: dict[str, Any] | None = None
+    overwrite: bool = False
 
 
 class IdentityBody(_Body):
@@ -148,6 +181,21 @@ class MoveBody(BaseModel):
     destination: str = Field(min_length=1, max_length=4096)
 
 
+def grid_type_for(sandbox_type: str | None) -> str:
+    """The grid type serving an AgentScope sandbox type (``base`` when none is named).
+
+    Raises:
+        ValueError: a type the grid cannot serve; the message names the served ones.
+    """
+    name = sandbox_type or DEFAULT_SANDBOX_TYPE
+    if name not in SERVED_TYPES:
+        raise ValueError(
+            f"sandbox_type {name!r} is not served by sandgrid "
+            f"(served: {', '.join(sorted(SERVED_TYPES))})"
+        )
+    return SERVED_TYPES[name]
+
+
 def labels_for(body: CreateFromPoolBody) -> dict[str, str]:
     """The labels of the session that serves a ``create_from_pool`` call.
 
@@ -193,6 +241,21 @@ def container_info(info: SessionInfo, base_url: str) -> dict[str, Any]:
         "created_at": info.created_at.timestamp(),
         "updated_at": info.last_used.timestamp(),
     }
+
+
+def container_status(info: SessionInfo) -> str | None:
+    """A session's state in the Docker words the runtime's ``get_status`` returns.
+
+    ``running`` while a worker holds its sandbox, ``created`` before its first
+    turn, ``exited`` when open but stopped (paused or idle: the next call
+    resumes it), None once closed (the container is gone, as Docker answers for
+    a removed one).
+    """
+    if info.state in ("closed", "expired", "lost"):
+        return None
+    if info.owner is not None:
+        return "running"
+    return "created" if info.state == "new" and info.snapshot is None else "exited"
 
 
 def _text(text: str, description: str) -> dict[str, Any]:
