@@ -267,18 +267,23 @@ def tool_result(result: ExecResult, *, returncode: bool) -> dict[str, Any]:
 
     Content is stdout, then stderr when there is any, then (``returncode``, for
     shell commands) the exit code. ``isError`` is the runtime's rule (anything
-    on stderr), and also a deadline or the memory limit hit, which are named.
+    on stderr), and also a deadline or the memory limit hit, or output cut at
+    the grid's cap, each named in an ``error`` text: the runtime never cuts
+    output, so a cut one is not the command's whole answer and must not pass
+    for it (``isError: false``).
     """
     content = [_text(result.stdout, "stdout")]
     if result.stderr:
         content.append(_text(result.stderr, "stderr"))
     if returncode:
         content.append(_text(str(result.exit_code), "returncode"))
-    limits = [
-        why
-        for hit, why in ((result.timed_out, "timed out"), (result.oom_killed, "out of memory"))
-        if hit
-    ]
+    hits = (
+        (result.timed_out, "timed out"),
+        (result.oom_killed, "ran out of memory"),
+        (result.stdout_truncated, "wrote more stdout than the grid keeps (it is cut)"),
+        (result.stderr_truncated, "wrote more stderr than the grid keeps (it is cut)"),
+    )
+    limits = [why for hit, why in hits if hit]
     if limits:
         content.append(_text(f"sandgrid: the command {' and '.join(limits)}", "error"))
     return {"meta": None, "content": content, "isError": bool(result.stderr or limits)}
@@ -290,7 +295,7 @@ def cell_result(result: CodeResult) -> dict[str, Any]:
     Content is what the cell printed and the value of its last expression (as
     IPython shows ``Out``), then stderr and the error's traceback when there are
     any, then each PNG it displayed as image content. ``isError`` when the cell
-    raised or timed out.
+    raised or timed out, or an output was cut at the grid's cap (named in stderr).
     """
     out = result.stdout + (f"{result.result}\n" if result.result is not None else "")
     content = [_text(out, "stdout")]
@@ -299,6 +304,18 @@ def cell_result(result: CodeResult) -> dict[str, Any]:
         err += "\n".join(result.error.traceback) or f"{result.error.name}: {result.error.value}"
     if result.timed_out:
         err += "\nsandgrid: the cell timed out (the kernel was interrupted)"
+    cut = [
+        name
+        for name, hit in (
+            ("stdout", result.stdout_truncated),
+            ("stderr", result.stderr_truncated),
+            ("result", result.result_truncated),
+            ("display", result.display_truncated),
+        )
+        if hit
+    ]
+    if cut:
+        err += f"\nsandgrid: the cell's {', '.join(cut)} exceeded the grid's cap and was cut"
     if err:
         content.append(_text(err, "stderr"))
     for shown in result.display:
@@ -307,7 +324,7 @@ def cell_result(result: CodeResult) -> dict[str, Any]:
                 {"type": "image", "data": shown["image/png"], "mimeType": "image/png",
                  "annotations": None}
             )  # fmt: skip
-    failed = result.error is not None or result.timed_out
+    failed = result.error is not None or result.timed_out or bool(cut)
     return {"meta": None, "content": content, "isError": failed}
 
 

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from sandgrid.errors import InvalidInput
 from sandgrid.models import ExecResult, FileEntry, Quotas, SessionInfo
 from sandgrid.ops.code import RunCodeOp
 from sandgrid.ops.exec import ExecOp
+from sandgrid.ops.files import StatResult
 from scheduler.api.compat import agentscope_files
 from scheduler.api.compat.agentscope_models import (
     LABEL_CTX,
@@ -360,3 +362,39 @@ def test_add_mcp_servers_is_refused_not_faked(grid: Grid, path: str) -> None:
     assert r.json()["detail"].startswith("Error in add_mcp_servers: ")
     missing = {**body, "identity": "s-" + "u" * 32}
     assert grid.http.post(path, json=missing, headers=grid.headers()).status_code == 404
+
+
+def test_cut_output_is_an_error_named_as_such() -> None:
+    cut = tool_result(ExecResult(exit_code=0, stdout="x", stdout_truncated=True), returncode=True)
+    assert cut["isError"] is True
+    assert "cut" in cut["content"][-1]["text"] and cut["content"][-1]["description"] == "error"
+
+
+def test_file_errors_have_the_runtimes_status_codes(
+    grid: Grid, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent reports OS errors as ``invalid_input``; the routes answer as the runtime."""
+    sid = _create(grid)
+    base, h = f"/proxy/{sid}/workspace", grid.headers()
+    real = grid.worker._apply
+
+    def agent_like(job: Any) -> Any:  # 'd' is a directory, 'gone' is missing
+        op = job.op
+        path = getattr(op, "path", None) or next((f.path for f in getattr(op, "files", [])), None)
+        if op.kind == "stat" and path == "d":
+            return StatResult(entry=FileEntry(path="d", type="dir"))
+        if op.kind in ("read", "list", "delete", "write") and path in ("d", "gone"):
+            raise InvalidInput("[Errno 2] or [Errno 21]", operation=op.kind)
+        return real(job)
+
+    monkeypatch.setattr(grid.worker, "_apply", agent_like)
+    for path in ("gone", "d"):
+        r = grid.http.get(f"{base}/file", params={"path": path}, headers=h)
+        assert r.status_code == 404, r.text
+    assert grid.http.get(f"{base}/list", params={"path": "gone"}, headers=h).status_code == 404
+    assert grid.http.delete(f"{base}/entry", params={"path": "gone"}, headers=h).status_code == 204
+    r = grid.http.put(f"{base}/file", params={"path": "d"}, content=b"x", headers=h)
+    assert r.status_code == 409 and "is a directory" in r.json()["error"]["message"]
+    grid.http.put(f"{base}/file", params={"path": "f"}, content=b"x", headers=h)
+    listed_file = grid.http.get(f"{base}/list", params={"path": "f"}, headers=h)
+    assert listed_file.status_code == 404  # the runtime lists directories only
