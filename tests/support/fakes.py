@@ -42,7 +42,7 @@ from sandgrid.ops.files import (
     WriteOp,
     WriteResult,
 )
-from sandgrid.ops.lifecycle import LIFECYCLE_OPS
+from sandgrid.ops.lifecycle import LIFECYCLE_OPS, PauseOp
 from sandgrid.ops.session import CloseOp, CloseResult, ForkOp, ForkResult
 from sandgrid.wire.jobs import TurnJob, TurnOutcome, TurnResult
 from sandgrid.wire.ledger import NodeRecord, SessionLedger
@@ -117,6 +117,8 @@ class FakeWorker:
             )
         if not isinstance(job.op, CloseOp | ForkOp):
             self.registry.record_turn(job.session.id, snapshot=f"snap-{job.turn_id}")
+        if isinstance(job.op, PauseOp):  # the worker gives the sandbox up, as a real one does
+            self.registry.release_lease(job.session.id, self.node)
         timings = {"worker_ms": 2.0, "sandbox_ms": 1.0}
         return TurnOutcome(
             turn_id=job.turn_id, node=self.node, ok=True, result=result, timings=timings

@@ -2,11 +2,13 @@
 
 ``SandboxManager(base_url=..., bearer_token=...)`` of agentscope-runtime 1.1.6
 (and its ``Sandbox``/``SandboxService`` over it) talks to this router unchanged:
-``POST /<method>`` and ``/<method>_async`` for ``create_from_pool``, ``release``,
-``get_info``, ``check_health``, ``list_tools``, ``call_tool``,
-``get_session_mapping`` and ``list_session_keys``, each answering
+``POST /<method>`` and ``/<method>_async`` for every ``@remote_wrapper`` method
+(``create``, ``create_from_pool``, ``start``, ``stop``, ``get_status``,
+``release``, ``get_info``, ``check_health``, ``list_tools``, ``call_tool``,
+``add_mcp_servers`` (refused: no MCP servers in a grid sandbox), ``cleanup``,
+``get_session_mapping`` and ``list_session_keys``), each answering
 ``{"data": ...}``; ``GET /health``. Its bearer token is a tenant's token. A
-sandbox is a session of type ``python`` (shapes and mapping in
+sandbox is a session of the grid type serving its AgentScope type (shapes and mapping in
 ``scheduler.api.compat.agentscope_models``); tools run as turns of that session through
 the same runner as ``/v1/sessions/{id}/exec``. ``run_ipython_cell`` runs its
 code in the session's Jupyter kernel (``scheduler.api.code``): state stays
@@ -18,48 +20,61 @@ The file routes (``/proxy/{identity}/workspace/...``) are in
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from sandgrid.errors import InvalidInput, NotFound
-from sandgrid.models import CodeRequest, ExecRequest, SessionCreate
+from sandgrid.models import CodeRequest, ExecRequest, SessionCreate, SessionInfo
 from scheduler.api.code import code_turn
 from scheduler.api.compat import agentscope_files
 from scheduler.api.compat.agentscope_models import (
     LABEL_CTX,
+    LABEL_TYPE,
     CallToolBody,
+    CreateBody,
     CreateFromPoolBody,
     GetInfoBody,
     IdentityBody,
     IpythonArgs,
     ListToolsBody,
+    McpServersBody,
     SessionMappingBody,
     ShellArgs,
     cell_result,
     container_info,
+    container_status,
     error_result,
+    grid_type_for,
     labels_for,
     tool_list,
     tool_result,
 )
 from scheduler.api.deps import NO_BODY, CurrentTenant, Svc
 from scheduler.api.errors import invalid_input_from
-from scheduler.api.lifecycle import ExpiryDep
+from scheduler.api.lifecycle import ExpiryDep, pause_session
 from scheduler.api.sessions import close_session, create_session
 
 __all__ = [
+    "add_mcp_servers",
     "call_tool",
     "check_health",
+    "cleanup",
+    "create",
     "create_from_pool",
     "get_info",
     "get_session_mapping",
+    "get_status",
     "health",
     "list_session_keys",
     "list_tools",
     "release",
     "router",
+    "start",
+    "stop",
 ]
 
 router = APIRouter(tags=["agentscope"])
@@ -96,20 +111,134 @@ def health() -> _Data:
 def create_from_pool(
     body: CreateFromPoolBody, svc: Svc, tenant: CurrentTenant, expiry: ExpiryDep
 ) -> _Data:
-    """A new ``python`` session for any AgentScope type; its id is the identity.
+    """A new session of the grid type serving ``sandbox_type``; its id is the identity.
 
     The grid's warm pool is the pool: no container starts until the first turn.
+    A type the grid cannot serve is 422 naming ``sandbox_type``.
     """
+    return {"data": _open(body, {}, svc, tenant, expiry, "create_from_pool")}
+
+
+@_twin("/create")
+def create(body: CreateBody, svc: Svc, tenant: CurrentTenant, expiry: ExpiryDep) -> _Data:
+    """``create``: as ``create_from_pool``, with ``environment`` as the session's env.
+
+    ``mount_dir`` and ``storage_path`` (a host directory bound into the
+    runtime's container) cannot be honoured by a grid sandbox: 422 naming them.
+    """
+    for field in ("mount_dir", "storage_path"):
+        if getattr(body, field) is not None:
+            raise InvalidInput(
+                f"{field}: a sandgrid sandbox has no host directory to mount; "
+                "write files through the workspace API instead",
+                operation="create",
+                context={"field": field, "rule": "must be null"},
+            )
+    return {"data": _open(body, body.environment or {}, svc, tenant, expiry, "create")}
+
+
+def _open(
+    body: CreateFromPoolBody,
+    env: dict[str, str],
+    svc: Svc,
+    tenant: CurrentTenant,
+    expiry: ExpiryDep,
+    operation: str,
+) -> str:
+    """Create the session serving one ``create``/``create_from_pool`` call; its id."""
+    try:
+        grid_type = grid_type_for(body.sandbox_type)
+    except ValueError as exc:
+        raise InvalidInput(
+            str(exc), operation=operation, context={"field": "sandbox_type", "rule": str(exc)}
+        ) from exc
     try:
         labels = labels_for(body)
     except ValueError as exc:
         raise InvalidInput(
             str(exc),
-            operation="create_from_pool",
+            operation=operation,
             context={"field": "meta.session_ctx_id", "rule": str(exc)},
         ) from exc
-    info = create_session(SessionCreate(type="python", labels=labels), svc, tenant, expiry)
-    return {"data": info.id}
+    try:
+        spec = SessionCreate(type=grid_type, labels=labels, env=env)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("body", "environment", *e["loc"][1:])} for e in exc.errors()]
+        raise invalid_input_from(errors, operation) from exc
+    return create_session(spec, svc, tenant, expiry).id
+
+
+def _find(svc: Svc, tenant: CurrentTenant, identity: str) -> SessionInfo | None:
+    """The tenant's session of that identity, or None (the runtime answers, not 404s)."""
+    try:
+        return svc.registry.get(tenant.name, identity)
+    except NotFound:
+        return None
+
+
+@_twin("/start")
+def start(body: IdentityBody, request: Request, svc: Svc, tenant: CurrentTenant) -> _Data:
+    """Bring the sandbox up (a stopped one resumes from its snapshot); False if unknown.
+
+    As the runtime's ``start``, the answer says whether it is running after.
+    """
+    info = _find(svc, tenant, body.identity)
+    if info is None:
+        return {"data": False}
+    if info.state == "closed":
+        return {"data": False}
+    svc.runner.exec(tenant, info.id, ExecRequest(shell="true"), t0=request.state.t0)
+    return {"data": True}
+
+
+@_twin("/stop")
+def stop(body: IdentityBody, svc: Svc, tenant: CurrentTenant) -> _Data:
+    """Pause the session: its workspace is saved and its container given up.
+
+    True after, and (as the runtime's) True for an unknown or closed identity.
+    The next call (or ``start``) resumes it.
+    """
+    info = _find(svc, tenant, body.identity)
+    if info is None:
+        return {"data": True}
+    if info.state != "closed":
+        pause_session(info.id, svc, tenant)
+    return {"data": True}
+
+
+@_twin("/get_status")
+def get_status(body: IdentityBody, svc: Svc, tenant: CurrentTenant) -> _Data:
+    """The container status the runtime reports (Docker's words), or None if there is none."""
+    info = _find(svc, tenant, body.identity)
+    if info is None:
+        return {"data": None}
+    return {"data": container_status(info)}
+
+
+@_twin("/cleanup", body=False)
+def cleanup(svc: Svc, tenant: CurrentTenant) -> _Data:
+    """Close every open AgentScope sandbox of the tenant (sessions made by this API only)."""
+    for info in svc.registry.list(tenant.name):
+        if LABEL_TYPE in info.labels and info.state != "closed":
+            with suppress(NotFound):
+                close_session(info.id, svc, tenant)
+    return {"data": None}
+
+
+@_twin("/add_mcp_servers")
+def add_mcp_servers(body: McpServersBody, svc: Svc, tenant: CurrentTenant) -> JSONResponse:
+    """Refused: a grid sandbox runs no MCP servers of its own.
+
+    Answered as the runtime answers a method that fails (``{"detail": "Error in
+    add_mcp_servers: ..."}``, which its client raises with), with 501: the
+    servers would never be added, so success would be a lie.
+    """
+    svc.registry.get(tenant.name, body.identity)
+    detail = (
+        "Error in add_mcp_servers: sandgrid sandboxes run no MCP servers; "
+        "run the MCP server outside the sandbox, or use sandgrid's own MCP endpoint"
+    )
+    return JSONResponse({"detail": detail}, status_code=501)
 
 
 @_twin("/release")
@@ -132,9 +261,8 @@ def get_info(body: GetInfoBody, request: Request, svc: Svc, tenant: CurrentTenan
 @_twin("/check_health")
 def check_health(body: IdentityBody, svc: Svc, tenant: CurrentTenant) -> _Data:
     """True while the session is open (a turn brings its sandbox up on demand)."""
-    try:
-        info = svc.registry.get(tenant.name, body.identity)
-    except NotFound:
+    info = _find(svc, tenant, body.identity)
+    if info is None:
         return {"data": False}
     return {"data": info.state != "closed"}
 

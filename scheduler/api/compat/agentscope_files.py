@@ -9,7 +9,11 @@ container. Here they are turns of the session: ``file`` (read, write),
 ``path_outside_workspace``). Paths are the runtime's (absolute under
 ``/workspace``, or relative to it) and are checked by ``models.workspace_path``
 before any turn: a path leaving the workspace is 422 ``path_outside_workspace``.
-Answers have the runtime's shapes (entries with absolute ``path``, ``name``,
+Status codes are the runtime's: a missing file, a directory read as a file, a
+missing or non-directory listing are 404; writing over a directory is 409;
+removing a missing path is 204. The agent reports the OS errors behind them as
+``invalid_input``, so the route stats the path once an op has failed to tell
+them apart. Answers have the runtime's shapes (entries with absolute ``path``, ``name``,
 ``type``, ``size``, ``mtime_ms``).
 """
 
@@ -17,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import time
-from contextlib import suppress
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, File, Form, Query, Request, Response, UploadFile
@@ -25,7 +28,7 @@ from fastapi.responses import PlainTextResponse
 from pydantic import AfterValidator
 from starlette.concurrency import run_in_threadpool
 
-from sandgrid.errors import InvalidInput, NotFound
+from sandgrid.errors import Conflict, ErrorCode, InvalidInput, NotFound
 from sandgrid.models import (
     MAX_FILE_BYTES,
     FileEntry,
@@ -71,7 +74,12 @@ def read_file(
 ) -> Response:
     """A file's content: text as ``text/plain``, bytes as ``application/octet-stream``."""
     encoding: Literal["utf-8", "base64"] = "utf-8" if fmt == "text" else "base64"
-    read = svc.runner.op(tenant, identity, ReadOp(path=path, encoding=encoding), FileRead)
+    try:
+        read = svc.runner.op(tenant, identity, ReadOp(path=path, encoding=encoding), FileRead)
+    except InvalidInput as exc:  # as the runtime: a missing path or a directory is 404
+        if _plain(exc) and _kind(svc, tenant, identity, path) in (None, "dir"):
+            raise NotFound("not found", operation="workspace.read", context={"path": path}) from exc
+        raise
     if fmt == "text":
         return PlainTextResponse(read.content)
     return Response(base64.b64decode(read.content), media_type="application/octet-stream")
@@ -124,7 +132,15 @@ def list_dir(
 ) -> list[dict[str, Any]]:
     """Entries under a directory, ``depth`` levels deep."""
     op = ListOp(path=path, recursive=depth > 1)
-    listed = svc.runner.op(tenant, identity, op, FileList)
+    missing = NotFound("not found", operation="workspace.list", context={"path": path})
+    try:
+        listed = svc.runner.op(tenant, identity, op, FileList)
+    except InvalidInput as exc:  # as the runtime: a missing path or a file is 404
+        if _plain(exc) and _kind(svc, tenant, identity, path) != "dir":
+            raise missing from exc
+        raise
+    if any(e.path == path and e.type != "dir" for e in listed.entries):
+        raise missing  # the grid lists a file as its one entry; the runtime lists only dirs
     base = "" if path == "." else path + "/"
     return [
         fs_entry(e)
@@ -156,8 +172,13 @@ def remove(identity: str, path: _Path, svc: Svc, tenant: CurrentTenant) -> Respo
             context={"field": "path", "rule": "a path under /workspace, not /workspace"},
         )
     svc.registry.get(tenant.name, identity)  # an unknown sandbox is 404, a missing path not
-    with suppress(NotFound):
+    try:
         svc.runner.op(tenant, identity, DeleteOp(path=path, recursive=True), DeleteResult)
+    except NotFound:
+        pass
+    except InvalidInput as exc:
+        if not _plain(exc) or _kind(svc, tenant, identity, path) is not None:
+            raise
     return Response(status_code=204)
 
 
@@ -201,7 +222,35 @@ def _write(svc: Services, tenant: Tenant, identity: str, items: list[tuple[str, 
     files = [
         FileWrite(path=p, content=base64.b64encode(d).decode(), encoding="base64") for p, d in items
     ]
-    svc.runner.op(tenant, identity, WriteOp(files=files), WriteResult)
+    try:
+        svc.runner.op(tenant, identity, WriteOp(files=files), WriteResult)
+    except InvalidInput as exc:  # as the runtime: writing over a directory is 409
+        if _plain(exc):
+            for path, _ in items:
+                if _kind(svc, tenant, identity, path) == "dir":
+                    raise Conflict(
+                        f"path exists and is a directory: {path}",
+                        code=ErrorCode.INVALID_INPUT,
+                        operation="workspace.write",
+                        context={"path": path},
+                    ) from exc
+        raise
+
+
+def _plain(exc: InvalidInput) -> bool:
+    """A bare ``invalid_input`` from the agent (an OS error), not a refused path or size."""
+    return exc.code == ErrorCode.INVALID_INPUT
+
+
+def _kind(svc: Services, tenant: Tenant, identity: str, path: str) -> str | None:
+    """What is at ``path`` (``file``, ``dir``...), following a link as the runtime's
+    ``os.path`` checks do; None when nothing is. Asked only once an op has failed,
+    to answer with the runtime's status for that failure."""
+    op = file_ops.StatOp(path=path, follow=True)
+    try:
+        return svc.runner.op(tenant, identity, op, file_ops.StatResult).entry.type
+    except NotFound:
+        return None
 
 
 def _written(path: str, size: int) -> dict[str, Any]:

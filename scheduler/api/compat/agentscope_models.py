@@ -31,20 +31,25 @@ __all__ = [
     "LABEL_CTX",
     "LABEL_TYPE",
     "LABEL_VALUE_MAX",
+    "SERVED_TYPES",
     "CallToolBody",
+    "CreateBody",
     "CreateFromPoolBody",
     "GetInfoBody",
     "IdentityBody",
     "IpythonArgs",
     "ListToolsBody",
+    "McpServersBody",
     "MoveBody",
     "PathBody",
     "SessionMappingBody",
     "ShellArgs",
     "cell_result",
     "container_info",
+    "container_status",
     "error_result",
     "fs_entry",
+    "grid_type_for",
     "labels_for",
     "tool_list",
     "tool_result",
@@ -58,6 +63,12 @@ LABEL_TYPE = "agentscope.sandbox_type"
 LABEL_VALUE_MAX = 256
 #: The AgentScope type a sandbox has when the caller names none.
 DEFAULT_SANDBOX_TYPE = "base"
+#: The AgentScope sandbox types the grid serves, each with the grid type that
+#: serves it. Only ``base`` for now: ``filesystem``, ``bfcl``/``appworld``,
+#: ``browser``, ``gui`` and ``mobile`` boxes call tools of their own (MCP
+#: filesystem tools, training environments, a desktop) that no grid type has yet,
+#: so they are refused at create rather than accepted with tools that fail.
+SERVED_TYPES: dict[str, str] = {"base": "python", "base_async": "python"}
 #: The image version agentscope reads back: ``SandboxService`` finds the sandbox
 #: class by the type name it contains.
 _VERSION = "sandgrid/runtime-sandbox-{type}"
@@ -85,6 +96,28 @@ class CreateFromPoolBody(_Body):
     _first: ClassVar[str] = "sandbox_type"
     sandbox_type: str | None = Field(None, max_length=64, pattern=r"^[a-z][a-z0-9_]*$")
     meta: dict[str, Any] | None = None
+
+
+class CreateBody(CreateFromPoolBody):
+    """``/create``: ``create(sandbox_type, mount_dir, storage_path, environment, meta)``.
+
+    ``mount_dir`` and ``storage_path`` bind a host directory into the runtime's
+    container; a grid sandbox has no host directory, so they are refused when set
+    (``create_session_for``). ``environment`` becomes the session's env.
+    """
+
+    mount_dir: str | None = Field(None, max_length=4096)
+    storage_path: str | None = Field(None, max_length=4096)
+    environment: dict[str, str] | None = None
+
+
+class McpServersBody(_Body):
+    """``/add_mcp_servers``: ``add_mcp_servers(identity, server_configs, overwrite=False)``."""
+
+    _first: ClassVar[str] = "identity"
+    identity: str = Field(min_length=1, max_length=128)
+    server_configs: dict[str, Any] | None = None
+    overwrite: bool = False
 
 
 class IdentityBody(_Body):
@@ -148,6 +181,21 @@ class MoveBody(BaseModel):
     destination: str = Field(min_length=1, max_length=4096)
 
 
+def grid_type_for(sandbox_type: str | None) -> str:
+    """The grid type serving an AgentScope sandbox type (``base`` when none is named).
+
+    Raises:
+        ValueError: a type the grid cannot serve; the message names the served ones.
+    """
+    name = sandbox_type or DEFAULT_SANDBOX_TYPE
+    if name not in SERVED_TYPES:
+        raise ValueError(
+            f"sandbox_type {name!r} is not served by sandgrid "
+            f"(served: {', '.join(sorted(SERVED_TYPES))})"
+        )
+    return SERVED_TYPES[name]
+
+
 def labels_for(body: CreateFromPoolBody) -> dict[str, str]:
     """The labels of the session that serves a ``create_from_pool`` call.
 
@@ -195,6 +243,21 @@ def container_info(info: SessionInfo, base_url: str) -> dict[str, Any]:
     }
 
 
+def container_status(info: SessionInfo) -> str | None:
+    """A session's state in the Docker words the runtime's ``get_status`` returns.
+
+    ``running`` while a worker holds its sandbox, ``created`` before its first
+    turn, ``exited`` when open but stopped (paused or idle: the next call
+    resumes it), None once closed (the container is gone, as Docker answers for
+    a removed one).
+    """
+    if info.state in ("closed", "expired", "lost"):
+        return None
+    if info.owner is not None:
+        return "running"
+    return "created" if info.state == "new" and info.snapshot is None else "exited"
+
+
 def _text(text: str, description: str) -> dict[str, Any]:
     return {"type": "text", "text": text, "annotations": None, "description": description}
 
@@ -204,18 +267,23 @@ def tool_result(result: ExecResult, *, returncode: bool) -> dict[str, Any]:
 
     Content is stdout, then stderr when there is any, then (``returncode``, for
     shell commands) the exit code. ``isError`` is the runtime's rule (anything
-    on stderr), and also a deadline or the memory limit hit, which are named.
+    on stderr), and also a deadline or the memory limit hit, or output cut at
+    the grid's cap, each named in an ``error`` text: the runtime never cuts
+    output, so a cut one is not the command's whole answer and must not pass
+    for it (``isError: false``).
     """
     content = [_text(result.stdout, "stdout")]
     if result.stderr:
         content.append(_text(result.stderr, "stderr"))
     if returncode:
         content.append(_text(str(result.exit_code), "returncode"))
-    limits = [
-        why
-        for hit, why in ((result.timed_out, "timed out"), (result.oom_killed, "out of memory"))
-        if hit
-    ]
+    hits = (
+        (result.timed_out, "timed out"),
+        (result.oom_killed, "ran out of memory"),
+        (result.stdout_truncated, "wrote more stdout than the grid keeps (it is cut)"),
+        (result.stderr_truncated, "wrote more stderr than the grid keeps (it is cut)"),
+    )
+    limits = [why for hit, why in hits if hit]
     if limits:
         content.append(_text(f"sandgrid: the command {' and '.join(limits)}", "error"))
     return {"meta": None, "content": content, "isError": bool(result.stderr or limits)}
@@ -227,7 +295,7 @@ def cell_result(result: CodeResult) -> dict[str, Any]:
     Content is what the cell printed and the value of its last expression (as
     IPython shows ``Out``), then stderr and the error's traceback when there are
     any, then each PNG it displayed as image content. ``isError`` when the cell
-    raised or timed out.
+    raised or timed out, or an output was cut at the grid's cap (named in stderr).
     """
     out = result.stdout + (f"{result.result}\n" if result.result is not None else "")
     content = [_text(out, "stdout")]
@@ -236,6 +304,18 @@ def cell_result(result: CodeResult) -> dict[str, Any]:
         err += "\n".join(result.error.traceback) or f"{result.error.name}: {result.error.value}"
     if result.timed_out:
         err += "\nsandgrid: the cell timed out (the kernel was interrupted)"
+    cut = [
+        name
+        for name, hit in (
+            ("stdout", result.stdout_truncated),
+            ("stderr", result.stderr_truncated),
+            ("result", result.result_truncated),
+            ("display", result.display_truncated),
+        )
+        if hit
+    ]
+    if cut:
+        err += f"\nsandgrid: the cell's {', '.join(cut)} exceeded the grid's cap and was cut"
     if err:
         content.append(_text(err, "stderr"))
     for shown in result.display:
@@ -244,7 +324,7 @@ def cell_result(result: CodeResult) -> dict[str, Any]:
                 {"type": "image", "data": shown["image/png"], "mimeType": "image/png",
                  "annotations": None}
             )  # fmt: skip
-    failed = result.error is not None or result.timed_out
+    failed = result.error is not None or result.timed_out or bool(cut)
     return {"meta": None, "content": content, "isError": failed}
 
 

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from sandgrid.errors import InvalidInput
 from sandgrid.models import ExecResult, FileEntry, Quotas, SessionInfo
 from sandgrid.ops.code import RunCodeOp
 from sandgrid.ops.exec import ExecOp
+from sandgrid.ops.files import StatResult
 from scheduler.api.compat import agentscope_files
 from scheduler.api.compat.agentscope_models import (
     LABEL_CTX,
@@ -27,7 +29,9 @@ from scheduler.api.compat.agentscope_models import (
     PathBody,
     SessionMappingBody,
     container_info,
+    container_status,
     fs_entry,
+    grid_type_for,
     labels_for,
     tool_list,
     tool_result,
@@ -273,3 +277,124 @@ def test_file_limits_hold(grid: Grid, monkeypatch: pytest.MonkeyPatch) -> None:
     r = grid.http.get(f"{base}/list", params={"path": ".", "depth": 65}, headers=h)
     assert r.status_code == 422 and r.json()["error"]["context"]["field"] == "depth"
     assert grid.worker.sent == []
+
+
+# ---- the lifecycle routes (issue 20.3) ------------------------------------------
+
+
+def test_container_status_speaks_dockers_words() -> None:
+    now = datetime.now(UTC)
+    base = SessionInfo(
+        id="s-" + "a" * 16, tenant="t", type="python", state="new", quotas=Quotas(),
+        created_at=now, last_used=now,
+    )  # fmt: skip
+    assert container_status(base) == "created"
+    assert container_status(base.model_copy(update={"owner": "n-1", "state": "live"})) == "running"
+    assert container_status(base.model_copy(update={"state": "idle", "snapshot": "x"})) == "exited"
+    assert container_status(base.model_copy(update={"state": "closed"})) is None
+
+
+def test_only_served_types_map_onto_grid_types() -> None:
+    assert grid_type_for(None) == "python" and grid_type_for("base") == "python"
+    for refused in ("browser", "gui", "mobile", "filesystem", "bfcl", "appworld", "agentbay"):
+        with pytest.raises(ValueError, match="not served by sandgrid"):
+            grid_type_for(refused)
+
+
+@pytest.mark.parametrize("path", ["/create", "/create_async", "/create_from_pool"])
+@pytest.mark.parametrize("box", ["browser", "gui", "mobile", "filesystem"])
+def test_create_refuses_a_type_the_grid_cannot_serve(grid: Grid, path: str, box: str) -> None:
+    r = grid.http.post(path, json={"sandbox_type": box}, headers=grid.headers())
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["context"]["field"] == "sandbox_type" and box in err["message"]
+    assert grid.http.get("/v1/sessions", headers=grid.headers()).json()["sessions"] == []
+
+
+def test_create_takes_the_runtime_parameters(grid: Grid) -> None:
+    body = {
+        "sandbox_type": "base", "mount_dir": None, "storage_path": None,
+        "environment": {"A": "1"}, "meta": {"session_ctx_id": "c-2"},
+    }  # fmt: skip
+    sid = _post(grid, "/create", body)
+    info = grid.http.get(f"/v1/sessions/{sid}", headers=grid.headers()).json()
+    assert info["type"] == "python" and info["labels"][LABEL_TYPE] == "base"
+    assert _post(grid, "/create_async", {"args": "base"}).startswith("s-")
+    for field in ("mount_dir", "storage_path"):
+        r = grid.http.post("/create", json={field: "/tmp/x"}, headers=grid.headers())
+        assert r.status_code == 422 and r.json()["error"]["context"]["field"] == field
+
+
+def test_start_stop_and_status(grid: Grid) -> None:
+    sid = _create(grid)
+    assert _post(grid, "/get_status", {"identity": sid}) == "created"
+    assert _post(grid, "/start", {"identity": sid}) is True
+    assert _post(grid, "/get_status_async", {"args": sid}) == "running"
+    assert _post(grid, "/stop_async", {"args": sid}) is True
+    assert _post(grid, "/get_status", {"identity": sid}) == "exited"
+    assert _post(grid, "/start_async", {"args": sid}) is True
+    assert _post(grid, "/get_status", {"identity": sid}) == "running"
+    unknown = "s-" + "u" * 32
+    assert _post(grid, "/start", {"identity": unknown}) is False
+    assert _post(grid, "/stop", {"identity": unknown}) is True  # as the runtime's
+    assert _post(grid, "/get_status", {"identity": unknown}) is None
+
+
+def test_cleanup_closes_only_agentscope_sandboxes(grid: Grid) -> None:
+    a, b = _create(grid, "c-a"), _create(grid, "c-b")
+    other = grid.http.post("/v1/sessions", json={}, headers=grid.headers()).json()["id"]
+    assert _post(grid, "/cleanup", {}) is None
+    assert _post(grid, "/check_health", {"identity": a}) is False
+    assert _post(grid, "/check_health", {"identity": b}) is False
+    assert _post(grid, "/list_session_keys", {}) == []
+    kept = grid.http.get(f"/v1/sessions/{other}", headers=grid.headers()).json()
+    assert kept["state"] != "closed"
+    assert _post(grid, "/cleanup_async", {}) is None
+    assert grid.http.post("/cleanup", json={"x": 1}, headers=grid.headers()).status_code == 422
+
+
+@pytest.mark.parametrize("path", ["/add_mcp_servers", "/add_mcp_servers_async"])
+def test_add_mcp_servers_is_refused_not_faked(grid: Grid, path: str) -> None:
+    sid = _create(grid)
+    body = {"identity": sid, "server_configs": {"mcpServers": {}}, "overwrite": False}
+    r = grid.http.post(path, json=body, headers=grid.headers())
+    assert r.status_code == 501
+    assert r.json()["detail"].startswith("Error in add_mcp_servers: ")
+    missing = {**body, "identity": "s-" + "u" * 32}
+    assert grid.http.post(path, json=missing, headers=grid.headers()).status_code == 404
+
+
+def test_cut_output_is_an_error_named_as_such() -> None:
+    cut = tool_result(ExecResult(exit_code=0, stdout="x", stdout_truncated=True), returncode=True)
+    assert cut["isError"] is True
+    assert "cut" in cut["content"][-1]["text"] and cut["content"][-1]["description"] == "error"
+
+
+def test_file_errors_have_the_runtimes_status_codes(
+    grid: Grid, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent reports OS errors as ``invalid_input``; the routes answer as the runtime."""
+    sid = _create(grid)
+    base, h = f"/proxy/{sid}/workspace", grid.headers()
+    real = grid.worker._apply
+
+    def agent_like(job: Any) -> Any:  # 'd' is a directory, 'gone' is missing
+        op = job.op
+        path = getattr(op, "path", None) or next((f.path for f in getattr(op, "files", [])), None)
+        if op.kind == "stat" and path == "d":
+            return StatResult(entry=FileEntry(path="d", type="dir"))
+        if op.kind in ("read", "list", "delete", "write") and path in ("d", "gone"):
+            raise InvalidInput("[Errno 2] or [Errno 21]", operation=op.kind)
+        return real(job)
+
+    monkeypatch.setattr(grid.worker, "_apply", agent_like)
+    for path in ("gone", "d"):
+        r = grid.http.get(f"{base}/file", params={"path": path}, headers=h)
+        assert r.status_code == 404, r.text
+    assert grid.http.get(f"{base}/list", params={"path": "gone"}, headers=h).status_code == 404
+    assert grid.http.delete(f"{base}/entry", params={"path": "gone"}, headers=h).status_code == 204
+    r = grid.http.put(f"{base}/file", params={"path": "d"}, content=b"x", headers=h)
+    assert r.status_code == 409 and "is a directory" in r.json()["error"]["message"]
+    grid.http.put(f"{base}/file", params={"path": "f"}, content=b"x", headers=h)
+    listed_file = grid.http.get(f"{base}/list", params={"path": "f"}, headers=h)
+    assert listed_file.status_code == 404  # the runtime lists directories only
