@@ -93,6 +93,12 @@ SG_REDIS_PW_ADMIN="" SG_REDIS_PW_API="" SG_REDIS_PW_WORKER="" SG_REDIS_PW_FLOWER
 # shellcheck disable=SC1090  # KEY=VALUE lines of URL-safe tokens
 if [ -r "$SG_SECRETS" ]; then source "$SG_SECRETS"; fi
 SG_REDIS_PORT="${SANDGRID_REDIS_PORT:-6379}"
+# What an earlier sourcing derived (before credentials.sh made the secrets, say) is
+# derived again here, never taken as given: only an operator's own value wins.
+if [ "${SG_DERIVED_REDIS_URL:-}" = 1 ]; then unset SANDGRID_REDIS_URL; fi
+if [ "${SG_DERIVED_MINIO_KEYS:-}" = 1 ]; then
+  unset SANDGRID_MINIO__ACCESS_KEY SANDGRID_MINIO__SECRET_KEY
+fi
 SG_REDIS_URL_GIVEN="${SANDGRID_REDIS_URL:-}"
 
 # redis_url ROLE: the grid's Redis as ROLE (admin, api, worker, flower, metrics),
@@ -105,6 +111,8 @@ redis_url() {
 }
 
 # Settings shared with the Python side (scheduler/settings.py reads SANDGRID_*).
+if [ -z "$SG_REDIS_URL_GIVEN" ]; then export SG_DERIVED_REDIS_URL=1; fi
+if [ -z "${SANDGRID_MINIO__ACCESS_KEY:-}" ]; then export SG_DERIVED_MINIO_KEYS=1; fi
 export SANDGRID_REDIS_URL="${SANDGRID_REDIS_URL:-$(redis_url api)}"
 export SANDGRID_MINIO__ENDPOINT="${SANDGRID_MINIO__ENDPOINT:-127.0.0.1:9000}"
 export SANDGRID_MINIO__ACCESS_KEY="${SANDGRID_MINIO__ACCESS_KEY:-${SG_MINIO_ACCESS_KEY:-sandgrid}}"
