@@ -20,6 +20,7 @@ from scheduler.batch.manager import BatchManager
 __all__ = [
     "JSONL",
     "MAX_RESULTS_PER_CALL",
+    "MAX_RESULT_OFFSET",
     "batch_results",
     "cancel_batch",
     "create_batch",
@@ -33,6 +34,9 @@ router = APIRouter(prefix="/v1/batches", tags=["batches"])
 
 JSONL = "application/x-ndjson"
 MAX_RESULTS_PER_CALL = 10_000
+#: The largest ``offset`` of a results page: Redis list indexes are 64-bit, and no
+#: batch comes near it (a larger one was a 500 from LRANGE).
+MAX_RESULT_OFFSET = 1 << 40
 
 
 def _manager(svc: Any) -> BatchManager:
@@ -67,7 +71,9 @@ def batch_results(
     batch_id: str,
     svc: Svc,
     tenant: CurrentTenant,
-    offset: Annotated[int, Query(ge=0, description="first result line to return")] = 0,
+    offset: Annotated[
+        int, Query(ge=0, le=MAX_RESULT_OFFSET, description="first result line to return")
+    ] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_RESULTS_PER_CALL)] = MAX_RESULTS_PER_CALL,
 ) -> Response:
     """Result lines (``BatchResult`` JSON) from ``offset``, in completion order."""

@@ -244,6 +244,15 @@ def test_results_are_json_lines_with_the_next_offset(bgrid: Grid) -> None:
     assert len(r.text.splitlines()) == 2
 
 
+def test_a_results_offset_past_any_list_is_422_naming_it_not_500(bgrid: Grid) -> None:
+    """Schemathesis on the real grid found it: LRANGE refuses an index past 64 bits."""
+    with bgrid.client() as c:
+        info = c.create_batch([{"id": "j0", "argv": ["true"]}])
+    huge = 1 << 63
+    r = bgrid.http.get(f"/v1/batches/{info.id}/results?offset={huge}", headers=bgrid.headers())
+    assert r.status_code == 422 and "offset" in r.text
+
+
 def test_the_store_records_a_job_once_even_when_two_runners_race(
     redis_client: redis.Redis[str],
 ) -> None:
