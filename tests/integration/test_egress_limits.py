@@ -161,7 +161,9 @@ def test_the_grids_redis_needs_its_port_named_with_loopback_allowed(tmp_path, rd
         with connect(path, f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\nPING\r\n".encode()) as s:
             s.shutdown(socket.SHUT_WR)
             out = read_all(s)
-        assert out == b"HTTP/1.1 200 Connection established\r\n\r\n+PONG\r\n"
+        head, _, reply = out.partition(b"\r\n\r\n")
+        assert head == b"HTTP/1.1 200 Connection established"
+        assert reply in (b"+PONG\r\n", b"-NOAUTH Authentication required.\r\n")  # Redis answered
         assert [a.rule for a in audit(rds, 3)] == [
             "grid service port",
             "grid service port",
