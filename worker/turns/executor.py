@@ -25,8 +25,10 @@ ops, the quick process ops), and only the first bring the session here.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +38,7 @@ from sandgrid.wire.jobs import TurnJob, TurnOutcome, TurnResult
 from worker.agent_client.client import TURN_TAG
 from worker.ops.base import NodeHandler, NodeParts, SandboxContext, SandboxHandler, TurnContext
 from worker.ops.registry import OPS, OpRegistry
+from worker.sessions.gate import Share
 from worker.sessions.pool import SandboxPool
 from worker.sessions.table import LocalSession
 from worker.turns.ran import RanTurns
@@ -169,9 +172,8 @@ class Executor:
         Raises:
             SandgridError: the op failed.
         """
-        local = self._session_for(job, turn)
         policy = self.parts.persistence
-        with local.gate.turn() as share:
+        with self._entered(job, turn) as (local, share):
             if (done := self.ran.get(job.turn_id)) is not None:  # ran while we waited
                 raise _AlreadyRan(done)
             t = time.perf_counter()
@@ -192,6 +194,26 @@ class Executor:
                     turn.mark("snapshot_ms", t)
                 self._record(job, local)
         return local, result
+
+    @contextlib.contextmanager
+    def _entered(self, job: TurnJob, turn: _Turn) -> Iterator[tuple[LocalSession, Share]]:
+        """The session's sandbox with this turn inside its gate.
+
+        The idle reaper may release the session between the lookup and the gate
+        (it takes the gate alone when no turn is inside); then the session is
+        brought back, once, rather than the turn running in a released sandbox.
+        """
+        for _ in range(2):
+            local = self._session_for(job, turn)
+            with local.gate.turn() as share:
+                if self._resident(job.session.id) is local:
+                    yield local, share
+                    return
+        raise SandboxLost(
+            f"session {job.session.id} was released twice while the turn waited",
+            operation=job.op.kind,
+            context={"session": job.session.id},
+        )
 
     def _failed(self, job: TurnJob, exc: SandgridError, turn: _Turn) -> TurnOutcome:
         turn.mark("worker_ms", turn.started)
