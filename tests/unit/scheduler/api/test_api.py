@@ -175,43 +175,46 @@ def test_payload_too_large(grid: Grid) -> None:
     assert r.json()["error"]["type"] == "InvalidInput"
 
 
+class _HeldCalls:
+    """``n`` execs on one session sent at once while the fake worker holds every turn."""
+
+    def __init__(self, grid: Grid, sid: str, n: int) -> None:
+        self.grid = grid
+        self.answers: list[Any] = []
+        grid.worker.hold = threading.Event()
+        self.threads = [
+            threading.Thread(target=lambda: self.answers.append(_exec(grid, sid, {"shell": "x"})))
+            for _ in range(n)
+        ]
+        for t in self.threads:
+            t.start()
+
+    def release(self) -> list[int]:
+        """Let the worker answer; the status codes, in the order they came."""
+        assert self.grid.worker.hold is not None
+        self.grid.worker.hold.set()
+        for t in self.threads:
+            t.join(10)
+        return [a.status_code for a in self.answers]
+
+
 def test_turns_of_one_session_run_at_once(grid: Grid) -> None:
     s = _session(grid)
     assert _exec(grid, s["id"], {"shell": "x"}).status_code == 200  # live on the fake node
-    grid.worker.hold = threading.Event()
-    answers: list[Any] = []
-    threads = [
-        threading.Thread(target=lambda: answers.append(_exec(grid, s["id"], {"shell": "x"})))
-        for _ in range(3)
-    ]
-    for t in threads:
-        t.start()
+    calls = _HeldCalls(grid, s["id"], 3)
     _wait_for(lambda: len(grid.worker.sent) == 4)  # all three sent before any answered
-    grid.worker.hold.set()
-    for t in threads:
-        t.join(10)
-    assert [a.status_code for a in answers] == [200, 200, 200]
+    assert calls.release() == [200, 200, 200]
 
 
 def test_calls_to_a_session_not_live_wait_for_the_one_that_brings_it(grid: Grid) -> None:
     """With no live owner the first call goes to the type's shared queue; the others wait
     until a worker holds the session, then go to that worker: one restore for all."""
     s = _session(grid)
-    grid.worker.hold = threading.Event()
-    answers: list[Any] = []
-    threads = [
-        threading.Thread(target=lambda: answers.append(_exec(grid, s["id"], {"shell": "x"})))
-        for _ in range(2)
-    ]
-    for t in threads:
-        t.start()
+    calls = _HeldCalls(grid, s["id"], 2)
     _wait_for(lambda: len(grid.worker.sent) == 1)
     time.sleep(0.1)
     assert [q for _, q in grid.worker.sent] == ["sbx.python"]  # the second waits
-    grid.worker.hold.set()
-    for t in threads:
-        t.join(10)
-    assert [a.status_code for a in answers] == [200, 200]
+    assert calls.release() == [200, 200]
     assert [q for _, q in grid.worker.sent][1].startswith("node.")
 
 
@@ -235,21 +238,11 @@ def test_a_call_beyond_the_sessions_slots_waits_then_is_429_session_busy(grid: G
 
 def test_a_waiting_call_runs_when_a_slot_frees(grid: Grid) -> None:
     s = _session(grid, quotas={"max_parallel_turns": 1})
-    grid.worker.hold = threading.Event()
-    answers: list[Any] = []
-    threads = [
-        threading.Thread(target=lambda: answers.append(_exec(grid, s["id"], {"shell": "x"})))
-        for _ in range(2)
-    ]
-    for t in threads:
-        t.start()
+    calls = _HeldCalls(grid, s["id"], 2)
     _wait_for(lambda: len(grid.worker.sent) == 1)
     time.sleep(0.1)
     assert len(grid.worker.sent) == 1  # the second waits for the slot
-    grid.worker.hold.set()
-    for t in threads:
-        t.join(10)
-    assert [a.status_code for a in answers] == [200, 200] and len(grid.worker.sent) == 2
+    assert calls.release() == [200, 200] and len(grid.worker.sent) == 2
 
 
 def test_tenant_turn_ceiling_is_429_with_retry_after(grid: Grid) -> None:
