@@ -8,6 +8,7 @@ that name their code and field; no token, or a wrong one, is 401.
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -16,7 +17,10 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
 
+from sandgrid.models import MAX_FILE_BYTES
+from sandgrid.wire.settings import DEFAULT_MAX_BODY_BYTES
 from tests.support.grid_fixtures import TOKEN, BatchGrid, batch_grid  # noqa: F401
 
 pytestmark = pytest.mark.integration
@@ -102,3 +106,109 @@ def test_no_token_is_401(batch_grid: BatchGrid) -> None:  # noqa: F811
     for headers in (accept, {**accept, "Authorization": "Bearer tok-wrong-" + "z" * 24}):
         r = httpx.post(f"{batch_grid.api_url}/mcp", json=body, headers=headers, timeout=10)
         assert r.status_code == 401 and r.json()["error"]["code"] == "unauthenticated"
+
+
+def test_a_file_up_to_the_grid_limit_goes_through_mcp(batch_grid: BatchGrid) -> None:  # noqa: F811
+    """Issue 20.5: the transport's 4 MiB body cap no longer stops a 16 MiB file.
+
+    The largest file the grid takes (``MAX_FILE_BYTES``), base64 in the JSON-RPC
+    body (about 21 MiB), is written and read back byte for byte; a body over the
+    grid's ``max_body_bytes`` is a JSON-RPC error naming the limit, not the
+    client's opaque "Server returned an error response".
+    """
+    data = bytes(range(256)) * (MAX_FILE_BYTES // 256)
+    b64 = base64.b64encode(data).decode()
+
+    async def body(s: ClientSession) -> None:
+        sid = (await _ok(s, "create_session"))["id"]
+        await _ok(s, "write_file", session_id=sid, path="big.bin", content=b64, encoding="base64")
+        read = await _ok(s, "read_file", session_id=sid, path="big.bin", encoding="base64")
+        assert read["content"] == b64 and read["size"] == MAX_FILE_BYTES
+        ran = await _ok(s, "exec", session_id=sid, command="wc -c < big.bin")
+        assert ran["stdout"].strip() == str(MAX_FILE_BYTES)
+        with pytest.raises(MCPError) as huge:
+            await s.call_tool(
+                "write_file",
+                {"session_id": sid, "path": "y", "content": "a" * (DEFAULT_MAX_BODY_BYTES + 1)},
+            )
+        text = str(huge.value)
+        assert "payload_too_large" in text and str(DEFAULT_MAX_BODY_BYTES) in text, text
+        await _ok(s, "close_session", session_id=sid)
+
+    _with_mcp(batch_grid, body)
+
+
+def test_tool_errors_carry_the_codes_rest_answers(batch_grid: BatchGrid) -> None:  # noqa: F811
+    """Issue 20.5: each file tool's refusal has the code the REST route gives.
+
+    A missing file or directory is ``not_found`` (it was ``invalid_input``), on
+    MCP exactly as over ``/v1/sessions/{id}/files``.
+    """
+    rest = httpx.Client(
+        base_url=batch_grid.api_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
+    )
+
+    def rest_code(r: httpx.Response) -> str:
+        assert r.status_code >= 400, r.text
+        return str(r.json()["error"]["code"])
+
+    async def body(s: ClientSession) -> None:
+        sid = (await _ok(s, "create_session"))["id"]
+        await _ok(s, "exec", session_id=sid, command="mkdir d && echo x > f")
+        files = f"/v1/sessions/{sid}/files"
+        cases = [
+            (
+                "read_file",
+                {"path": "nope.txt"},
+                lambda: rest.get(files, params={"path": "nope.txt"}),
+            ),
+            (
+                "list_files",
+                {"path": "nodir"},
+                lambda: rest.get(files + "/list", params={"path": "nodir"}),
+            ),
+            ("read_file", {"path": "d"}, lambda: rest.get(files, params={"path": "d"})),
+            (
+                "write_file",
+                {"path": "d", "content": "x"},
+                lambda: rest.post(files, json={"files": [{"path": "d", "content": "x"}]}),
+            ),
+            (
+                "write_file",
+                {"path": "f/g", "content": "x"},
+                lambda: rest.post(files, json={"files": [{"path": "f/g", "content": "x"}]}),
+            ),
+        ]
+        for tool, args, over_rest in cases:
+            code = rest_code(await asyncio.to_thread(over_rest))
+            text = await _error(s, tool, session_id=sid, **args)
+            assert text.startswith(f"{code}: "), (tool, args, code, text)
+        missing = await _error(s, "read_file", session_id=sid, path="nope.txt")
+        assert missing.startswith("not_found: "), missing
+        await _ok(s, "close_session", session_id=sid)
+
+    try:
+        _with_mcp(batch_grid, body)
+    finally:
+        rest.close()
+
+
+def test_four_tool_calls_at_once_on_one_session(batch_grid: BatchGrid) -> None:  # noqa: F811
+    """Issue 20.1/20.5: an MCP client's parallel tool calls on one session all succeed.
+
+    Needs the concurrent-turns change (20.1): before it, 3 of the 4 answer
+    ``session_busy``.
+    """
+
+    async def body(s: ClientSession) -> None:
+        sid = (await _ok(s, "create_session"))["id"]
+        await _ok(s, "exec", session_id=sid, command="true")  # live before the burst
+        calls = [_ok(s, "exec", session_id=sid, command=f"sleep 1; echo {i}") for i in range(3)] + [
+            _ok(s, "write_file", session_id=sid, path="w.txt", content="w")
+        ]
+        results = await asyncio.gather(*(asyncio.ensure_future(c) for c in calls))
+        assert [r["stdout"] for r in results[:3]] == ["0\n", "1\n", "2\n"]
+        assert results[3]["written"] == 1
+        await _ok(s, "close_session", session_id=sid)
+
+    _with_mcp(batch_grid, body)
