@@ -151,12 +151,18 @@ class Launcher:
                     self.stop()
             return self._ready
 
+    def want(self) -> None:
+        """Have ``prepare`` start a host before any command was started: the pool
+        asks it of a sandbox it keeps warm (``ping`` with ``warm``), so that the
+        session it is handed to finds the host ready for its first command."""
+        self._wanted = True
+
     def prepare(self) -> None:
         """After a reply: start a host if there is none, so that the next exec need not fork.
 
-        Only once the sandbox has started a command: a warm sandbox waiting in
-        the pool does not pay for a host it may never use, and a pool hit's
-        first exec does not compete with a host starting up.
+        Only once the sandbox has started a command, or the pool wants it
+        (``want``): a sandbox made for a session at once does not make its first
+        exec compete with a host starting up.
 
         Not after a deadline kill or a cancel (``stop(quiet=True)``) until a
         command was started again: until then the sandbox holds no process but

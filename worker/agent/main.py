@@ -43,7 +43,7 @@ from .seccomp import deny_user_namespaces
 from .threads import RequestThreads
 from .transfer import do_pack, do_read_range, do_unpack, do_write_range
 
-__all__ = ["OPS", "THEN_OPS", "handle", "limit_pids", "main", "serve"]
+__all__ = ["OPS", "THEN_OPS", "handle", "limit_pids", "main", "op_ping", "serve"]
 
 #: What an exec may ask to run right after its command, in the same reply:
 #: the snapshot's scan, one channel round trip less per turn.
@@ -51,7 +51,7 @@ THEN_OPS = frozenset({"scan"})
 
 
 OPS: dict[str, Callable[[Json], Json]] = {
-    "ping": lambda r: {"pid": os.getpid(), "version": VERSION},
+    "ping": lambda r: op_ping(r),
     "exec": op_exec,
     "run_code": op_run_code,
     "pty": op_pty,
@@ -86,6 +86,15 @@ OPS: dict[str, Callable[[Json], Json]] = {
     ),
     **BACKGROUND_OPS,
 }
+
+
+def op_ping(req: Json) -> Json:
+    """The agent's pid and protocol version. ``warm``: the sandbox waits in a pool
+    for its session; start the launcher host after this reply, so that the first
+    command of the session needs no fork (launcher.py)."""
+    if req.get("warm") is True:
+        LAUNCHER.want()
+    return {"pid": os.getpid(), "version": VERSION}
 
 
 def handle(req: Json) -> Json:
