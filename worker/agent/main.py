@@ -89,11 +89,11 @@ OPS: dict[str, Callable[[Json], Json]] = {
 
 
 def op_ping(req: Json) -> Json:
-    """The agent's pid and protocol version. ``warm``: the sandbox waits in a pool
-    for its session; start the launcher host after this reply, so that the first
-    command of the session needs no fork (launcher.py)."""
+    """The agent's pid and protocol version. ``warm``: the sandbox is to wait in a
+    pool for its session; the launcher host is started and ready before this
+    reply, so that the session's first command needs no fork (launcher.py)."""
     if req.get("warm") is True:
-        LAUNCHER.want()
+        return {"pid": os.getpid(), "version": VERSION, "launcher": LAUNCHER.warm()}
     return {"pid": os.getpid(), "version": VERSION}
 
 

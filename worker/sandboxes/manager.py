@@ -263,12 +263,12 @@ class SandboxManager:
 
     def warm(self, sbx: Sandbox) -> None:
         """Have a sandbox kept in the pool get ready for its first command ahead
-        (the agent starts its launcher host after this ping's reply).
+        (the agent answers this ping once its launcher host is ready).
 
         Raises:
             SandboxLost: no answer; the sandbox is now ``lost``.
         """
-        self.call(sbx, "ping", {"warm": True}, timeout=PING_TIMEOUT_S)
+        self.call(sbx, "ping", {"warm": True}, timeout=START_TIMEOUT_S)
 
     def inspect(self, sbx: Sandbox) -> dict[str, Any]:
         """The container as the runtime sees it, plus the handle's own state."""

@@ -228,13 +228,9 @@ def test_a_pool_sandbox_gets_its_host_before_its_first_command() -> None:
     """Issue 22.3: the pool's ``warm`` ping has the host started ahead, so the
     session's first command is spawned by it, not forked."""
     one = Launcher()
-    one.want()  # what ``ping`` with ``warm`` does
-    one.prepare()  # after that ping's reply
     try:
-        assert one._host is not None
-        deadline = time.monotonic() + 20
-        while not one.usable() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert one.warm(wait_s=20) is True  # what ``ping`` with ``warm`` does
+        assert one._host is not None and one.usable()
         proc = one.popen(["true"], ENV, "/", **IO)
         assert isinstance(proc, LaunchedPopen) and proc.wait(timeout=20) == 0
     finally:

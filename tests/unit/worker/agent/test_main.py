@@ -31,6 +31,7 @@ def test_a_warm_ping_asks_for_the_launcher_host_and_a_plain_one_does_not(
 ) -> None:
     """Issue 22.3: only the pool's ``warm`` ping has a host started before any command."""
     asked: list[bool] = []
-    monkeypatch.setattr(main.LAUNCHER, "want", lambda: asked.append(True))
-    assert handle({"id": 1, "op": "ping"})["ok"] and asked == []
-    assert handle({"id": 2, "op": "ping", "warm": True})["ok"] and asked == [True]
+    monkeypatch.setattr(main.LAUNCHER, "warm", lambda: asked.append(True) or True)
+    assert "launcher" not in handle({"id": 1, "op": "ping"})["result"] and asked == []
+    assert handle({"id": 2, "op": "ping", "warm": True})["result"]["launcher"] is True
+    assert asked == [True]
