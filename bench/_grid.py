@@ -24,9 +24,11 @@ def bench_grid(
     nodes: list[str],
     concurrency: int,
     types: str = "python",
+    store: str = "local",
 ) -> Iterator[LocalGrid]:
-    """Start the grid (tenant ``bench`` with ``token``, a local snapshot store, 4
-    warm sandboxes per type of ``types``, comma-separated), yield it, stop it."""
+    """Start the grid (tenant ``bench`` with ``token``, the snapshot ``store``:
+    ``local`` or ``minio``, 4 warm sandboxes per type of ``types``,
+    comma-separated), yield it, stop it."""
     url = shared_redis_url(redis_url)
     r: redis.Redis[str] = redis.Redis.from_url(url, decode_responses=True)
     r.flushdb()
@@ -39,7 +41,7 @@ def bench_grid(
             env={
                 **grid_env(url),
                 "SANDGRID_WORKER__POOL_SIZE": "4",
-                "SANDGRID_WORKER__SNAPSHOT_STORE": "local",
+                "SANDGRID_WORKER__SNAPSHOT_STORE": store,
             },
         )
         try:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from sandgrid.errors import ErrorCode, InvalidInput, SandboxError, SandboxLost
+from sandgrid.errors import ErrorCode, InvalidInput, NotFound, SandboxError, SandboxLost
 from sandgrid.models import ExecRequest, FileWrite, Quotas
 from worker.ops.exec import exec_command
 from worker.ops.files import delete, get_tar, list_files, put_tar, read_file, write_files
@@ -170,7 +170,7 @@ def test_file_roundtrip(backend: SandboxManager, shared: Sandbox) -> None:
 
 
 def test_file_errors(backend: SandboxManager, shared: Sandbox) -> None:
-    with pytest.raises(InvalidInput):
+    with pytest.raises(NotFound):  # as over REST and MCP (issue 20.5)
         read_file(backend, shared, "does/not/exist")
     write_files(backend, shared, [FileWrite(path="big.txt", content="z" * 5000)])
     with pytest.raises(InvalidInput) as err:

@@ -4,7 +4,7 @@ The main thread alone reads fd 0. A request gets a mailbox for its
 notifications (``control.INBOX``) and runs on a request thread
 (``threads.RequestThreads``), which writes its reply; a notification goes to
 its request's mailbox. ``OPS`` maps each op of docs/agent-protocol.md to its
-handler; file operations go through ``as_user`` so they run as the sandbox user.
+handler; file operations go through ``as_user_files`` so they run as the sandbox user.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from .kernel import op_run_code
 from .launcher import LAUNCHER
 from .limits import MAX_RAW_PAYLOAD, PIDS_MAX_FILE, VERSION, check_roots
 from .memory import limit_memory
-from .processes import as_user
+from .processes import as_user_files
 from .pty import op_pty
 from .reaper import REAPER
 from .scan import op_scan
@@ -55,26 +55,28 @@ OPS: dict[str, Callable[[Json], Json]] = {
     "exec": op_exec,
     "run_code": op_run_code,
     "pty": op_pty,
-    "write": lambda r: as_user(do_write, need(r, "files", list)),
-    "read": lambda r: as_user(
+    "write": lambda r: as_user_files(do_write, need(r, "files", list)),
+    "read": lambda r: as_user_files(
         do_read, need(r, "path", str), int(r.get("max_bytes") or MAX_RAW_PAYLOAD)
     ),
-    "list": lambda r: as_user(do_list, need(r, "path", str), bool(r.get("recursive"))),
-    "stat": lambda r: as_user(do_stat, need(r, "path", str), r.get("follow", True) is not False),
-    "delete": lambda r: as_user(do_delete, need(r, "path", str), bool(r.get("recursive"))),
-    "mkdir": lambda r: as_user(do_mkdir, need(r, "path", str)),
-    "move": lambda r: as_user(do_move, need(r, "source", str), need(r, "destination", str)),
-    "tar_put": lambda r: as_user(do_tar_put, need(r, "path", str), b64_field(r)),
-    "tar_get": lambda r: as_user(do_tar_get, need(r, "path", str)),
+    "list": lambda r: as_user_files(do_list, need(r, "path", str), bool(r.get("recursive"))),
+    "stat": lambda r: as_user_files(
+        do_stat, need(r, "path", str), r.get("follow", True) is not False
+    ),
+    "delete": lambda r: as_user_files(do_delete, need(r, "path", str), bool(r.get("recursive"))),
+    "mkdir": lambda r: as_user_files(do_mkdir, need(r, "path", str)),
+    "move": lambda r: as_user_files(do_move, need(r, "source", str), need(r, "destination", str)),
+    "tar_put": lambda r: as_user_files(do_tar_put, need(r, "path", str), b64_field(r)),
+    "tar_get": lambda r: as_user_files(do_tar_get, need(r, "path", str)),
     "scan": op_scan,
-    "pack": lambda r: as_user(do_pack, need(r, "files", list)),
-    "unpack": lambda r: as_user(
+    "pack": lambda r: as_user_files(do_pack, need(r, "files", list)),
+    "unpack": lambda r: as_user_files(
         do_unpack, b64_field(r), check_roots(r.get("roots")), bool(r.get("clear"))
     ),
-    "read_range": lambda r: as_user(
+    "read_range": lambda r: as_user_files(
         do_read_range, r.get("path"), need(r, "offset", int), need(r, "length", int)
     ),
-    "write_range": lambda r: as_user(
+    "write_range": lambda r: as_user_files(
         do_write_range,
         r.get("path"),
         need(r, "offset", int),
@@ -162,6 +164,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))
     os.chdir("/")
+    os.umask(0o022)  # what file operations create, as the user child's would (as_user_files)
     REAPER.start()
     start_egress()
     threads = RequestThreads(serve)

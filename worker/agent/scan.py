@@ -25,9 +25,8 @@ from typing import cast
 from .access import lending, listing, settled_ctime, sha256_of
 from .errors import Json
 from .limits import check_roots
-from .processes import as_user, as_user_here
+from .processes import as_user_files
 from .scanstate import ScanRow, ScanState
-from .threadcreds import supported
 
 __all__ = ["HASHES", "SCANNED", "Hashes", "op_scan", "scan_diff", "update"]
 
@@ -37,7 +36,6 @@ Hashes = dict[str, tuple[int, int, int, int, str]]
 HASHES: Hashes = {}
 SCANNED = ScanState()
 _ONE_SCAN = threading.Lock()  # the delta state is one: scans run one at a time
-_IN_THREAD = os.geteuid() == 0 and supported()  # else fork (as_user)
 
 
 def scan_diff(
@@ -140,6 +138,5 @@ def op_scan(req: Json) -> Json:
     roots = check_roots(req.get("roots"))
     with _ONE_SCAN:
         delta = SCANNED.answers(req.get("since"), roots)
-        run = as_user_here if _IN_THREAD else as_user
-        diff = run(scan_diff, roots, SCANNED.rows if delta else {})
+        diff = as_user_files(scan_diff, roots, SCANNED.rows if delta else {})
         return update(SCANNED, roots, diff, delta=delta)

@@ -2,7 +2,7 @@
 worker's side of it (``AgentFiles.scan``) with a scripted channel.
 
 The agent package runs in this process on a temporary tree: its roots
-(``limits.ROOTS``) point there, its scan state starts empty, and ``as_user``
+(``limits.ROOTS``) point there, its scan state starts empty, and ``as_user_files``
 runs the walk in place, with the JSON round trip of the real pipe.
 """
 
@@ -37,8 +37,8 @@ def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.setattr(limits, "ROOTS", roots)
     monkeypatch.setattr(scan_module, "SCANNED", ScanState())
     monkeypatch.setattr(scan_module, "HASHES", {})
-    monkeypatch.setattr(scan_module, "as_user", lambda fn, *a: json.loads(json.dumps(fn(*a))))
-    monkeypatch.setattr(scan_module, "_IN_THREAD", False)  # as root it would act as the user
+    # as root it would act as the user: here the function runs as the test does
+    monkeypatch.setattr(scan_module, "as_user_files", lambda fn, *a: json.loads(json.dumps(fn(*a))))
     return scan_module
 
 

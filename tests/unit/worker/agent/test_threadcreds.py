@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.agent import scan
+from worker.agent import processes, scan
 from worker.agent.errors import AgentError
 from worker.agent.processes import as_user, as_user_here
 from worker.agent.threadcreds import acting_as_user, supported
@@ -117,7 +117,7 @@ def test_the_scan_walks_on_its_thread_and_answers_as_the_fork_did(tree: Path) ->
         os.chown(path, 1000, 1000)
     (tree / "sub" / "closed").chmod(0o200)  # the scan opens it as its owner may
     roots = (str(tree),)
-    assert scan._IN_THREAD
+    assert processes.IN_THREAD
     here = json.loads(json.dumps(as_user_here(scan.scan_diff, roots, {})))
     forked = as_user(scan.scan_diff, roots, {})
     del here["keys"], forked["keys"]  # ctime: the open of the closed file moved it
@@ -127,3 +127,41 @@ def test_the_scan_walks_on_its_thread_and_answers_as_the_fork_did(tree: Path) ->
         str(tree / "sub"),
         str(tree / "sub" / "closed"),
     }
+
+
+def _make(where: str) -> list[int]:
+    """Make a directory, a file in it, write to a file the user owns: what a
+    file operation does; the owner and mode of each."""
+    base = Path(where)
+    (base / "made").mkdir()
+    fd = os.open(base / "made" / "f", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    os.close(fd)
+    with open(base / "mine", "a") as f:
+        f.write("more\n")
+    out = []
+    for p in (base / "made", base / "made" / "f"):
+        st = p.stat()
+        out += [st.st_uid, st.st_gid, st.st_mode & 0o777]
+    return out
+
+
+def test_a_file_operation_on_the_thread_makes_what_the_fork_made(tree: Path) -> None:
+    """Issue 22.2: file ops (the snapshot's ``pack`` among them) run on the
+    agent's thread, no fork; what they create is the user's, with the modes the
+    forked child's umask gave, and a root-only file stays out of reach."""
+    os.chown(tree, 1000, 1000)
+    old = os.umask(0o022)  # the agent's, set at start (main)
+    try:
+        (tree / "a").mkdir()
+        (tree / "b").mkdir()
+        for d in ("a", "b"):
+            os.chown(tree / d, 1000, 1000)
+            os.link(tree / "mine", tree / d / "mine")
+        here = processes.as_user_files(_make, str(tree / "a"))
+        forked = as_user(_make, str(tree / "b"))
+    finally:
+        os.umask(old)
+    assert here == forked == [1000, 1000, 0o755, 1000, 1000, 0o644]
+    with pytest.raises(AgentError):
+        processes.as_user_files(Path.read_text, tree / "roots")
+    assert ids() == (0, 0, ids()[2])

@@ -1,0 +1,192 @@
+"""Turns that change the workspace, against turns of ``true``, in one run (issue 22.2).
+
+    python3 bench/bench_writes.py [--turns 40] [--sessions 16] [--each 20] [--type python]
+
+Starts its own grid (API on 127.0.0.1:8734, two worker nodes, Redis db 13 or
+``--redis-url``, snapshots in the machine's MinIO: the after-turn snapshot is
+the cost measured), and prints, each beside its target:
+
+1. one session, ``--turns`` turns each of ``true``, of appending a line to a
+   file and of writing 1 MB: p50 of the turn and of its snapshot
+   (``timings.snapshot_ms``); an append / ``true`` (target <= 1.3x);
+2. the 1 MB turn's snapshot rate against a plain PUT of the same number of
+   bytes to the same MinIO, in the same run (target >= 50% of the PUT's rate);
+3. ``--sessions`` sessions at once, ``--each`` turns each, appending, then the
+   same sessions running ``true``: turns/s, p50, p99 (targets: p99 <= 4x p50,
+   the appends' rate >= 50% of the ``true`` turns').
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import statistics
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _grid import bench_grid
+from _services import minio_settings
+from _stats import pct
+from minio import Minio
+
+from sandgrid.client import Client, Session
+
+PORT = 8734
+REDIS_URL = "redis://127.0.0.1:6379/13"
+TOKEN = "tok-bench-" + "w" * 24
+MB = 1_000_000
+WRITES = {
+    "true": "true",
+    "append a line": "echo line >> log.txt",
+    "write 1 MB": f"head -c {MB} /dev/urandom > big.bin",
+}
+
+
+def one_session(
+    client: Client, turns: int, sbx_type: str
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Turn and snapshot times (ms) of each kind of turn, on one warm session."""
+    out: dict[str, tuple[list[float], list[float]]] = {}
+    with client.session(type=sbx_type) as s:
+        s.exec(shell="head -c 1000000 /dev/urandom > seed.bin")  # a workspace with a file
+        for name, command in WRITES.items():
+            total: list[float] = []
+            snap: list[float] = []
+            for i in range(turns + 5):
+                t0 = time.perf_counter()
+                r = s.exec(shell=command)
+                if i >= 5:
+                    total.append((time.perf_counter() - t0) * 1000)
+                    snap.append(float(r.timings.get("snapshot_ms", 0.0)))
+                assert r.exit_code == 0, r
+            out[name] = (total, snap)
+    return out
+
+
+def put_baseline(n: int) -> list[float]:
+    """Milliseconds of a plain PUT of 1 MB of random bytes to the same MinIO."""
+    s = minio_settings()
+    client = Minio(s.endpoint, s.access_key, s.secret_key, secure=s.secure)
+    bucket = f"sgbench-put-{uuid.uuid4().hex[:8]}"
+    client.make_bucket(bucket)
+    try:
+        times = []
+        for i in range(n + 3):
+            body = uuid.uuid4().bytes * (MB // 16)  # fresh bytes each time, as a turn's
+            t0 = time.perf_counter()
+            client.put_object(bucket, f"o{i}", io.BytesIO(body), len(body))
+            if i >= 3:
+                times.append((time.perf_counter() - t0) * 1000)
+        return times
+    finally:
+        for obj in client.list_objects(bucket):
+            client.remove_object(bucket, str(obj.object_name))
+        client.remove_bucket(bucket)
+
+
+def many_sessions(
+    api: str, sessions: int, each: int, command: str, sbx_type: str
+) -> tuple[list[float], float]:
+    """``sessions`` sessions running ``each`` turns of ``command`` at once: the
+    turns' latencies and the rate (turns/s) from the first to the last."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    ready = threading.Barrier(sessions + 1)
+
+    def run(s: Session) -> None:
+        try:
+            ready.wait()
+            for _ in range(each):
+                t0 = time.perf_counter()
+                r = s.exec(shell=command)
+                ms = (time.perf_counter() - t0) * 1000
+                assert r.exit_code == 0, r
+                with lock:
+                    latencies.append(ms)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    with Client(api, TOKEN) as client:
+        opened = [client.session(type=sbx_type) for _ in range(sessions)]
+        try:
+            for s in opened:
+                s.exec(shell="true")  # live before the burst
+            threads = [threading.Thread(target=run, args=(s,)) for s in opened]
+            for t in threads:
+                t.start()
+            ready.wait()
+            t0 = time.perf_counter()
+            for t in threads:
+                t.join()
+            elapsed = time.perf_counter() - t0
+        finally:
+            for s in opened:
+                s.close()
+    if errors:
+        raise errors[0]
+    return latencies, len(latencies) / elapsed
+
+
+def verdict(ok: bool) -> str:
+    return "[target met]" if ok else "[target MISSED]"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--turns", type=int, default=40)
+    ap.add_argument("--sessions", type=int, default=16)
+    ap.add_argument("--each", type=int, default=20)
+    ap.add_argument("--redis-url", default=REDIS_URL)
+    ap.add_argument("--type", default="python", help="python (runc) or python-gvisor (runsc)")
+    args = ap.parse_args()
+    with bench_grid(
+        port=PORT,
+        redis_url=args.redis_url,
+        token=TOKEN,
+        nodes=["bw-w1", "bw-w2"],
+        concurrency=8,
+        store="minio",
+        types=args.type,
+    ) as grid:
+        with Client(grid.api_url, TOKEN) as client:
+            single = one_session(client, args.turns, args.type)
+        puts = put_baseline(args.turns)
+        appends, append_rate = many_sessions(
+            grid.api_url, args.sessions, args.each, WRITES["append a line"], args.type
+        )
+        trues, true_rate = many_sessions(grid.api_url, args.sessions, args.each, "true", args.type)
+    print(f"type {args.type}; one session, {args.turns} turns of each (ms)")
+    print(f"  {'turn':<16}{'p50':>8}{'p99':>8}{'snapshot p50':>14}")
+    for name, (total, snap) in single.items():
+        p50, s50 = statistics.median(total), statistics.median(snap)
+        print(f"  {name:<16}{p50:8.1f}{pct(total, 99):8.1f}{s50:14.1f}")
+    base = statistics.median(single["true"][0])
+    ratio = statistics.median(single["append a line"][0]) / base
+    print(f"  append / true, p50: {ratio:.2f}x (target <= 1.3x) {verdict(ratio <= 1.3)}")
+    snap_ms = statistics.median(single["write 1 MB"][1])
+    put_ms = statistics.median(puts)
+    share = put_ms / snap_ms
+    print(
+        f"1 MB: snapshot {snap_ms:.1f} ms = {MB / snap_ms / 1000:.1f} MB/s; plain PUT "
+        f"{put_ms:.1f} ms = {MB / put_ms / 1000:.1f} MB/s; snapshot rate / PUT rate "
+        f"{share:.0%} (target >= 50%) {verdict(share >= 0.5)}"
+    )
+    print(f"{args.sessions} sessions at once, {args.each} turns each")
+    for name, lat, rate in (("append", appends, append_rate), ("true", trues, true_rate)):
+        p50, p99 = statistics.median(lat), pct(lat, 99)
+        print(
+            f"  {name:<7} {rate:6.1f} turns/s  p50 {p50:7.1f} ms  p99 {p99:7.1f} ms"
+            f"  p99/p50 {p99 / p50:.1f}x (target <= 4x) {verdict(p99 <= 4 * p50)}"
+        )
+    share = append_rate / true_rate
+    print(f"  append rate / true rate: {share:.0%} (target >= 50%) {verdict(share >= 0.5)}")
+
+
+if __name__ == "__main__":
+    main()
