@@ -84,8 +84,6 @@ def port_url(
     )
 
 
-@router.api_route("/v1/sessions/{session_id}/ports/{port}", methods=METHODS)
-@router.api_route("/v1/sessions/{session_id}/ports/{port}/{path:path}", methods=METHODS)
 async def port_route(
     session_id: str,
     port: PortNumber,
@@ -131,7 +129,6 @@ async def preview_root(token: str) -> Response:
     return RedirectResponse(f"{PREVIEW_PREFIX}{token}/", status_code=308)
 
 
-@router.api_route("/p/{token}/{path:path}", methods=METHODS)
 async def preview_route(token: str, path: str, request: Request, svc: Svc) -> Response:
     """Relay the request as the signed preview URL allows; no tenant token is read."""
     preview = check(port_key(svc.settings, "preview"), token, request.method)
@@ -179,3 +176,20 @@ class PreviewQuery:
                     "query_string": rest.encode(),
                 }
         await self.app(scope, receive, send)
+
+
+def _add_routes() -> None:
+    """One route per method (an operation id each in the OpenAPI document)."""
+    for method in METHODS:
+        low = method.lower()
+        path = "/v1/sessions/{session_id}/ports/{port}"
+        router.add_api_route(path, port_route, methods=[method], include_in_schema=False)
+        router.add_api_route(
+            path + "/{path:path}", port_route, methods=[method], operation_id=f"port_{low}"
+        )
+        router.add_api_route(
+            "/p/{token}/{path:path}", preview_route, methods=[method], operation_id=f"preview_{low}"
+        )
+
+
+_add_routes()

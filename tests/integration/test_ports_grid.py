@@ -14,30 +14,32 @@ can show them holding. The owner-change test kills a worker and runs last.
 
 from __future__ import annotations
 
+import asyncio
+import http.client
 import socket
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
+from agents.sandbox.errors import ExposedPortUnavailableError
 from websockets.sync.client import connect
 
-from sandgrid.client import Client, Session
+from sandgrid.client import AsyncClient, Client, Session
+from sandgrid.integrations.openai_agents import SandgridSandboxClient, SandgridSandboxClientOptions
 from sandgrid.localgrid import LocalGrid
 from tests.integration.test_shell_tmux import close_when_free
+from tests.integration.test_terminal_grid import RUNTIMES, TYPES
 from tests.support.grid_fixtures import API_PORT, REDIS_URL, TOKEN, own_grid
 from tests.support.port_servers import SERVERS
 
 pytestmark = pytest.mark.integration
 
 NODES = ["ports-w1", "ports-w2"]
-TYPES = "python,python-gvisor"
 OTHER_TOKEN = "tok-other-" + "e" * 24
 MAX_CONNECTIONS = 6
 MAX_BYTES = 80 << 20
 BIG_MB = 50
-_TYPES = (("python", "runc", ()), ("python-gvisor", "runsc", (pytest.mark.runsc,)))
-RUNTIMES = [pytest.param(t, id=name, marks=marks) for t, name, marks in _TYPES]
 
 
 @pytest.fixture(scope="module")
@@ -61,31 +63,33 @@ def grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
 
 @pytest.fixture
 def client(grid: LocalGrid) -> Iterator[Client]:
-    with Client(grid.api_url, TOKEN, timeout=60) as c:
+    """The tenant's client, with time for a 50 MB body."""
+    with Client(grid.api_url, TOKEN, timeout=120) as c:
         yield c
 
 
 @pytest.fixture(params=RUNTIMES)
 def session(request: pytest.FixtureRequest, client: Client) -> Iterator[Session]:
+    """A session of each runtime with the test servers' script in its workspace."""
     s = client.session(type=request.param)
-    try:
-        yield s
-    finally:
-        close_when_free(client, s.id)
-
-
-def serve(s: Session, command: str, port: int, path: str = "/") -> None:
-    """Start ``command`` in the background in the sandbox; wait until ``port`` answers."""
     s.write_file("servers.py", SERVERS)
+    yield s
+    close_when_free(client, s.id)
+
+
+def serve(s: Session, command: str, port: int) -> None:
+    """Start ``command`` in the background in the sandbox; wait until ``port`` accepts."""
     s.exec(shell=command, background=True)
-    end = time.monotonic() + 30
-    with s.http(port) as h:
-        while True:
-            r = h.get(path) if path else None
-            if r is not None and r.status_code != 502:
-                return
-            assert time.monotonic() < end, f"port {port} never answered: {r and r.text}"
-            time.sleep(0.2)
+    probe = (
+        "import socket,sys,time\n"
+        "for _ in range(300):\n"
+        "    try:\n"
+        f"        socket.create_connection(('127.0.0.1', {port}), 1).close(); sys.exit(0)\n"
+        "    except OSError:\n"
+        "        time.sleep(0.1)\n"
+        "sys.exit(1)\n"
+    )
+    assert s.exec(["python3", "-c", probe]).exit_code == 0, f"port {port} never accepted"
 
 
 def http_server(s: Session, port: int = 8000) -> None:
@@ -117,7 +121,7 @@ def test_no_listener_is_502_with_a_clear_body(session: Session) -> None:
 
 
 def test_streaming_post_and_headers(client: Client, session: Session) -> None:
-    serve(session, "exec python3 /workspace/servers.py stream 8001", 8001, "/headers")
+    serve(session, "exec python3 /workspace/servers.py stream 8001", 8001)
     with session.http(8001, timeout=30) as h:
         t0 = time.monotonic()
         arrivals = []
@@ -153,8 +157,7 @@ def test_big_download_streams(session: Session) -> None:
 
 
 def test_websocket_echo_with_token_and_url(client: Client, session: Session) -> None:
-    serve(session, "exec python3 /workspace/servers.py ws 8002", 8002, "")
-    time.sleep(1.0)
+    serve(session, "exec python3 /workspace/servers.py ws 8002", 8002)
     base = client.base_url.replace("http://", "ws://")
     uri = f"{base}/v1/sessions/{session.id}/ports/8002/chat"
     with connect(uri, additional_headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
@@ -170,7 +173,7 @@ def test_websocket_echo_with_token_and_url(client: Client, session: Session) -> 
 
 
 def test_read_only_url_refuses_post_and_expiry(session: Session) -> None:
-    serve(session, "exec python3 /workspace/servers.py stream 8001", 8001, "/headers")
+    serve(session, "exec python3 /workspace/servers.py stream 8001", 8001)
     ro = session.port_url(8001, read_only=True)
     assert ro.methods == ("GET", "HEAD") and ro.mode == "read_only"
     r = httpx.post(ro.url + "echo", content=b"no", timeout=30)
@@ -273,15 +276,51 @@ def test_forged_and_tampered_urls_are_403_without_the_sandbox(
             assert r.status_code == 403, (token, r.text)
             assert r.json()["error"]["code"] == "signature_invalid"
         # the path stays under the port: '..' cannot reach the API's own routes
+        # (sent raw: an HTTP client would normalise the dots away before sending)
+        host, port = client.base_url.removeprefix("http://").split(":")
         for path in ("../../v1/sessions", "%2e%2e/%2e%2e/v1/health", "..%2f..%2fv1/health"):
-            r = httpx.get(good.url + path, timeout=30)
-            assert r.status_code in (200, 404), (path, r.status_code)
-            assert "sessions" not in r.text or "Directory listing" in r.text
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            conn.request("GET", good.path + path)
+            r = conn.getresponse()
+            body = r.read().decode(errors="replace")
+            conn.close()
+            assert r.status in (200, 404), (path, r.status, body)
+            assert '"sessions"' not in body and '"workers"' not in body, body
         # the query form reaches the port's root
         r = httpx.get(f"{client.base_url}/?sg_preview={good.token}", timeout=30)
         assert r.status_code == 200 and "Directory listing" in r.text
     finally:
         close_when_free(client, other.id)
+
+
+def test_openai_agents_exposed_ports(grid: LocalGrid) -> None:
+    """The Agents SDK provider: ``exposed_ports`` resolve to preview endpoints that reach
+    the port with no token; a port not configured is the SDK's own refusal."""
+    options = SandgridSandboxClientOptions(exposed_ports=(8000,), preview_ttl_s=300)
+
+    async def main() -> None:
+        async with (
+            AsyncClient(grid.api_url, TOKEN) as sdk,
+            await SandgridSandboxClient(client=sdk).create(options=options) as s,
+        ):
+            await s.exec("echo agents > /workspace/a.txt")
+            await s.exec(
+                "cd /workspace && nohup python3 -m http.server 8000 --bind 127.0.0.1 "
+                ">/dev/null 2>&1 &"
+            )
+            endpoint = await s.resolve_exposed_port(8000)
+            assert TOKEN not in endpoint.url_for("http")
+            async with httpx.AsyncClient(timeout=30) as h:
+                for _ in range(50):
+                    r = await h.get(endpoint.url_for("http"))
+                    if r.status_code != 502:
+                        break
+                    await asyncio.sleep(0.2)
+                assert r.status_code == 200 and "a.txt" in r.text, r.text
+            with pytest.raises(ExposedPortUnavailableError):
+                await s.resolve_exposed_port(9000)
+
+    asyncio.run(main())
 
 
 def test_url_survives_a_change_of_owner(client: Client, grid: LocalGrid) -> None:
@@ -309,3 +348,5 @@ def test_url_survives_a_change_of_owner(client: Client, grid: LocalGrid) -> None
     finally:
         close_when_free(client, s.id)
         grid.start_worker(owner or NODES[0], types=TYPES)
+        # seen again: it has collected what its killed process left (orphans)
+        grid.wait(lambda: grid.workers_seen() >= set(NODES), "the restarted worker")

@@ -28,7 +28,7 @@ import time
 
 from . import splice
 
-__all__ = ["IDLE", "INBOUND_SOCKET", "answer_for", "start_inbound"]
+__all__ = ["IDLE", "INBOUND_SOCKET", "answer_for", "read_line", "start_inbound"]
 
 INBOUND_SOCKET = "/run/sandgrid-egress/inbound.sock"
 #: Connections kept dialed and waiting (the worker waits for the next one beyond).
@@ -38,10 +38,11 @@ _CONNECT_TIMEOUT_S = 5.0
 _BACKOFF_S = (0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
-def _read_line(sock: socket.socket) -> bytes:
-    """One short line, byte by byte (nothing after it may be read here)."""
+def read_line(sock: socket.socket, limit: int = _MAX_LINE) -> bytes:
+    """One short line, byte by byte (nothing after it may be read here); b"" at EOF
+    or when it is longer than ``limit``. The worker reads the agent's answers with it."""
     line = bytearray()
-    while len(line) < _MAX_LINE:
+    while len(line) < limit:
         b = sock.recv(1)
         if not b:
             return b""
@@ -105,7 +106,7 @@ def _dial(path: str) -> None:
         try:
             sock.connect(path)
             failures = 0
-            line = _read_line(sock)
+            line = read_line(sock)
         except OSError:
             sock.close()
             time.sleep(_BACKOFF_S[min(failures, len(_BACKOFF_S) - 1)])

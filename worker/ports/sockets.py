@@ -24,6 +24,7 @@ from collections import deque
 from pathlib import Path
 
 from sandgrid.errors import PortUnreachable, SandboxError
+from worker.agent.inbound import read_line
 
 __all__ = ["SOCKET_NAME", "InboundSockets"]
 
@@ -144,7 +145,7 @@ class InboundSockets:
             try:
                 conn.settimeout(max(0.05, deadline - time.monotonic()))
                 conn.sendall(f"P {port}\n".encode())
-                answer = _read_answer(conn)
+                answer = read_line(conn, _MAX_ANSWER)
             except OSError:
                 conn.close()
                 continue  # an agent connection that died while idle: the next one
@@ -155,18 +156,6 @@ class InboundSockets:
             if not answer:
                 continue
             raise _refusal(port, answer)
-
-
-def _read_answer(conn: socket.socket) -> bytes:
-    line = bytearray()
-    while len(line) < _MAX_ANSWER:
-        b = conn.recv(1)
-        if not b:
-            return b""
-        if b == b"\n":
-            return bytes(line)
-        line += b
-    return b""
 
 
 def _refusal(port: int, answer: bytes) -> PortUnreachable:
