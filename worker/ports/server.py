@@ -35,6 +35,16 @@ __all__ = ["PortServer"]
 
 log = logging.getLogger(__name__)
 
+#: How often an open connection marks its session used (the reaper's idle TTL is minutes).
+_TOUCH_S = 10.0
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    """A thread per connection (each lives as long as its relay), daemons all."""
+
+    allow_reuse_address = True
+    daemon_threads = True
+
 
 def _read_line(sock: socket.socket) -> bytes:
     buf = bytearray()
@@ -85,7 +95,7 @@ class PortServer:
         self.book = book
         self.reserved = reserved
         self.timeout_s = timeout_s
-        self._server: socketserver.ThreadingTCPServer | None = None
+        self._server: _Server | None = None
 
     def serve(self, addr: str, port: int) -> int:
         """Start listening on ``addr:port`` (0: any) in a daemon thread; the bound port."""
@@ -95,9 +105,7 @@ class PortServer:
             def handle(self) -> None:
                 outer.handle(self.request)
 
-        socketserver.ThreadingTCPServer.allow_reuse_address = True
-        server = socketserver.ThreadingTCPServer((addr, port), _Handler)
-        server.daemon_threads = True
+        server = _Server((addr, port), _Handler)
         self._server = server
         threading.Thread(target=server.serve_forever, name="ports", daemon=True).start()
         return int(server.server_address[1])
@@ -146,7 +154,7 @@ class PortServer:
                 operation="ports",
                 retryable=True,
             )
-        local.last_used = time.monotonic()
+        self._touch(session)
         ticket = self.caps.admit(session)
         try:
             return self.inbound.connect(local.sandbox.name, port, self.timeout_s), ticket
@@ -160,13 +168,17 @@ class PortServer:
         done = threading.Event()
         link = Link(sock, agent, count=ticket.count, on_done=lambda _link: done.set())
         link.start()
-        done.wait()
+        while not done.wait(_TOUCH_S):  # an open WebSocket is activity: no idle release
+            self._touch(ticket.session)
         ticket.close()
-        local = self.sessions.get(ticket.session)
-        if local is not None:
-            local.last_used = time.monotonic()
+        self._touch(ticket.session)
         cut = "cut: the session's byte cap" if link.cut else ""
         self._record(ticket.session, port, t0, ticket, None, reason=cut)
+
+    def _touch(self, session: str) -> None:
+        local = self.sessions.get(session)
+        if local is not None:
+            local.last_used = time.monotonic()
 
     def _record(
         self,
