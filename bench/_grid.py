@@ -17,10 +17,16 @@ from sandgrid.localgrid import LocalGrid
 
 @contextlib.contextmanager
 def bench_grid(
-    *, port: int, redis_url: str, token: str, nodes: list[str], concurrency: int
+    *,
+    port: int,
+    redis_url: str,
+    token: str,
+    nodes: list[str],
+    concurrency: int,
+    types: str = "python",
 ) -> Iterator[LocalGrid]:
     """Start the grid (tenant ``bench`` with ``token``, a local snapshot store, 4
-    warm sandboxes per type), yield it, stop it."""
+    warm sandboxes per type of ``types``, comma-separated), yield it, stop it."""
     url = shared_redis_url(redis_url)
     r: redis.Redis[str] = redis.Redis.from_url(url, decode_responses=True)
     r.flushdb()
@@ -37,7 +43,7 @@ def bench_grid(
             },
         )
         try:
-            grid.start(nodes, concurrency=concurrency)
+            grid.start(nodes, types=types, concurrency=concurrency)
             yield grid
         finally:
             grid.stop()

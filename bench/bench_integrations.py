@@ -1,16 +1,21 @@
 """What the integrations add to a turn, measured in one run against one grid.
 
-    python3 bench/bench_integrations.py [--turns 100]
+    python3 bench/bench_integrations.py [--turns 100] [--runtimes runc,runsc]
 
-Starts its own grid (API on 127.0.0.1:8732, two worker nodes, Redis db 13),
-then times a warm session's turn of ``true`` three ways, in this order:
+Starts its own grid (API on 127.0.0.1:8732, two worker nodes, Redis db 13 or
+``--redis-url``), then, per runtime (``python`` on runc, ``python-gvisor`` on
+runsc), times a warm session's turn of ``true`` each way, in this order:
 
 1. the REST API through the SDK (``Client.exec``): the baseline;
 2. the MCP ``exec`` tool through the ``mcp`` client library (stateless, JSON);
 3. the OpenAI Agents SDK provider (``SandboxSession.exec``, which adds the
-   SDK's ``sh -lc`` wrapper and its event instrumentation).
+   SDK's ``sh -lc`` wrapper, the exact-bytes wrapper and its instrumentation);
+4. AgentScope Runtime's ``POST /call_tool`` of ``run_shell_command`` over
+   HTTP, as its client sends it (runc only: the runtime's ``base`` type is the
+   grid's ``python``).
 
-It prints the median and p95 of each and their ratios to the baseline.
+It prints the median and p95 of each and their ratios to the baseline of the
+same runtime, measured in the same run.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import httpx
 from _grid import bench_grid
 from _stats import pct
 from mcp import ClientSession
@@ -32,10 +38,14 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from sandgrid.client import AsyncClient, Client
-from sandgrid.integrations.openai_agents import SandgridSandboxClient
+from sandgrid.integrations.openai_agents import (
+    SandgridSandboxClient,
+    SandgridSandboxClientOptions,
+)
 
 PORT = 8732
 REDIS_URL = "redis://127.0.0.1:6379/13"
+TYPES = {"runc": "python", "runsc": "python-gvisor"}
 TOKEN = "tok-bench-" + "x" * 24
 WARMUP = 10
 
@@ -51,8 +61,8 @@ async def _timed(n: int, turn: Callable[[], Awaitable[object]]) -> list[float]:
     return out
 
 
-def rest_turns(api: str, n: int) -> list[float]:
-    with Client(api, TOKEN) as client, client.session() as s:
+def rest_turns(api: str, n: int, sbx_type: str) -> list[float]:
+    with Client(api, TOKEN) as client, client.session(type=sbx_type) as s:
 
         async def turn() -> object:
             return s.exec(argv=["true"])
@@ -60,7 +70,7 @@ def rest_turns(api: str, n: int) -> list[float]:
         return asyncio.run(_timed(n, turn))
 
 
-async def mcp_turns(api: str, n: int) -> list[float]:
+async def mcp_turns(api: str, n: int, sbx_type: str) -> list[float]:
     headers = {"Authorization": f"Bearer {TOKEN}"}
     async with (
         create_mcp_http_client(headers=headers) as http,
@@ -68,7 +78,7 @@ async def mcp_turns(api: str, n: int) -> list[float]:
         ClientSession(read, write) as mcp,
     ):
         await mcp.initialize()
-        created = await mcp.call_tool("create_session", {})
+        created = await mcp.call_tool("create_session", {"type": sbx_type})
         sid = (created.structured_content or {})["id"]
         args = {"session_id": sid, "argv": ["true"]}
         times = await _timed(n, lambda: mcp.call_tool("exec", args))
@@ -76,31 +86,68 @@ async def mcp_turns(api: str, n: int) -> list[float]:
         return times
 
 
-async def provider_turns(api: str, n: int) -> list[float]:
+async def provider_turns(api: str, n: int, sbx_type: str) -> list[float]:
     async with AsyncClient(api, TOKEN) as sdk:
         client = SandgridSandboxClient(client=sdk)
-        async with await client.create() as s:
+        options = SandgridSandboxClientOptions(sandbox_type=sbx_type)
+        async with await client.create(options=options) as s:
             return await _timed(n, lambda: s.exec("true"))
+
+
+async def agentscope_runtime_turns(api: str, n: int) -> list[float]:
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    async with httpx.AsyncClient(base_url=api, headers=headers, timeout=60) as http:
+        made = await http.post("/create_from_pool", json={"sandbox_type": "base"})
+        box = made.json()["data"]
+        body = {"identity": box, "tool_name": "run_shell_command", "arguments": {"command": "true"}}
+
+        async def turn() -> object:
+            r = await http.post("/call_tool", json=body)
+            assert r.status_code == 200, r.text
+            return r
+
+        try:
+            return await _timed(n, turn)
+        finally:
+            await http.post("/release", json={"identity": box})
+
+
+def runtime_rows(api: str, n: int, runtime: str) -> dict[str, list[float]]:
+    """Each path's turn times on sessions of the runtime's type, baseline first."""
+    sbx_type = TYPES[runtime]
+    rows = {
+        "REST (Client.exec)": rest_turns(api, n, sbx_type),
+        "MCP exec tool": asyncio.run(mcp_turns(api, n, sbx_type)),
+        "OpenAI Agents provider": asyncio.run(provider_turns(api, n, sbx_type)),
+    }
+    if runtime == "runc":
+        rows["AgentScope Runtime call_tool"] = asyncio.run(agentscope_runtime_turns(api, n))
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=100)
-    n = parser.parse_args().turns
+    parser.add_argument("--runtimes", default="runc,runsc")
+    parser.add_argument("--redis-url", default=REDIS_URL)
+    args = parser.parse_args()
+    runtimes = [r for r in args.runtimes.split(",") if r]
     with bench_grid(
-        port=PORT, redis_url=REDIS_URL, token=TOKEN, nodes=["bi-w1", "bi-w2"], concurrency=2
+        port=PORT,
+        redis_url=args.redis_url,
+        token=TOKEN,
+        nodes=["bi-w1", "bi-w2"],
+        concurrency=2,
+        types=",".join(TYPES[r] for r in runtimes),
     ) as grid:
-        rows = {
-            "REST (Client.exec)": rest_turns(grid.api_url, n),
-            "MCP exec tool": asyncio.run(mcp_turns(grid.api_url, n)),
-            "OpenAI Agents provider": asyncio.run(provider_turns(grid.api_url, n)),
-        }
-    base = statistics.median(rows["REST (Client.exec)"])
-    print(f"warm turn of `true`, {n} turns each (ms)")
-    print(f"{'path':<26}{'p50':>8}{'p95':>8}{'p50 / REST':>12}")
-    for name, times in rows.items():
-        p50 = statistics.median(times)
-        print(f"{name:<26}{p50:8.1f}{pct(times, 95):8.1f}{p50 / base:12.2f}")
+        results = {rt: runtime_rows(grid.api_url, args.turns, rt) for rt in runtimes}
+    for runtime, rows in results.items():
+        base = statistics.median(rows["REST (Client.exec)"])
+        print(f"{runtime}: warm turn of `true`, {args.turns} turns each (ms)")
+        print(f"  {'path':<30}{'p50':>8}{'p95':>8}{'p50 / REST':>12}")
+        for name, times in rows.items():
+            p50 = statistics.median(times)
+            print(f"  {name:<30}{p50:8.1f}{pct(times, 95):8.1f}{p50 / base:12.2f}")
 
 
 if __name__ == "__main__":

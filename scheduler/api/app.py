@@ -83,7 +83,9 @@ def create_app(
     )
     app.state.services = svc
     app.state.expiry = expiry
-    app.add_middleware(EdgeMiddleware, max_body_bytes=s.max_body_bytes)
+    app.add_middleware(
+        EdgeMiddleware, max_body_bytes=s.max_body_bytes, jsonrpc_paths=frozenset({mcp.MCP_PATH})
+    )
     app.add_middleware(ports_api.PreviewQuery)  # issue 21.1: ?sg_preview=<token> on any path
     install_error_handlers(app)
     app.include_router(sessions.router)

@@ -50,6 +50,7 @@ __all__ = [
     "http_error",
     "install_error_handlers",
     "invalid_input_from",
+    "jsonrpc_error",
     "registry_unavailable",
 ]
 
@@ -124,6 +125,27 @@ def error_response(err: SandgridError, status: int | None = None) -> JSONRespons
     return JSONResponse(err.to_body(), status_code=status, headers=headers)
 
 
+#: JSON-RPC's "invalid request": a body the transport refuses before it is parsed.
+_JSONRPC_INVALID_REQUEST = -32600
+
+
+def jsonrpc_error(err: SandgridError) -> dict[str, Any]:
+    """A refusal made before a JSON-RPC request was read, as a JSON-RPC error.
+
+    The MCP client shows a JSON-RPC error body at any status, but only a generic
+    "Server returned an error response" for anything else: the code and the rule
+    must be in this shape to reach the model. The id is null, as the request's
+    own was never parsed.
+    """
+    body = err.to_body()["error"]
+    message = f"{err.code}: {err.message}"
+    return {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": _JSONRPC_INVALID_REQUEST, "message": message, "data": body},
+    }
+
+
 def _operation(request: Request) -> str:
     return f"{request.method} {request.url.path}"
 
@@ -196,9 +218,12 @@ class EdgeMiddleware:
     streams in (chunked uploads), so an oversized body is never fully buffered.
     """
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, *, max_body_bytes: int, jsonrpc_paths: frozenset[str] = frozenset()
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.jsonrpc_paths = jsonrpc_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -207,7 +232,7 @@ class EdgeMiddleware:
         scope.setdefault("state", {})["t0"] = time.perf_counter()
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            await self._reject(send, int(length))
+            await self._reject(scope, send, int(length))
             return
         seen = 0
         exceeded = False
@@ -229,9 +254,9 @@ class EdgeMiddleware:
         with contextlib.suppress(_TooLarge):
             await self.app(scope, counted, guarded)
         if exceeded:
-            await self._reject(send, seen)
+            await self._reject(scope, send, seen)
 
-    async def _reject(self, send: Send, size: int) -> None:
+    async def _reject(self, scope: Scope, send: Send, size: int) -> None:
         err = InvalidInput(
             f"request body of {size} bytes or more exceeds the limit of {self.max_body_bytes}",
             code=ErrorCode.PAYLOAD_TOO_LARGE,
@@ -242,5 +267,7 @@ class EdgeMiddleware:
             },
         )
         response = error_response(err)
+        if scope.get("path") in self.jsonrpc_paths:
+            response = JSONResponse(jsonrpc_error(err), status_code=413)
         await send({"type": "http.response.start", "status": 413, "headers": response.raw_headers})
         await send({"type": "http.response.body", "body": response.body})

@@ -41,6 +41,9 @@ from .threadcreds import supported
 
 __all__ = ["LAUNCHER", "LAUNCH_TIMEOUT_S", "LaunchedPopen", "Launcher", "host_command"]
 
+WARM_WAIT_S = 5.0
+"""How long a warm ping waits for the host's word (a Python start: ~30 ms under gVisor)."""
+
 LAUNCH_TIMEOUT_S = 10.0
 """How long a spawn may take in the host before the host is killed and the exec fails."""
 
@@ -140,23 +143,33 @@ class Launcher:
             close_fds=True,
         )
 
-    def usable(self) -> bool:
-        """Whether the host has said it is ready (looked at without waiting)."""
+    def usable(self, wait_s: float = 0.0) -> bool:
+        """Whether the host has said it is ready (looked at without waiting, or
+        waiting up to ``wait_s`` for its word)."""
         with self._lock:
             if not self.enabled or self._sock is None:
                 return False
-            if not self._ready and select.select([self._sock], [], [], 0)[0]:
+            if not self._ready and select.select([self._sock], [], [], wait_s)[0]:
                 self._ready = self._read_line() == b"ready"
                 if not self._ready:
                     self.stop()
             return self._ready
 
+    def warm(self, wait_s: float = WARM_WAIT_S) -> bool:
+        """Start a host before any command was started and wait until it is ready:
+        the pool asks it of a sandbox it keeps (``ping`` with ``warm``), so that
+        the session it is handed to finds the host ready for its first command.
+        Whether it is (without root, or if it is slow, spawns fork as before)."""
+        self._wanted = True
+        self.prepare()
+        return self.usable(wait_s)
+
     def prepare(self) -> None:
         """After a reply: start a host if there is none, so that the next exec need not fork.
 
-        Only once the sandbox has started a command: a warm sandbox waiting in
-        the pool does not pay for a host it may never use, and a pool hit's
-        first exec does not compete with a host starting up.
+        Only once the sandbox has started a command, or the pool wants it
+        (``want``): a sandbox made for a session at once does not make its first
+        exec compete with a host starting up.
 
         Not after a deadline kill or a cancel (``stop(quiet=True)``) until a
         command was started again: until then the sandbox holds no process but

@@ -44,7 +44,7 @@ from .seccomp import deny_user_namespaces
 from .threads import RequestThreads
 from .transfer import do_pack, do_read_range, do_unpack, do_write_range
 
-__all__ = ["OPS", "THEN_OPS", "handle", "limit_pids", "main", "serve"]
+__all__ = ["OPS", "THEN_OPS", "handle", "limit_pids", "main", "op_ping", "serve"]
 
 #: What an exec may ask to run right after its command, in the same reply:
 #: the snapshot's scan, one channel round trip less per turn.
@@ -52,7 +52,7 @@ THEN_OPS = frozenset({"scan"})
 
 
 OPS: dict[str, Callable[[Json], Json]] = {
-    "ping": lambda r: {"pid": os.getpid(), "version": VERSION},
+    "ping": lambda r: op_ping(r),
     "exec": op_exec,
     "run_code": op_run_code,
     "pty": op_pty,
@@ -87,6 +87,15 @@ OPS: dict[str, Callable[[Json], Json]] = {
     ),
     **BACKGROUND_OPS,
 }
+
+
+def op_ping(req: Json) -> Json:
+    """The agent's pid and protocol version. ``warm``: the sandbox is to wait in a
+    pool for its session; the launcher host is started and ready before this
+    reply, so that the session's first command needs no fork (launcher.py)."""
+    if req.get("warm") is True:
+        return {"pid": os.getpid(), "version": VERSION, "launcher": LAUNCHER.warm()}
+    return {"pid": os.getpid(), "version": VERSION}
 
 
 def handle(req: Json) -> Json:

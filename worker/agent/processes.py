@@ -17,6 +17,7 @@ would have with no other turn running (docs/agent-protocol.md).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -312,10 +313,11 @@ def reply_of(fn: Callable[..., Any], args: tuple[Any, ...]) -> Json:
 
 
 def _error_reply(exc: OSError) -> Json:
+    """An OS error as the grid's refusal: a path that is not there is ``not_found``
+    (as over REST: 404), any other (a file in the way, a loop) ``invalid_input``."""
     where = exc.filename or ""
-    error = AgentError(
-        "invalid_input", f"{where}: {os.strerror(exc.errno or 0)}", path=where, errno=exc.errno
-    )
+    code = "not_found" if exc.errno == errno.ENOENT else "invalid_input"
+    error = AgentError(code, f"{where}: {os.strerror(exc.errno or 0)}", path=where, errno=exc.errno)
     return {"ok": False, "error": error.body()}
 
 

@@ -276,6 +276,15 @@ class SandboxManager:
         self.call(sbx, "ping", {}, timeout=timeout)
         return (time.perf_counter() - t0) * 1000
 
+    def warm(self, sbx: Sandbox) -> None:
+        """Have a sandbox kept in the pool get ready for its first command ahead
+        (the agent answers this ping once its launcher host is ready).
+
+        Raises:
+            SandboxLost: no answer; the sandbox is now ``lost``.
+        """
+        self.call(sbx, "ping", {"warm": True}, timeout=START_TIMEOUT_S)
+
     def inspect(self, sbx: Sandbox) -> dict[str, Any]:
         """The container as the runtime sees it, plus the handle's own state."""
         info = self.engine.inspect(sbx.id)

@@ -304,6 +304,13 @@ class WarmPool:
             with self._lock:
                 self._creating[sandbox_type] -= 1
         self._count(sandbox_type, "created")
+        try:
+            backend.warm(sbx)
+        except SandgridError as exc:
+            log.warning("a new warm %s sandbox failed its first ping: %s", sandbox_type, exc)
+            self._count(sandbox_type, "unhealthy")
+            self._destroy(sbx)
+            return False
         with self._lock:
             keep = not self._stop.is_set()
             if keep:

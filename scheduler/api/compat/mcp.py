@@ -336,6 +336,10 @@ def mount(app: FastAPI, svc: Services) -> Callable[[], Any]:
             streamable_http_path=MCP_PATH,
             stateless_http=True,
             json_response=True,
+            # The grid's own cap (EdgeMiddleware, 413 in JSON-RPC's shape) is the
+            # one that holds: the package's 4 MiB default would refuse files the
+            # REST routes take.
+            max_request_body_size=svc.settings.max_body_bytes,
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
         manager = server.session_manager

@@ -36,6 +36,9 @@ class VanishingBackend:
     def ping(self, sbx: Sandbox, timeout: float = 1.0) -> float:
         return 0.1
 
+    def warm(self, sbx: Sandbox) -> None:
+        pass
+
     def destroy(self, sbx: Sandbox) -> None:
         self.remove_container(sbx.id)
         sbx.state = "destroyed"

@@ -224,9 +224,25 @@ def test_host_is_not_counted_as_a_user_task(
     assert processes.tasks_besides_agent() == 500 - threads - 1
 
 
+def test_a_pool_sandbox_gets_its_host_before_its_first_command() -> None:
+    """Issue 22.3: the pool's ``warm`` ping has the host started ahead, so the
+    session's first command is spawned by it, not forked."""
+    one = Launcher()
+    try:
+        assert one.warm(wait_s=20) is True  # what ``ping`` with ``warm`` does
+        assert one._host is not None and one.usable()
+        proc = one.popen(["true"], ENV, "/", **IO)
+        assert isinstance(proc, LaunchedPopen) and proc.wait(timeout=20) == 0
+    finally:
+        host = one._host
+        one.stop()
+        if host is not None:
+            os.waitpid(host.pid, 0)
+
+
 def test_host_starts_only_once_a_command_was_started() -> None:
     one = Launcher()
-    one.prepare()  # e.g. after the first ping of a pool sandbox
+    one.prepare()  # e.g. after the first ping of a sandbox made for a session
     assert one._host is None
     proc = one.popen(["true"], ENV, "/", **IO)  # forks: no host yet
     assert type(proc) is subprocess.Popen and proc.wait(timeout=20) == 0

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from worker.agent import main
 from worker.agent.main import handle
 
 
@@ -21,3 +24,14 @@ def test_then_is_only_a_scan_after_an_exec_and_is_refused_before_anything_runs()
         reply = handle(req)
         assert not reply["ok"] and reply["error"]["code"] == "invalid_input", reply
         assert "then" in reply["error"]["message"]
+
+
+def test_a_warm_ping_asks_for_the_launcher_host_and_a_plain_one_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 22.3: only the pool's ``warm`` ping has a host started before any command."""
+    asked: list[bool] = []
+    monkeypatch.setattr(main.LAUNCHER, "warm", lambda: asked.append(True) or True)
+    assert "launcher" not in handle({"id": 1, "op": "ping"})["result"] and asked == []
+    assert handle({"id": 2, "op": "ping", "warm": True})["result"]["launcher"] is True
+    assert asked == [True]

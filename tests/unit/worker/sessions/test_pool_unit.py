@@ -15,13 +15,14 @@ from worker.sessions.pool import WarmPool
 
 
 class FakeBackend:
-    """Just what the pool uses: create, ping, destroy."""
+    """Just what the pool uses: create, ping, warm, destroy."""
 
     def __init__(self) -> None:
         self.ids = itertools.count()
         self.created: list[Sandbox] = []
         self.destroyed: list[str] = []
         self.dead: set[str] = set()
+        self.warmed: list[str] = []
         self.lock = threading.Lock()
 
     def create(self, sandbox_type: str, quotas: Quotas, **kw: Any) -> Sandbox:
@@ -34,6 +35,10 @@ class FakeBackend:
         if sbx.id in self.dead:
             raise SandboxLost("gone")
         return 0.1
+
+    def warm(self, sbx: Sandbox) -> None:
+        self.ping(sbx)
+        self.warmed.append(sbx.id)
 
     def destroy(self, sbx: Sandbox) -> None:
         with self.lock:
@@ -114,3 +119,26 @@ def test_closed_pool_refuses(fake: FakeBackend) -> None:
     pool.close()
     with pytest.raises(CapacityError):
         pool.acquire("python", session_id="s", tenant="t")
+
+
+def test_every_pooled_sandbox_was_warmed_and_one_that_fails_it_is_not_pooled(
+    fake: FakeBackend,
+) -> None:
+    """Issue 22.3: the pool asks each new sandbox to get ready for its first
+    command; one that does not answer is destroyed, not kept."""
+    real_create = fake.create
+
+    def dying_first(sandbox_type: str, quotas: Quotas, **kw: Any) -> Sandbox:
+        sbx = real_create(sandbox_type, quotas, **kw)
+        if sbx.id == "c0":
+            fake.dead.add(sbx.id)
+        return sbx
+
+    fake.create = dying_first  # type: ignore[method-assign]
+    pool = make_pool(fake)
+    pool.fill()  # stops at the failure, as a failed create does
+    pool.fill()
+    assert fake.destroyed[:1] == ["c0"] and "c0" not in fake.warmed
+    assert pool.warm_count("python") == 2
+    taken = {pool.acquire("python", session_id=f"s{i}", tenant="t").id for i in range(2)}
+    assert taken <= set(fake.warmed)

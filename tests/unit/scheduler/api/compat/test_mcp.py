@@ -100,3 +100,18 @@ def test_an_argument_a_tool_does_not_take_is_an_error_naming_it(grid: Grid) -> N
     tools = _rpc(grid, "tools/list", {}).json()["result"]["tools"]
     assert all(t["inputSchema"].get("additionalProperties") is False for t in tools)
     assert _call(grid, "close_session", session_id=sid)["structuredContent"]["state"] == "closed"
+
+
+def test_a_body_over_the_grids_cap_is_a_json_rpc_error_naming_the_limit(grid: Grid) -> None:
+    """Issue 20.5: the MCP client shows a JSON-RPC error body, and nothing else, to
+    the model; the grid's 413 on ``/mcp`` is in that shape, with the rule in it."""
+    limit = grid.services.settings.max_body_bytes
+    args = {"session_id": "s-" + "x" * 32, "path": "a", "content": "x" * (limit + 10)}
+    r = _rpc(grid, "tools/call", {"name": "write_file", "arguments": args})
+    assert r.status_code == 413 and r.headers["content-type"].startswith("application/json")
+    body = r.json()
+    assert body["jsonrpc"] == "2.0" and body["id"] is None
+    assert body["error"]["code"] == -32600
+    assert body["error"]["message"].startswith("payload_too_large: ")
+    assert str(limit) in body["error"]["message"]
+    assert body["error"]["data"]["context"]["field"] == "body"
