@@ -37,7 +37,18 @@ from scheduler.ports.previews import PREVIEW_PREFIX, QUERY_TOKEN, check, make_ur
 from scheduler.ports.tunnel import check_port, live_session, open_tunnel
 from scheduler.ports.websocket import refuse, relay_websocket
 
-__all__ = ["METHODS", "PreviewQuery", "port_route", "port_url", "preview_route", "router"]
+__all__ = [
+    "METHODS",
+    "PortNumber",
+    "PreviewQuery",
+    "port_route",
+    "port_socket",
+    "port_url",
+    "preview_root",
+    "preview_route",
+    "preview_socket",
+    "router",
+]
 
 router = APIRouter(tags=["ports"])
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]

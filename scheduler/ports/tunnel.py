@@ -8,6 +8,12 @@ lookup, made again for every connection: a session whose owner changed (a
 worker died, a restore elsewhere) is reached at its new owner, and its preview
 URLs keep working. An owner that answers "not here" (the session moved between
 the lookup and the connect) is asked once more after a fresh lookup.
+
+The lookup's answer is kept ``OWNER_CACHE_S`` per tenant and session, so a
+page's burst of requests costs one: the worker is the authority on whether it
+serves the session (a closed or moved session is gone from its table and it
+answers "not here"), and that answer drops the entry, so a stale one costs a
+retry, never a request to the wrong session.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import time
 
 from starlette.concurrency import run_in_threadpool
 
@@ -31,11 +38,28 @@ from sandgrid.ops.ports import MAX_PORT, MIN_PORT
 from sandgrid.wire.portlink import MAX_LINE, Hello, parse_answer
 from scheduler.registry.sessions import SessionRegistry
 
-__all__ = ["TUNNEL_ATTEMPTS", "check_port", "live_session", "open_tunnel"]
+__all__ = ["OWNER_CACHE_S", "TUNNEL_ATTEMPTS", "check_port", "live_session", "open_tunnel"]
 
 #: Lookups and connects per request: one more when the owner moved meanwhile.
 TUNNEL_ATTEMPTS = 2
 _CLOSED = ("closed", "expired")
+#: How long a session's owner address is reused without a lookup (see the module doc).
+OWNER_CACHE_S = 2.0
+_CACHE_MAX = 4096
+_owners: dict[tuple[str, str], tuple[tuple[str, int], float]] = {}
+
+
+def _cached(tenant: str, session_id: str) -> tuple[str, int] | None:
+    hit = _owners.get((tenant, session_id))
+    if hit is None or hit[1] < time.monotonic():
+        return None
+    return hit[0]
+
+
+def _remember(tenant: str, session_id: str, addr: tuple[str, int]) -> None:
+    if len(_owners) >= _CACHE_MAX:
+        _owners.clear()
+    _owners[(tenant, session_id)] = (addr, time.monotonic() + OWNER_CACHE_S)
 
 
 def check_port(port: int, reserved: frozenset[int]) -> None:
@@ -75,6 +99,11 @@ def live_session(registry: SessionRegistry, tenant: str, session_id: str) -> Ses
     return info
 
 
+def _lookup(registry: SessionRegistry, tenant: str, session_id: str, port: int) -> tuple[str, int]:
+    """The session (open, the tenant's) and its owner's port listener, in one thread hop."""
+    return _owner_addr(registry, live_session(registry, tenant, session_id), port)
+
+
 def _owner_addr(registry: SessionRegistry, info: SessionInfo, port: int) -> tuple[str, int]:
     if not info.owner:
         raise PortUnreachable(
@@ -97,13 +126,16 @@ def _owner_addr(registry: SessionRegistry, info: SessionInfo, port: int) -> tupl
 
 
 async def _read_answer(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
-    line = bytearray()
-    while len(line) < MAX_LINE:
-        b = await loop.sock_recv(sock, 1)
-        if not b or b == b"\n":
+    """The worker's answer line, read whole: nothing follows it before the API speaks
+    (an HTTP or WebSocket server waits for the request), so a read may take all."""
+    buf = bytearray()
+    while b"\n" not in buf and len(buf) < MAX_LINE:
+        chunk = await loop.sock_recv(sock, MAX_LINE)
+        if not chunk:
             break
-        line += b
-    return bytes(line)
+        buf += chunk
+    line, _, rest = bytes(buf).partition(b"\n")
+    return b"" if rest else line  # bytes before our request: not a server we speak to
 
 
 async def _connect(addr: tuple[str, int], hello: bytes, timeout: float) -> socket.socket:
@@ -152,11 +184,14 @@ async def open_tunnel(
     """
     last: SandgridError | None = None
     for _ in range(TUNNEL_ATTEMPTS):
-        info = await run_in_threadpool(live_session, registry, tenant, session_id)
-        addr = await run_in_threadpool(_owner_addr, registry, info, port)
+        addr = _cached(tenant, session_id)
+        if addr is None:
+            addr = await run_in_threadpool(_lookup, registry, tenant, session_id, port)
+            _remember(tenant, session_id, addr)
         try:
             return await _connect(addr, Hello.make(session_id, port).line(key), timeout)
         except InfrastructureError as exc:  # moved, or the worker went: look again
+            _owners.pop((tenant, session_id), None)
             last = exc
             with contextlib.suppress(Exception):
                 await asyncio.sleep(0.05)

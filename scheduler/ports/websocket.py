@@ -25,7 +25,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from sandgrid.errors import PortUnreachable, SandgridError
 
-__all__ = ["offered_subprotocols", "refuse", "relay_websocket"]
+__all__ = ["MAX_MESSAGE", "offered_subprotocols", "refuse", "relay_websocket"]
 
 #: The biggest message relayed (a bigger one closes the socket, 1009).
 MAX_MESSAGE = 16 << 20

@@ -39,17 +39,17 @@ _BACKOFF_S = (0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 def read_line(sock: socket.socket, limit: int = _MAX_LINE) -> bytes:
-    """One short line, byte by byte (nothing after it may be read here); b"" at EOF
-    or when it is longer than ``limit``. The worker reads the agent's answers with it."""
-    line = bytearray()
-    while len(line) < limit:
-        b = sock.recv(1)
-        if not b:
+    """One short line; b"" at EOF, when it is longer than ``limit``, or when bytes follow
+    it. Each side sends one line and waits for the other's, so one read usually takes
+    it whole. The worker reads the agent's answers with it."""
+    buf = bytearray()
+    while b"\n" not in buf and len(buf) < limit:
+        chunk = sock.recv(limit)
+        if not chunk:
             return b""
-        if b == b"\n":
-            return bytes(line)
-        line += b
-    return b""
+        buf += chunk
+    line, nl, rest = bytes(buf).partition(b"\n")
+    return line if nl and not rest else b""
 
 
 def _connect_loopback(port: int) -> socket.socket:
