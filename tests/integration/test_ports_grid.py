@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -224,6 +225,17 @@ def test_caps_hold(session: Session) -> None:
     assert any(a.reason.startswith("cut") for a in inbound)
 
 
+def _running(node: str) -> int:
+    """The node's running sandboxes (its warm pool: one per type here)."""
+    out = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label=sandgrid.worker={node}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return len(out.stdout.split())
+
+
 def _half_open(s: Session, port: int) -> socket.socket:
     """A request whose body never finishes: it holds one port connection open."""
     host, p = s.client.base_url.removeprefix("http://").split(":")
@@ -348,5 +360,7 @@ def test_url_survives_a_change_of_owner(client: Client, grid: LocalGrid) -> None
     finally:
         close_when_free(client, s.id)
         grid.start_worker(owner or NODES[0], types=TYPES)
-        # seen again: it has collected what its killed process left (orphans)
+        # seen again: it has collected what its killed process left (orphans); and its
+        # warm pool full, so that the module's teardown does not stop it mid-refill
         grid.wait(lambda: grid.workers_seen() >= set(NODES), "the restarted worker")
+        grid.wait(lambda: _running(owner or NODES[0]) >= 2, "the restarted worker's pool")
