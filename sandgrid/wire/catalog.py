@@ -3,7 +3,8 @@
 A type name is the unit of routing (queue ``sbx.<type>``) and of warm pools.
 The same image may serve two types that differ by runtime: ``python`` runs on
 runc, ``python-gvisor`` on gVisor's runsc. ``bfcl`` and ``appworld`` carry the
-benchmarks' packages for batch runs (``sandgrid.benchmarks``).
+benchmarks' packages for batch runs (``sandgrid.benchmarks``). ``browser``
+serves headless Chromium's DevTools Protocol (``sandgrid.wire.browser``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 from sandgrid.errors import InvalidInput
 from sandgrid.models import NetworkPolicy
+from sandgrid.wire.browser import BROWSER_IMAGE, BROWSER_TYPE
 
 __all__ = ["CATALOG", "Runtime", "SandboxType", "get_type"]
 
@@ -51,6 +53,8 @@ CATALOG: dict[str, SandboxType] = {
         # Benchmarks (images/sandbox-bfcl, images/sandbox-appworld; docs/batch.md).
         SandboxType("bfcl", "sandgrid/sandbox-bfcl:latest", "runc"),
         SandboxType("appworld", "sandgrid/sandbox-appworld:latest", "runc"),
+        # Headless Chromium under gVisor (images/sandbox-browser; docs/browser.md).
+        SandboxType(BROWSER_TYPE, BROWSER_IMAGE, "runsc"),
     )
 }
 

@@ -21,6 +21,7 @@ from scheduler.api import (
     targets,
     types,
 )
+from scheduler.api import browser as browser_api
 from scheduler.api import code as code_api
 from scheduler.api import network as network_api
 from scheduler.api import ports as ports_api
@@ -105,5 +106,6 @@ def create_app(
     app.include_router(agentscope.router)
     app.include_router(targets.router)
     app.include_router(ports_api.router)  # issue 21.1
+    app.include_router(browser_api.router)  # issue 21.3
     document_errors(app)
     return app

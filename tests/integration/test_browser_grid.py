@@ -1,0 +1,190 @@
+"""The ``browser`` sandbox type on the real grid, under runsc (issue 21.3-21.4, docs/browser.md).
+
+A grid of its own (API and one worker serving ``browser``), on the batch grid's
+port and Redis database (one integration run at a time). A page is served in
+the sandbox (``python3 -m http.server``) and driven from outside with
+Playwright over CDP (``connect_over_cdp``, no browser on the client side): it
+loads, a form is filled, a screenshot decodes to a PNG of the viewport's size
+and a PDF is printed. A page on a host of the test's own (127.0.0.7) loads only
+for a session whose policy allows it. The MCP server's browser tools drive the
+same browser.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from playwright.sync_api import sync_playwright
+
+from sandgrid.client import Client, Session
+from sandgrid.localgrid import LocalGrid
+from sandgrid.wire import names
+from sandgrid.wire.browser import BROWSER_TYPE, CDP_PORT
+from scheduler.tenants import Tenant, TenantLimits, hash_token
+from tests.integration.test_ports_grid import http_server
+from tests.integration.test_shell_tmux import close_when_free
+from tests.support.grid_fixtures import API_PORT, REDIS_URL, own_grid
+
+pytestmark = [pytest.mark.integration, pytest.mark.runsc]
+
+TOKEN = "tok-browse-" + "b" * 24
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+NODES = ["browser-w1"]
+OUTSIDE = "127.0.0.7"
+OUTSIDE_PORT = 8089
+SECRET = "outside-secret-page"
+#: Chromium and its renderers under gVisor: a page needs more than the default 512 MiB.
+MEMORY_MB = 1024
+FORM = """<!doctype html><html><head><title>Form page</title></head><body>
+<h1>Sign up</h1>
+<form id="f" onsubmit="document.getElementById('out').textContent =
+  'hello ' + document.getElementById('name').value; return false;">
+<label for="name">Name</label><input id="name" name="name">
+<button id="go" type="submit">Send</button></form>
+<p id="out">nothing yet</p></body></html>
+"""
+
+
+class _Secret(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = f"<html><title>outside</title><body>{SECRET}</body></html>".encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
+    """One worker serving ``browser``; the tenant (seeded once the grid is up, the
+    token store reads Redis per new token) may allow the test's own host."""
+    outside = ThreadingHTTPServer((OUTSIDE, OUTSIDE_PORT), _Secret)
+    threading.Thread(target=outside.serve_forever, daemon=True).start()
+    work = tmp_path_factory.mktemp("browsergrid")
+    try:
+        with own_grid(
+            work, port=API_PORT, redis_url=REDIS_URL, tenants={}, nodes=NODES, types=BROWSER_TYPE
+        ) as g:
+            tenant = Tenant(name="browse", limits=TenantLimits(network_ceiling=[OUTSIDE]))
+            r: redis.Redis[str] = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+            r.hset(names.tokens_key(), hash_token(TOKEN), tenant.model_dump_json())
+            r.close()
+            yield g
+    finally:
+        outside.shutdown()
+
+
+@pytest.fixture
+def client(grid: LocalGrid) -> Iterator[Client]:
+    with Client(grid.api_url, TOKEN, timeout=120) as c:
+        yield c
+
+
+def _open(client: Client, network: dict[str, Any] | None = None) -> Session:
+    s = client.session(type=BROWSER_TYPE, quotas={"memory_mb": MEMORY_MB}, network=network)
+    s.write_file("form.html", FORM)
+    http_server(s)
+    return s
+
+
+@pytest.fixture
+def session(client: Client) -> Iterator[Session]:
+    s = _open(client)
+    yield s
+    close_when_free(client, s.id)
+
+
+def cdp(grid: LocalGrid, session_id: str, **params: Any) -> dict[str, Any]:
+    url = f"{grid.api_url}/v1/sessions/{session_id}/cdp"
+    r = httpx.get(url, params=params, headers=AUTH, timeout=120)
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_playwright_drives_a_page_served_in_the_sandbox(grid: LocalGrid, session: Session) -> None:
+    endpoint = cdp(grid, session.id)
+    assert endpoint["port"] == CDP_PORT and endpoint["browser"].startswith("Chrome/")
+    assert endpoint["websocket_url"].startswith("ws://") and TOKEN not in endpoint["websocket_url"]
+    with sync_playwright() as p:
+        browser = p.chromium.connect_over_cdp(endpoint["websocket_url"], headers=AUTH)
+        page = browser.contexts[0].new_page()
+        page.set_viewport_size({"width": 800, "height": 600})
+        page.goto("http://127.0.0.1:8000/form.html")
+        assert page.title() == "Form page"
+        page.fill("#name", "grid")
+        page.click("#go")
+        assert page.text_content("#out") == "hello grid"
+        shot = page.screenshot()
+        assert png_size(shot) == (800, 600)
+        pdf = page.pdf()
+        assert pdf.startswith(b"%PDF-")
+        browser.close()
+
+
+def test_a_signed_cdp_url_needs_no_token(grid: LocalGrid, session: Session) -> None:
+    endpoint = cdp(grid, session.id, signed="true", expires_in=60)
+    assert endpoint["signed"] and "/p/" in endpoint["websocket_url"]
+    with sync_playwright() as p:
+        browser = p.chromium.connect_over_cdp(endpoint["websocket_url"])
+        page = browser.contexts[0].new_page()
+        page.goto("http://127.0.0.1:8000/form.html")
+        assert page.title() == "Form page"
+        browser.close()
+
+
+def _visit(grid: LocalGrid, s: Session, url: str) -> str:
+    """What the page at ``url`` shows in the session's browser (or why it did not load)."""
+    with sync_playwright() as p:
+        browser = p.chromium.connect_over_cdp(cdp(grid, s.id)["websocket_url"], headers=AUTH)
+        page = browser.contexts[0].new_page()
+        try:
+            page.goto(url, timeout=20_000)
+            return page.content()
+        except Exception as exc:  # a refused load is what the test wants
+            return f"error: {exc}"
+        finally:
+            browser.close()
+
+
+def test_the_browser_follows_the_sessions_egress_policy(grid: LocalGrid, client: Client) -> None:
+    url = f"http://{OUTSIDE}:{OUTSIDE_PORT}/"
+    offline = _open(client)
+    try:
+        assert SECRET not in _visit(grid, offline, url)
+        # The grid's Redis and API, from the page: the sandbox's loopback is its own.
+        assert "redis_version" not in _visit(grid, offline, "http://127.0.0.1:6379/INFO")
+    finally:
+        close_when_free(client, offline.id)
+    allowed = _open(client, network={"allow": [OUTSIDE]})
+    try:
+        assert SECRET in _visit(grid, allowed, url)
+    finally:
+        close_when_free(client, allowed.id)
+
+
+def test_cdp_of_another_tenants_session_is_404(grid: LocalGrid, session: Session) -> None:
+    r = httpx.get(
+        f"{grid.api_url}/v1/sessions/{session.id}/cdp",
+        headers={"Authorization": "Bearer tok-nobody-" + "z" * 24},
+        timeout=30,
+    )
+    assert r.status_code in (401, 404), r.text
+    assert json.loads(r.text)["error"]["code"] in ("unauthenticated", "not_found")
