@@ -15,7 +15,7 @@ import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -28,6 +28,7 @@ __all__ = ["MAX_MESSAGE", "CdpClient", "CdpError", "browser_path", "cdp_session"
 #: The biggest CDP message read (a full-page screenshot of a large page is a few MiB).
 MAX_MESSAGE = 64 << 20
 _MAX_HTTP = 64 << 10
+_KEEP_EVENTS = 256
 #: CDP is JSON text: no compression to negotiate; the tools' calls are short, no pings.
 _WS_OPTIONS: dict[str, Any] = {"compression": None, "open_timeout": 10, "ping_interval": None}
 
@@ -99,6 +100,7 @@ class CdpClient:
 
     ws: ClientConnection
     _next: int = 0
+    _seen: list[dict[str, Any]] = field(default_factory=list)
 
     async def send(
         self,
@@ -126,6 +128,8 @@ class CdpClient:
                     if answer.get("id") == ident:
                         break
                     self._watch(answer)
+                    if "method" in answer and len(self._seen) < _KEEP_EVENTS:
+                        self._seen.append(answer)
         except TimeoutError as exc:
             raise CdpError(f"{method}: no answer from the browser in {timeout:g}s") from exc
         except ConnectionClosed as exc:
@@ -137,15 +141,21 @@ class CdpClient:
         return result
 
     async def wait_event(self, method: str, *, timeout: float) -> dict[str, Any] | None:
-        """The next event ``method`` (None when none came in ``timeout`` seconds)."""
+        """The next event ``method``, or one met during a command since the last wait
+        (None when none came in ``timeout`` seconds)."""
+        for i, old in enumerate(self._seen):
+            if old.get("method") == method:
+                del self._seen[: i + 1]
+                params: dict[str, Any] = old.get("params", {})
+                return params
         try:
             async with asyncio.timeout(timeout):
                 while True:
                     message = json.loads(await self.ws.recv())
                     self._watch(message)
                     if message.get("method") == method:
-                        params: dict[str, Any] = message.get("params", {})
-                        return params
+                        found: dict[str, Any] = message.get("params", {})
+                        return found
         except TimeoutError:
             return None
         except ConnectionClosed as exc:

@@ -12,8 +12,10 @@ that start like on any turn, and gets a new browser.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
@@ -22,7 +24,8 @@ from sandgrid.errors import ErrorCode, InvalidInput, PortUnreachable
 from sandgrid.models import ExecRequest, SessionInfo
 from sandgrid.wire.browser import CDP_PORT, HEAP_ENV, LAUNCHER, is_browser_type
 from sandgrid.wire.portkeys import port_key
-from scheduler.browser.cdp import json_version
+from scheduler.browser.cdp import CdpClient, browser_path, cdp_session, json_version
+from scheduler.browser.tools import attach_page
 from scheduler.ports.tunnel import live_session, open_tunnel
 from scheduler.tenants import Tenant
 from scheduler.turns.processes import start_process
@@ -30,7 +33,14 @@ from scheduler.turns.processes import start_process
 if TYPE_CHECKING:  # the routes hand their services in; no import of the routes' layer
     from scheduler.api.deps import Services
 
-__all__ = ["START_TIMEOUT_S", "browser_session", "ensure_browser", "heap_mb", "tunnel"]
+__all__ = [
+    "START_TIMEOUT_S",
+    "browser_session",
+    "ensure_browser",
+    "heap_mb",
+    "open_page",
+    "tunnel",
+]
 
 #: How long a first request waits for Chromium to answer after starting it.
 START_TIMEOUT_S = 60.0
@@ -111,3 +121,18 @@ async def ensure_browser(svc: Services, tenant: Tenant, session_id: str) -> dict
                     context={"port": CDP_PORT, "reason": "browser_unavailable"},
                 ) from exc
         await asyncio.sleep(_POLL_S)
+
+
+@contextlib.asynccontextmanager
+async def open_page(
+    svc: Services, tenant: Tenant, session_id: str
+) -> AsyncIterator[tuple[CdpClient, str]]:
+    """A CDP connection to the session's browser and its first page's CDP session id.
+
+    Raises:
+        as ``ensure_browser``; CdpError: the browser refused the page.
+    """
+    version = await ensure_browser(svc, tenant, session_id)
+    sock = await tunnel(svc, tenant, session_id)
+    async with cdp_session(sock, CDP_PORT, browser_path(version)) as cdp:
+        yield cdp, await attach_page(cdp)

@@ -12,6 +12,7 @@ same browser.
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 import threading
@@ -22,6 +23,8 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from mcp import ClientSession
+from mcp_types import ImageContent
 from playwright.sync_api import sync_playwright
 
 from sandgrid.client import Client, Session
@@ -29,6 +32,7 @@ from sandgrid.localgrid import LocalGrid
 from sandgrid.wire import names
 from sandgrid.wire.browser import BROWSER_TYPE, CDP_PORT
 from scheduler.tenants import Tenant, TenantLimits, hash_token
+from tests.integration.test_mcp import _with_mcp
 from tests.integration.test_ports_grid import http_server
 from tests.integration.test_shell_tmux import close_when_free
 from tests.support.grid_fixtures import API_PORT, REDIS_URL, own_grid
@@ -188,3 +192,34 @@ def test_cdp_of_another_tenants_session_is_404(grid: LocalGrid, session: Session
     )
     assert r.status_code in (401, 404), r.text
     assert json.loads(r.text)["error"]["code"] in ("unauthenticated", "not_found")
+
+
+def test_mcp_browser_tools(grid: LocalGrid, session: Session) -> None:
+    async def body(mcp: ClientSession) -> None:
+        sid = {"session_id": session.id}
+        names = {t.name for t in (await mcp.list_tools()).tools}
+        assert {"browser_navigate", "browser_screenshot", "browser_snapshot"} <= names
+        nav = await mcp.call_tool(
+            "browser_navigate", {**sid, "url": "http://127.0.0.1:8000/form.html"}
+        )
+        assert not nav.is_error, nav.content
+        assert nav.structured_content and nav.structured_content["title"] == "Form page"
+        snap = await mcp.call_tool("browser_snapshot", sid)
+        text = snap.content[0].text  # type: ignore[union-attr]
+        assert 'heading "Sign up"' in text and "textbox" in text, text
+        box = next(line for line in text.splitlines() if "textbox" in line)
+        ref = box.rsplit("[ref=", 1)[1].rstrip("]")
+        typed = await mcp.call_tool("browser_type", {**sid, "ref": ref, "text": "mcp"})
+        assert not typed.is_error, typed.content
+        clicked = await mcp.call_tool("browser_click", {**sid, "selector": "#go"})
+        assert not clicked.is_error, clicked.content
+        after = await mcp.call_tool("browser_snapshot", sid)
+        assert "hello mcp" in after.content[0].text  # type: ignore[union-attr]
+        shot = await mcp.call_tool("browser_screenshot", sid)
+        image = shot.content[0]
+        assert isinstance(image, ImageContent) and image.mime_type == "image/png"
+        assert png_size(base64.b64decode(image.data))[0] > 0
+        bad = await mcp.call_tool("browser_click", {**sid, "selector": "#missing"})
+        assert bad.is_error and "no element matches" in bad.content[0].text  # type: ignore[union-attr]
+
+    _with_mcp(grid, body, token=TOKEN)

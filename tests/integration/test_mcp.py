@@ -52,9 +52,11 @@ def kind(request: pytest.FixtureRequest) -> str:
 T = TypeVar("T")
 
 
-def _with_mcp(grid: LocalGrid, body: Callable[[ClientSession], Awaitable[T]]) -> T:
+def _with_mcp(
+    grid: LocalGrid, body: Callable[[ClientSession], Awaitable[T]], token: str = TOKEN
+) -> T:
     async def main() -> T:
-        headers = {"Authorization": f"Bearer {TOKEN}"}
+        headers = {"Authorization": f"Bearer {token}"}
         async with (
             create_mcp_http_client(headers=headers) as http,
             streamable_http_client(f"{grid.api_url}/mcp", http_client=http) as (read, write),

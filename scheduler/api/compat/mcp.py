@@ -19,7 +19,8 @@ Why it looks the way it does:
 
 Tools: ``create_session``, ``close_session``, ``exec``, ``read_file``,
 ``write_file``, ``list_files``; ``run_code`` only when the turn runner can run
-code in a stateful interpreter (``run_code_supported``).
+code in a stateful interpreter (``run_code_supported``); the ``browser_*`` tools
+for browser sessions (``scheduler.api.compat.mcp_browser``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from sandgrid.ops.files import ListOp, ReadOp, WriteOp, WriteResult
 from sandgrid.ops.saved import bare_body
 from scheduler.api import sessions
 from scheduler.api.code import code_turn
+from scheduler.api.compat import mcp_browser
 from scheduler.api.deps import Services
 from scheduler.tenants import Tenant, TenantStore
 
@@ -153,6 +155,7 @@ def build_server(svc: Services, app: FastAPI) -> MCPServer:
     _session_tools(server, svc, app)
     _file_tools(server, svc)
     _run_code_tool(server, svc)
+    mcp_browser.register(server, svc, _tenant_of, _tool_error)  # issue 21.4
     _forbid_unknown(server)
     return server
 

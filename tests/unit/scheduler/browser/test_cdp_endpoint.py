@@ -13,6 +13,7 @@ from sandgrid.wire.browser import BROWSER_TYPE, CDP_PORT, is_browser_type
 from sandgrid.wire.catalog import get_type
 from scheduler.browser.cdp import browser_path, json_version
 from scheduler.browser.launch import heap_mb
+from scheduler.browser.tools import MAX_SNAPSHOT_LINES, render_tree
 
 VERSION = {
     "Browser": "Chrome/150.0",
@@ -63,3 +64,29 @@ def test_browser_path_and_type() -> None:
 
 def test_each_pages_heap_is_a_quarter_of_the_session_memory() -> None:
     assert heap_mb(1024) == 256 and heap_mb(512) == 128 and heap_mb(64) == 32
+
+
+def test_the_snapshot_skips_ignored_and_unnamed_generic_nodes_and_keeps_refs() -> None:
+    nodes = [
+        {"nodeId": "1", "role": {"value": "RootWebArea"}, "name": {"value": "T"},
+         "childIds": ["2", "5"], "backendDOMNodeId": 1},
+        {"nodeId": "2", "role": {"value": "generic"}, "childIds": ["3"], "backendDOMNodeId": 7},
+        {"nodeId": "3", "role": {"value": "heading"}, "name": {"value": "Sign up"},
+         "childIds": [], "backendDOMNodeId": 9},
+        {"nodeId": "5", "ignored": True, "role": {"value": "none"}, "childIds": ["6"]},
+        {"nodeId": "6", "role": {"value": "textbox"}, "name": {"value": "Name"},
+         "backendDOMNodeId": 12},
+    ]  # fmt: skip
+    assert render_tree(nodes) == [
+        '- RootWebArea "T" [ref=e1]',
+        '  - heading "Sign up" [ref=e9]',
+        '  - textbox "Name" [ref=e12]',
+    ]
+
+
+def test_a_huge_tree_is_cut_and_says_so() -> None:
+    many = [{"nodeId": str(i), "role": {"value": "link"}, "name": {"value": f"n{i}"},
+             "childIds": [str(i + 1)] if i < MAX_SNAPSHOT_LINES + 50 else []}
+            for i in range(MAX_SNAPSHOT_LINES + 51)]  # fmt: skip
+    lines = render_tree(many)
+    assert len(lines) == MAX_SNAPSHOT_LINES + 1 and lines[-1].startswith("... (cut at")

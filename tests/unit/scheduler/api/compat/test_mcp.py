@@ -13,6 +13,8 @@ from scheduler.api.compat.mcp import MCP_PATH
 from tests.support.fakes import Grid
 
 _ACCEPT = {"Accept": "application/json, text/event-stream"}
+BROWSER_TOOLS = ("browser_navigate", "browser_screenshot", "browser_click", "browser_type")
+BROWSER_TOOLS += ("browser_snapshot",)
 
 
 def _rpc(grid: Grid, method: str, params: dict[str, Any], token: str | None = None) -> Any:
@@ -47,6 +49,7 @@ def test_tools_have_json_schemas(grid: Grid) -> None:
         "write_file",
         "list_files",
         "run_code",
+        *BROWSER_TOOLS,
     }
     schema = tools["write_file"]["inputSchema"]
     assert schema["type"] == "object" and schema["required"] == ["session_id", "path", "content"]
@@ -115,3 +118,13 @@ def test_a_body_over_the_grids_cap_is_a_json_rpc_error_naming_the_limit(grid: Gr
     assert body["error"]["message"].startswith("payload_too_large: ")
     assert str(limit) in body["error"]["message"]
     assert body["error"]["data"]["context"]["field"] == "body"
+
+
+def test_browser_tools_refuse_a_session_without_a_browser(grid: Grid) -> None:
+    sid = _call(grid, "create_session")["structuredContent"]["id"]
+    out = _call(grid, "browser_navigate", session_id=sid, url="http://127.0.0.1:8000/")
+    assert out["isError"], out
+    text = out["content"][0]["text"]
+    assert "invalid_input:" in text and "'python'" in text and "browser" in text
+    out = _call(grid, "browser_snapshot", session_id="s-nope")
+    assert out["isError"] and "not_found:" in out["content"][0]["text"], out
