@@ -15,9 +15,11 @@ from __future__ import annotations
 import base64
 import json
 import struct
+import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,6 +34,7 @@ from sandgrid.localgrid import LocalGrid
 from sandgrid.wire import names
 from sandgrid.wire.browser import BROWSER_TYPE, CDP_PORT
 from scheduler.tenants import Tenant, TenantLimits, hash_token
+from tests.integration.test_agentscope import agentscope_python  # noqa: F401 - a fixture
 from tests.integration.test_mcp import _with_mcp
 from tests.integration.test_ports_grid import http_server
 from tests.integration.test_shell_tmux import close_when_free
@@ -42,6 +45,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.runsc]
 TOKEN = "tok-browse-" + "b" * 24
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 NODES = ["browser-w1"]
+BROWSER_CLIENT = Path(__file__).parents[1] / "support" / "agentscope_browser_client.py"
 OUTSIDE = "127.0.0.7"
 OUTSIDE_PORT = 8089
 SECRET = "outside-secret-page"
@@ -223,3 +227,23 @@ def test_mcp_browser_tools(grid: LocalGrid, session: Session) -> None:
         assert bad.is_error and "no element matches" in bad.content[0].text  # type: ignore[union-attr]
 
     _with_mcp(grid, body, token=TOKEN)
+
+
+def test_agentscope_browser_sandbox_unchanged(
+    grid: LocalGrid,
+    agentscope_python: Path,  # noqa: F811 - the fixture imported above
+    tmp_path: Path,
+) -> None:
+    """agentscope-runtime's own BrowserSandbox, its browser_* tools on the browser type."""
+    out = tmp_path / "out.json"
+    argv = [str(agentscope_python), str(BROWSER_CLIENT), grid.api_url, TOKEN, str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, f"{proc.stderr[-4000:]}\n{grid.logs()}"
+    ran = json.loads(out.read_text())
+    assert ran["sandbox_id"].startswith("s-") and "Scope form" in ran["navigate"]
+    assert 'heading "Sign up"' in ran["snapshot"] and "[ref=e" in ran["snapshot"]
+    assert ran["type"] is False and ran["click"] is False
+    assert "hi scope" in ran["after"]
+    assert ran["shot"] == {"type": "image", "mimeType": "image/png"}
+    assert base64.b64decode(ran["shot_png"]).startswith(b"\x89PNG")
+    assert ran["unserved"]["isError"] and "not served by sandgrid" in str(ran["unserved"])

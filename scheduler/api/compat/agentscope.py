@@ -23,6 +23,7 @@ from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, TypeVar
 
+from anyio import from_thread
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
@@ -31,6 +32,7 @@ from sandgrid.errors import InvalidInput, NotFound
 from sandgrid.models import CodeRequest, ExecRequest, SessionCreate, SessionInfo
 from scheduler.api.code import code_turn
 from scheduler.api.compat import agentscope_files
+from scheduler.api.compat.agentscope_browser import call_browser_tool
 from scheduler.api.compat.agentscope_models import (
     LABEL_CTX,
     LABEL_TYPE,
@@ -281,6 +283,9 @@ def call_tool(body: CallToolBody, request: Request, svc: Svc, tenant: CurrentTen
     Bad arguments are 422 naming ``arguments.<name>``; a tool the grid does not
     serve is an MCP error result, as the runtime answers an unknown tool.
     """
+    if body.tool_name.startswith("browser_"):  # BrowserSandbox (issue 21.4)
+        return {"data": from_thread.run(call_browser_tool, svc, tenant, body.identity,
+                                        body.tool_name, body.arguments)}  # fmt: skip
     if body.tool_name == "run_shell_command":
         shell = _args(ShellArgs, body.arguments)
         req = ExecRequest(shell=shell.command)

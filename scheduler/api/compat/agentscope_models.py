@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sandgrid.models import MAX_SOURCE_BYTES, CodeResult, ExecResult, FileEntry, SessionInfo
+from sandgrid.wire.browser import BROWSER_TYPE
 
 __all__ = [
     "DEFAULT_SANDBOX_TYPE",
@@ -69,6 +70,9 @@ DEFAULT_SANDBOX_TYPE = "base"
 #: filesystem tools, training environments, a desktop) that no grid type has yet,
 #: so they are refused at create rather than accepted with tools that fail.
 SERVED_TYPES: dict[str, str] = {"base": "python", "base_async": "python"}
+# ``browser`` boxes: the grid's browser type; their browser_* tools are served over
+# CDP (scheduler.api.compat.agentscope_browser, issue 21.4).
+SERVED_TYPES.update({"browser": BROWSER_TYPE, "browser_async": BROWSER_TYPE})
 #: The image version agentscope reads back: ``SandboxService`` finds the sandbox
 #: class by the type name it contains.
 _VERSION = "sandgrid/runtime-sandbox-{type}"

@@ -296,13 +296,14 @@ def test_container_status_speaks_dockers_words() -> None:
 
 def test_only_served_types_map_onto_grid_types() -> None:
     assert grid_type_for(None) == "python" and grid_type_for("base") == "python"
-    for refused in ("browser", "gui", "mobile", "filesystem", "bfcl", "appworld", "agentbay"):
+    assert grid_type_for("browser") == "browser"  # issue 21.4: the grid's browser type
+    for refused in ("gui", "mobile", "filesystem", "bfcl", "appworld", "agentbay"):
         with pytest.raises(ValueError, match="not served by sandgrid"):
             grid_type_for(refused)
 
 
 @pytest.mark.parametrize("path", ["/create", "/create_async", "/create_from_pool"])
-@pytest.mark.parametrize("box", ["browser", "gui", "mobile", "filesystem"])
+@pytest.mark.parametrize("box", ["gui", "mobile", "filesystem"])
 def test_create_refuses_a_type_the_grid_cannot_serve(grid: Grid, path: str, box: str) -> None:
     r = grid.http.post(path, json={"sandbox_type": box}, headers=grid.headers())
     assert r.status_code == 422, r.text
@@ -398,3 +399,14 @@ def test_file_errors_have_the_runtimes_status_codes(
     grid.http.put(f"{base}/file", params={"path": "f"}, content=b"x", headers=h)
     listed_file = grid.http.get(f"{base}/list", params={"path": "f"}, headers=h)
     assert listed_file.status_code == 404  # the runtime lists directories only
+
+
+def test_a_browser_tool_on_a_base_sandbox_is_422_naming_the_type(grid: Grid) -> None:
+    sid = _create(grid)
+    body = {"identity": sid, "tool_name": "browser_navigate", "arguments": {"url": "about:blank"}}
+    r = grid.http.post("/call_tool", json=body, headers=grid.headers())
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["context"]["field"] == "type" and "'python'" in err["message"]
+    unserved = _post(grid, "/call_tool", {**body, "tool_name": "browser_tab_list"})
+    assert unserved["isError"] and "not served by sandgrid" in unserved["content"][0]["text"]
