@@ -99,6 +99,8 @@ class CdpClient:
     """One WebSocket to the browser; commands answered in order of their ids."""
 
     ws: ClientConnection
+    page_target: str | None = None
+    crashed: bool = False
     _next: int = 0
     _seen: list[dict[str, Any]] = field(default_factory=list)
 
@@ -164,9 +166,10 @@ class CdpClient:
     def _watch(self, message: dict[str, Any]) -> None:
         """A renderer that died (the memory cap, a crash) fails the tool clearly."""
         if message.get("method") in ("Inspector.targetCrashed", "Target.targetCrashed"):
+            self.crashed = True
             raise CdpError(
                 "the page crashed (its renderer died: the page's memory cap or the "
-                "session's memory quota); the browser reloads it on the next navigate"
+                "session's memory quota); it is closed, the next call opens a new page"
             )
 
 

@@ -24,7 +24,7 @@ from sandgrid.errors import ErrorCode, InvalidInput, PortUnreachable
 from sandgrid.models import ExecRequest, SessionInfo
 from sandgrid.wire.browser import CDP_PORT, HEAP_ENV, LAUNCHER, is_browser_type
 from sandgrid.wire.portkeys import port_key
-from scheduler.browser.cdp import CdpClient, browser_path, cdp_session, json_version
+from scheduler.browser.cdp import CdpClient, CdpError, browser_path, cdp_session, json_version
 from scheduler.browser.tools import attach_page
 from scheduler.ports.tunnel import live_session, open_tunnel
 from scheduler.tenants import Tenant
@@ -135,4 +135,11 @@ async def open_page(
     version = await ensure_browser(svc, tenant, session_id)
     sock = await tunnel(svc, tenant, session_id)
     async with cdp_session(sock, CDP_PORT, browser_path(version)) as cdp:
-        yield cdp, await attach_page(cdp)
+        page = await attach_page(cdp)
+        try:
+            yield cdp, page
+        except CdpError:
+            if cdp.crashed and cdp.page_target:  # a dead renderer's page answers nothing more
+                with contextlib.suppress(CdpError):
+                    await cdp.send("Target.closeTarget", {"targetId": cdp.page_target}, timeout=5)
+            raise

@@ -43,6 +43,7 @@ async def attach_page(cdp: CdpClient) -> str:
     else:
         target = (await cdp.send("Target.createTarget", {"url": "about:blank"}))["targetId"]
     attached = await cdp.send("Target.attachToTarget", {"targetId": target, "flatten": True})
+    cdp.page_target = target
     return str(attached["sessionId"])
 
 

@@ -247,3 +247,24 @@ def test_agentscope_browser_sandbox_unchanged(
     assert ran["shot"] == {"type": "image", "mimeType": "image/png"}
     assert base64.b64decode(ran["shot_png"]).startswith(b"\x89PNG")
     assert ran["unserved"]["isError"] and "not served by sandgrid" in str(ran["unserved"])
+
+
+HOG = "data:text/html,<script>let a=[];for(;;){a.push(new Array(1e6).fill(Math.random()))}</script>"
+
+
+def test_a_page_that_allocates_without_bound_crashes_alone_with_a_clear_error(
+    grid: LocalGrid, session: Session
+) -> None:
+    async def body(mcp: ClientSession) -> None:
+        sid = {"session_id": session.id}
+        hog = await mcp.call_tool("browser_navigate", {**sid, "url": HOG})
+        assert hog.is_error, hog.content
+        assert "page crashed" in hog.content[0].text  # type: ignore[union-attr]
+        again = await mcp.call_tool(
+            "browser_navigate", {**sid, "url": "http://127.0.0.1:8000/form.html"}
+        )
+        assert not again.is_error, again.content
+        assert again.structured_content and again.structured_content["title"] == "Form page"
+
+    _with_mcp(grid, body, token=TOKEN)
+    assert session.exec(shell="echo alive").stdout == "alive\n"  # the sandbox lived on
