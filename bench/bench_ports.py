@@ -8,7 +8,8 @@ host's loopback (127.0.0.1, the same files). In the same run it prints:
 
 - a small GET through the port route (``Session.http``): p50, p99, and its
   p50 over a direct loopback GET on the host to the identical server (target:
-  +3 ms or less), beside the same GET made from inside the sandbox with an
+  +3 ms or less), beside the API's own floor (a ``GET /v1/sessions/{id}``,
+  which reaches no worker), the same GET made from inside the sandbox with an
   exec (python's urllib) and a plain warm exec (``true``);
 - a bulk download through the route (a preview URL) against the direct one:
   MB/s of each, medians of ``--repeat`` alternating rounds, and their ratio
@@ -107,9 +108,14 @@ def main() -> None:
         Path(tmp, "big.bin").write_bytes(bytes(args.mib << 20))
         direct = host_server(tmp)
         _start(s, args.mib)
-        with s.http(8000) as routed, httpx.Client(base_url=direct) as plain:
+        with (
+            s.http(8000) as routed,
+            httpx.Client(base_url=direct) as plain,
+            httpx.Client(base_url=grid.api_url, headers=client._headers()) as api,
+        ):
             route = _times(lambda: routed.get("small.txt").raise_for_status(), args.runs)
             host = _times(lambda: plain.get("small.txt").raise_for_status(), args.runs)
+            floor = _times(lambda: api.get(f"/v1/sessions/{s.id}").raise_for_status(), args.runs)
         inside = _times(lambda: s.exec(["python3", "-c", IN_SANDBOX_GET]), max(20, args.runs // 10))
         warm = _times(lambda: s.exec(shell="true"), max(20, args.runs // 10))
         preview = s.port_url(8000, read_only=True).url
@@ -123,6 +129,7 @@ def main() -> None:
     print(f"  through the route   p50 {pct(route, 50):6.2f} ms  p99 {pct(route, 99):6.2f} ms")
     print(f"  direct on the host  p50 {pct(host, 50):6.2f} ms  p99 {pct(host, 99):6.2f} ms")
     print(f"  route over direct   +{pct(route, 50) - pct(host, 50):.2f} ms p50 (target <= 3 ms)")
+    print(f"  the API's own floor p50 {pct(floor, 50):6.2f} ms (GET /v1/sessions/{{id}}, no port)")
     print(f"  exec'd in sandbox   p50 {pct(inside, 50):6.2f} ms (an exec of python's urllib)")
     print(f"  warm exec (true)    p50 {pct(warm, 50):6.2f} ms")
     print(f"bulk {args.mib} MiB, median of {args.repeat}:")

@@ -115,3 +115,15 @@ def test_caps_connections_and_bytes() -> None:
     with pytest.raises(LimitExceeded, match="bytes"):
         caps.admit("s")
     assert caps.admit("t").count(0, 5) == 5  # another session has its own
+
+
+def test_a_line_is_one_line_and_nothing_after() -> None:
+    a, b = socket.socketpair()
+    a.sendall(b"P 8000\n")
+    assert inbound.read_line(b) == b"P 8000"
+    a.sendall(b"K\nextra")  # a peer that does not wait for the answer: refused
+    assert inbound.read_line(b) == b""
+    a.sendall(b"x" * 100)  # no newline within the limit
+    assert inbound.read_line(b, 64) == b""
+    a.close()
+    assert inbound.read_line(b) == b""  # EOF
