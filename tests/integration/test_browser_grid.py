@@ -17,6 +17,7 @@ import json
 import struct
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -268,3 +269,18 @@ def test_a_page_that_allocates_without_bound_crashes_alone_with_a_clear_error(
 
     _with_mcp(grid, body, token=TOKEN)
     assert session.exec(shell="echo alive").stdout == "alive\n"  # the sandbox lived on
+
+
+def test_a_killed_browser_is_started_again(grid: LocalGrid, session: Session) -> None:
+    first = cdp(grid, session.id)["websocket_url"]
+    killed = session.exec(shell="pkill -KILL -o -x chromium; echo $?")
+    assert killed.stdout.strip() == "0", killed
+    for _ in range(120):  # the launcher starts Chromium again: a new browser id
+        r = httpx.get(f"{grid.api_url}/v1/sessions/{session.id}/cdp", headers=AUTH, timeout=120)
+        if r.status_code == 200 and r.json()["websocket_url"] != first:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"no new browser after the kill: {r.status_code} {r.text}")
+    exits = session.exec(shell="cat ~/.sandgrid-browser/exits").stdout
+    assert exits.split()[-1] == "137", exits  # the kill, recorded by the launcher
