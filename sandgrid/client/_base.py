@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any, Generic, TypeVar
 
 from sandgrid.client import _batches as batches
+from sandgrid.client import _browser as browser
 from sandgrid.client import _files as files
 from sandgrid.client import _lifecycle as lifecycle
 from sandgrid.client import _network as net
@@ -115,6 +116,7 @@ class BaseClient(Generic[Transport]):
     set_network = Op(net.set_network)
     # exposed ports (issue 21.1)
     port_url = Op(ports.port_url)
+    cdp = Op(browser.cdp)  # issue 21.3
     # batches
     create_batch = Op(batches.create_batch)
     get_batch = Op(batches.get_batch)
@@ -157,6 +159,7 @@ class SessionHandle(_Handle[C]):
     network = BoundOp(net.network)
     set_network = BoundOp(net.set_network)
     port_url = BoundOp(ports.port_url)
+    cdp = BoundOp(browser.cdp)  # issue 21.3
 
     @property
     def id(self) -> str:

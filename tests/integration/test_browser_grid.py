@@ -149,10 +149,11 @@ def test_playwright_drives_a_page_served_in_the_sandbox(grid: LocalGrid, session
 
 
 def test_a_signed_cdp_url_needs_no_token(grid: LocalGrid, session: Session) -> None:
-    endpoint = cdp(grid, session.id, signed="true", expires_in=60)
-    assert endpoint["signed"] and "/p/" in endpoint["websocket_url"]
+    endpoint = session.cdp(signed=True, expires_in=60)  # the SDK's call
+    assert endpoint.signed and "/p/" in endpoint.websocket_url
+    assert endpoint.expires_at and TOKEN not in endpoint.websocket_url
     with sync_playwright() as p:
-        browser = p.chromium.connect_over_cdp(endpoint["websocket_url"])
+        browser = p.chromium.connect_over_cdp(endpoint.websocket_url)
         page = browser.contexts[0].new_page()
         page.goto("http://127.0.0.1:8000/form.html")
         assert page.title() == "Form page"
