@@ -38,6 +38,7 @@ from .reaper import REAPER
 from .threadcreds import acting_as_user, supported
 
 __all__ = [
+    "IN_THREAD",
     "LEADERS",
     "Cleanup",
     "Leaders",
