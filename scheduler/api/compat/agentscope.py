@@ -147,7 +147,7 @@ def _open(
 ) -> str:
     """Create the session serving one ``create``/``create_from_pool`` call; its id."""
     try:
-        grid_type = grid_type_for(body.sandbox_type)
+        grid_type = grid_type_for(body.sandbox_type, svc.settings.agentscope_grid_type)
     except ValueError as exc:
         raise InvalidInput(
             str(exc), operation=operation, context={"field": "sandbox_type", "rule": str(exc)}

@@ -7,7 +7,7 @@ lone positional argument as ``{"args": value}``, so every body here takes
 ``args`` as its first field. The client sends every parameter of its method's
 own signature and nothing else; exactly those are accepted, and an unknown key
 is 422 naming it (a caller must not believe it asked for what it did not get).
-The sandbox it calls an *identity* is a sandgrid session of type ``python``;
+The sandbox it calls an *identity* is a sandgrid session of the python image;
 the AgentScope session context lives in the session's labels (``LABEL_CTX``),
 so ``get_session_mapping`` is a registry query.
 
@@ -31,6 +31,7 @@ __all__ = [
     "LABEL_CTX",
     "LABEL_TYPE",
     "LABEL_VALUE_MAX",
+    "REFUSED_TYPES",
     "SERVED_TYPES",
     "CallToolBody",
     "CreateBody",
@@ -63,12 +64,36 @@ LABEL_TYPE = "agentscope.sandbox_type"
 LABEL_VALUE_MAX = 256
 #: The AgentScope type a sandbox has when the caller names none.
 DEFAULT_SANDBOX_TYPE = "base"
-#: The AgentScope sandbox types the grid serves, each with the grid type that
-#: serves it. Only ``base`` for now: ``filesystem``, ``bfcl``/``appworld``,
-#: ``browser``, ``gui`` and ``mobile`` boxes call tools of their own (MCP
-#: filesystem tools, training environments, a desktop) that no grid type has yet,
-#: so they are refused at create rather than accepted with tools that fail.
-SERVED_TYPES: dict[str, str] = {"base": "python", "base_async": "python"}
+#: The AgentScope sandbox types the grid serves. Each runs in a session of the
+#: grid type ``SANDGRID_AGENTSCOPE_GRID_TYPE`` names (the python image: ``python``
+#: on runc, ``python-gvisor`` on runsc); ``filesystem`` boxes add the MCP
+#: filesystem server's tools, served by the grid's file ops
+#: (``scheduler.api.compat.agentscope_fs_tools``).
+SERVED_TYPES: frozenset[str] = frozenset({"base", "base_async"})
+#: Why each AgentScope type the grid does not serve is refused at create: its
+#: class calls tools no grid type has, so accepting it would hand back a sandbox
+#: whose every tool call fails.
+REFUSED_TYPES: dict[str, str] = {
+    **dict.fromkeys(
+        ("bfcl", "appworld"),
+        "its tools (create_instance, get_task_ids, get_env_profile, step, evaluate, "
+        "release_instance) are the runtime's training-environment service over its own "
+        "processed datasets; the grid's bfcl/appworld types run the benchmarks as batch "
+        "jobs (docs/batch.md) and serve no such service",
+    ),
+    **dict.fromkeys(
+        ("browser", "browser_async"),
+        "its browser_* tools need a browser in the sandbox; no grid type has one yet",
+    ),
+    **dict.fromkeys(
+        ("gui", "gui_async", "mobile", "mobile_async"),
+        "its computer/mobile tools need a desktop or an Android device; no grid type has one",
+    ),
+    **dict.fromkeys(
+        ("filesystem", "filesystem_async"),
+        "its MCP filesystem tools are not served yet",
+    ),
+}
 #: The image version agentscope reads back: ``SandboxService`` finds the sandbox
 #: class by the type name it contains.
 _VERSION = "sandgrid/runtime-sandbox-{type}"
@@ -91,7 +116,7 @@ class _Body(BaseModel):
 
 
 class CreateFromPoolBody(_Body):
-    """``/create_from_pool``: every AgentScope type is served by a ``python`` session."""
+    """``/create_from_pool``: ``create_from_pool(sandbox_type=None, meta=None)``."""
 
     _first: ClassVar[str] = "sandbox_type"
     sandbox_type: str | None = Field(None, max_length=64, pattern=r"^[a-z][a-z0-9_]*$")
@@ -181,19 +206,24 @@ class MoveBody(BaseModel):
     destination: str = Field(min_length=1, max_length=4096)
 
 
-def grid_type_for(sandbox_type: str | None) -> str:
+def grid_type_for(sandbox_type: str | None, python_type: str) -> str:
     """The grid type serving an AgentScope sandbox type (``base`` when none is named).
 
+    ``python_type`` is the grid type configured for served types
+    (``SANDGRID_AGENTSCOPE_GRID_TYPE``).
+
     Raises:
-        ValueError: a type the grid cannot serve; the message names the served ones.
+        ValueError: a type the grid cannot serve; the message says why and names
+            the served ones.
     """
     name = sandbox_type or DEFAULT_SANDBOX_TYPE
-    if name not in SERVED_TYPES:
-        raise ValueError(
-            f"sandbox_type {name!r} is not served by sandgrid "
-            f"(served: {', '.join(sorted(SERVED_TYPES))})"
-        )
-    return SERVED_TYPES[name]
+    if name in SERVED_TYPES:
+        return python_type
+    why = REFUSED_TYPES.get(name, "it is not an AgentScope sandbox type sandgrid knows")
+    raise ValueError(
+        f"sandbox_type {name!r} is not served by sandgrid: {why} "
+        f"(served: {', '.join(sorted(SERVED_TYPES))})"
+    )
 
 
 def labels_for(body: CreateFromPoolBody) -> dict[str, str]:
