@@ -188,6 +188,7 @@ def test_refusals_as_the_client_sees_them(ran: Any) -> None:
         assert life["mcp"].startswith("Error: HTTP 501")
         assert "Error in add_mcp_servers" in life["mcp"] and "MCP" in life["mcp"]
         assert life["bad_type"].startswith("Error: HTTP 422") and "sandbox_type" in life["bad_type"]
+    assert "training-environment service" in ran["lifecycle"]["bfcl"]  # the reason, said
 
 
 def test_file_api_status_codes(ran: Any) -> None:
@@ -223,3 +224,47 @@ def test_output_over_the_cap_is_an_error(ran: Any) -> None:
     assert cut["stderr"]["isError"] is True and "stderr" in cut["stderr"]["error"]
     assert cut["cell"]["isError"] is True and "cut" in cut["cell"]["stderr"]
     assert cut["small"]["isError"] is False and "error" not in cut["small"]["sizes"]
+
+
+def test_filesystem_sandbox_tools(ran: Any) -> None:
+    """FilesystemSandbox's methods, answered as the MCP filesystem server answers them."""
+    fs = ran["filesystem"]
+    assert fs["tools"] == [
+        "create_directory", "directory_tree", "edit_file", "get_file_info",
+        "list_allowed_directories", "list_directory", "move_file", "read_file",
+        "read_multiple_files", "search_files", "write_file",
+    ]  # fmt: skip
+    assert "filesystem" in fs["info_version"]  # SandboxService finds FilesystemSandbox by it
+    ok = {
+        k: v["text"]
+        for k, v in fs.items()
+        if isinstance(v, dict) and v.get("isError") is False and "text" in v
+    }
+    assert ok["mkdir"] == "Successfully created directory /workspace/src/pkg"
+    assert ok["write"] == "Successfully wrote to /workspace/src/pkg/mod.py"
+    assert ok["read"] == "alpha\nbeta\n"
+    assert (
+        ok["list"] == "[FILE] notes.txt\n[DIR] pkg" or ok["list"] == "[DIR] pkg\n[FILE] notes.txt"
+    )
+    assert json.loads(ok["tree"]) == [
+        {"name": "notes.txt", "type": "file"},
+        {"name": "pkg", "type": "directory", "children": [{"name": "mod.py", "type": "file"}]},
+    ]
+    assert ok["dry"].startswith("```diff") and "+    return 2" in ok["dry"]
+    assert ok["after_dry"] == "def f():\n    return 1\n"  # a dry run writes nothing
+    assert ok["edited"] == "def f():\n    return 2\n"
+    assert ok["search"] == "/workspace/src/pkg/mod.py" and ok["search_none"] == "No matches found"
+    assert ok["info"].startswith("size: 11\ncreated: ") and "isFile: true" in ok["info"]
+    assert ok["move"] == "Successfully moved src/notes.txt to src/moved.txt"
+    assert ok["allowed"] == "Allowed directories:\n/workspace"
+    many = ok["read_many"].split("\n---\n")
+    assert many[0] == "src/notes.txt:\nalpha\nbeta\n\n" and many[1].startswith(
+        "src/nope.txt: Error - "
+    )
+    for failed in ("bad_edit", "move_again", "missing", "outside"):
+        assert fs[failed]["isError"] is True and fs[failed]["text"].startswith("Error: "), failed
+    assert "Could not find exact match" in fs["bad_edit"]["text"]
+    assert fs["shell_sees"]["texts"]["stdout"] == "alpha\nbeta\ndef f():\n    return 2\n"
+    aio = ran["filesystem_async"]
+    assert aio["read"] == {"isError": False, "text": "async"}
+    assert aio["list"] == {"isError": False, "text": "[FILE] b.txt"}

@@ -17,7 +17,12 @@ from typing import Any
 import httpx
 import requests
 from agentscope_runtime.engine.services.sandbox.sandbox_service import SandboxService
-from agentscope_runtime.sandbox import BaseSandbox, BaseSandboxAsync
+from agentscope_runtime.sandbox import (
+    BaseSandbox,
+    BaseSandboxAsync,
+    FilesystemSandbox,
+    FilesystemSandboxAsync,
+)
 from agentscope_runtime.sandbox.manager.sandbox_manager import SandboxManager
 from mcp.types import CallToolResult
 
@@ -111,6 +116,7 @@ def _lifecycle(url: str, token: str) -> dict[str, Any]:
     out["unknown"] = [api.get_status("s-nope"), api.start("s-nope"), api.stop("s-nope")]
     other = api.create_from_pool(sandbox_type="base")
     out["bad_type"] = api.create(sandbox_type="gui")
+    out["bfcl"] = api.create_from_pool(sandbox_type="bfcl")
     out["cleanup"] = api.cleanup()
     out["after_cleanup"] = [api.get_status(sid), api.get_status(other)]
     out["health_after"] = [api.check_health(sid), api.check_health(other)]
@@ -226,6 +232,55 @@ def _truncation(url: str, token: str) -> dict[str, Any]:
         }
 
 
+def _texts(result: Any) -> dict[str, Any]:
+    """A filesystem tool's answer: its error flag and its one text."""
+    CallToolResult.model_validate(result)
+    return {"isError": result["isError"], "text": result["content"][0]["text"]}
+
+
+def _filesystem(url: str, token: str) -> dict[str, Any]:
+    """FilesystemSandbox's own methods (the MCP filesystem server's tools)."""
+    with FilesystemSandbox(base_url=url, bearer_token=token) as box:
+        out: dict[str, Any] = {"tools": sorted(box.list_tools().get("filesystem", {}))}
+        out["info_version"] = box.get_info()["version"]
+        out["mkdir"] = _texts(box.create_directory("/workspace/src/pkg"))
+        out["write"] = _texts(
+            box.write_file("/workspace/src/pkg/mod.py", "def f():\n    return 1\n")
+        )
+        box.write_file("src/notes.txt", "alpha\nbeta\n")
+        out["read"] = _texts(box.read_file("/workspace/src/notes.txt"))
+        out["read_many"] = _texts(box.read_multiple_files(["src/notes.txt", "src/nope.txt"]))
+        out["list"] = _texts(box.list_directory("/workspace/src"))
+        out["tree"] = _texts(box.directory_tree("/workspace/src"))
+        edits = [{"oldText": "return 1", "newText": "return 2"}]
+        out["dry"] = _texts(box.edit_file("src/pkg/mod.py", edits, dry_run=True))
+        out["after_dry"] = _texts(box.read_file("src/pkg/mod.py"))
+        out["edit"] = _texts(box.edit_file("src/pkg/mod.py", edits))
+        out["edited"] = _texts(box.read_file("src/pkg/mod.py"))
+        out["bad_edit"] = _texts(
+            box.edit_file("src/pkg/mod.py", [{"oldText": "zzz", "newText": ""}])
+        )
+        out["search"] = _texts(box.search_files("/workspace", "**/*.py"))
+        out["search_none"] = _texts(box.search_files("/workspace", "*.rs"))
+        out["info"] = _texts(box.get_file_info("src/notes.txt"))
+        out["move"] = _texts(box.move_file("src/notes.txt", "src/moved.txt"))
+        out["move_again"] = _texts(box.move_file("src/pkg/mod.py", "src/moved.txt"))
+        out["allowed"] = _texts(box.list_allowed_directories())
+        out["missing"] = _texts(box.read_file("nope.txt"))
+        out["outside"] = _texts(box.read_file("/etc/passwd"))
+        out["shell_sees"] = _tool(box.run_shell_command("cat src/moved.txt src/pkg/mod.py"))
+    return out
+
+
+async def _filesystem_async(url: str, token: str) -> dict[str, Any]:
+    async with FilesystemSandboxAsync(base_url=url, bearer_token=token) as box:
+        await box.write_file("a/b.txt", "async")
+        return {
+            "read": _texts(await box.read_file("a/b.txt")),
+            "list": _texts(await box.list_directory("a")),
+        }
+
+
 def main(argv: list[str]) -> None:
     url, token, path = argv
     out = {
@@ -237,6 +292,8 @@ def main(argv: list[str]) -> None:
         "file_codes": _file_codes(url, token),
         "file_codes_async": asyncio.run(_file_codes_async(url, token)),
         "truncation": _truncation(url, token),
+        "filesystem": _filesystem(url, token),
+        "filesystem_async": asyncio.run(_filesystem_async(url, token)),
     }
     with open(path, "w", encoding="utf-8") as f:
         json.dump(out, f)

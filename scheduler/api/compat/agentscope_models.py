@@ -27,6 +27,7 @@ from sandgrid.models import MAX_SOURCE_BYTES, CodeResult, ExecResult, FileEntry,
 
 __all__ = [
     "DEFAULT_SANDBOX_TYPE",
+    "FILESYSTEM_TYPES",
     "GENERIC_TOOLS",
     "LABEL_CTX",
     "LABEL_TYPE",
@@ -52,6 +53,7 @@ __all__ = [
     "fs_entry",
     "grid_type_for",
     "labels_for",
+    "tool_entry",
     "tool_list",
     "tool_result",
 ]
@@ -69,7 +71,9 @@ DEFAULT_SANDBOX_TYPE = "base"
 #: on runc, ``python-gvisor`` on runsc); ``filesystem`` boxes add the MCP
 #: filesystem server's tools, served by the grid's file ops
 #: (``scheduler.api.compat.agentscope_fs_tools``).
-SERVED_TYPES: frozenset[str] = frozenset({"base", "base_async"})
+SERVED_TYPES: frozenset[str] = frozenset({"base", "base_async", "filesystem", "filesystem_async"})
+#: The served types whose boxes have the MCP filesystem server's tools besides the generic.
+FILESYSTEM_TYPES: frozenset[str] = frozenset({"filesystem", "filesystem_async"})
 #: Why each AgentScope type the grid does not serve is refused at create: its
 #: class calls tools no grid type has, so accepting it would hand back a sandbox
 #: whose every tool call fails.
@@ -88,10 +92,6 @@ REFUSED_TYPES: dict[str, str] = {
     **dict.fromkeys(
         ("gui", "gui_async", "mobile", "mobile_async"),
         "its computer/mobile tools need a desktop or an Android device; no grid type has one",
-    ),
-    **dict.fromkeys(
-        ("filesystem", "filesystem_async"),
-        "its MCP filesystem tools are not served yet",
     ),
 }
 #: The image version agentscope reads back: ``SandboxService`` finds the sandbox
@@ -363,33 +363,31 @@ def error_result(message: str) -> dict[str, Any]:
     return {"meta": None, "content": [_text(message, "error")], "isError": True}
 
 
+def tool_entry(
+    name: str, description: str, properties: dict[str, Any], required: list[str]
+) -> dict[str, Any]:
+    """One tool in the runtime's ``list_tools`` shape (an OpenAI function schema)."""
+    parameters = {"type": "object", "properties": properties, "required": required}
+    function = {"name": name, "description": description, "parameters": parameters}
+    return {"name": name, "json_schema": {"type": "function", "function": function}}
+
+
 #: The tools every sandbox has, in the runtime's ``list_tools`` shape.
 GENERIC_TOOLS: dict[str, dict[str, Any]] = {
-    name: {
-        "name": name,
-        "json_schema": {
-            "type": "function",
-            "function": {
-                "name": name,
-                "description": description,
-                "parameters": {
-                    "type": "object",
-                    "properties": {arg: {"type": "string", "description": arg_doc}},
-                    "required": [arg],
-                },
-            },
-        },
-    }
-    for name, description, arg, arg_doc in (
+    name: tool_entry(name, description, {arg: {"type": "string", "description": doc}}, [arg])
+    for name, description, arg, doc in (
         ("run_ipython_cell", "Run an IPython cell.", "code", "IPython code to execute"),
         ("run_shell_command", "Run a shell command.", "command", "Shell command to execute"),
     )
 }
 
 
-def tool_list(tool_type: str | None) -> dict[str, Any]:
-    """``list_tools``: the generic tools (no MCP servers), filtered by ``tool_type``."""
-    tools: dict[str, Any] = {"generic": GENERIC_TOOLS}
+def tool_list(
+    tool_type: str | None, extra: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """``list_tools``: the generic tools and ``extra`` servers' (by server name), filtered
+    by ``tool_type`` as the runtime filters (one group, empty when unknown)."""
+    tools: dict[str, Any] = {"generic": GENERIC_TOOLS, **(extra or {})}
     return {tool_type: tools.get(tool_type, {})} if tool_type else tools
 
 

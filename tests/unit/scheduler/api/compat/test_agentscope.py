@@ -297,7 +297,8 @@ def test_container_status_speaks_dockers_words() -> None:
 def test_only_served_types_map_onto_grid_types() -> None:
     assert grid_type_for(None, "python") == "python"
     assert grid_type_for("base", "python-gvisor") == "python-gvisor"  # the configured type
-    for refused in ("browser", "gui", "mobile", "filesystem", "bfcl", "appworld", "agentbay"):
+    assert grid_type_for("filesystem", "python") == "python"
+    for refused in ("browser", "gui", "mobile", "bfcl", "appworld", "agentbay", "dummy"):
         with pytest.raises(ValueError, match="not served by sandgrid"):
             grid_type_for(refused, "python")
     with pytest.raises(ValueError, match="training-environment service"):
@@ -305,7 +306,7 @@ def test_only_served_types_map_onto_grid_types() -> None:
 
 
 @pytest.mark.parametrize("path", ["/create", "/create_async", "/create_from_pool"])
-@pytest.mark.parametrize("box", ["browser", "gui", "mobile", "filesystem"])
+@pytest.mark.parametrize("box", ["browser", "gui", "mobile", "bfcl", "appworld"])
 def test_create_refuses_a_type_the_grid_cannot_serve(grid: Grid, path: str, box: str) -> None:
     r = grid.http.post(path, json={"sandbox_type": box}, headers=grid.headers())
     assert r.status_code == 422, r.text
