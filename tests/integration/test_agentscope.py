@@ -157,6 +157,8 @@ def test_sandbox_service_maps_session_contexts(ran: Any) -> None:
     assert svc["again_class"] == "BaseSandbox"
     assert svc["ran"]["texts"]["stdout"] == "svc\n"
     assert svc["after_release"] == []
+    assert svc["fs_classes"] == ["FilesystemSandbox", "FilesystemSandbox"] and svc["fs_same"]
+    assert svc["fs_ran"] == "Allowed directories:\n/workspace"
     assert svc["drained_health"] == [False]
 
 

@@ -87,6 +87,12 @@ async def _service(url: str, token: str) -> dict[str, Any]:
         "ran": ran,
         "mapping": svc.manager_api.get_session_mapping("chat-1_u1"),
     }
+    fs_first = svc.connect("chat-fs", user_id="u1", sandbox_types=["filesystem"])
+    fs_again = svc.connect("chat-fs", user_id="u1", sandbox_types=["filesystem"])
+    out["fs_classes"] = [type(fs_first[0]).__name__, type(fs_again[0]).__name__]
+    out["fs_same"] = fs_first[0].sandbox_id == fs_again[0].sandbox_id
+    out["fs_ran"] = fs_again[0].list_allowed_directories()["content"][0]["text"]
+    svc.release("chat-fs", user_id="u1")
     svc.release("chat-1", user_id="u1")
     out["after_release"] = svc.manager_api.get_session_mapping("chat-1_u1")
     drained = svc.connect("chat-2")
