@@ -31,7 +31,24 @@ from scheduler.api.compat.agentscope_models import tool_entry
 from scheduler.api.deps import Services
 from scheduler.tenants import Tenant
 
-__all__ = ["FS_ARGS", "FS_TOOLS", "MAX_EDITS", "MAX_PATHS", "MAX_PATTERNS", "run_fs_tool"]
+__all__ = [
+    "FS_ARGS",
+    "FS_TOOLS",
+    "MAX_EDITS",
+    "MAX_PATHS",
+    "MAX_PATTERNS",
+    "Edit",
+    "EditArgs",
+    "MoveArgs",
+    "NoArgs",
+    "PathArgs",
+    "ReadArgs",
+    "ReadManyArgs",
+    "SearchArgs",
+    "TreeArgs",
+    "WriteArgs",
+    "run_fs_tool",
+]
 
 #: Most files one ``read_multiple_files`` call may name.
 MAX_PATHS = 256
@@ -47,6 +64,8 @@ class _Args(BaseModel):
 
 
 class PathArgs(_Args):
+    """``create_directory``, ``list_directory``, ``get_file_info``: one path."""
+
     path: str = Field(min_length=1, max_length=_PATH)
 
 
@@ -64,40 +83,54 @@ class ReadArgs(PathArgs):
 
 
 class ReadManyArgs(_Args):
+    """``read_multiple_files``."""
+
     paths: list[str] = Field(min_length=1, max_length=MAX_PATHS)
 
 
 class WriteArgs(PathArgs):
+    """``write_file``."""
+
     content: str = Field(max_length=MAX_FILE_BYTES)
 
 
 class Edit(_Args):
+    """One edit of ``edit_file``: ``oldText`` (found exactly once) becomes ``newText``."""
+
     old_text: str = Field(alias="oldText", min_length=1, max_length=MAX_FILE_BYTES)
     new_text: str = Field(alias="newText", max_length=MAX_FILE_BYTES)
 
 
 class EditArgs(PathArgs):
+    """``edit_file``; ``dryRun`` answers the diff and writes nothing."""
+
     edits: list[Edit] = Field(min_length=1, max_length=MAX_EDITS)
     dry_run: bool = Field(False, alias="dryRun")
 
 
 class TreeArgs(PathArgs):
+    """``directory_tree``."""
+
     exclude_patterns: list[str] = Field(
         default_factory=list, alias="excludePatterns", max_length=MAX_PATTERNS
     )
 
 
 class SearchArgs(TreeArgs):
+    """``search_files``: a glob relative to ``path``."""
+
     pattern: str = Field(min_length=1, max_length=_PATH)
 
 
 class MoveArgs(_Args):
+    """``move_file``."""
+
     source: str = Field(min_length=1, max_length=_PATH)
     destination: str = Field(min_length=1, max_length=_PATH)
 
 
 class NoArgs(_Args):
-    pass
+    """``list_allowed_directories``: no arguments."""
 
 
 class _ToolError(Exception):
