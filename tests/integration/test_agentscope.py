@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.routing import APIRoute
 
 from sandgrid.localgrid import LocalGrid
+from scheduler.api.compat import agentscope
 from tests.support.one_node_grid import flushed_redis
 
 pytestmark = pytest.mark.integration
@@ -102,6 +104,19 @@ def ran(grid: LocalGrid, agentscope_python: Path, tmp_path_factory: pytest.TempP
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=out.parent)
     assert proc.returncode == 0, f"{proc.stderr[-4000:]}\n{grid.logs()}"
     return json.loads(out.read_text())
+
+
+def test_every_remote_wrapper_route_is_served(ran: Any) -> None:
+    """The runtime's own list of remote routes (its decorator's marks) is exactly what we serve."""
+    served = {
+        f"{method} {route.path}"
+        for route in agentscope.router.routes
+        if isinstance(route, APIRoute) and not route.path.startswith("/proxy/")
+        for method in route.methods
+    }
+    wanted = set(ran["routes"])
+    assert len(wanted) == 28 and "POST /add_mcp_servers_async" in wanted  # 14 methods, 2 ways
+    assert served - {"GET /health"} == wanted
 
 
 def test_sandbox_lifecycle_and_info(ran: Any) -> None:

@@ -10,6 +10,7 @@ imports nothing of sandgrid: it is what an AgentScope user runs, unchanged.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import sys
 from typing import Any
@@ -287,9 +288,19 @@ async def _filesystem_async(url: str, token: str) -> dict[str, Any]:
         }
 
 
+def _routes() -> list[str]:
+    """Every ``@remote_wrapper`` route of the runtime's ``SandboxManager`` (method, path)."""
+    return sorted(
+        f"{m._http_method} {m._path}"
+        for _, m in inspect.getmembers(SandboxManager, inspect.isfunction)
+        if getattr(m, "_is_remote_wrapper", False)
+    )
+
+
 def main(argv: list[str]) -> None:
     url, token, path = argv
     out = {
+        "routes": _routes(),
         "sandbox": _sandbox(url, token),
         "async": asyncio.run(_async_sandbox(url, token)),
         "service": asyncio.run(_service(url, token)),
