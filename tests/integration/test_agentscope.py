@@ -206,6 +206,8 @@ def test_refusals_as_the_client_sees_them(ran: Any) -> None:
         assert "Error in add_mcp_servers" in life["mcp"] and "MCP" in life["mcp"]
         assert life["bad_type"].startswith("Error: HTTP 422") and "sandbox_type" in life["bad_type"]
     assert "training-environment service" in ran["lifecycle"]["bfcl"]  # the reason, said
+    assert "Server Detail: Error in create: sandbox_type 'gui'" in ran["lifecycle"]["bad_type"]
+    assert "Error in create_from_pool_async: " in ran["lifecycle_async"]["bad_type"]
 
 
 def test_file_api_status_codes(ran: Any) -> None:

@@ -32,6 +32,7 @@ from sandgrid.errors import InvalidInput, NotFound
 from sandgrid.models import CodeRequest, ExecRequest, SessionCreate, SessionInfo
 from scheduler.api.code import code_turn
 from scheduler.api.compat import agentscope_files
+from scheduler.api.compat.agentscope_errors import RuntimeErrorRoute
 from scheduler.api.compat.agentscope_fs_tools import FS_ARGS, FS_TOOLS, run_fs_tool
 from scheduler.api.compat.agentscope_models import (
     DEFAULT_SANDBOX_TYPE,
@@ -81,7 +82,7 @@ __all__ = [
     "stop",
 ]
 
-router = APIRouter(tags=["agentscope"])
+router = APIRouter(tags=["agentscope"], route_class=RuntimeErrorRoute)
 router.include_router(agentscope_files.router)
 
 _Data = dict[str, Any]

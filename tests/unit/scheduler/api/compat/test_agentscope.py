@@ -312,6 +312,8 @@ def test_create_refuses_a_type_the_grid_cannot_serve(grid: Grid, path: str, box:
     assert r.status_code == 422, r.text
     err = r.json()["error"]
     assert err["context"]["field"] == "sandbox_type" and box in err["message"]
+    # the runtime's shape too: its client shows "Server Detail: Error in <method>: ..."
+    assert r.json()["detail"] == f"Error in {path.strip('/')}: {err['message']}"
     assert grid.http.get("/v1/sessions", headers=grid.headers()).json()["sessions"] == []
 
 
