@@ -366,6 +366,14 @@ class Settings(BaseSettings):
         description="SANDGRID_ALLOW_INSECURE_DEFAULTS: let a worker or the API start with the "
         "shipped MinIO credentials or a Redis URL without a password (tests only)",
     )
+    # ---- 20.3: AgentScope Runtime's remote API (docs/integrations.md) ----
+    agentscope_grid_type: str = Field(
+        "python",
+        min_length=1,
+        max_length=64,
+        description="SANDGRID_AGENTSCOPE_GRID_TYPE: the grid type (python image) serving "
+        "AgentScope's base and filesystem sandboxes; python-gvisor runs them under runsc",
+    )
 
 
 @lru_cache(maxsize=1)
