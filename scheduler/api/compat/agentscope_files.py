@@ -82,6 +82,10 @@ def read_file(
     encoding: Literal["utf-8", "base64"] = "utf-8" if fmt == "text" else "base64"
     try:
         read = svc.runner.op(tenant, identity, ReadOp(path=path, encoding=encoding), FileRead)
+    except NotFound as exc:  # a missing path (the agent's errno), in the runtime's words
+        if "errno" in exc.context:
+            raise NotFound("not found", operation="workspace.read", context={"path": path}) from exc
+        raise
     except InvalidInput as exc:  # as the runtime: a missing path or a directory is 404
         if _plain(exc) and _kind(svc, tenant, identity, path) in (None, "dir"):
             raise NotFound("not found", operation="workspace.read", context={"path": path}) from exc
@@ -141,6 +145,10 @@ def list_dir(
     missing = NotFound("not found", operation="workspace.list", context={"path": path})
     try:
         listed = svc.runner.op(tenant, identity, op, FileList)
+    except NotFound as exc:  # a missing path (the agent's errno), in the runtime's words
+        if "errno" in exc.context:
+            raise missing from exc
+        raise
     except InvalidInput as exc:  # as the runtime: a missing path or a file is 404
         if _plain(exc) and _kind(svc, tenant, identity, path) != "dir":
             raise missing from exc
