@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tomllib
 from pathlib import Path
@@ -49,8 +50,9 @@ def _sdk_requirements() -> list[str]:
 @pytest.fixture(scope="session")
 def agentscope2_python() -> Path:
     """The python of a venv with AgentScope 2.0 and the SDK's dependencies (made when missing)."""
-    wanted = [f"agentscope[service]=={AGENTSCOPE_VERSION}", *_sdk_requirements()]
-    return framework_python(VENV, "agentscope.app.workspace_manager, pydantic_settings", wanted)
+    wanted = [f"agentscope[service]=={AGENTSCOPE_VERSION}", "pytest", *_sdk_requirements()]
+    probe = "agentscope.app.workspace_manager, pydantic_settings, pytest"
+    return framework_python(VENV, probe, wanted)
 
 
 grid = one_node_fixture(
@@ -85,3 +87,19 @@ def outcomes(
 @pytest.mark.parametrize("name", sorted(CHECKS))
 def test_agentscope_check(outcomes: dict[str, str], name: str) -> None:
     assert outcomes[name] == "ok", outcomes[name]
+
+
+def test_the_documented_example_runs(grid: LocalGrid, agentscope2_python: Path) -> None:
+    """docs/integrations.md's AgentScope 2.0 example prints what the page says it prints."""
+    text = (ROOT / "docs" / "integrations.md").read_text()
+    (code,) = [
+        b
+        for b in re.findall(r"^```python\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+        if "sandgrid.integrations.agentscope" in b and "asyncio.run(main())" in b
+    ]
+    code = code.replace("http://127.0.0.1:8700", grid.api_url).replace("<token>", TOKEN)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [str(agentscope2_python), "-c", code]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.strip() == "0 b'42\\n'"

@@ -299,6 +299,10 @@ async def check_workspace_lifecycle_and_tools(c: Ctx) -> None:
         await _text(await tools["Write"](file_path=f"{W}/t.txt", content="one\ntwo\n"))
         assert "two" in await _text(await tools["Read"](file_path=f"{W}/t.txt"))
         assert "sandgrid-bash" in await _text(await tools["Bash"](command="echo sandgrid-bash"))
+        found = await _text(await tools["Glob"](pattern="*.txt", path=W))
+        assert f"{W}/t.txt" in found, found
+        no_rg = await _text(await tools["Grep"](pattern="two", path=W))  # a documented limit
+        assert "ripgrep error (code 127)" in no_rg, no_rg
         eq(await ws.list_mcps(), [], "no MCPs")
     finally:
         await ws.close()
@@ -364,6 +368,15 @@ async def check_manager_hands_out_one_workspace_per_id(c: Ctx) -> None:
         eq(again.session_id, sid, "same session")
         eq(await again.get_backend().read_file(f"{W}/kept.txt"), b"kept", "files kept")
     await c.client.close_session(sid)
+
+
+@check
+async def check_exports_are_the_public_names(c: Ctx) -> None:
+    from tests.support.exports import check_exports  # needs pytest: in the venv for this
+
+    package = "sandgrid.integrations.agentscope"
+    for name in (package, f"{package}.backend", f"{package}.workspace", f"{package}.manager"):
+        check_exports(name)
 
 
 # ---- the runner ----------------------------------------------------------------------

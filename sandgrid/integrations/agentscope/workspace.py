@@ -24,7 +24,7 @@ from typing import Any
 
 from agentscope.mcp import MCPClient
 from agentscope.workspace import WorkspaceBase
-from agentscope.workspace._utils import DEFAULT_WORKSPACE_INSTRUCTIONS
+from agentscope.workspace._utils import DEFAULT_WORKSPACE_INSTRUCTIONS, _read_glob_helper_bytes
 
 from sandgrid.client import AsyncClient
 from sandgrid.errors import NotFound
@@ -32,10 +32,14 @@ from sandgrid.integrations.agentscope.backend import SandgridBackend
 from sandgrid.integrations.agentscope.calls import DEFAULT_MAX_TIMEOUT_S
 from sandgrid.models import WORKSPACE, SessionInfo
 
-__all__ = ["WORKSPACE_LABEL", "SandgridWorkspace"]
+__all__ = ["GLOB_HELPER", "WORKSPACE_LABEL", "SandgridWorkspace"]
 
 WORKSPACE_LABEL = "agentscope.workspace.id"
 """The grid session label that names the workspace a session holds."""
+
+GLOB_HELPER = f"{WORKSPACE}/.agentscope/glob_helper.py"
+"""Where AgentScope's Glob tool finds its helper script in the sandbox (written at
+``initialize``; under ``/workspace``, so a session restored elsewhere keeps it)."""
 
 _GONE = ("closed", "lost", "expired")
 
@@ -119,9 +123,15 @@ class SandgridWorkspace(WorkspaceBase):  # type: ignore[misc]  # agentscope is u
         if not made.ok():
             why = made.stderr.decode(errors="replace").strip()
             raise RuntimeError(f"cannot lay out workspace {self.workspace_id!r}: {why}")
+        await backend.write_file(GLOB_HELPER, _read_glob_helper_bytes())
         await self._migrate_skill_layout()
         await self._setup_skills()
         self.is_alive = True
+
+    @property
+    def _glob_helper_path(self) -> str:
+        """The Glob tool's helper in the sandbox (the default names a host path)."""
+        return GLOB_HELPER
 
     async def _attach_or_create(self) -> SessionInfo:
         """The newest open session labelled with this workspace's id, or a new one."""
