@@ -299,6 +299,11 @@ async def check_workspace_lifecycle_and_tools(c: Ctx) -> None:
         await _text(await tools["Write"](file_path=f"{W}/t.txt", content="one\ntwo\n"))
         assert "two" in await _text(await tools["Read"](file_path=f"{W}/t.txt"))
         assert "sandgrid-bash" in await _text(await tools["Bash"](command="echo sandgrid-bash"))
+        late = await _text(await tools["Bash"](command="sleep 5", timeout=1000))
+        assert "Command timed out after 1000ms" in late, late  # Bash reads -1, b"timed out"
+        edit = tools["Edit"](file_path=f"{W}/t.txt", old_string="two", new_string="three")
+        await _text(await edit)
+        eq(await ws.get_backend().read_file(f"{W}/t.txt"), b"one\nthree\n", "edited")
         found = await _text(await tools["Glob"](pattern="*.txt", path=W))
         assert f"{W}/t.txt" in found, found
         no_rg = await _text(await tools["Grep"](pattern="two", path=W))  # a documented limit

@@ -203,21 +203,16 @@ class GridCalls:
         if len(data) > STDIN_WRITE_BYTES:
             why = f"{len(data)} bytes outside {WORKSPACE}; at most {STDIN_WRITE_BYTES} there"
             raise _oserror(errno.EFBIG, path, why)
-        if await self.is_dir(path):
-            raise _oserror(errno.EISDIR, path)
         argv = wrapper.run_argv(wrapper.WRITE, path)
         stdin = base64.b64encode(data).decode()
         try:
             result = await self.client.exec(self.session_id, argv, stdin=stdin)
         except SandgridError as exc:
             raise _oserror(errno.EIO, path, f"sandgrid {exc.code}: {exc.message}") from exc
+        if result.exit_code == errno.EISDIR:
+            raise _oserror(errno.EISDIR, path)
         if result.exit_code != 0:
             raise _oserror(errno.EIO, path, result.stderr.strip() or "write failed")
-
-    async def is_dir(self, path: str) -> bool:
-        """Whether ``path`` is a directory (one command)."""
-        code, _, _ = await self.run(["test", "-d", path], "/", None)
-        return code == 0
 
 
 def _ceiling(exc: InvalidInput) -> float | None:

@@ -42,8 +42,12 @@ READ = _WHY + 'exec cat -- "$1"'
 PROBE = _WHY + "exit 0"
 """``sh -c PROBE sandgrid-agentscope PATH``: 0 when ``PATH`` is there and not a directory."""
 
-WRITE = 'mkdir -p -- "$(dirname -- "$1")" && base64 -d >"$1"'
-"""``sh -c WRITE sandgrid-agentscope PATH`` with base64 stdin: the decoded bytes at ``PATH``."""
+WRITE = (
+    f'if [ -d "$1" ]; then exit {errno.EISDIR}; fi; '
+    'mkdir -p -- "$(dirname -- "$1")" && base64 -d >"$1"'
+)
+"""``sh -c WRITE sandgrid-agentscope PATH`` with base64 stdin: the decoded bytes at ``PATH``
+(exit ``EISDIR`` when a directory is there)."""
 
 _ARGV0 = "sandgrid-agentscope"
 

@@ -230,15 +230,16 @@ def test_a_write_over_the_cap_is_efbig() -> None:
 
 
 def test_a_write_outside_the_workspace_goes_as_base64_stdin() -> None:
-    def answer(argv: list[str], kw: dict[str, Any]) -> ExecResult:
-        if "test" in argv:  # the is_dir probe: not a directory
-            return ran(1)
-        return ExecResult(exit_code=0)
-
-    fake = FakeClient(answer)
+    fake = FakeClient(lambda argv, kw: ExecResult(exit_code=0))
     run(calls(fake).write("/tmp/x", b"\x01\x02"))
-    argv, kw = fake.execs[-1]
+    ((argv, kw),) = fake.execs
     assert argv == wrapper.run_argv(wrapper.WRITE, "/tmp/x") and kw == {"stdin": b64(b"\x01\x02")}
+
+
+def test_a_write_outside_the_workspace_over_a_directory_is_is_a_directory() -> None:
+    fake = FakeClient(lambda argv, kw: ExecResult(exit_code=errno.EISDIR))
+    with pytest.raises(IsADirectoryError):
+        run(calls(fake).write("/tmp", b"x"))
 
 
 def test_a_write_outside_the_workspace_over_the_stdin_cap_is_refused_before_any_call() -> None:
@@ -270,6 +271,15 @@ def test_run_changes_directory_and_a_missing_one_is_127() -> None:
 
 def test_run_of_a_missing_program_is_127() -> None:
     assert host_run(*wrapper.run_argv(wrapper.RUN, "/tmp", "no-such-program-xyz"))[0] == 127
+
+
+def test_write_writes_the_bytes_and_refuses_a_directory(tmp_path: Any) -> None:
+    target = tmp_path / "new" / "f.bin"
+    argv = wrapper.run_argv(wrapper.WRITE, str(target))
+    done = subprocess.run(argv, input=b64(b"\x00\xff"), text=True, timeout=30)
+    assert done.returncode == 0 and target.read_bytes() == b"\x00\xff"
+    over = subprocess.run(wrapper.run_argv(wrapper.WRITE, str(tmp_path)), input="", text=True)
+    assert over.returncode == errno.EISDIR
 
 
 def test_read_and_probe_answer_errno(tmp_path: Any) -> None:
