@@ -263,6 +263,9 @@ async def check_read_stream_chunks(c: Ctx) -> None:
     await c.backend.write_file(f"{W}/s.bin", b"0123456789")
     chunks = [x async for x in c.backend.read_stream(f"{W}/s.bin", chunk_size=4)]
     eq(chunks, [b"0123", b"4567", b"89"], "chunks")
+    await c.backend.write_file(f"{W}/empty", b"")
+    eq(await c.backend.read_file(f"{W}/empty"), b"", "empty file")
+    eq([x async for x in c.backend.read_stream(f"{W}/empty")], [], "empty stream")
 
 
 @check
