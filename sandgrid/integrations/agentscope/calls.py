@@ -149,9 +149,8 @@ class GridCalls:
         except SandgridError as exc:
             if exc.code == ErrorCode.PATH_OUTSIDE_WORKSPACE:  # a link out of /workspace
                 return await self._read_by_exec(path)
-            raise await self._read_error(path, exc) from exc
-        assert isinstance(data, bytes)
-        return data
+            raise await self._refusal(path, exc) from exc
+        return data if isinstance(data, bytes) else data.encode()
 
     async def write(self, path: str, data: bytes) -> None:
         """Write ``data`` at ``path``, making its parent directories.
@@ -168,12 +167,10 @@ class GridCalls:
         except SandgridError as exc:
             if exc.code == ErrorCode.PATH_OUTSIDE_WORKSPACE:
                 return await self._write_by_exec(path, data)
-            if exc.code == ErrorCode.PAYLOAD_TOO_LARGE:
-                raise _oserror(errno.EFBIG, path, exc.message) from exc
-            raise await self._read_error(path, exc) from exc
+            raise await self._refusal(path, exc) from exc
         return None
 
-    async def _read_error(self, path: str, exc: SandgridError) -> OSError:
+    async def _refusal(self, path: str, exc: SandgridError) -> OSError:
         """Why the grid refused a file op on ``path``, as AgentScope's backends say it."""
         if exc.code == ErrorCode.PAYLOAD_TOO_LARGE:
             return _oserror(errno.EFBIG, path, exc.message)
