@@ -9,12 +9,14 @@ returns it inside its result so that nothing is pickled.
     SandgridError
     ├── InvalidInput            422  bad spec, path leaving the workspace (413: oversized payload)
     ├── AuthError               401  missing or unknown token
+    ├── Forbidden               403  a preview URL forged, expired, or read-only for this method
     ├── NotFound                404  unknown session (or another tenant's: same answer)
     ├── Conflict                409  session busy with a turn, or closed
     ├── LimitExceeded           429  tenant ceiling or queue backpressure (Retry-After)
     ├── SandboxError            500  the sandbox could not serve the turn
     │   ├── SandboxLost              channel to the in-sandbox agent broke
-    │   └── CapacityError            no container could be had
+    │   ├── CapacityError            no container could be had
+    │   └── PortUnreachable     502  nothing listens on the sandbox port (issue 21.1)
     ├── SnapshotError           500  snapshot save/restore failed or did not verify
     └── InfrastructureError     503  worker lost, registry/broker or store unreachable (Retry-After)
 
@@ -37,10 +39,12 @@ __all__ = [
     "CapacityError",
     "Conflict",
     "ErrorCode",
+    "Forbidden",
     "InfrastructureError",
     "InvalidInput",
     "LimitExceeded",
     "NotFound",
+    "PortUnreachable",
     "SandboxError",
     "SandboxLost",
     "SandgridError",
@@ -81,6 +85,13 @@ class ErrorCode(StrEnum):
     CHECKPOINT_EXISTS = "checkpoint_exists"
     NO_SNAPSHOT = "no_snapshot"
     PROCESS_LOST = "process_lost"
+    # issue 21.1: exposed ports and their preview URLs
+    FORBIDDEN = "forbidden"
+    SIGNATURE_INVALID = "signature_invalid"
+    URL_EXPIRED = "url_expired"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    PORT_NOT_LISTENING = "port_not_listening"
+    PORT_LIMIT = "port_limit"
 
 
 class SandgridError(Exception):
@@ -141,6 +152,13 @@ class AuthError(SandgridError):
     http_status = 401
 
 
+class Forbidden(SandgridError):
+    """A credential that is not the tenant's token and does not allow this (a preview URL)."""
+
+    default_code = ErrorCode.FORBIDDEN
+    http_status = 403
+
+
 class NotFound(SandgridError):
     default_code = ErrorCode.NOT_FOUND
     http_status = 404
@@ -174,6 +192,13 @@ class CapacityError(SandboxError):
     default_code = ErrorCode.NO_CAPACITY
     http_status = 503
     default_retryable = True
+
+
+class PortUnreachable(SandboxError):
+    """Nothing accepts on the sandbox port the request named (a bad gateway, not our fault)."""
+
+    default_code = ErrorCode.PORT_NOT_LISTENING
+    http_status = 502
 
 
 class SnapshotError(SandgridError):
@@ -212,12 +237,14 @@ _BY_NAME: dict[str, type[SandgridError]] = {
         SandgridError,
         InvalidInput,
         AuthError,
+        Forbidden,
         NotFound,
         Conflict,
         LimitExceeded,
         SandboxError,
         SandboxLost,
         CapacityError,
+        PortUnreachable,
         SnapshotError,
         InfrastructureError,
     )

@@ -64,6 +64,8 @@ class Heartbeat:
         #: Where the node's ``/metrics`` is (set when the node starts serving it).
         self.metrics_port = metrics_port
         self.metrics_host = metrics_host
+        #: Issue 21.1: where the node's port listener is (set when it listens).
+        self.ports_addr = ""
         self.ledger = ledger
         self.sessions = sessions
         self.residency = residency
@@ -80,6 +82,7 @@ class Heartbeat:
             types=self.types,
             metrics_port=self.metrics_port,
             metrics_host=self.metrics_host,
+            ports_addr=self.ports_addr,
         )
         ids = self.sessions.ids()
         if ids:

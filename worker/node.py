@@ -17,6 +17,7 @@ import redis
 
 from sandgrid.wire.catalog import CATALOG, get_type
 from sandgrid.wire.ledger import SessionLedger
+from sandgrid.wire.portkeys import port_key
 from sandgrid.wire.redis_ledger import WORKER_OUTAGE_WAIT_S, RedisLedger
 from sandgrid.wire.settings import Settings, get_settings
 from worker import metrics
@@ -27,6 +28,10 @@ from worker.egress.limits import Limits
 from worker.heartbeat import Heartbeat
 from worker.ops.base import NodeParts
 from worker.ops.terminal import TerminalBridge
+from worker.ports.audit import PortBook
+from worker.ports.caps import PortCaps
+from worker.ports.server import PortServer
+from worker.ports.sockets import InboundSockets
 from worker.reaper import Reaper
 from worker.runtimes import runtime_for
 from worker.sandboxes import SandboxManager
@@ -79,11 +84,16 @@ class Node:
         )
         self.store = store or open_store(self.settings)
         self.egress: EgressProxy | None = None
+        self.inbound: InboundSockets | None = None
         if backends is None:
             self.egress = _egress_proxy(name, self.settings)
+            self.inbound = InboundSockets()
             runtimes = {CATALOG[t].runtime for t in self.types}
             backends = {
-                r: SandboxManager(runtime_for(r), node=name, egress=self.egress) for r in runtimes
+                r: SandboxManager(
+                    runtime_for(r), node=name, egress=self.egress, inbound=self.inbound
+                )
+                for r in runtimes
             }
         self.backends = dict(backends)
         self.sessions = SessionTable()
@@ -112,6 +122,7 @@ class Node:
             terminal=TerminalBridge.from_settings(self.settings),
         )
         self.executor = Executor(name, self.pool, parts, self.incarnation)
+        self.ports = _port_server(name, self.settings, self.sessions, self.inbound)
         self.heartbeat = Heartbeat(
             name,
             self.ledger,
@@ -142,6 +153,7 @@ class Node:
         """Collect what a previous process of this node left, then warm up."""
         self.reaper.collect_orphans(startup=True)
         self.serve_metrics()
+        self.serve_ports()
         self.heartbeat.start()
         self.pool.start()
         self.reaper.start()
@@ -159,6 +171,16 @@ class Node:
             metrics.PoolCollector(self.name, stats, lambda: len(self.pool.container_ids()))
         )
 
+    def serve_ports(self) -> None:
+        """Start the port listener (issue 21.1) and name it in the heartbeat."""
+        if self.ports is None:
+            return
+        p = self.settings.ports
+        port = self.ports.serve(p.listen_addr, p.listen_port)
+        self.heartbeat.ports_addr = f"{metrics.advertised_host(p.listen_addr)}:{port}"
+        if self.egress is not None:  # a grid port: the sandbox may not reach it by egress
+            self.egress.handler.guard.add_port(port)
+
     def stop(self) -> None:
         """Drain: snapshot what needs it, release leases, destroy every container."""
         self.reaper.stop()
@@ -166,6 +188,10 @@ class Node:
             self.residency.release(local, snapshot=True)
         self.heartbeat.stop()
         self.pool.close()
+        if self.ports is not None:
+            self.ports.stop()
+        if self.inbound is not None:
+            self.inbound.stop()
         if self.egress is not None:
             self.egress.stop()
         log.info("node %s: stopped", self.name)
@@ -184,6 +210,29 @@ def _egress_proxy(name: str, settings: Settings) -> EgressProxy:
         limits=Limits.from_settings(egress),
     )
     return EgressProxy(handler, egress.state_dir / name)
+
+
+def _port_server(
+    name: str, settings: Settings, sessions: SessionTable, inbound: InboundSockets | None
+) -> PortServer | None:
+    """The node's port listener over its sandboxes' agents (docs/ports.md); None without them."""
+    if inbound is None:
+        return None
+    p, egress = settings.ports, settings.worker.egress
+    client = redis.Redis.from_url(
+        settings.redis_url, decode_responses=True, socket_timeout=5, socket_connect_timeout=2
+    )
+    book = PortBook(client, max_len=egress.audit_max, ttl_s=egress.audit_ttl_s)
+    return PortServer(
+        name,
+        port_key(settings, "link"),
+        sessions,
+        inbound,
+        PortCaps(p.max_connections, p.max_bytes, book.used_bytes),
+        book,
+        reserved=frozenset({egress.port}),
+        timeout_s=p.connect_timeout_s,
+    )
 
 
 _node: Node | None = None

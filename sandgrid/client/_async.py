@@ -25,6 +25,7 @@ from sandgrid.client import _process_calls as procs
 from sandgrid.client import _requests as api
 from sandgrid.client._base import BaseClient, ProcessHandle, SessionHandle
 from sandgrid.client._call import Call, transport_errors
+from sandgrid.client._ports import port_base
 from sandgrid.client._process_calls import ProcessRef
 from sandgrid.client._pty import AsyncTerminal, TerminalOptions, terminal_url
 from sandgrid.client._requests import (
@@ -179,6 +180,15 @@ class AsyncSession(SessionHandle[AsyncClient], AsyncHandle[str], AsyncClosing):
     async def pty(self, **options: Unpack[TerminalOptions]) -> AsyncTerminal:
         """Open an interactive terminal on this session (see ``Client.pty``)."""
         return await self.client.pty(self.id, **options)
+
+    def http(self, port: int, *, timeout: float | None = None) -> httpx.AsyncClient:
+        """An httpx client bound to ``port`` of this session's sandbox (the port route,
+        with the token): ``await s.http(8000).get("/api")``. Close it (``async with``)."""
+        return httpx.AsyncClient(
+            base_url=port_base(self.client.base_url, self.id, port),
+            headers=self.client._headers(),
+            timeout=self.client.timeout if timeout is None else timeout,
+        )
 
     async def refresh(self) -> SessionInfo:
         self.info = await self.client.get_session(self.id)

@@ -20,6 +20,7 @@ from sandgrid.client import _batches as batches
 from sandgrid.client import _files as files
 from sandgrid.client import _lifecycle as lifecycle
 from sandgrid.client import _network as net
+from sandgrid.client import _ports as ports
 from sandgrid.client import _process_calls as procs
 from sandgrid.client import _requests as api
 from sandgrid.client._process_calls import ProcessRef
@@ -112,6 +113,8 @@ class BaseClient(Generic[Transport]):
     # network egress
     network = Op(net.network)
     set_network = Op(net.set_network)
+    # exposed ports (issue 21.1)
+    port_url = Op(ports.port_url)
     # batches
     create_batch = Op(batches.create_batch)
     get_batch = Op(batches.get_batch)
@@ -153,6 +156,7 @@ class SessionHandle(_Handle[C]):
     pause = BoundOp(lifecycle.pause)
     network = BoundOp(net.network)
     set_network = BoundOp(net.set_network)
+    port_url = BoundOp(ports.port_url)
 
     @property
     def id(self) -> str:

@@ -22,6 +22,7 @@ from sandgrid.client import _process_calls as procs
 from sandgrid.client import _requests as api
 from sandgrid.client._base import BaseClient, ProcessHandle, SessionHandle
 from sandgrid.client._call import Call, transport_errors
+from sandgrid.client._ports import port_base
 from sandgrid.client._process_calls import ProcessRef
 from sandgrid.client._pty import Terminal, TerminalOptions, terminal_url
 from sandgrid.client._requests import (
@@ -179,6 +180,15 @@ class Session(SessionHandle[Client], SyncHandle[str], Closing):
     def pty(self, **options: Unpack[TerminalOptions]) -> Terminal:
         """Open an interactive terminal on this session (see ``Client.pty``)."""
         return self.client.pty(self.id, **options)
+
+    def http(self, port: int, *, timeout: float | None = None) -> httpx.Client:
+        """An httpx client bound to ``port`` of this session's sandbox (the port route,
+        with the token): ``s.http(8000).get("/api")``. Close it (or use ``with``)."""
+        return httpx.Client(
+            base_url=port_base(self.client.base_url, self.id, port),
+            headers=self.client._headers(),
+            timeout=self.client.timeout if timeout is None else timeout,
+        )
 
     def refresh(self) -> SessionInfo:
         self.info = self.client.get_session(self.id)

@@ -48,6 +48,8 @@ class NodeRecord(BaseModel):
     #: The port of the node's Prometheus ``/metrics`` (None: the node does not say).
     metrics_port: int | None = None
     metrics_host: str = ""
+    #: Issue 21.1: ``host:port`` of the node's port listener ("": it has none).
+    ports_addr: str = ""
 
 
 class SessionLedger(ABC):
@@ -159,6 +161,7 @@ class SessionLedger(ABC):
         types: Sequence[str] | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "",
+        ports_addr: str = "",
     ) -> None:
         """Say that ``node`` is alive for the next ``ttl`` seconds.
 
@@ -171,6 +174,7 @@ class SessionLedger(ABC):
                 node serves).
             metrics_port: the port of its ``/metrics`` (the API lists the URLs).
             metrics_host: the host name or address that port is reached at.
+            ports_addr: ``host:port`` of its port listener (issue 21.1).
         """
 
     @abstractmethod

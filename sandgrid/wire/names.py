@@ -76,6 +76,7 @@ __all__ = [
     "node_key_pattern",
     "node_of_queue",
     "node_queue",
+    "ports_usage_key",
     "pty_in_key",
     "pty_out_key",
     "session_key",
@@ -286,3 +287,8 @@ def egress_audit_key(session_id: str) -> str:
 
 def egress_usage_key(session_id: str) -> str:
     return f"{KEY_PREFIX}egress:{session_id}:usage"
+
+
+def ports_usage_key(session_id: str) -> str:
+    """Issue 21.1: a session's port connections and bytes so far (a hash), every node's."""
+    return f"{KEY_PREFIX}ports:{session_id}:usage"

@@ -183,6 +183,7 @@ class RedisLedger(SessionLedger):
         types: Sequence[str] | None = None,
         metrics_port: int | None = None,
         metrics_host: str = "",
+        ports_addr: str = "",
     ) -> None:
         record = NodeRecord(
             ts=time.time(),
@@ -190,6 +191,7 @@ class RedisLedger(SessionLedger):
             types=tuple(types or ()) or None,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
+            ports_addr=ports_addr,
         )
         self.redis.set(names.node_key(node), record.model_dump_json(), px=millis(ttl))
 

@@ -30,6 +30,10 @@ __all__ = [
     "DEFAULT_LOST_CHECK_S",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MINIO_ENDPOINT",
+    "DEFAULT_PORT_MAX_BYTES",
+    "DEFAULT_PORT_MAX_CONNECTIONS",
+    "DEFAULT_PORT_URL_MAX_TTL_S",
+    "DEFAULT_PORT_URL_TTL_S",
     "DEFAULT_REAP_INTERVAL_S",
     "DEFAULT_REDIS_URL",
     "DEFAULT_RESULT_EXPIRES_S",
@@ -53,6 +57,7 @@ __all__ = [
     "AuditSettings",
     "EgressSettings",
     "MinioSettings",
+    "PortSettings",
     "Settings",
     "SnapshotSettings",
     "StreamLimitSettings",
@@ -287,6 +292,58 @@ class StreamLimitSettings(BaseModel):
     """SANDGRID_STREAMS__LEASE_S: a slot of an API process that died is free after this."""
 
 
+# ---- issue 21.1: exposed ports and signed preview URLs (docs/ports.md) ----
+DEFAULT_PORT_URL_TTL_S = 3600
+DEFAULT_PORT_URL_MAX_TTL_S = 7 * 86400
+DEFAULT_PORT_MAX_CONNECTIONS = 32
+DEFAULT_PORT_MAX_BYTES = 1 << 30
+
+
+class PortSettings(BaseModel):
+    """Exposed ports: the worker's port listener, the caps, the preview URLs' key and life."""
+
+    secret: str = Field(
+        "",
+        description="SANDGRID_PORTS__SECRET: the key preview URLs and the API's connections "
+        "to a worker are signed with (API and workers alike); empty: derived from the grid's "
+        "MinIO secret key, which both already hold",
+    )
+    listen_addr: str = Field(
+        DEFAULT_WORKER_METRICS_ADDR,
+        description="SANDGRID_PORTS__LISTEN_ADDR: where a worker accepts the API's port "
+        "connections (loopback unless an operator names another address)",
+    )
+    listen_port: int = Field(
+        0, ge=0, le=65535, description="SANDGRID_PORTS__LISTEN_PORT (0: any free port)"
+    )
+    max_connections: int = Field(
+        DEFAULT_PORT_MAX_CONNECTIONS,
+        ge=1,
+        description="SANDGRID_PORTS__MAX_CONNECTIONS: a session's port connections open at "
+        "once (beyond: 429)",
+    )
+    max_bytes: int = Field(
+        DEFAULT_PORT_MAX_BYTES,
+        ge=1,
+        description="SANDGRID_PORTS__MAX_BYTES: bytes a session's port connections may move "
+        "in all, both ways (beyond: the connection is cut, new ones 429)",
+    )
+    url_ttl_s: int = Field(
+        DEFAULT_PORT_URL_TTL_S, ge=1, description="SANDGRID_PORTS__URL_TTL_S: default life"
+    )
+    url_max_ttl_s: int = Field(
+        DEFAULT_PORT_URL_MAX_TTL_S,
+        ge=1,
+        description="SANDGRID_PORTS__URL_MAX_TTL_S: the longest a preview URL may live",
+    )
+    connect_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="SANDGRID_PORTS__CONNECT_TIMEOUT_S: the API's connection to the owning "
+        "worker and its answer (the sandbox port connected or refused) within this",
+    )
+
+
 class Settings(BaseSettings):
     """One settings object per process (see ``get_settings``)."""
 
@@ -344,6 +401,7 @@ class Settings(BaseSettings):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
     streams: StreamLimitSettings = Field(default_factory=StreamLimitSettings)  # issue 23.7
+    ports: PortSettings = Field(default_factory=PortSettings)  # issue 21.1
     # Logs (issue 23, item 5): sandgrid.wire.logs; docs/operations.md, Logs.
     log_format: Literal["json", "text"] = Field(
         DEFAULT_LOG_FORMAT,

@@ -23,6 +23,7 @@ from scheduler.api import (
 )
 from scheduler.api import code as code_api
 from scheduler.api import network as network_api
+from scheduler.api import ports as ports_api
 from scheduler.api import processes as background
 from scheduler.api import pty as pty_api
 from scheduler.api.compat import agentscope, mcp
@@ -85,6 +86,7 @@ def create_app(
     app.add_middleware(
         EdgeMiddleware, max_body_bytes=s.max_body_bytes, jsonrpc_paths=frozenset({mcp.MCP_PATH})
     )
+    app.add_middleware(ports_api.PreviewQuery)  # issue 21.1: ?sg_preview=<token> on any path
     install_error_handlers(app)
     app.include_router(sessions.router)
     app.include_router(files.router)
@@ -102,5 +104,6 @@ def create_app(
     app.include_router(network_api.router)
     app.include_router(agentscope.router)
     app.include_router(targets.router)
+    app.include_router(ports_api.router)  # issue 21.1
     document_errors(app)
     return app

@@ -51,7 +51,15 @@ from scheduler.api.stream_slots import Slot, StreamSlots
 from scheduler.tenants import Tenant
 from scheduler.turns.terminal import TerminalTurn, open_terminal, outcome_error
 
-__all__ = ["HANGUP_WAIT_S", "IN_MAXLEN", "IN_TTL_S", "READ_BLOCK_MS", "pty_socket", "router"]
+__all__ = [
+    "HANGUP_WAIT_S",
+    "IN_MAXLEN",
+    "IN_TTL_S",
+    "READ_BLOCK_MS",
+    "pty_socket",
+    "router",
+    "ws_tenant",
+]
 
 router = APIRouter(prefix="/v1/sessions", tags=["terminal"])
 
@@ -79,7 +87,7 @@ async def pty_socket(websocket: WebSocket, session_id: str) -> None:
     slot: Slot | None = None
     try:
         try:
-            tenant = await _tenant(websocket, svc, offered)
+            tenant = await ws_tenant(websocket, svc, offered)
             params = {k: v for k, v in websocket.query_params.items() if k in _PARAMS}
             slot = await slots.aacquire(client, "terminal", tenant.name, session_id)
             turn = await run_in_threadpool(open_terminal, svc.runner, tenant, session_id, params)
@@ -98,7 +106,7 @@ async def pty_socket(websocket: WebSocket, session_id: str) -> None:
         await client.aclose()  # type: ignore[attr-defined]
 
 
-def _token(websocket: WebSocket, offered: list[str]) -> str:
+def _token(websocket: WebSocket, offered: list[str], operation: str) -> str:
     """The bearer token of the socket's header or subprotocol; never its URL.
 
     Raises:
@@ -109,14 +117,14 @@ def _token(websocket: WebSocket, offered: list[str]) -> str:
             "a token in the URL (?token=) is refused: URLs are logged; send it in the "
             f"'Authorization: Bearer' header or the subprotocol '{BEARER_PREFIX}<token>' "
             f"offered with '{SUBPROTOCOL}'",
-            operation="pty",
+            operation=operation,
             context={"field": "token", "rule": "never in the URL"},
         )
     header = websocket.headers.get("authorization")
     if header:
         scheme, _, value = header.partition(" ")
         if scheme.lower() != "bearer" or not value.strip():
-            raise AuthError("Authorization must be 'Bearer <token>'", operation="pty")
+            raise AuthError("Authorization must be 'Bearer <token>'", operation=operation)
         return value.strip()
     for protocol in offered:
         if protocol.startswith(BEARER_PREFIX) and len(protocol) > len(BEARER_PREFIX):
@@ -124,12 +132,15 @@ def _token(websocket: WebSocket, offered: list[str]) -> str:
     raise AuthError(
         f"missing token: send 'Authorization: Bearer <token>' or offer the subprotocols "
         f"'{BEARER_PREFIX}<token>' and '{SUBPROTOCOL}'",
-        operation="pty",
+        operation=operation,
     )
 
 
-async def _tenant(websocket: WebSocket, svc: Services, offered: list[str]) -> Tenant:
-    token = _token(websocket, offered)
+async def ws_tenant(
+    websocket: WebSocket, svc: Services, offered: list[str], *, operation: str = "pty"
+) -> Tenant:
+    """The tenant of a WebSocket's token (header or subprotocol; the port route uses it too)."""
+    token = _token(websocket, offered, operation)
     cached = svc.tenants.from_cache(token)
     if cached is not None:
         return cached

@@ -33,16 +33,21 @@ __all__ = ["ErrorBody", "ErrorDetail", "document_errors", "error_statuses"]
 _METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 _BODY_METHODS = ("post", "put", "patch")
 _PROCESS = "/processes/{pid}"
+_PORTS = ("/ports/{port}", "/p/{token}")  # issue 21.1: a preview refusal, a port not listening
 
 _DESCRIPTIONS = {
     401: "unauthenticated: the bearer token is missing or unknown",
     404: "not_found: no such resource of this tenant (another tenant's looks the same)",
     409: "a conflict: session_busy (a turn is in flight) or session_closed",
+    403: "forbidden: a preview URL forged or tampered (signature_invalid), expired "
+    "(url_expired), or read-only for this method (method_not_allowed)",
     410: "process_lost: the process's sandbox is gone (its node died, the session moved)",
     413: "payload_too_large: the request body is over the limit",
     422: "invalid_input: names the field (context.field) and the rule (context.rule)",
     429: "tenant_limit or backpressure, with Retry-After",
     500: "internal, sandbox_error or snapshot_* (never for bad input)",
+    502: "port_not_listening: nothing accepts on the sandbox port, or the session runs in "
+    "no sandbox now",
     503: "registry_unavailable, store_unavailable, no_capacity, worker_lost, turn_timeout; "
     "with Retry-After where waiting helps",
 }
@@ -82,6 +87,8 @@ def error_statuses(path: str, method: str, operation: dict[str, Any]) -> list[in
         found |= {404, 409}  # a create can name another resource (fork_from)
     if _PROCESS in path:
         found.add(410)
+    if any(p in path for p in _PORTS):
+        found |= {403, 404, 409, 422, 429, 502} if path.startswith("/p/") else {502}
     return sorted(found)
 
 

@@ -31,6 +31,7 @@ from .files import (
     do_write,
 )
 from .framing import MAX_FRAME, recv, send
+from .inbound import start_inbound
 from .kernel import op_run_code
 from .launcher import LAUNCHER
 from .limits import MAX_RAW_PAYLOAD, PIDS_MAX_FILE, VERSION, check_roots
@@ -167,6 +168,7 @@ def main() -> int:
     os.umask(0o022)  # what file operations create, as the user child's would (as_user_files)
     REAPER.start()
     start_egress()
+    start_inbound()
     threads = RequestThreads(serve)
     while True:
         try:

@@ -27,6 +27,7 @@ from sandgrid.models import Quotas
 from sandgrid.wire.settings import get_settings
 from worker.agent_client.client import AgentClient, ChunkCallback
 from worker.egress.proxy import EgressProxy
+from worker.ports.sockets import InboundSockets
 from worker.quotas import sandbox_labels, sandbox_spec
 from worker.runtimes.base import Runtime
 from worker.runtimes.spec import SandboxSpec
@@ -76,6 +77,8 @@ class SandboxManager:
         network: the network those types join.
         egress: the node's egress proxy; every sandbox gets a socket of it
             (None: sandboxes have no egress relay at all).
+        inbound: the node's port listeners (issue 21.1): every sandbox gets one in
+            its egress directory (None, or no egress: no exposed ports).
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class SandboxManager:
         network_types: frozenset[str] = frozenset(),
         network: str = "bridge",
         egress: EgressProxy | None = None,
+        inbound: InboundSockets | None = None,
     ) -> None:
         settings = get_settings()
         self.engine = runtime
@@ -95,6 +99,7 @@ class SandboxManager:
         #: The snapshot operations on its sandboxes (``SandboxFiles``).
         self.files = AgentFiles(self)
         self.egress = egress
+        self.inbound = inbound if egress is not None else None
         self.egress_port = settings.worker.egress.port
         self.node = node or settings.worker.node or socket.gethostname()
         self.image_prefix = image_prefix or settings.image_prefix
@@ -149,8 +154,7 @@ class SandboxManager:
         try:
             cid = self.engine.create(spec)
         except Exception as exc:
-            if self.egress is not None:
-                self.egress.close(spec.name)
+            self._close_sockets(spec.name)
             raise CapacityError(
                 f"cannot create a {sandbox_type} sandbox ({self.runtime}): {exc}",
                 operation="create",
@@ -160,6 +164,8 @@ class SandboxManager:
         sbx.session_id, sbx.tenant = session_id, tenant
         if self.egress is not None:
             self.egress.open(spec.name, lambda: sbx.session_id)
+        if self.inbound is not None and self.egress is not None:
+            self.inbound.open(spec.name, self.egress.directory(spec.name))
         sbx.timings["create_ms"] = (time.perf_counter() - t0) * 1000
         self._bring_up(sbx)
         return sbx
@@ -244,8 +250,17 @@ class SandboxManager:
         elif sbx.state != "destroyed":
             self.engine.remove(sbx.id)
         sbx.state = "destroyed"
+        if self.inbound is not None:
+            self.inbound.close(sbx.name)
         if self.egress is not None:
             self.egress.close(sbx.name, sbx.session_id)
+
+    def _close_sockets(self, name: str) -> None:
+        """A sandbox that never came to be: its port listener and egress socket go."""
+        if self.inbound is not None:
+            self.inbound.close(name)
+        if self.egress is not None:
+            self.egress.close(name)
 
     def remove_container(self, container_id: str) -> None:
         """Remove a container that no handle holds (the reaper's orphans)."""

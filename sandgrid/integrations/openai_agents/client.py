@@ -52,6 +52,10 @@ class SandgridSandboxClientOptions(BaseSandboxClientOptions):
     labels: dict[str, str] = Field(default_factory=dict)
     keep_on_exit: bool = False
     exact_output: bool = True
+    #: Issue 21.2: the sandbox ports ``resolve_exposed_port`` may resolve (a signed
+    #: preview URL each), and how long such a URL works.
+    exposed_ports: tuple[int, ...] = ()
+    preview_ttl_s: int = 3600
 
 
 class SandgridSandboxClient(BaseSandboxClient[SandgridSandboxClientOptions]):
@@ -111,6 +115,8 @@ class SandgridSandboxClient(BaseSandboxClient[SandgridSandboxClientOptions]):
             labels=dict(options.labels),
             close_on_shutdown=not options.keep_on_exit,
             exact_output=options.exact_output,
+            exposed_ports=options.exposed_ports,
+            preview_ttl_s=options.preview_ttl_s,
         )
         inner = SandgridSandboxSession(state=state, client=self.client)
         return self._wrap_session(inner, instrumentation=self._instrumentation)

@@ -12,10 +12,13 @@ which resolves symlinks and refuses any path that leaves ``/workspace``.
 ``timeout=None`` is the tenant's longest deadline, not the session's default. A
 file over the JSON read limit (16 MiB) is read through the tar download. The
 PTY methods run on the grid's background processes, or with ``tty=True`` on
-the grid's terminal (``pty.BackgroundPty``). What is not served: running as
-another user (the sandbox has one), exposed ports (a sandbox has no network
-device), and the manifest's ``extra_path_grants`` (the grid's file operations
-reach ``/workspace`` only: a clear ``WorkspaceIOError`` says so).
+the grid's terminal (``pty.BackgroundPty``). An exposed port (``exposed_ports``)
+resolves to a signed preview URL of the grid's port route (docs/ports.md): the
+endpoint's host and port are the API's and its query carries the token
+(``?sg_preview=...``), so ``url_for("http")`` and ``url_for("ws")`` reach the
+port's root with no tenant token. What is not served: running as another user
+(the sandbox has one), and the manifest's ``extra_path_grants`` (the grid's
+file operations reach ``/workspace`` only: a clear ``WorkspaceIOError`` says so).
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ import io
 import time
 from pathlib import Path, PurePosixPath
 from typing import Literal
+from urllib.parse import urlsplit
 
 from agents.sandbox.errors import ErrorCode as SdkErrorCode
 from agents.sandbox.errors import (
     ExecTimeoutError,
+    ExposedPortUnavailableError,
     InvalidManifestPathError,
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
@@ -38,7 +43,7 @@ from agents.sandbox.errors import (
 )
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.sandbox_session_state import SandboxSessionState
-from agents.sandbox.types import ExecResult, User
+from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
 from pydantic import Field
 
 from sandgrid.client import AsyncClient
@@ -106,6 +111,7 @@ class SandgridSandboxSessionState(SandboxSessionState):
     close_on_shutdown: bool = True
     exact_output: bool = True
     deadline_ceiling_s: float | None = None
+    preview_ttl_s: int = 3600
 
 
 class SandgridSandboxSession(BackgroundPty, BaseSandboxSession):
@@ -125,6 +131,30 @@ class SandgridSandboxSession(BackgroundPty, BaseSandboxSession):
     @property
     def sandgrid_session_id(self) -> str:
         return self.state.sandgrid_session_id
+
+    async def _resolve_exposed_port(self, port: int) -> ExposedPortEndpoint:
+        """A signed preview URL of ``port`` as the SDK's endpoint (host, port, query)."""
+        try:
+            made = await self._client.port_url(
+                self.sandgrid_session_id, port, expires_in=self.state.preview_ttl_s
+            )
+        except SandgridError as exc:
+            raise ExposedPortUnavailableError(
+                port=port,
+                exposed_ports=self.state.exposed_ports,
+                reason="backend_unavailable",
+                context={"backend": "sandgrid", "code": str(exc.code)},
+                cause=exc,
+                retryable=exc.retryable,
+            ) from exc
+        split = urlsplit(made.url)
+        tls = split.scheme == "https"
+        return ExposedPortEndpoint(
+            host=split.hostname or "127.0.0.1",
+            port=split.port or (443 if tls else 80),
+            tls=tls,
+            query=f"sg_preview={made.token}",
+        )
 
     async def _exec_internal(
         self, *command: str | Path, timeout: float | None = None

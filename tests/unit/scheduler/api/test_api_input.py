@@ -21,6 +21,12 @@ _RAW_BODIES = {
     ("put", "/v1/sessions/{session_id}/tar"),  # a tar archive
     ("put", "/proxy/{identity}/workspace/file"),  # AgentScope's raw file bytes
     ("post", "/proxy/{identity}/workspace/files:batch"),  # multipart
+    # issue 21.1: the bytes of the sandbox's own server, relayed as they are
+    *(
+        (m, p)
+        for m in ("post", "put", "patch", "delete")
+        for p in ("/v1/sessions/{session_id}/ports/{port}/{path}", "/p/{token}/{path}")
+    ),
 }
 
 

@@ -1,0 +1,206 @@
+"""Routes of exposed ports (issue 21.1, docs/ports.md): a session's sandbox ports over HTTP.
+
+- ``GET|HEAD|POST|PUT|PATCH|DELETE|OPTIONS /v1/sessions/{id}/ports/{port}/{path}``
+  and a WebSocket on the same path: with the tenant's token (``Authorization:
+  Bearer``; for a WebSocket from a browser also the subprotocol
+  ``sandgrid.bearer.<token>``), relayed to ``port`` on the sandbox's loopback.
+- ``POST /v1/sessions/{id}/ports/{port}/url``: a signed preview URL
+  (``PortUrlRequest`` -> ``PortUrl``). An app's own ``POST /url`` is reached
+  through a preview URL.
+- ``/p/{token}/{path}`` (HTTP and WebSocket): the same relay with no token but
+  the signed one; ``/p/{token}`` redirects to ``/p/{token}/`` so that relative
+  links resolve.
+
+Every error is the API's JSON body: 422 (a port outside 1-65535 or reserved),
+403 (a preview token forged, expired, or read-only), 404 (unknown, another
+tenant's, closed), 429 (``port_limit``), 502 (``port_not_listening``), 503
+(the owner did not answer).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Annotated
+from urllib.parse import parse_qsl, urlencode
+
+from fastapi import APIRouter, Path, Request, WebSocket
+from fastapi.responses import RedirectResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sandgrid.errors import SandgridError
+from sandgrid.ops.ports import PortUrl, PortUrlRequest
+from sandgrid.wire.portkeys import port_key
+from scheduler.api.deps import CurrentTenant, Services, Svc
+from scheduler.api.pty import ws_tenant
+from scheduler.ports.forward import forward_http
+from scheduler.ports.previews import PREVIEW_PREFIX, QUERY_TOKEN, check, make_url
+from scheduler.ports.tunnel import check_port, live_session, open_tunnel
+from scheduler.ports.websocket import refuse, relay_websocket
+
+__all__ = [
+    "METHODS",
+    "PortNumber",
+    "PreviewQuery",
+    "port_route",
+    "port_socket",
+    "port_url",
+    "preview_root",
+    "preview_route",
+    "preview_socket",
+    "router",
+]
+
+router = APIRouter(tags=["ports"])
+METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+PortNumber = Annotated[int, Path(ge=1, le=65535, description="a TCP port on the sandbox loopback")]
+
+
+def _reserved(svc: Services) -> frozenset[int]:
+    return frozenset({svc.settings.worker.egress.port})
+
+
+async def _relay(
+    request: Request, svc: Services, tenant: str, session_id: str, port: int, prefix: str, path: str
+) -> Response:
+    check_port(port, _reserved(svc))
+    p = svc.settings.ports
+    sock = await open_tunnel(
+        svc.registry,
+        tenant,
+        session_id,
+        port,
+        key=port_key(svc.settings, "link"),
+        timeout=p.connect_timeout_s,
+    )
+    return await forward_http(request, sock, port, prefix, path)
+
+
+@router.post("/v1/sessions/{session_id}/ports/{port}/url", response_model=PortUrl)
+def port_url(
+    session_id: str,
+    port: PortNumber,
+    request: Request,
+    svc: Svc,
+    tenant: CurrentTenant,
+    body: PortUrlRequest | None = None,
+) -> PortUrl:
+    """A signed preview URL of the port: it works without the token until it expires
+    or the session closes; ``read_only`` allows only GET and HEAD."""
+    check_port(port, _reserved(svc))
+    live_session(svc.registry, tenant.name, session_id)
+    key = port_key(svc.settings, "preview")
+    base = str(request.base_url)
+    return make_url(
+        key, svc.settings.ports, tenant.name, session_id, port, body or PortUrlRequest(), base
+    )
+
+
+async def port_route(
+    session_id: str,
+    port: PortNumber,
+    request: Request,
+    svc: Svc,
+    tenant: CurrentTenant,
+    path: str = "",
+) -> Response:
+    """Relay the request to ``port`` on the session's sandbox loopback, streamed."""
+    prefix = f"/v1/sessions/{session_id}/ports/{port}"
+    return await _relay(request, svc, tenant.name, session_id, port, prefix, path)
+
+
+@router.websocket("/v1/sessions/{session_id}/ports/{port}/{path:path}")
+async def port_socket(websocket: WebSocket, session_id: str, port: int, path: str = "") -> None:
+    """Relay a WebSocket to ``port`` on the session's sandbox loopback."""
+    svc: Services = websocket.app.state.services
+    try:
+        offered = list(websocket.scope.get("subprotocols") or [])
+        tenant = await ws_tenant(websocket, svc, offered, operation="ports")
+        check_port(port, _reserved(svc))
+        sock = await _ws_tunnel(svc, tenant.name, session_id, port)
+    except SandgridError as exc:
+        await refuse(websocket, exc)
+        return
+    await relay_websocket(websocket, sock, port, path)
+
+
+async def _ws_tunnel(svc: Services, tenant: str, session_id: str, port: int) -> socket.socket:
+    return await open_tunnel(
+        svc.registry,
+        tenant,
+        session_id,
+        port,
+        key=port_key(svc.settings, "link"),
+        timeout=svc.settings.ports.connect_timeout_s,
+    )
+
+
+@router.api_route("/p/{token}", methods=METHODS, include_in_schema=False)
+async def preview_root(token: str) -> Response:
+    """``/p/<token>`` -> ``/p/<token>/``: relative links of the page resolve under it."""
+    return RedirectResponse(f"{PREVIEW_PREFIX}{token}/", status_code=308)
+
+
+async def preview_route(token: str, path: str, request: Request, svc: Svc) -> Response:
+    """Relay the request as the signed preview URL allows; no tenant token is read."""
+    preview = check(port_key(svc.settings, "preview"), token, request.method)
+    prefix = f"{PREVIEW_PREFIX}{token}"
+    return await _relay(request, svc, preview.tenant, preview.session, preview.port, prefix, path)
+
+
+@router.websocket("/p/{token}/{path:path}")
+async def preview_socket(websocket: WebSocket, token: str, path: str = "") -> None:
+    """A WebSocket through the signed preview URL (an open is a GET: read-only allows it)."""
+    svc: Services = websocket.app.state.services
+    try:
+        preview = check(port_key(svc.settings, "preview"), token, "GET")
+        sock = await _ws_tunnel(svc, preview.tenant, preview.session, preview.port)
+    except SandgridError as exc:
+        await refuse(websocket, exc)
+        return
+    await relay_websocket(websocket, sock, preview.port, path)
+
+
+class PreviewQuery:
+    """``<any path>?sg_preview=<token>`` is served as ``/p/<token>/<path>`` (the query less it).
+
+    The Agents SDK's ``ExposedPortEndpoint`` is a host, a port and a query; its
+    URL is ``http://<api>/?sg_preview=<token>``: this makes that URL, and any
+    path with the parameter, a preview. The API's own routes never take it.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and QUERY_TOKEN.encode() in scope.get(
+            "query_string", b""
+        ):
+            pairs = parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+            token = next((v for k, v in pairs if k == QUERY_TOKEN), "")
+            if token and "/" not in token:
+                rest = urlencode([(k, v) for k, v in pairs if k != QUERY_TOKEN])
+                path = f"{PREVIEW_PREFIX}{token}/{scope['path'].lstrip('/')}"
+                scope = {
+                    **scope,
+                    "path": path,
+                    "raw_path": path.encode(),
+                    "query_string": rest.encode(),
+                }
+        await self.app(scope, receive, send)
+
+
+def _add_routes() -> None:
+    """One route per method (an operation id each in the OpenAPI document)."""
+    for method in METHODS:
+        low = method.lower()
+        path = "/v1/sessions/{session_id}/ports/{port}"
+        router.add_api_route(path, port_route, methods=[method], include_in_schema=False)
+        router.add_api_route(
+            path + "/{path:path}", port_route, methods=[method], operation_id=f"port_{low}"
+        )
+        router.add_api_route(
+            "/p/{token}/{path:path}", preview_route, methods=[method], operation_id=f"preview_{low}"
+        )
+
+
+_add_routes()

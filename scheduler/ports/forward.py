@@ -1,0 +1,147 @@
+"""One HTTP request relayed to a sandbox port over a tunnel, streamed both ways.
+
+The tunnel (``tunnel.open_tunnel``) is the port's own byte stream; httpcore's
+HTTP/1.1 connection speaks over it (``_TunnelStream``, its network stream),
+so the request body streams up as the client sends it and the response body
+streams down as the server writes it: a 50 MB download or a chunked, slowly
+produced response is never held whole. Hop-by-hop headers are dropped, and
+so are the caller's ``Authorization`` (the tenant's token never reaches the
+sandbox) and ``Cookie`` headers of the grid; the server sees ``Host:
+127.0.0.1:<port>`` and ``X-Forwarded-*`` naming the public prefix. One tunnel
+serves one request (a port's caps count requests in flight).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpcore
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from sandgrid.errors import PortUnreachable
+
+__all__ = ["HOP_BY_HOP", "forward_http", "request_headers", "response_headers"]
+
+#: Never forwarded either way (RFC 9110 7.6.1), nor the caller's credentials.
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+    }
+)
+_CREDENTIALS = frozenset({"authorization"})
+_READ = 256 << 10
+
+
+class _TunnelStream(httpcore.AsyncNetworkStream):
+    """httpcore's network stream over the tunnel's asyncio streams."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        async with asyncio.timeout(timeout):
+            return await self.reader.read(max_bytes)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if buffer:
+            self.writer.write(buffer)
+            async with asyncio.timeout(timeout):
+                await self.writer.drain()
+
+    async def aclose(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()
+
+    def get_extra_info(self, info: str) -> Any:
+        return None
+
+
+def request_headers(request: Request, port: int, prefix: str) -> list[tuple[bytes, bytes]]:
+    """The headers the sandbox's server gets: the caller's, less hop-by-hop and credentials."""
+    out: list[tuple[bytes, bytes]] = [(b"host", f"127.0.0.1:{port}".encode())]
+    chunked = False
+    for name, value in request.headers.raw:
+        low = name.decode("latin-1").lower()
+        if low == "transfer-encoding":
+            chunked = b"chunked" in value.lower()
+        if low in HOP_BY_HOP or low in _CREDENTIALS or low.startswith("x-forwarded-"):
+            continue
+        out.append((name, value))
+    if chunked and "content-length" not in request.headers:
+        out.append((b"transfer-encoding", b"chunked"))
+    out += [
+        (b"x-forwarded-host", request.headers.get("host", "").encode("latin-1")),
+        (b"x-forwarded-proto", request.url.scheme.encode()),
+        (b"x-forwarded-prefix", prefix.encode()),
+    ]
+    return out
+
+
+def response_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The server's headers the caller gets: all but the hop-by-hop ones."""
+    return [(k.lower(), v) for k, v in headers if k.decode("latin-1").lower() not in HOP_BY_HOP]
+
+
+def _has_body(request: Request) -> bool:
+    te = request.headers.get("transfer-encoding", "")
+    return "chunked" in te.lower() or int(request.headers.get("content-length") or 0) > 0
+
+
+async def forward_http(
+    request: Request, sock: socket.socket, port: int, prefix: str, path: str
+) -> Response:
+    """Relay ``request`` to ``path`` on the tunnel ``sock``; the response streams back.
+
+    Raises:
+        PortUnreachable: the server closed the connection without an answer.
+    """
+    reader, writer = await asyncio.open_connection(sock=sock, limit=_READ)
+    conn = httpcore.AsyncHTTP11Connection(
+        httpcore.Origin(b"http", b"127.0.0.1", port), _TunnelStream(reader, writer)
+    )
+    target = "/" + path.lstrip("/")
+    if request.url.query:
+        target += "?" + request.url.query
+    upstream = httpcore.Request(
+        request.method,
+        httpcore.URL(scheme=b"http", host=b"127.0.0.1", port=port, target=target.encode()),
+        headers=request_headers(request, port, prefix),
+        content=request.stream() if _has_body(request) else None,
+    )
+    try:
+        response = await conn.handle_async_request(upstream)
+    except (httpcore.ProtocolError, httpcore.NetworkError, httpcore.ReadError) as exc:
+        await conn.aclose()
+        raise PortUnreachable(
+            f"the server on port {port} closed the connection without an answer",
+            operation="ports",
+            context={"port": port, "reason": "no_answer"},
+        ) from exc
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in response.aiter_stream():
+                yield chunk
+        finally:
+            await response.aclose()
+            await conn.aclose()
+
+    out = StreamingResponse(body(), status_code=response.status)
+    out.raw_headers = response_headers(list(response.headers))  # its length, if it named one
+    return out

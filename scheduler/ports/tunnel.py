@@ -1,0 +1,199 @@
+"""A connection to a session's sandbox port, through the worker that owns the session.
+
+The registry says who owns the session (its lease) and the owner's heartbeat
+where its port listener is (``NodeRecord.ports_addr``). The API connects there,
+sends the signed hello (``sandgrid.wire.portlink``) and reads the answer; on
+ok the socket is the port's byte stream. Nothing names a worker beyond this
+lookup, made again for every connection: a session whose owner changed (a
+worker died, a restore elsewhere) is reached at its new owner, and its preview
+URLs keep working. An owner that answers "not here" (the session moved between
+the lookup and the connect) is asked once more after a fresh lookup.
+
+The lookup's answer is kept ``OWNER_CACHE_S`` per tenant and session, so a
+page's burst of requests costs one: the worker is the authority on whether it
+serves the session (a closed or moved session is gone from its table and it
+answers "not here"), and that answer drops the entry, so a stale one costs a
+retry, never a request to the wrong session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import time
+
+from starlette.concurrency import run_in_threadpool
+
+from sandgrid.errors import (
+    ErrorCode,
+    InfrastructureError,
+    InvalidInput,
+    NotFound,
+    PortUnreachable,
+    SandgridError,
+)
+from sandgrid.models import SessionInfo
+from sandgrid.ops.ports import MAX_PORT, MIN_PORT
+from sandgrid.wire.portlink import MAX_LINE, Hello, parse_answer
+from scheduler.registry.sessions import SessionRegistry
+
+__all__ = ["OWNER_CACHE_S", "TUNNEL_ATTEMPTS", "check_port", "live_session", "open_tunnel"]
+
+#: Lookups and connects per request: one more when the owner moved meanwhile.
+TUNNEL_ATTEMPTS = 2
+_CLOSED = ("closed", "expired")
+#: How long a session's owner address is reused without a lookup (see the module doc).
+OWNER_CACHE_S = 2.0
+_CACHE_MAX = 4096
+_owners: dict[tuple[str, str], tuple[tuple[str, int], float]] = {}
+
+
+def _cached(tenant: str, session_id: str) -> tuple[str, int] | None:
+    hit = _owners.get((tenant, session_id))
+    if hit is None or hit[1] < time.monotonic():
+        return None
+    return hit[0]
+
+
+def _remember(tenant: str, session_id: str, addr: tuple[str, int]) -> None:
+    if len(_owners) >= _CACHE_MAX:
+        _owners.clear()
+    _owners[(tenant, session_id)] = (addr, time.monotonic() + OWNER_CACHE_S)
+
+
+def check_port(port: int, reserved: frozenset[int]) -> None:
+    """A port the route may forward to.
+
+    Raises:
+        InvalidInput: outside 1-65535, or the sandbox agent's own (egress) port.
+    """
+    if not MIN_PORT <= port <= MAX_PORT:
+        raise InvalidInput(
+            f"port {port} is outside {MIN_PORT}-{MAX_PORT}",
+            operation="ports",
+            context={"field": "port", "rule": f"{MIN_PORT} <= port <= {MAX_PORT}"},
+        )
+    if port in reserved:
+        raise InvalidInput(
+            f"port {port} is reserved: the sandbox agent's own",
+            operation="ports",
+            context={"field": "port", "rule": "not a port the sandbox type reserves"},
+        )
+
+
+def live_session(registry: SessionRegistry, tenant: str, session_id: str) -> SessionInfo:
+    """The tenant's open session (a closed one is as unknown as another tenant's).
+
+    Raises:
+        NotFound: unknown, another tenant's, closed or expired.
+    """
+    info = registry.get(tenant, session_id)
+    if info.state in _CLOSED:
+        raise NotFound(
+            f"session {session_id!r} is closed",
+            code=ErrorCode.NOT_FOUND,
+            operation="ports",
+            context={"session": session_id, "state": info.state},
+        )
+    return info
+
+
+def _lookup(registry: SessionRegistry, tenant: str, session_id: str, port: int) -> tuple[str, int]:
+    """The session (open, the tenant's) and its owner's port listener, in one thread hop."""
+    return _owner_addr(registry, live_session(registry, tenant, session_id), port)
+
+
+def _owner_addr(registry: SessionRegistry, info: SessionInfo, port: int) -> tuple[str, int]:
+    if not info.owner:
+        raise PortUnreachable(
+            f"session {info.id} is not running in a sandbox now (idle or paused): nothing "
+            f"listens on port {port}; a turn brings the sandbox back",
+            operation="ports",
+            context={"port": port, "reason": "session_not_running"},
+        )
+    record = registry.ledger.node_record(info.owner)
+    if record is None or not record.ports_addr:
+        raise InfrastructureError(
+            f"the worker holding session {info.id} is gone or serves no ports",
+            code=ErrorCode.WORKER_LOST,
+            operation="ports",
+            context={"port": port, "retry_after": 2.0},
+            retryable=True,
+        )
+    host, _, p = record.ports_addr.rpartition(":")
+    return host.strip("[]"), int(p)
+
+
+async def _read_answer(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
+    """The worker's answer line, read whole: nothing follows it before the API speaks
+    (an HTTP or WebSocket server waits for the request), so a read may take all."""
+    buf = bytearray()
+    while b"\n" not in buf and len(buf) < MAX_LINE:
+        chunk = await loop.sock_recv(sock, MAX_LINE)
+        if not chunk:
+            break
+        buf += chunk
+    line, _, rest = bytes(buf).partition(b"\n")
+    return b"" if rest else line  # bytes before our request: not a server we speak to
+
+
+async def _connect(addr: tuple[str, int], hello: bytes, timeout: float) -> socket.socket:
+    loop = asyncio.get_running_loop()
+    family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    try:
+        async with asyncio.timeout(timeout):
+            await loop.sock_connect(sock, addr)
+            await loop.sock_sendall(sock, hello)
+            answer = await _read_answer(loop, sock)
+    except (OSError, TimeoutError) as exc:
+        sock.close()
+        raise InfrastructureError(
+            f"the session's worker did not answer on its port listener: {exc!r}",
+            code=ErrorCode.WORKER_LOST,
+            operation="ports",
+            context={"retry_after": 2.0},
+            retryable=True,
+        ) from exc
+    error = parse_answer(answer)
+    if error is not None:
+        sock.close()
+        raise error
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+async def open_tunnel(
+    registry: SessionRegistry,
+    tenant: str,
+    session_id: str,
+    port: int,
+    *,
+    key: bytes,
+    timeout: float,
+) -> socket.socket:
+    """A connected, non-blocking socket to ``port`` on the session's loopback.
+
+    Raises:
+        NotFound: the session is unknown, another tenant's, or closed.
+        PortUnreachable: nothing listens there, or the session runs nowhere.
+        LimitExceeded: the session's port caps (``port_limit``).
+        InfrastructureError: its worker did not answer.
+    """
+    last: SandgridError | None = None
+    for _ in range(TUNNEL_ATTEMPTS):
+        addr = _cached(tenant, session_id)
+        if addr is None:
+            addr = await run_in_threadpool(_lookup, registry, tenant, session_id, port)
+            _remember(tenant, session_id, addr)
+        try:
+            return await _connect(addr, Hello.make(session_id, port).line(key), timeout)
+        except InfrastructureError as exc:  # moved, or the worker went: look again
+            _owners.pop((tenant, session_id), None)
+            last = exc
+            with contextlib.suppress(Exception):
+                await asyncio.sleep(0.05)
+    assert last is not None
+    raise last

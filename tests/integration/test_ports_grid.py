@@ -1,0 +1,366 @@
+"""Exposed ports through the real grid (issue 21.1): API -> owning worker -> agent -> loopback.
+
+A grid of its own (API and two workers serving ``python`` on runc and
+``python-gvisor`` on runsc), on the batch grid's port and Redis database (one
+integration run at a time). Servers run in the sandbox as background processes
+(``python3 -m http.server``, and the stdlib servers of
+``tests/support/port_servers.py``: a slow chunked stream, a POST echo, a
+WebSocket echo) and are reached through ``/v1/sessions/{id}/ports/{port}/``
+with the tenant's token and through signed preview URLs without it.
+
+The caps are small here (``MAX_CONNECTIONS``, ``MAX_BYTES``) so that a test
+can show them holding. The owner-change test kills a worker and runs last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from agents.sandbox.errors import ExposedPortUnavailableError
+from websockets.sync.client import connect
+
+from sandgrid.client import AsyncClient, Client, Session
+from sandgrid.integrations.openai_agents import SandgridSandboxClient, SandgridSandboxClientOptions
+from sandgrid.localgrid import LocalGrid
+from tests.integration.test_shell_tmux import close_when_free
+from tests.integration.test_terminal_grid import RUNTIMES, TYPES
+from tests.support.grid_fixtures import API_PORT, REDIS_URL, TOKEN, own_grid
+from tests.support.port_servers import SERVERS
+
+pytestmark = pytest.mark.integration
+
+NODES = ["ports-w1", "ports-w2"]
+OTHER_TOKEN = "tok-other-" + "e" * 24
+MAX_CONNECTIONS = 6
+MAX_BYTES = 80 << 20
+BIG_MB = 50
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
+    with own_grid(
+        tmp_path_factory.mktemp("portsgrid"),
+        port=API_PORT,
+        redis_url=REDIS_URL,
+        tenants={"batch": TOKEN, "other": OTHER_TOKEN},
+        nodes=NODES,
+        types=TYPES,
+        env={
+            "SANDGRID_HEARTBEAT_S": "0.5",
+            "SANDGRID_LEASE_TTL_S": "4",
+            "SANDGRID_PORTS__MAX_CONNECTIONS": str(MAX_CONNECTIONS),
+            "SANDGRID_PORTS__MAX_BYTES": str(MAX_BYTES),
+        },
+    ) as g:
+        yield g
+
+
+@pytest.fixture
+def client(grid: LocalGrid) -> Iterator[Client]:
+    """The tenant's client, with time for a 50 MB body."""
+    with Client(grid.api_url, TOKEN, timeout=120) as c:
+        yield c
+
+
+@pytest.fixture(params=RUNTIMES)
+def session(request: pytest.FixtureRequest, client: Client) -> Iterator[Session]:
+    """A session of each runtime with the test servers' script in its workspace."""
+    s = client.session(type=request.param)
+    s.write_file("servers.py", SERVERS)
+    yield s
+    close_when_free(client, s.id)
+
+
+def serve(s: Session, command: str, port: int) -> None:
+    """Start ``command`` in the background in the sandbox; wait until ``port`` accepts."""
+    s.exec(shell=command, background=True)
+    probe = (
+        "import socket,sys,time\n"
+        "for _ in range(300):\n"
+        "    try:\n"
+        f"        socket.create_connection(('127.0.0.1', {port}), 1).close(); sys.exit(0)\n"
+        "    except OSError:\n"
+        "        time.sleep(0.1)\n"
+        "sys.exit(1)\n"
+    )
+    assert s.exec(["python3", "-c", probe]).exit_code == 0, f"port {port} never accepted"
+
+
+def http_server(s: Session, port: int = 8000) -> None:
+    serve(s, f"cd /workspace && exec python3 -m http.server {port} --bind 127.0.0.1", port)
+
+
+def test_http_server_through_the_route_and_a_signed_url(client: Client, session: Session) -> None:
+    session.write_file("hello.txt", "hello from the sandbox\n")
+    http_server(session)
+    with session.http(8000) as h:
+        r = h.get("hello.txt")
+        assert r.status_code == 200 and r.text == "hello from the sandbox\n"
+        listing = h.get("")
+        assert "hello.txt" in listing.text
+    url = session.port_url(8000, expires_in=120)
+    assert TOKEN not in url.url and url.url.endswith("/") and url.port == 8000
+    r = httpx.get(url.url + "hello.txt", timeout=30)  # no token at all
+    assert r.status_code == 200 and r.text == "hello from the sandbox\n"
+    bare = httpx.get(url.url.rstrip("/"), timeout=30, follow_redirects=False)
+    assert bare.status_code == 308 and bare.headers["location"].endswith("/")
+
+
+def test_no_listener_is_502_with_a_clear_body(session: Session) -> None:
+    with session.http(8123) as h:
+        r = h.get("")
+    assert r.status_code == 502, r.text
+    err = r.json()["error"]
+    assert err["code"] == "port_not_listening" and "8123" in err["message"]
+
+
+def test_streaming_post_and_headers(client: Client, session: Session) -> None:
+    serve(session, "exec python3 /workspace/servers.py stream 8001", 8001)
+    with session.http(8001, timeout=30) as h:
+        t0 = time.monotonic()
+        arrivals = []
+        with h.stream("GET", "ticks?n=5&gap=0.4") as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if line:
+                    arrivals.append(time.monotonic() - t0)
+        assert len(arrivals) == 5
+        assert arrivals[0] < 1.2 and arrivals[-1] - arrivals[0] > 1.2, arrivals  # not buffered
+        assert h.post("echo", content=b"x" * 5000).text == "echo:" + "x" * 5000
+        assert h.put("echo", content=b"put").text == "echo:put"
+        headers = h.get("headers").text
+    assert "authorization" not in headers and TOKEN not in headers
+    assert "host: 127.0.0.1:8001" in headers
+    assert "x-forwarded-prefix: /v1/sessions/" in headers
+
+
+def test_big_download_streams(session: Session) -> None:
+    session.exec(shell=f"head -c {BIG_MB << 20} /dev/urandom > /workspace/big.bin")
+    http_server(session)
+    url = session.port_url(8000, read_only=True).url
+    got, first = 0, None
+    t0 = time.monotonic()
+    with httpx.stream("GET", url + "big.bin", timeout=120) as r:
+        assert r.status_code == 200
+        assert int(r.headers["content-length"]) == BIG_MB << 20
+        for chunk in r.iter_raw():
+            first = first if first is not None else time.monotonic() - t0
+            got += len(chunk)
+    assert got == BIG_MB << 20
+    assert first is not None and first < (time.monotonic() - t0) / 2  # bytes came as they went
+
+
+def test_websocket_echo_with_token_and_url(client: Client, session: Session) -> None:
+    serve(session, "exec python3 /workspace/servers.py ws 8002", 8002)
+    base = client.base_url.replace("http://", "ws://")
+    uri = f"{base}/v1/sessions/{session.id}/ports/8002/chat"
+    with connect(uri, additional_headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
+        ws.send("hello")
+        assert ws.recv(timeout=10) == "hello"
+        ws.send(b"\x00\x01binary")
+        assert ws.recv(timeout=10) == b"\x00\x01binary"
+    url = session.port_url(8002, read_only=True).url.replace("http://", "ws://")
+    with connect(url + "chat", subprotocols=["chat.v1"]) as ws:  # type: ignore[list-item]
+        assert ws.subprotocol == "chat.v1"
+        ws.send("via url")
+        assert ws.recv(timeout=10) == "via url"
+
+
+def test_read_only_url_refuses_post_and_expiry(session: Session) -> None:
+    serve(session, "exec python3 /workspace/servers.py stream 8001", 8001)
+    ro = session.port_url(8001, read_only=True)
+    assert ro.methods == ("GET", "HEAD") and ro.mode == "read_only"
+    r = httpx.post(ro.url + "echo", content=b"no", timeout=30)
+    assert r.status_code == 403 and r.json()["error"]["code"] == "method_not_allowed"
+    rw = session.port_url(8001, expires_in=2)
+    assert httpx.post(rw.url + "echo", content=b"yes", timeout=30).text == "echo:yes"
+    time.sleep(2.5)
+    r = httpx.get(rw.url + "headers", timeout=30)
+    assert r.status_code == 403 and r.json()["error"]["code"] == "url_expired"
+
+
+def test_closed_session_stops_its_urls(client: Client, grid: LocalGrid) -> None:
+    s = client.session(type="python")
+    http_server(s)
+    url = s.port_url(8000).url
+    assert httpx.get(url, timeout=30).status_code == 200
+    close_when_free(client, s.id)
+    r = httpx.get(url, timeout=30)
+    assert r.status_code == 404, r.text
+
+
+def test_caps_hold(session: Session) -> None:
+    http_server(session)
+    session.exec(shell="head -c 50000000 /dev/zero > /workspace/z.bin")
+    # connections: MAX_CONNECTIONS held open at once, the next is 429
+    held = [_half_open(session, 8000) for _ in range(MAX_CONNECTIONS)]
+    try:
+        time.sleep(0.5)
+        with session.http(8000) as h:
+            r = h.get("")
+        assert r.status_code == 429, r.text
+        assert r.json()["error"]["code"] == "port_limit"
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(1.0)
+    # bytes: the second 50 MB download crosses MAX_BYTES and is cut; then 429
+    with session.http(8000, timeout=120) as h:
+        assert len(h.get("z.bin").content) == 50_000_000
+        with pytest.raises(httpx.HTTPError):
+            h.get("z.bin").raise_for_status()
+        time.sleep(0.5)
+        r = h.get("")
+        assert r.status_code == 429 and "bytes" in r.json()["error"]["message"]
+    audit = session.network()
+    inbound = [a for a in audit.attempts if a.protocol == "inbound"]
+    assert inbound and any(not a.allowed for a in inbound)
+    assert any(a.reason.startswith("cut") for a in inbound)
+
+
+def _running(node: str) -> int:
+    """The node's running sandboxes (its warm pool: one per type here)."""
+    out = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label=sandgrid.worker={node}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return len(out.stdout.split())
+
+
+def _half_open(s: Session, port: int) -> socket.socket:
+    """A request whose body never finishes: it holds one port connection open."""
+    host, p = s.client.base_url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(p)), timeout=10)
+    head = (
+        f"POST /v1/sessions/{s.id}/ports/{port}/slow HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Bearer {TOKEN}\r\nContent-Length: 1000000\r\n\r\n"
+    )
+    sock.sendall(head.encode() + b"x" * 100)
+    return sock
+
+
+def test_cross_tenant_and_bad_ports(grid: LocalGrid, session: Session) -> None:
+    with Client(grid.api_url, OTHER_TOKEN) as other:
+        base = f"{grid.api_url}/v1/sessions/{session.id}/ports/8000/"
+        r = httpx.get(base, headers={"Authorization": f"Bearer {OTHER_TOKEN}"}, timeout=30)
+        assert r.status_code == 404
+        r = httpx.post(base + "url", headers={"Authorization": f"Bearer {OTHER_TOKEN}"}, timeout=30)
+        assert r.status_code == 404
+        del other
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for bad in ("0", "65536", "-1"):
+        r = httpx.get(f"{grid.api_url}/v1/sessions/{session.id}/ports/{bad}/", headers=auth)
+        assert r.status_code == 422 and "port" in r.text, (bad, r.text)
+    r = httpx.get(f"{grid.api_url}/v1/sessions/{session.id}/ports/3128/", headers=auth)
+    assert r.status_code == 422 and "reserved" in r.text
+    assert httpx.get(f"{grid.api_url}/v1/sessions/{session.id}/ports/8000/").status_code == 401
+
+
+def test_forged_and_tampered_urls_are_403_without_the_sandbox(
+    client: Client, session: Session
+) -> None:
+    """Adversarial (security.md PORT-1..3): a tampered signature, a token moved to another
+    port or session, a path that tries to leave the prefix."""
+    http_server(session)
+    good = session.port_url(8000)
+    payload, sig = good.token.split(".")
+    other = client.session(type="python")
+    try:
+        other_url = other.port_url(8000)
+        o_payload = other_url.token.split(".")[0]
+        forged = [
+            f"{payload}.{sig[:-2]}AA",  # tampered signature
+            f"{o_payload}.{sig}",  # another session's payload under this signature
+            f"{payload}x.{sig}",  # a payload changed
+            "eyJ2IjoxfQ.bm9wZQ",  # made up
+        ]
+        for token in forged:
+            r = httpx.get(f"{client.base_url}/p/{token}/", timeout=30)
+            assert r.status_code == 403, (token, r.text)
+            assert r.json()["error"]["code"] == "signature_invalid"
+        # the path stays under the port: '..' cannot reach the API's own routes
+        # (sent raw: an HTTP client would normalise the dots away before sending)
+        host, port = client.base_url.removeprefix("http://").split(":")
+        for path in ("../../v1/sessions", "%2e%2e/%2e%2e/v1/health", "..%2f..%2fv1/health"):
+            conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            conn.request("GET", good.path + path)
+            r = conn.getresponse()
+            body = r.read().decode(errors="replace")
+            conn.close()
+            assert r.status in (200, 404), (path, r.status, body)
+            assert '"sessions"' not in body and '"workers"' not in body, body
+        # the query form reaches the port's root
+        r = httpx.get(f"{client.base_url}/?sg_preview={good.token}", timeout=30)
+        assert r.status_code == 200 and "Directory listing" in r.text
+    finally:
+        close_when_free(client, other.id)
+
+
+def test_openai_agents_exposed_ports(grid: LocalGrid) -> None:
+    """The Agents SDK provider: ``exposed_ports`` resolve to preview endpoints that reach
+    the port with no token; a port not configured is the SDK's own refusal."""
+    options = SandgridSandboxClientOptions(exposed_ports=(8000,), preview_ttl_s=300)
+
+    async def main() -> None:
+        async with (
+            AsyncClient(grid.api_url, TOKEN) as sdk,
+            await SandgridSandboxClient(client=sdk).create(options=options) as s,
+        ):
+            await s.exec("echo agents > /workspace/a.txt")
+            await s.exec(
+                "cd /workspace && nohup python3 -m http.server 8000 --bind 127.0.0.1 "
+                ">/dev/null 2>&1 &"
+            )
+            endpoint = await s.resolve_exposed_port(8000)
+            assert TOKEN not in endpoint.url_for("http")
+            async with httpx.AsyncClient(timeout=30) as h:
+                for _ in range(50):
+                    r = await h.get(endpoint.url_for("http"))
+                    if r.status_code != 502:
+                        break
+                    await asyncio.sleep(0.2)
+                assert r.status_code == 200 and "a.txt" in r.text, r.text
+            with pytest.raises(ExposedPortUnavailableError):
+                await s.resolve_exposed_port(9000)
+
+    asyncio.run(main())
+
+
+def test_url_survives_a_change_of_owner(client: Client, grid: LocalGrid) -> None:
+    """The URL names the session: after its worker is killed, the session restores on the
+    other worker and the same URL reaches the server started there."""
+    s = client.session(type="python")
+    try:
+        s.write_file("where.txt", "before\n")
+        http_server(s)
+        url = s.port_url(8000).url
+        assert httpx.get(url + "where.txt", timeout=30).text == "before\n"
+        owner = client.get_session(s.id).owner
+        assert owner in NODES
+        grid.kill(owner)
+        end = time.monotonic() + 60
+        while client.get_session(s.id).owner == owner:
+            assert time.monotonic() < end, "the lease never lapsed"
+            time.sleep(0.5)
+        r = httpx.get(url + "where.txt", timeout=30)
+        assert r.status_code in (502, 503), r.text  # nothing runs there now
+        s.exec(shell="echo after > /workspace/where.txt")  # restored on the other worker
+        assert client.get_session(s.id).owner not in (None, owner)
+        http_server(s)
+        assert httpx.get(url + "where.txt", timeout=30).text == "after\n"
+    finally:
+        close_when_free(client, s.id)
+        grid.start_worker(owner or NODES[0], types=TYPES)
+        # seen again: it has collected what its killed process left (orphans); and its
+        # warm pool full, so that the module's teardown does not stop it mid-refill
+        grid.wait(lambda: grid.workers_seen() >= set(NODES), "the restarted worker")
+        grid.wait(lambda: _running(owner or NODES[0]) >= 2, "the restarted worker's pool")

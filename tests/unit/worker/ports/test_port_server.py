@@ -1,0 +1,117 @@
+"""The worker's port listener over real sockets: the hello, the session, the caps, the audit.
+
+The API's side is played by a plain socket sending ``Hello.line``; the agent's
+by its own dialing threads on a temporary directory; the session table holds
+one session whose sandbox is that directory's.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from sandgrid.models import NetworkAttempt
+from sandgrid.wire.portlink import Hello, parse_answer
+from worker.agent import inbound
+from worker.ports.caps import PortCaps
+from worker.ports.server import PortServer
+from worker.ports.sockets import InboundSockets
+
+KEY = b"L" * 32
+
+
+class Book:
+    def __init__(self) -> None:
+        self.attempts: list[NetworkAttempt] = []
+
+    def record(self, session_id: str, attempt: NetworkAttempt) -> None:
+        self.attempts.append(attempt)
+
+
+@pytest.fixture
+def echo() -> Iterator[int]:
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def run() -> None:
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            while data := c.recv(65536):
+                c.sendall(data)
+            c.close()
+
+    threading.Thread(target=run, daemon=True).start()
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[PortServer, Book, Any]]:
+    box = InboundSockets()
+    box.open("sbx", tmp_path)
+    for _ in range(2):
+        args = (str(tmp_path / "inbound.sock"),)
+        threading.Thread(target=inbound._dial, args=args, daemon=True).start()
+    local = SimpleNamespace(sandbox=SimpleNamespace(name="sbx"), last_used=0.0)
+    table = SimpleNamespace(get=lambda sid: local if sid == "s-1" else None)
+    book = Book()
+    caps = PortCaps(1, 1000, seed=lambda s: 0)
+    srv = PortServer("n1", KEY, table, box, caps, book, reserved=frozenset({3128}), timeout_s=3)  # type: ignore[arg-type]
+    port = srv.serve("127.0.0.1", 0)
+    yield srv, book, (port, local)
+    srv.stop()
+    box.stop()
+
+
+def _open(port: int, hello: bytes) -> tuple[socket.socket, bytes]:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(hello)
+    answer = inbound.read_line(sock, 4096)
+    return sock, answer
+
+
+def test_a_signed_hello_opens_the_port_and_is_audited(server: Any, echo: int) -> None:
+    _srv, book, (port, local) = server
+    sock, answer = _open(port, Hello.make("s-1", echo).line(KEY))
+    assert parse_answer(answer) is None and local.last_used > 0
+    sock.sendall(b"ping")
+    assert sock.recv(10) == b"ping"
+    sock.close()
+    for _ in range(50):
+        if book.attempts:
+            break
+        time.sleep(0.05)
+    (attempt,) = book.attempts
+    assert attempt.allowed and attempt.protocol == "inbound" and attempt.port == echo
+    assert (attempt.received, attempt.sent) == (4, 4)
+
+
+def test_refusals_answer_the_apis_error(server: Any, echo: int) -> None:
+    _srv, book, (port, _) = server
+    _, answer = _open(port, Hello.make("s-other", echo).line(KEY))
+    assert json.loads(answer)["status"] == 503  # not on this node: the API looks again
+    _, answer = _open(port, Hello.make("s-1", 3128).line(KEY))
+    assert json.loads(answer)["status"] == 422
+    held, answer = _open(port, Hello.make("s-1", echo).line(KEY))
+    assert parse_answer(answer) is None
+    _, answer = _open(port, Hello.make("s-1", echo).line(KEY))  # the cap is 1
+    assert json.loads(answer)["error"]["code"] == "port_limit"
+    held.close()
+    assert any(not a.allowed and a.reason == "port_limit" for a in book.attempts)
+
+
+def test_a_bad_hello_is_closed_unanswered(server: Any, echo: int) -> None:
+    _, _, (port, _) = server
+    for hello in (Hello.make("s-1", echo).line(b"x" * 32), b"garbage\n", b"{}\n"):
+        _, answer = _open(port, hello)
+        assert answer == b""

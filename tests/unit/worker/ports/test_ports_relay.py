@@ -1,0 +1,129 @@
+"""The worker's side of exposed ports over real sockets: the agent's dialer, the caps.
+
+The agent's dialing loop (``worker.agent.inbound``) runs in threads against a
+Unix socket of a temporary directory, as it does against the bind-mounted one
+in a sandbox; its loopback is the host's (a server on 127.0.0.1 here).
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandgrid.errors import LimitExceeded, PortUnreachable, SandboxError
+from worker.agent import inbound
+from worker.ports.caps import PortCaps
+from worker.ports.sockets import InboundSockets
+
+
+@pytest.fixture
+def sockets(tmp_path: Path) -> Iterator[tuple[InboundSockets, str]]:
+    box = InboundSockets()
+    box.open("sbx", tmp_path)
+    path = str(tmp_path / "inbound.sock")
+    for _ in range(2):
+        threading.Thread(target=inbound._dial, args=(path,), daemon=True).start()
+    yield box, path
+    box.stop()
+
+
+@pytest.fixture
+def echo() -> Iterator[int]:
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+
+    def run() -> None:
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            while data := c.recv(65536):
+                c.sendall(data.upper())
+            c.close()
+
+    threading.Thread(target=run, daemon=True).start()
+    yield port
+    srv.close()
+
+
+def test_a_connection_through_the_agent_reaches_the_loopback_port(
+    sockets: tuple[InboundSockets, str], echo: int
+) -> None:
+    box, _ = sockets
+    for _ in range(5):  # more than the agent keeps dialed: it dials again
+        conn = box.connect("sbx", echo, timeout=5)
+        conn.sendall(b"hello")
+        assert conn.recv(100) == b"HELLO"
+        conn.close()
+
+
+def test_no_listener_is_port_unreachable(sockets: tuple[InboundSockets, str]) -> None:
+    box, _ = sockets
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()
+    with pytest.raises(PortUnreachable) as info:
+        box.connect("sbx", port, timeout=5)
+    assert info.value.context["reason"] == "not_listening" and str(port) in info.value.message
+
+
+def test_unknown_or_closed_sandbox(sockets: tuple[InboundSockets, str], echo: int) -> None:
+    box, _ = sockets
+    with pytest.raises(SandboxError):
+        box.connect("nope", echo, timeout=0.5)
+    box.close("sbx")
+    with pytest.raises(SandboxError):
+        box.connect("sbx", echo, timeout=0.5)
+
+
+def test_the_agent_answers() -> None:
+    assert inbound.answer_for(None) == b"K\n"
+    refused = inbound.answer_for(ConnectionRefusedError(errno.ECONNREFUSED, "refused"))
+    assert refused.startswith(b"E %d " % errno.ECONNREFUSED) and refused.endswith(b"\n")
+    assert b"\n" not in inbound.answer_for(OSError(5, "a\nb"))[:-1]
+
+
+def test_the_agent_ignores_a_bad_request_line(tmp_path: Path) -> None:
+    a, b = socket.socketpair()
+    inbound._serve(a, b"P 0")
+    assert b.recv(10) == b""  # closed, no answer
+    a, b = socket.socketpair()
+    inbound._serve(a, b"X 80")
+    assert b.recv(10) == b""
+
+
+def test_caps_connections_and_bytes() -> None:
+    caps = PortCaps(2, 100, seed=lambda s: 40)
+    one, two = caps.admit("s"), caps.admit("s")
+    with pytest.raises(LimitExceeded) as info:
+        caps.admit("s")
+    assert info.value.code == "port_limit" and info.value.http_status == 429
+    one.close()
+    one.close()  # idempotent
+    assert caps.open_now("s") == 1
+    assert two.count(0, 50) == 50
+    assert two.count(1, 50) == 10  # 40 seeded + 50 + 10 = the cap: the rest is cut
+    assert two.moved == [50, 10]
+    two.close()
+    with pytest.raises(LimitExceeded, match="bytes"):
+        caps.admit("s")
+    assert caps.admit("t").count(0, 5) == 5  # another session has its own
+
+
+def test_a_line_is_one_line_and_nothing_after() -> None:
+    a, b = socket.socketpair()
+    a.sendall(b"P 8000\n")
+    assert inbound.read_line(b) == b"P 8000"
+    a.sendall(b"K\nextra")  # a peer that does not wait for the answer: refused
+    assert inbound.read_line(b) == b""
+    a.sendall(b"x" * 100)  # no newline within the limit
+    assert inbound.read_line(b, 64) == b""
+    a.close()
+    assert inbound.read_line(b) == b""  # EOF

@@ -1,0 +1,213 @@
+"""The worker's port listener: the API's connections to its sessions' sandbox ports.
+
+A TCP listener on ``SANDGRID_PORTS__LISTEN_ADDR`` (loopback by default; the
+heartbeat says where, ``NodeRecord.ports_addr``). Each connection starts with
+the API's signed hello (``sandgrid.wire.portlink``); one that does not verify
+is closed without a word. Then: the session must be live here (else 503,
+``worker_lost``: the API looks again), its caps must allow one more connection
+(``PortCaps``; else 429), and the sandbox's agent must connect to the port on
+its loopback (``InboundSockets.connect``; else 502, ``port_not_listening``).
+On success the worker answers ok and a splice ``Link`` relays the bytes both
+ways, counting each chunk against the byte cap, until either side ends; then
+the connection is recorded (``PortBook``). A connection keeps the session from
+looking idle to the reaper.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import socketserver
+import threading
+import time
+
+from sandgrid.errors import ErrorCode, InfrastructureError, InvalidInput, SandgridError
+from sandgrid.models import NetworkAttempt
+from sandgrid.wire.portlink import MAX_LINE, answer_line, read_hello
+from worker.agent.splice import Link
+from worker.ports.audit import PortBook
+from worker.ports.caps import PortCaps, Ticket
+from worker.ports.sockets import InboundSockets
+from worker.sessions.table import SessionTable
+
+__all__ = ["PortServer"]
+
+log = logging.getLogger(__name__)
+
+#: How often an open connection marks its session used (the reaper's idle TTL is minutes).
+_TOUCH_S = 10.0
+
+
+class _Server(socketserver.ThreadingTCPServer):
+    """A thread per connection (each lives as long as its relay), daemons all."""
+
+    allow_reuse_address = True
+    daemon_threads = True
+
+
+def _read_line(sock: socket.socket) -> bytes:
+    buf = bytearray()
+    while len(buf) <= MAX_LINE:
+        chunk = sock.recv(MAX_LINE + 1 - len(buf))
+        if not chunk:
+            break
+        buf += chunk
+        if b"\n" in chunk:
+            break
+    line, nl, rest = bytes(buf).partition(b"\n")
+    if not nl or rest:  # the API waits for the answer before it sends a byte more
+        raise ValueError("no hello line")
+    return line
+
+
+class PortServer:
+    """Serves the API's port connections for the sessions of this node.
+
+    Args:
+        node: this node's name (in the audit).
+        key: the ``link`` key (``sandgrid.wire.portkeys``).
+        sessions: the node's session table.
+        inbound: the agents' connections.
+        caps: the sessions' caps.
+        book: the audit and usage.
+        reserved: ports no connection may name (the agent's own egress port).
+        timeout_s: the hello, and the agent's connect, within this.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        key: bytes,
+        sessions: SessionTable,
+        inbound: InboundSockets,
+        caps: PortCaps,
+        book: PortBook,
+        *,
+        reserved: frozenset[int] = frozenset(),
+        timeout_s: float = 5.0,
+    ) -> None:
+        self.node = node
+        self.key = key
+        self.sessions = sessions
+        self.inbound = inbound
+        self.caps = caps
+        self.book = book
+        self.reserved = reserved
+        self.timeout_s = timeout_s
+        self._server: _Server | None = None
+
+    def serve(self, addr: str, port: int) -> int:
+        """Start listening on ``addr:port`` (0: any) in a daemon thread; the bound port."""
+        outer = self
+
+        class _Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                outer.handle(self.request)
+
+        server = _Server((addr, port), _Handler)
+        self._server = server
+        threading.Thread(target=server.serve_forever, name="ports", daemon=True).start()
+        return int(server.server_address[1])
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def handle(self, sock: socket.socket) -> None:
+        """One connection of the API, from its hello to the relay's end."""
+        sock.settimeout(self.timeout_s)
+        try:
+            hello = read_hello(self.key, _read_line(sock))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("ports: a connection without a valid hello was closed (%s)", exc)
+            return
+        t0 = time.time()
+        try:
+            agent, ticket = self._open(hello.session, hello.port)
+        except SandgridError as exc:
+            self._record(hello.session, hello.port, t0, None, exc)
+            _send_quietly(sock, answer_line(exc))
+            return
+        try:
+            sock.sendall(answer_line())
+        except OSError:
+            agent.close()
+            ticket.close()
+            return
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._relay(sock, agent, ticket, hello.port, t0)
+
+    def _open(self, session: str, port: int) -> tuple[socket.socket, Ticket]:
+        if port in self.reserved:
+            raise InvalidInput(
+                f"port {port} is the sandbox agent's own",
+                operation="ports",
+                context={"field": "port", "rule": "not a port the sandbox type reserves"},
+            )
+        local = self.sessions.get(session)
+        if local is None:
+            raise InfrastructureError(
+                f"session {session} is not live on node {self.node}",
+                code=ErrorCode.WORKER_LOST,
+                operation="ports",
+                retryable=True,
+            )
+        self._touch(session)
+        ticket = self.caps.admit(session)
+        try:
+            return self.inbound.connect(local.sandbox.name, port, self.timeout_s), ticket
+        except SandgridError:
+            ticket.close()
+            raise
+
+    def _relay(
+        self, sock: socket.socket, agent: socket.socket, ticket: Ticket, port: int, t0: float
+    ) -> None:
+        done = threading.Event()
+        link = Link(sock, agent, count=ticket.count, on_done=lambda _link: done.set())
+        link.start()
+        while not done.wait(_TOUCH_S):  # an open WebSocket is activity: no idle release
+            self._touch(ticket.session)
+        ticket.close()
+        self._touch(ticket.session)
+        cut = "cut: the session's byte cap" if link.cut else ""
+        self._record(ticket.session, port, t0, ticket, None, reason=cut)
+
+    def _touch(self, session: str) -> None:
+        local = self.sessions.get(session)
+        if local is not None:
+            local.last_used = time.monotonic()
+
+    def _record(
+        self,
+        session: str,
+        port: int,
+        t0: float,
+        ticket: Ticket | None,
+        error: SandgridError | None,
+        *,
+        reason: str = "",
+    ) -> None:
+        moved = ticket.moved if ticket is not None else [0, 0]
+        attempt = NetworkAttempt(
+            ts=t0,
+            host="127.0.0.1",
+            port=port,
+            address="127.0.0.1",
+            allowed=error is None,
+            rule="inbound",
+            reason=reason or (str(error.code) if error is not None else ""),
+            protocol="inbound",
+            sent=moved[1],
+            received=moved[0],
+            duration_ms=(time.time() - t0) * 1000,
+            node=self.node,
+        )
+        self.book.record(session, attempt)
+
+
+def _send_quietly(sock: socket.socket, data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        sock.sendall(data)
