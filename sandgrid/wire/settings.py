@@ -45,6 +45,8 @@ __all__ = [
     "DEFAULT_TERMINALS_PER_SESSION",
     "DEFAULT_TERMINALS_PER_TENANT",
     "DEFAULT_TURN_MARGIN_S",
+    "DEFAULT_TYPES_FILE",
+    "DEFAULT_TYPES_POLL_S",
     "DEFAULT_VISIBILITY_TIMEOUT_S",
     "DEFAULT_WORKER_METRICS_ADDR",
     "DEFAULT_WORKER_METRICS_PORT",
@@ -84,6 +86,9 @@ DEFAULT_LOST_CHECK_S = 0.25
 DEFAULT_CLOSED_TTL_S = 86400.0
 DEFAULT_BATCH_TTL_S = 7 * 86400.0
 DEFAULT_WORKER_METRICS_PORT = 9810
+#: The shipped types file (25.1): ``deploy/types.toml`` of the checkout.
+DEFAULT_TYPES_FILE = Path(__file__).resolve().parents[2] / "deploy" / "types.toml"
+DEFAULT_TYPES_POLL_S = 1.0
 # 23.3: every grid listener binds loopback unless an operator names another address.
 DEFAULT_WORKER_METRICS_ADDR = "127.0.0.1"
 # 23.19: the well-known credentials a worker or the API refuses to start with
@@ -365,6 +370,23 @@ class Settings(BaseSettings):
         False,
         description="SANDGRID_ALLOW_INSECURE_DEFAULTS: let a worker or the API start with the "
         "shipped MinIO credentials or a Redis URL without a password (tests only)",
+    )
+    # ---- 25.1 / 25.5: sandbox types as data (docs/operations.md, "The types file") ----
+    types_file: Path | None = Field(
+        DEFAULT_TYPES_FILE,
+        description="SANDGRID_TYPES_FILE: the TOML file of the grid's sandbox types, seeded "
+        "into the registry when the API starts (unset or missing: the registry's types only)",
+    )
+    types_poll_s: float = Field(
+        DEFAULT_TYPES_POLL_S,
+        gt=0,
+        description="SANDGRID_TYPES_POLL_S: how often a worker node (and an API process's "
+        "cache) looks at the catalog's version counter for added or removed types",
+    )
+    admin_token_file: Path | None = Field(
+        None,
+        description="SANDGRID_ADMIN_TOKEN_FILE: the file holding the operator's bearer token "
+        "of POST and DELETE /v1/types; unset: those routes refuse all",
     )
 
 

@@ -37,7 +37,7 @@ _PROCESS = "/processes/{pid}"
 _DESCRIPTIONS = {
     401: "unauthenticated: the bearer token is missing or unknown",
     404: "not_found: no such resource of this tenant (another tenant's looks the same)",
-    409: "a conflict: session_busy (a turn is in flight) or session_closed",
+    409: "a conflict: session_busy (a turn is in flight), session_closed, or type_in_use",
     410: "process_lost: the process's sandbox is gone (its node died, the session moved)",
     413: "payload_too_large: the request body is over the limit",
     422: "invalid_input: names the field (context.field) and the rule (context.rule)",
