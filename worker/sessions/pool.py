@@ -321,10 +321,11 @@ class WarmPool:
             with self._lock:
                 self._creating[sandbox_type] -= 1
         self._count(sandbox_type, "created")
-        with self._lock:
-            keep = not self._stop.is_set()
+        with self._lock:  # a target lowered meanwhile (the type stopped, 25.1) keeps none
+            warm = self._warm[sandbox_type]
+            keep = not self._stop.is_set() and len(warm) < self.targets.get(sandbox_type, 0)
             if keep:
-                self._warm[sandbox_type].append(sbx)
+                warm.append(sbx)
         if not keep:
             self._destroy(sbx)
         return True
