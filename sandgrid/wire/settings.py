@@ -5,6 +5,7 @@ Nested fields use ``__``: ``SANDGRID_MINIO__ENDPOINT=127.0.0.1:9000``.
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -86,8 +87,17 @@ DEFAULT_LOST_CHECK_S = 0.25
 DEFAULT_CLOSED_TTL_S = 86400.0
 DEFAULT_BATCH_TTL_S = 7 * 86400.0
 DEFAULT_WORKER_METRICS_PORT = 9810
-#: The shipped types file (25.1): ``deploy/types.toml`` of the checkout.
-DEFAULT_TYPES_FILE = Path(__file__).resolve().parents[2] / "deploy" / "types.toml"
+
+
+def _shipped_types_file() -> Path:
+    """The shipped types file (25.1): ``deploy/types.toml`` of the checkout, else the copy
+    an installed package put under ``<prefix>/share/sandgrid/`` (``data-files``)."""
+    checkout = Path(__file__).resolve().parents[2] / "deploy" / "types.toml"
+    installed = Path(sys.prefix) / "share" / "sandgrid" / "types.toml"
+    return checkout if checkout.is_file() or not installed.is_file() else installed
+
+
+DEFAULT_TYPES_FILE = _shipped_types_file()
 DEFAULT_TYPES_POLL_S = 1.0
 # 23.3: every grid listener binds loopback unless an operator names another address.
 DEFAULT_WORKER_METRICS_ADDR = "127.0.0.1"
