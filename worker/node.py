@@ -291,7 +291,7 @@ def _catalog_view(settings: Settings) -> CatalogView:
     client = redis.Redis.from_url(
         settings.redis_url, decode_responses=True, socket_timeout=5, socket_connect_timeout=2
     )
-    view = CatalogView(TypeStore(client, open_objects(settings)), cache_s=0.0)
+    view = CatalogView(TypeStore(client, open_objects(settings)), cache_s=settings.types_poll_s)
     catalog.install(view)
     return view
 
