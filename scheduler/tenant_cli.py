@@ -51,7 +51,7 @@ def _store(*, with_file: bool = True) -> TenantStore:
 
     settings = get_settings()
     client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
-    catalog.install(catalog.CatalogView(TypeStore(client)))  # --types: the registry's (25.1)
+    catalog.install(catalog.CatalogView(TypeStore(client), cache_s=0))  # --types: the registry's
     return TenantStore(client, tenants_file=settings.tenants_file if with_file else None)
 
 
