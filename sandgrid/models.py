@@ -53,7 +53,6 @@ __all__ = [
     "NetworkPolicy",
     "NetworkView",
     "Quotas",
-    "SandboxTypeInfo",
     "SandboxTypeName",
     "SaveError",
     "SessionCreate",
@@ -62,7 +61,6 @@ __all__ = [
     "SessionList",
     "SessionState",
     "SnapshotPolicy",
-    "TypeList",
     "WireModel",
     "WorkspacePath",
     "env_bytes",
@@ -527,26 +525,6 @@ class SessionList(WireModel):
     """Body of ``GET /v1/sessions``: the tenant's sessions that are not closed."""
 
     sessions: list[SessionInfo]
-
-
-class SandboxTypeInfo(WireModel):
-    """One sandbox type of the catalog, and the live worker nodes that serve it.
-
-    A type with no node is refused (503 ``no_capacity``) until a worker serving
-    it beats again.
-    """
-
-    v: Literal[1] = 1
-    name: str
-    runtime: str = Field(description="the OCI runtime: runc, or gVisor's runsc")
-    image: str
-    nodes: list[str] = Field(default_factory=list, description="live nodes serving it")
-
-
-class TypeList(WireModel):
-    """Body of ``GET /v1/types``: every type of the catalog."""
-
-    types: list[SandboxTypeInfo]
 
 
 class CodeRequest(WireModel):

@@ -52,7 +52,7 @@ done
 # The grid's own image: wheels built on the host (PyPI reachable here), copied in.
 if [ "${SANDGRID_SKIP_GRID_IMAGE:-0}" != 1 ]; then
   wheels="$SG_ROOT/.build/wheels"
-  src_hash="$(cd "$SG_ROOT" && find pyproject.toml sandgrid scheduler worker -type f -name '*.py' -o -name 'pyproject.toml' -o -name '*.lua' | sort | xargs sha256sum | sha256sum | cut -c1-16)"
+  src_hash="$(cd "$SG_ROOT" && find pyproject.toml deploy/types.toml sandgrid scheduler worker -type f -name '*.py' -o -name 'pyproject.toml' -o -name '*.lua' | sort | xargs sha256sum | sha256sum | cut -c1-16)"
   if [ "$(cat "$wheels/.hash" 2>/dev/null)" != "$src_hash" ]; then
     log "images: building wheels for the grid image"
     rm -rf "$wheels"; mkdir -p "$wheels"

@@ -25,6 +25,7 @@ import click
 from sandgrid.cli.audit import audit
 from sandgrid.cli.batch import batch
 from sandgrid.cli.bench import bench
+from sandgrid.cli.catalog import types_group
 from sandgrid.cli.code import code
 from sandgrid.cli.helpers import EXTRA_OF_PACKAGE, missing_extra
 from sandgrid.cli.lifecycle import add_lifecycle_commands
@@ -94,3 +95,4 @@ main.add_command(audit)
 main.add_command(code)
 main.add_command(shell)
 main.add_command(ps)
+main.add_command(types_group)

@@ -23,6 +23,7 @@ from sandgrid.client import _network as net
 from sandgrid.client import _ports as ports
 from sandgrid.client import _process_calls as procs
 from sandgrid.client import _requests as api
+from sandgrid.client import _types as catalog
 from sandgrid.client._process_calls import ProcessRef
 from sandgrid.client._retry import DEFAULT_RETRIES, RetryPolicy
 from sandgrid.client._shell import BoundOp, Op
@@ -90,6 +91,9 @@ class BaseClient(Generic[Transport]):
     list_sessions = Op(api.list_sessions)
     find_sessions = Op(lifecycle.find_sessions)
     types = Op(api.types)
+    get_type = Op(catalog.get_type)
+    add_type = Op(catalog.add_type)
+    remove_type = Op(catalog.remove_type)
     close_session = Op(api.close_session)
     audit = Op(api.audit)
     health = Op(api.health)

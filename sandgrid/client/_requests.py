@@ -28,13 +28,12 @@ from sandgrid.models import (
     ExecRequest,
     ExecResult,
     Quotas,
-    SandboxTypeInfo,
     SessionCreate,
     SessionInfo,
     SessionList,
     SnapshotPolicy,
-    TypeList,
 )
+from sandgrid.sandbox_types import SandboxTypeInfo, TypeList
 from sandgrid.streaming import EVENT_STREAM, TurnCancel
 
 __all__ = [

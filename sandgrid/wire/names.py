@@ -22,6 +22,8 @@ Redis keys (all under ``sg:``):
     ``sg:tenant:<tenant>:turns``   sorted set: the tenant's turns in flight (turn id ->
                                    deadline), so a crashed API process cannot leak a slot
     ``sg:tokens``                  hash: sha256(token) -> tenant record JSON
+    ``sg:types``                   hash: the catalog of sandbox types (name -> JSON; 25.1)
+    ``sg:types:version``           string: the catalog's version counter (nodes watch it)
     ``sg:batch:<id>``              hash: batch record; ``sg:batch:<id>:done`` set of job ids
     ``sg:batch:<id>:jobs``         list: ``BatchJob`` JSON, in submission order
     ``sg:batch:<id>:results``      list: ``BatchResult`` JSON lines, in completion order
@@ -96,6 +98,8 @@ __all__ = [
     "turn_key",
     "turnlock_key",
     "type_queue",
+    "types_key",
+    "types_version_key",
 ]
 
 KEY_PREFIX = "sg:"
@@ -185,6 +189,16 @@ def node_from_key(key: str) -> str:
 
 def tokens_key() -> str:
     return f"{KEY_PREFIX}tokens"
+
+
+def types_key() -> str:
+    """Hash: the catalog of sandbox types (name -> ``SandboxTypeSpec`` JSON; issue 25.1)."""
+    return f"{KEY_PREFIX}types"
+
+
+def types_version_key() -> str:
+    """String: the catalog's version counter, moved by every change (nodes watch it)."""
+    return f"{KEY_PREFIX}types:version"
 
 
 # 23.16: a change of tokens (rotate, revoke, set) drops every API process's token cache.

@@ -5,6 +5,7 @@ Nested fields use ``__``: ``SANDGRID_MINIO__ENDPOINT=127.0.0.1:9000``.
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -49,6 +50,8 @@ __all__ = [
     "DEFAULT_TERMINALS_PER_SESSION",
     "DEFAULT_TERMINALS_PER_TENANT",
     "DEFAULT_TURN_MARGIN_S",
+    "DEFAULT_TYPES_FILE",
+    "DEFAULT_TYPES_POLL_S",
     "DEFAULT_VISIBILITY_TIMEOUT_S",
     "DEFAULT_WORKER_METRICS_ADDR",
     "DEFAULT_WORKER_METRICS_PORT",
@@ -89,6 +92,18 @@ DEFAULT_LOST_CHECK_S = 0.25
 DEFAULT_CLOSED_TTL_S = 86400.0
 DEFAULT_BATCH_TTL_S = 7 * 86400.0
 DEFAULT_WORKER_METRICS_PORT = 9810
+
+
+def _shipped_types_file() -> Path:
+    """The shipped types file (25.1): ``deploy/types.toml`` of the checkout, else the copy
+    an installed package put under ``<prefix>/share/sandgrid/`` (``data-files``)."""
+    checkout = Path(__file__).resolve().parents[2] / "deploy" / "types.toml"
+    installed = Path(sys.prefix) / "share" / "sandgrid" / "types.toml"
+    return checkout if checkout.is_file() or not installed.is_file() else installed
+
+
+DEFAULT_TYPES_FILE = _shipped_types_file()
+DEFAULT_TYPES_POLL_S = 1.0
 # 23.3: every grid listener binds loopback unless an operator names another address.
 DEFAULT_WORKER_METRICS_ADDR = "127.0.0.1"
 # 23.19: the well-known credentials a worker or the API refuses to start with
@@ -431,6 +446,23 @@ class Settings(BaseSettings):
         max_length=64,
         description="SANDGRID_AGENTSCOPE_GRID_TYPE: the grid type (python image) serving "
         "AgentScope's base and filesystem sandboxes; python-gvisor runs them under runsc",
+    )
+    # ---- 25.1 / 25.5: sandbox types as data (docs/operations.md, "The types file") ----
+    types_file: Path | None = Field(
+        DEFAULT_TYPES_FILE,
+        description="SANDGRID_TYPES_FILE: the TOML file of the grid's sandbox types, seeded "
+        "into the registry when the API starts (unset or missing: the registry's types only)",
+    )
+    types_poll_s: float = Field(
+        DEFAULT_TYPES_POLL_S,
+        gt=0,
+        description="SANDGRID_TYPES_POLL_S: how often a worker node (and an API process's "
+        "cache) looks at the catalog's version counter for added or removed types",
+    )
+    admin_token_file: Path | None = Field(
+        None,
+        description="SANDGRID_ADMIN_TOKEN_FILE: the file holding the operator's bearer token "
+        "of POST and DELETE /v1/types; unset: those routes refuse all",
     )
 
 

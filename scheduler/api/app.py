@@ -63,6 +63,8 @@ def create_app(
         anyio.to_thread.current_default_thread_limiter().total_tokens = s.api_threads
         if svc.audit_exporter is not None:
             svc.audit_exporter.start()
+        if svc.types is not None:  # 25.1: the types file, seeded into the registry
+            types.seed_types(svc.types, s.types_file)
         expiry.start()
         token_watch.start()
         async with mcp_lifespan():  # the MCP transport's task group lives as long as the app

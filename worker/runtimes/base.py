@@ -64,6 +64,17 @@ class Runtime(ABC):
             memory_mb=quotas.memory_mb + self.host_memory_headroom_mb,
         )
 
+    def has_image(self, image: str) -> bool:
+        """Whether ``image`` is where this runtime runs sandboxes (``worker.serving.ability``).
+
+        A runtime with no images of its own (a fake) has every one.
+        """
+        return True
+
+    def available(self) -> bool:
+        """Whether this runtime can run sandboxes here now (its engine knows it)."""
+        return True
+
     @abstractmethod
     def create(self, spec: SandboxSpec) -> str:
         """Create (not start) the sandbox of ``spec``; return its id.

@@ -110,9 +110,9 @@ class SandboxManager:
 
     def image_for(self, sandbox_type: str) -> str:
         """The catalog's image for a known type, else ``<prefix><type>:latest``."""
-        from sandgrid.wire.catalog import CATALOG
+        from sandgrid.wire.catalog import current
 
-        known = CATALOG.get(sandbox_type)
+        known = current().get(sandbox_type)
         return known.image if known else f"{self.image_prefix}{sandbox_type}:latest"
 
     def create(

@@ -8,6 +8,7 @@ key built for one tenant can name another tenant's object::
     t/<tenant>/s/<session>/snap/<seq>-<id>.json   a manifest
     t/<tenant>/s/<session>/record.json            the session's record (the control plane's)
     t/<tenant>/audit/<yyyy-mm-dd>/<first-id>.jsonl  a segment of the audit trail (append-only)
+    grid/types.json                               the catalog of sandbox types (no tenant's: 25.1)
 
 Ids are checked here before any key is built: no ``/``, no ``..``, no empty or
 odd characters, so a caller's string can never walk out of its prefix.
@@ -38,6 +39,7 @@ __all__ = [
     "session_prefix",
     "sessions_prefix",
     "snapshot_name",
+    "types_record_key",
 ]
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -111,6 +113,11 @@ def pointer_key(tenant: str, session_id: str) -> str:
 
 def record_key(tenant: str, session_id: str) -> str:
     return f"{session_prefix(tenant, session_id)}{_RECORD}"
+
+
+def types_record_key() -> str:
+    """The catalog's record: outside every tenant's prefix (``t/``), so no tenant key names it."""
+    return "grid/types.json"
 
 
 def record_owner(key: str) -> tuple[str, str] | None:
