@@ -25,6 +25,7 @@ from worker.egress.handler import Handler
 from worker.egress.hostguard import HostGuard
 from worker.egress.limits import Limits
 from worker.heartbeat import Heartbeat
+from worker.images import ImagePuller
 from worker.ops.base import NodeParts
 from worker.ops.terminal import TerminalBridge
 from worker.reaper import Reaper
@@ -82,8 +83,11 @@ class Node:
         if backends is None:
             self.egress = _egress_proxy(name, self.settings)
             runtimes = {CATALOG[t].runtime for t in self.types}
+            puller = ImagePuller.from_settings(self.settings, name)  # 25.3: one per node
+            images = puller.ensure if puller is not None else None
             backends = {
-                r: SandboxManager(runtime_for(r), node=name, egress=self.egress) for r in runtimes
+                r: SandboxManager(runtime_for(r), node=name, egress=self.egress, images=images)
+                for r in runtimes
             }
         self.backends = dict(backends)
         self.sessions = SessionTable()
