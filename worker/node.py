@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import redis
 
@@ -30,6 +30,7 @@ from worker.egress.handler import Handler
 from worker.egress.hostguard import HostGuard
 from worker.egress.limits import Limits
 from worker.heartbeat import Heartbeat
+from worker.images import ImagePuller
 from worker.ops.base import NodeParts
 from worker.ops.terminal import TerminalBridge
 from worker.ports.audit import PortBook
@@ -94,10 +95,13 @@ class Node:
         self.store = store or open_store(self.settings)
         self.egress: EgressProxy | None = None
         self.inbound: InboundSockets | None = None
+        self._images: Callable[[str, str | None], str] | None = None
         self._own_backends = backends is None
         if backends is None:
             self.egress = _egress_proxy(name, self.settings)
             self.inbound = InboundSockets()
+            puller = ImagePuller.from_settings(self.settings, name)  # 25.3: one per node
+            self._images = puller.ensure if puller is not None else None
             runtimes = {get_type(t).runtime for t in self.types}
             backends = {r: self._new_backend(r) for r in runtimes}
         self.backends = dict(backends)
@@ -170,7 +174,11 @@ class Node:
 
     def _new_backend(self, runtime: str) -> SandboxManager:
         return SandboxManager(
-            runtime_for(runtime), node=self.name, egress=self.egress, inbound=self.inbound
+            runtime_for(runtime),
+            node=self.name,
+            egress=self.egress,
+            inbound=self.inbound,
+            images=self._images,
         )
 
     def _pool_size(self, spec: SandboxTypeSpec) -> int:

@@ -59,6 +59,7 @@ __all__ = [
     "SHIPPED_MINIO_SECRET_KEY",
     "AuditSettings",
     "EgressSettings",
+    "ImageSettings",
     "MinioSettings",
     "PortSettings",
     "Settings",
@@ -359,6 +360,18 @@ class PortSettings(BaseModel):
     )
 
 
+# ---- 25.3: images through the grid's registry (worker.images; docs/operations.md) ----
+class ImageSettings(BaseModel):
+    """Where nodes pull the images of sandbox types they lack."""
+
+    registry: str = Field(
+        "127.0.0.1:5000",
+        pattern=r"^$|^[A-Za-z0-9.-]+(:[0-9]{1,5})?$",
+        description="SANDGRID_IMAGES__REGISTRY: the grid's registry (host:port) nodes pull "
+        "a type's image from when they lack it; empty: local images only",
+    )
+
+
 class Settings(BaseSettings):
     """One settings object per process (see ``get_settings``)."""
 
@@ -417,6 +430,7 @@ class Settings(BaseSettings):
     audit: AuditSettings = Field(default_factory=AuditSettings)
     streams: StreamLimitSettings = Field(default_factory=StreamLimitSettings)  # issue 23.7
     ports: PortSettings = Field(default_factory=PortSettings)  # issue 21.1
+    images: ImageSettings = Field(default_factory=ImageSettings)  # 25.3
     # Logs (issue 23, item 5): sandgrid.wire.logs; docs/operations.md, Logs.
     log_format: Literal["json", "text"] = Field(
         DEFAULT_LOG_FORMAT,

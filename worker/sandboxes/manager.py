@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from sandgrid.errors import CapacityError, InvalidInput, SandboxError, SandboxLost
@@ -79,6 +80,11 @@ class SandboxManager:
             (None: sandboxes have no egress relay at all).
         inbound: the node's port listeners (issue 21.1): every sandbox gets one in
             its egress directory (None, or no egress: no exposed ports).
+        images: the node's image check (25.3, ``worker.images.ImagePuller.ensure``):
+            given the type's image and digest (None: by tag), the local reference
+            to create from, pulling it from the grid's registry when absent (None:
+            local images only). A callable, so this runtime-neutral side names no
+            engine.
     """
 
     def __init__(
@@ -91,6 +97,7 @@ class SandboxManager:
         network: str = "bridge",
         egress: EgressProxy | None = None,
         inbound: InboundSockets | None = None,
+        images: Callable[[str, str | None], str] | None = None,
     ) -> None:
         settings = get_settings()
         self.engine = runtime
@@ -105,6 +112,7 @@ class SandboxManager:
         self.image_prefix = image_prefix or settings.image_prefix
         self.network_types = network_types
         self.network = network
+        self.images = images
 
     # ---- life cycle ----------------------------------------------------------
 
@@ -174,9 +182,12 @@ class SandboxManager:
         """The sandbox's spec, with this runtime's host headroom."""
         name = f"sandgrid-{sandbox_type}-{uuid.uuid4().hex[:12]}"
         egress_dir = self.egress.directory(name) if self.egress is not None else None
+        image = self.image_for(sandbox_type)
+        if self.images is not None:
+            image = self.images(image, None)  # the type's digest once the catalog has it
         return sandbox_spec(
             quotas,
-            image=self.image_for(sandbox_type),
+            image=image,
             name=name,
             labels=labels,
             runtime=self.runtime,
