@@ -81,6 +81,7 @@ class ErrorCode(StrEnum):
     CHECKPOINT_EXISTS = "checkpoint_exists"
     NO_SNAPSHOT = "no_snapshot"
     PROCESS_LOST = "process_lost"
+    MEMORY_UNSAVABLE = "memory_unsavable"
 
 
 class SandgridError(Exception):

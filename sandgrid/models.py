@@ -521,6 +521,18 @@ class SessionInfo(WireModel):
     expires_at: datetime | None = Field(None, description="the absolute deadline, if any")
     expired_at: datetime | None = Field(None, description="when its TTL closed it")
     network: NetworkPolicy | None = None
+    # Memory snapshots (issue 24, docs/memory.md).
+    memory_image: str | None = Field(
+        None,
+        description="the memory image a pause with memory saved (its sha256): the next "
+        "turn restores the processes from it, once",
+    )
+    memory_restored: bool | None = Field(
+        None,
+        description="the last resume from a memory image: true it came back, false the "
+        "session fell back to its workspace snapshot (memory_reason says why)",
+    )
+    memory_reason: str | None = Field(None, description="why memory_restored is false")
 
 
 class SessionList(WireModel):
