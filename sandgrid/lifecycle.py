@@ -106,6 +106,10 @@ class PauseResult(WireModel):
     released: bool = Field(description="a sandbox was given up (False: none was held)")
     memory: bool = Field(False, description="a memory image was saved beside the snapshot")
     memory_bytes: int | None = Field(None, description="the memory image's stored size")
+    memory_raw_bytes: int | None = Field(None, description="its size before compression")
+    memory_ms: dict[str, float] = Field(
+        default_factory=dict, description="checkpoint_ms, store_ms (pack and upload)"
+    )
     memory_reason: str | None = Field(
         None, description="asked for memory and none was saved: why (the workspace was)"
     )

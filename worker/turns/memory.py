@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -104,9 +105,12 @@ def pause(
     check_savable(backend, sbx)
     try:
         with _scratch() as image:
+            t0 = time.perf_counter()
             backend.engine.checkpoint(sbx.id, image)
             sbx.state = "lost"  # it stopped: nothing may use its channel again
+            t1 = time.perf_counter()
             stored = memory_store(store).put(image, _meta(local.tenant, sid, local.snapshot, sbx))
+            t2 = time.perf_counter()
     except SandgridError as exc:
         log.warning("session %s: memory not saved: %s", sid, exc)
         return PauseResult(
@@ -119,6 +123,8 @@ def pause(
         released=True,
         memory=True,
         memory_bytes=stored.stored_bytes,
+        memory_raw_bytes=stored.raw_bytes,
+        memory_ms={"checkpoint_ms": (t1 - t0) * 1000, "store_ms": (t2 - t1) * 1000},
     )
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from sandgrid.errors import SnapshotError
 from sandgrid.wire.objects import LocalObjects, keys
-from worker.snapshots.memory import MemoryMeta, MemoryRefused, MemoryStore
+from worker.snapshots.memory import MemoryMeta, MemoryRefused, MemoryStore, compress, decompress
 
 META = MemoryMeta("acme", "s-1", "000000000001-aaaaaaaaaaaa", "python-gvisor", "runsc", ("c1",))
 
@@ -79,3 +79,12 @@ def test_used_images_are_discarded_and_dropped(tmp_path: Path) -> None:
     assert objects.list(keys.memory_prefix("acme", "s-1")) == []
     store.put(_image(tmp_path), META)
     assert store.drop("acme", "s-1") == 1
+
+
+def test_both_packings_read_back_and_anything_else_is_refused() -> None:
+    import gzip
+
+    assert decompress(compress(b"pages" * 100)) == b"pages" * 100
+    assert decompress(gzip.compress(b"older")) == b"older"
+    with pytest.raises((ValueError, OSError)):
+        decompress(b"neither")
