@@ -48,6 +48,7 @@ __all__ = [
     "FileList",
     "FileRead",
     "FileWrite",
+    "IdleAction",
     "LabelMap",
     "NetworkAttempt",
     "NetworkPolicy",
@@ -98,6 +99,8 @@ The record is in every ``GET /v1/sessions`` and in every turn's message.
 SandboxTypeName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")]
 SessionId = Annotated[str, Field(pattern=r"^s-[A-Za-z0-9_-]{16,64}$")]
 SnapshotPolicy = Literal["after_turn", "on_idle", "never"]
+IdleAction = Literal["release", "memory"]
+"""What the reaper does with an idle session (issue 24): release it, or pause it with memory."""
 SessionState = Literal["new", "live", "idle", "busy", "closed", "lost", "expired"]
 """``expired``: closed by its TTL (``idle_timeout_s``, ``max_lifetime_s``); shown by the API."""
 CHECKPOINT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$"
@@ -444,6 +447,12 @@ class SessionCreate(WireModel):
         "changed it, before the turn returns), on_idle (when the session's sandbox is "
         "released: idle, or the node drains), never (it lives only in its sandbox)",
     )
+    on_idle: IdleAction = Field(
+        "release",
+        description="what an idle session's sandbox becomes: release (its workspace is "
+        "saved, its processes end) or memory (paused with its processes, gVisor types "
+        "only: docs/memory.md)",
+    )
     fork_from: SessionId | None = Field(
         None,
         description="start from the latest snapshot of this session of the same tenant",
@@ -533,6 +542,7 @@ class SessionInfo(WireModel):
         "session fell back to its workspace snapshot (memory_reason says why)",
     )
     memory_reason: str | None = Field(None, description="why memory_restored is false")
+    on_idle: IdleAction = "release"
 
 
 class SessionList(WireModel):

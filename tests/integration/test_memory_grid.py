@@ -8,6 +8,7 @@ paused with memory on ``mem-w1``, which then stops; ``mem-w2`` takes the next
 turn and everything carries on. An image corrupted in MinIO is refused and the
 session falls back to its workspace snapshot, saying why; another tenant cannot
 pause the session; a runc type asking for memory is told which runtime it is on.
+A session created with ``on_idle: "memory"`` is paused that way when it goes idle.
 """
 
 from __future__ import annotations
@@ -44,10 +45,14 @@ MINIO = {  # the MinIO of ``make services``; its credentials from tests/conftest
         ("SECRET_KEY", "sandgrid-secret"),
     )
 }
+IDLE_TTL_S = 8.0
+"""Long enough that no test's own pauses between turns count as idle on a loaded host."""
 BUCKET = f"sandgrid-test-memory-{uuid.uuid4().hex[:8]}"
 ENV = {
     "SANDGRID_LEASE_TTL_S": "6",
     "SANDGRID_HEARTBEAT_S": "0.5",
+    "SANDGRID_WORKER__IDLE_TTL_S": str(IDLE_TTL_S),
+    "SANDGRID_WORKER__REAP_INTERVAL_S": "0.5",
     "SANDGRID_WORKER__POOL_SIZE": "1",
     "SANDGRID_WORKER__METRICS_PORT": "0",
     "SANDGRID_WORKER__SNAPSHOT_STORE": "minio",
@@ -177,3 +182,25 @@ def test_a_runc_type_is_told_its_runtime_cannot_save_memory(grid: LocalGrid) -> 
             s.pause(memory=True)
         assert s.exec(shell="cat /workspace/a").stdout == "a\n"  # still usable
         s.close()
+
+
+def test_an_idle_session_is_paused_with_its_memory(grid: LocalGrid) -> None:
+    with _client(grid) as acme:
+        s = acme.session(type="python-gvisor", on_idle="memory")
+        assert s.run_code("z = 5").error is None
+        counter = s.exec(shell="i=0; while true; do echo $i; i=$((i+1)); sleep 0.1; done",
+                         background=True)  # fmt: skip
+        # a background process would keep a released session here; memory takes it along
+        grid.wait(lambda: s.refresh().memory_image is not None, "the idle pause", timeout=60)
+        assert s.refresh().owner is None
+        again = s.run_code("z * 2")
+        assert again.result == "10" and again.kernel_restarted is False, again
+        assert s.refresh().memory_restored is True
+        numbers = _numbers(counter.logs().data)
+        assert numbers == list(range(len(numbers))) and len(numbers) > 10
+        s.close()
+
+
+def test_on_idle_memory_on_a_runc_type_is_422(grid: LocalGrid) -> None:
+    with _client(grid) as acme, pytest.raises(InvalidInput, match="runs on runc"):
+        acme.session(type="python", on_idle="memory")

@@ -50,6 +50,8 @@ class LocalSession:
     last_used: float = field(default_factory=time.monotonic)
     gate: SessionGate = field(default_factory=SessionGate)
     saving: threading.Lock = field(default_factory=threading.Lock)
+    on_idle: str = "release"
+    """``memory``: the reaper pauses it with its processes (issue 24), not a release."""
 
     @classmethod
     def serving(cls, info: SessionInfo, sandbox: Sandbox) -> LocalSession:
@@ -60,6 +62,7 @@ class LocalSession:
             sandbox_type=info.type,
             sandbox=sandbox,
             policy=info.snapshot_policy,
+            on_idle=info.on_idle,
         )
 
 

@@ -124,3 +124,13 @@ def test_the_sdk_ignores_response_fields_it_does_not_know(grid: Grid) -> None:
     got = parse_answer(SessionList, raw)
     assert [x.id for x in got.sessions] == [s.id]
     assert isinstance(got.sessions[0], SessionInfo)
+
+
+def test_on_idle_memory_on_a_runc_type_is_422_naming_the_field(grid: Grid) -> None:
+    body = {"type": "python", "on_idle": "memory"}
+    r = grid.http.post("/v1/sessions", json=body, headers=grid.headers())
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["context"]["field"] == "on_idle"
+    body = {"type": "python-gvisor", "on_idle": "memory"}
+    r = grid.http.post("/v1/sessions", json=body, headers=grid.headers())
+    assert r.status_code == 201 and r.json()["on_idle"] == "memory", r.text
