@@ -93,6 +93,7 @@ class ErrorCode(StrEnum):
     METHOD_NOT_ALLOWED = "method_not_allowed"
     PORT_NOT_LISTENING = "port_not_listening"
     PORT_LIMIT = "port_limit"
+    MEMORY_UNSAVABLE = "memory_unsavable"
 
 
 class SandgridError(Exception):

@@ -60,6 +60,7 @@ __all__ = [
     "AuditSettings",
     "EgressSettings",
     "ImageSettings",
+    "MemorySettings",
     "MinioSettings",
     "PortSettings",
     "Settings",
@@ -219,6 +220,40 @@ class EgressSettings(BaseModel):
     )
 
 
+# Memory snapshots (issue 24): gVisor checkpoint/restore of a paused session.
+class MemorySettings(BaseModel):
+    """Where a node's runsc checkpoints and restores sandboxes (docs/memory.md)."""
+
+    runsc_path: Path = Field(
+        Path("/var/lib/sandgrid/bin/runsc"),
+        description="SANDGRID_WORKER__MEMORY__RUNSC_PATH: the runsc that Docker runs",
+    )
+    runsc_root: Path = Field(
+        Path("/run/docker/runtime-runc/moby"),
+        description="SANDGRID_WORKER__MEMORY__RUNSC_ROOT: Docker's state root of its runsc "
+        "containers (runsc --root)",
+    )
+    restore_runtime: str = Field(
+        "runsc-restore",
+        description="SANDGRID_WORKER__MEMORY__RESTORE_RUNTIME: the daemon's runtime whose "
+        "create restores an image (deploy/local/runsc-restore)",
+    )
+    image_dir: Path = Field(
+        Path("/var/lib/sandgrid/memory"),
+        description="SANDGRID_WORKER__MEMORY__IMAGE_DIR: scratch space for images on this "
+        "host, readable by the Docker daemon",
+    )
+    max_image_mb: int = Field(
+        4096,
+        ge=1,
+        description="SANDGRID_WORKER__MEMORY__MAX_IMAGE_MB: a larger checkpoint is refused "
+        "(the pause falls back to the workspace alone)",
+    )
+    checkpoint_timeout_s: float = Field(
+        120.0, gt=0, description="SANDGRID_WORKER__MEMORY__CHECKPOINT_TIMEOUT_S"
+    )
+
+
 class WorkerSettings(BaseModel):
     node: str = Field("", description="SANDGRID_WORKER__NODE; default: the host name")
     types: list[str] = Field(
@@ -260,6 +295,8 @@ class WorkerSettings(BaseModel):
         "by default (23.3); the API names it in the node's URL (a wildcard by the host name)",
     )
     egress: EgressSettings = Field(default_factory=EgressSettings)
+    # Memory snapshots (issue 24).
+    memory: MemorySettings = Field(default_factory=MemorySettings)
 
 
 class AuditSettings(BaseModel):

@@ -178,6 +178,13 @@ class Admission:
             spec = spec.model_copy(update={"quotas": effective_quotas(kind, spec.quotas)})
         check_type_ceilings(tenant, kind, spec.quotas)
         check_quotas(tenant, spec.quotas)
+        if spec.on_idle == "memory" and kind.runtime != "runsc":  # issue 24
+            raise InvalidInput(
+                f"on_idle: the {spec.type} type runs on {kind.runtime}, which cannot save a "
+                "sandbox's memory (only gVisor's runsc can; docs/memory.md)",
+                operation="admission",
+                context={"field": "on_idle", "runtime": kind.runtime, "rule": "gVisor types only"},
+            )
         if spec.quotas.network and not kind.network_allowed:
             metrics.reject("quota")
             raise InvalidInput(

@@ -14,8 +14,10 @@ test_backend_contract.py`` is the contract every registered runtime passes.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from sandgrid.errors import SandboxError
 from sandgrid.models import Quotas
 from worker.runtimes.spec import HostLimits, SandboxSpec
 
@@ -55,6 +57,9 @@ class Runtime(ABC):
     """(factor, extra): the host pids limit is ``pids * factor + extra``."""
     host_memory_headroom_mb: ClassVar[int] = 0
     """Added to ``memory_mb`` for the host memory limit (the runtime's own usage)."""
+    can_checkpoint: ClassVar[bool] = False
+    """It saves a running sandbox's memory (``checkpoint``) and creates a sandbox
+    from such an image (``SandboxSpec.restore_image``): docs/memory.md."""
 
     def host_limits(self, quotas: Quotas) -> HostLimits:
         """The host's limits around a sandbox of ``quotas``, with this runtime's headroom."""
@@ -105,6 +110,20 @@ class Runtime(ABC):
         The default does nothing and leaves the kill to ``remove``; a runtime
         with a faster way than its engine's own kill overrides it."""
         return False
+
+    def checkpoint(self, sandbox_id: str, image_dir: Path) -> None:
+        """Save the running sandbox's processes and memory into ``image_dir`` and stop it.
+
+        Only a runtime with ``can_checkpoint``; the default refuses.
+
+        Raises:
+            SandboxError: this runtime cannot, or the checkpoint failed.
+        """
+        raise SandboxError(
+            f"the {self.name} runtime cannot checkpoint a sandbox's memory",
+            operation="checkpoint",
+            context={"runtime": self.name},
+        )
 
     @abstractmethod
     def inspect(self, sandbox_id: str) -> dict[str, Any]:

@@ -21,6 +21,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from sandgrid.errors import CapacityError, InvalidInput, SandboxError, SandboxLost
@@ -131,6 +133,7 @@ class SandboxManager:
         *,
         session_id: str | None = None,
         tenant: str | None = None,
+        restore_image: Path | None = None,
     ) -> Sandbox:
         """Create and start a sandbox, and wait until its agent answers.
 
@@ -140,6 +143,9 @@ class SandboxManager:
             labels: extra container labels (the ``sandgrid.*`` ones are ours).
             session_id: set when the container is made for a known session.
             tenant: likewise.
+            restore_image: a memory image to restore instead of booting
+                (``Runtime.can_checkpoint``; docs/memory.md): its agent answers
+                on the new container's stdio, its processes carry on.
 
         Returns:
             A ``warm`` sandbox.
@@ -157,7 +163,7 @@ class SandboxManager:
             tenant=tenant,
             extra=labels,
         )
-        spec = self._spec(sandbox_type, quotas, all_labels)
+        spec = replace(self._spec(sandbox_type, quotas, all_labels), restore_image=restore_image)
         t0 = time.perf_counter()
         try:
             cid = self.engine.create(spec)
