@@ -47,5 +47,9 @@ bench:         ## benchmarks; each prints its figures and ratios
 	$(PY) bench/bench_grid.py
 	$(PY) bench/bench_batch.py
 	$(PY) bench/bench_bfcl.py
+	$(PY) bench/bench_writes.py
+	$(PY) bench/bench_integrations.py
+	$(PY) bench/bench_ports.py
+	$(PY) bench/bench_memory.py
 
 ci: services lint typecheck compose-check test
