@@ -3,14 +3,16 @@
 The node's heartbeat lists only the types that pass (``worker.serving.watch``),
 so the API refuses at once (503 ``no_capacity``) a type that no node can run
 instead of failing each create. ``image_ready`` is the one place that asks
-whether a type's image is on this node's engine: pulling a missing image from
-the grid's registry plugs in there (issue 25.3).
+whether a type's image is on this node's engine; a node with the grid's
+registry (``SANDGRID_IMAGES__REGISTRY``) pulls a missing one from it there,
+before it starts serving the type (issue 25.3).
 """
 
 from __future__ import annotations
 
 import logging
 
+from sandgrid.errors import SandgridError
 from sandgrid.sandbox_types import SandboxTypeSpec
 from worker.sandboxes import SandboxManager
 
@@ -22,11 +24,20 @@ log = logging.getLogger(__name__)
 def image_ready(manager: SandboxManager, spec: SandboxTypeSpec) -> bool:
     """Whether the image of ``spec`` is on the engine ``manager`` runs sandboxes on.
 
-    Today: present locally (by tag). The registry's pull (issue 25.3) belongs
-    here: a missing image is pulled (by ``spec.digest`` when it has one) and
-    the answer is whether that worked.
+    With the grid's registry (``manager.images``, ``worker.images.ImagePuller``) a
+    missing image is pulled now, once per node, and the answer is whether that
+    worked; without it, whether the image is there by its tag. By tag either way,
+    as ``SandboxManager`` creates from it: a type's digest may be the image's id
+    on the engine that built it, which no registry knows.
     """
-    return manager.engine.has_image(spec.image)
+    if manager.images is None:
+        return manager.engine.has_image(spec.image)
+    try:
+        manager.images(spec.image, None)
+    except SandgridError as exc:
+        log.warning("types: the image of %s could not be had: %s", spec.name, exc.code)
+        return False
+    return True
 
 
 def runtime_ready(manager: SandboxManager) -> bool:

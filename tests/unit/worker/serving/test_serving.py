@@ -158,6 +158,7 @@ def test_a_node_serves_an_added_type_and_lets_a_removed_one_go(
 
     fake = FakeBackend()
     fake.engine = SimpleNamespace(has_image=lambda image: True, available=lambda: True)  # type: ignore[attr-defined]
+    fake.images = None  # type: ignore[attr-defined]  # no registry: the image is here by its tag
     python = _spec("python")
     source = Source(python)
     view = CatalogView(source, cache_s=0)
@@ -191,3 +192,28 @@ def test_a_node_serves_an_added_type_and_lets_a_removed_one_go(
     assert node.heartbeat.types == ("python",) and ("cancel", "sbx.python-small") in consumer.ran
     assert node.pool.warm_count("python-small") == 0  # type: ignore[attr-defined]
     node.pool.close()
+
+
+def test_a_node_with_the_grids_registry_pulls_a_missing_image_before_it_serves() -> None:
+    """Issue 25.3 in 25.1's check: with the registry, ``image_ready`` is the pull
+    (by tag, as sandboxes are created), and a pull that fails is not servable."""
+    from sandgrid.errors import CapacityError
+    from worker.serving.ability import can_serve, image_ready
+
+    pulled: list[tuple[str, str | None]] = []
+
+    def pull(image: str, digest: str | None) -> str:
+        pulled.append((image, digest))
+        return f"127.0.0.1:5000/{image}"
+
+    def missing(image: str, digest: str | None) -> str:
+        raise CapacityError(f"{image} is not in the registry")
+
+    spec = _spec("python")
+    manager = SimpleNamespace(
+        images=pull, engine=SimpleNamespace(has_image=lambda image: False, available=lambda: True)
+    )
+    assert image_ready(manager, spec) is True  # type: ignore[arg-type]
+    assert pulled == [(spec.image, None)]
+    manager.images = missing
+    assert "is not on this node" in str(can_serve(manager, spec))  # type: ignore[arg-type]
