@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import redis
 
@@ -29,6 +29,7 @@ from worker.egress.handler import Handler
 from worker.egress.hostguard import HostGuard
 from worker.egress.limits import Limits
 from worker.heartbeat import Heartbeat
+from worker.images import ImagePuller
 from worker.ops.base import NodeParts
 from worker.ops.terminal import TerminalBridge
 from worker.reaper import Reaper
@@ -89,9 +90,12 @@ class Node:
         self.store = store or open_store(self.settings)
         self.egress: EgressProxy | None = None
         self._own_backends = backends is None
+        self._images: Callable[[str], str] | None = None
         if backends is None:
             self.egress = _egress_proxy(name, self.settings)
             runtimes = {get_type(t).runtime for t in self.types}
+            puller = ImagePuller.from_settings(self.settings, name)  # 25.3: one per node
+            self._images = puller.ensure if puller is not None else None
             backends = {r: self._new_backend(r) for r in runtimes}
         self.backends = dict(backends)
         #: The definition each served type was started with (``worker.serving.watch``).
@@ -161,7 +165,9 @@ class Node:
         return self.backends[runtime]
 
     def _new_backend(self, runtime: str) -> SandboxManager:
-        return SandboxManager(runtime_for(runtime), node=self.name, egress=self.egress)
+        return SandboxManager(
+            runtime_for(runtime), node=self.name, egress=self.egress, images=self._images
+        )
 
     def _pool_size(self, spec: SandboxTypeSpec) -> int:
         return self.settings.worker.pool_size if spec.pool_size is None else spec.pool_size

@@ -55,6 +55,7 @@ __all__ = [
     "SHIPPED_MINIO_SECRET_KEY",
     "AuditSettings",
     "EgressSettings",
+    "ImageSettings",
     "MinioSettings",
     "Settings",
     "SnapshotSettings",
@@ -302,6 +303,18 @@ class StreamLimitSettings(BaseModel):
     """SANDGRID_STREAMS__LEASE_S: a slot of an API process that died is free after this."""
 
 
+# ---- 25.3: images through the grid's registry (worker.images; docs/operations.md) ----
+class ImageSettings(BaseModel):
+    """Where nodes pull the images of sandbox types they lack."""
+
+    registry: str = Field(
+        "127.0.0.1:5000",
+        pattern=r"^$|^[A-Za-z0-9.-]+(:[0-9]{1,5})?$",
+        description="SANDGRID_IMAGES__REGISTRY: the grid's registry (host:port) nodes pull "
+        "a type's image from when they lack it; empty: local images only",
+    )
+
+
 class Settings(BaseSettings):
     """One settings object per process (see ``get_settings``)."""
 
@@ -359,6 +372,7 @@ class Settings(BaseSettings):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
     streams: StreamLimitSettings = Field(default_factory=StreamLimitSettings)  # issue 23.7
+    images: ImageSettings = Field(default_factory=ImageSettings)  # 25.3
     # Logs (issue 23, item 5): sandgrid.wire.logs; docs/operations.md, Logs.
     log_format: Literal["json", "text"] = Field(
         DEFAULT_LOG_FORMAT,

@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from sandgrid.errors import CapacityError, InvalidInput, SandboxError, SandboxLost
@@ -76,6 +77,10 @@ class SandboxManager:
         network: the network those types join.
         egress: the node's egress proxy; every sandbox gets a socket of it
             (None: sandboxes have no egress relay at all).
+        images: the node's image check (25.3, ``worker.images.ImagePuller.ensure``):
+            given the type's image, the local reference to create from, pulling it
+            from the grid's registry when absent (None: local images only). A
+            callable, so that this runtime-neutral side names no engine.
     """
 
     def __init__(
@@ -87,6 +92,7 @@ class SandboxManager:
         network_types: frozenset[str] = frozenset(),
         network: str = "bridge",
         egress: EgressProxy | None = None,
+        images: Callable[[str], str] | None = None,
     ) -> None:
         settings = get_settings()
         self.engine = runtime
@@ -100,6 +106,7 @@ class SandboxManager:
         self.image_prefix = image_prefix or settings.image_prefix
         self.network_types = network_types
         self.network = network
+        self.images = images
 
     # ---- life cycle ----------------------------------------------------------
 
@@ -168,9 +175,12 @@ class SandboxManager:
         """The sandbox's spec, with this runtime's host headroom."""
         name = f"sandgrid-{sandbox_type}-{uuid.uuid4().hex[:12]}"
         egress_dir = self.egress.directory(name) if self.egress is not None else None
+        image = self.image_for(sandbox_type)
+        if self.images is not None:
+            image = self.images(image)
         return sandbox_spec(
             quotas,
-            image=self.image_for(sandbox_type),
+            image=image,
             name=name,
             labels=labels,
             runtime=self.runtime,
