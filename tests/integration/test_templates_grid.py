@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,11 +38,12 @@ ADMIN = "admin-" + "c" * 24
 HOSTS = {"pypi.test": PYPI}
 PIP_POLICY = {"allow": ["pypi.test", PYPI]}
 PIP = "pip install -q --trusted-host pypi.test --index-url http://pypi.test/simple demo-pkg"
-#: A step that tries the grid's Redis, MinIO and API through the proxy and directly:
+#: A step that tries the grid's Redis, MinIO, registry and API through the proxy and directly:
 #: it prints one line per try and exits 7, so the build fails whatever it reached.
 PROBE = f"""python3 - <<'PY'
-import socket, sys, urllib.request
-for port in sys.argv[1:] or (6379, 9000, {PORT}):
+import os, socket, sys, urllib.request
+os.environ["NO_PROXY"] = os.environ["no_proxy"] = ""  # loopback too goes to the proxy
+for port in (6379, 9000, 5000, {PORT}):
     try:
         urllib.request.urlopen(f"http://127.0.0.1:{{port}}/", timeout=5).read(1)
         print("REACHED-PROXY", port)
@@ -85,6 +87,7 @@ def grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
             "SANDGRID_WORKER__EGRESS__HOSTS": json.dumps(HOSTS),
             "SANDGRID_HEARTBEAT_S": "0.5",
             "SANDGRID_TYPES_POLL_S": "0.5",
+            "SANDGRID_API_PORT": str(PORT),  # the nodes' egress guard knows the API's port
         },
     )
     with pypi_server(PYPI, 80, work / "packages", work / "pypi.log"):
@@ -185,7 +188,7 @@ def test_another_tenant_can_neither_see_nor_use_a_template(grid: LocalGrid) -> N
         assert refused.status_code == 422 and field in refused.text, refused.text
 
 
-def test_a_step_cannot_reach_redis_minio_or_the_api(grid: LocalGrid) -> None:
+def test_a_step_cannot_reach_redis_minio_the_registry_or_the_api(grid: LocalGrid) -> None:
     policy = {"allow": ["127.0.0.1", "pypi.test"]}  # even allowed, the grid's ports are refused
     done = build(
         grid, {"name": "tpl-probe", "from": "python", "steps": [{"run": PROBE}], "network": policy}
@@ -193,8 +196,39 @@ def test_a_step_cannot_reach_redis_minio_or_the_api(grid: LocalGrid) -> None:
     assert done["state"] == "failed" and done["exit_code"] == 7, done
     log = done["log"]
     assert "REACHED" not in log, log
-    for port in (6379, 9000, PORT):
+    for port in (6379, 9000, 5000, PORT):
         assert f"refused-proxy {port}" in log and f"refused-direct {port}" in log, log
+    seen = audited(done["build_id"])
+    for port in (6379, 9000, 5000, PORT):  # the proxy saw each try and refused it
+        assert [a for a in seen if a["port"] == port and not a["allowed"]], json.dumps(seen)
+    assert not [a for a in seen if a["allowed"]], seen
+
+
+def audited(build_id: str) -> list[dict[str, Any]]:
+    """The egress attempts the proxy recorded for a build's pseudo-session."""
+    r: redis.Redis[str] = redis.Redis.from_url(REDIS_URL, decode_responses=True)
+    try:
+        key = names.egress_audit_key(names.template_build_session(build_id))
+        return [json.loads(fields["a"]) for _, fields in r.xrange(key)]
+    finally:
+        r.close()
+
+
+def test_the_time_quota_ends_a_build_and_leaves_nothing(grid: LocalGrid) -> None:
+    body = {"name": "tpl-slow", "from": "python", "steps": [{"run": "sleep 300"}]}
+    started = time.monotonic()
+    done = build(grid, {**body, "quotas": {"timeout_s": 5}})
+    assert done["state"] == "failed" and "time quota" in done["error"], done
+    assert time.monotonic() - started < 60
+    assert leftovers("tpl-slow") == ([], [])
+
+
+def test_an_image_above_the_builds_image_mb_fails_and_leaves_nothing(grid: LocalGrid) -> None:
+    body = {"name": "tpl-big", "from": "python", "steps": [{"run": "true"}]}
+    done = build(grid, {**body, "quotas": {"image_mb": 100}})  # the base alone is larger
+    assert done["state"] == "failed" and done["error"].startswith("quotas.image_mb"), done
+    assert leftovers("tpl-big") == ([], [])
+    assert call("GET", "/v1/types/tpl-big").status_code == 404
 
 
 def test_a_failed_step_answers_its_exit_code_and_log_and_leaves_nothing(grid: LocalGrid) -> None:
