@@ -193,14 +193,26 @@ class Node:
             return dict(self.specs)
 
     def start_serving(self, spec: SandboxTypeSpec) -> None:
-        """Serve a type: its warm pool, its queues, then the heartbeat names it."""
+        """Serve a type: its warm pool, its queues, then the heartbeat names it.
+
+        A type served already takes its new definition in place; its warm
+        sandboxes are made again only if they no longer fit it (another image
+        tag, runtime or default quotas).
+        """
         with self._serving_lock:
+            old = self.specs.get(spec.name)
             self.specs[spec.name] = spec
             if spec.name not in self.types:
                 self.types.append(spec.name)
         set_target = getattr(self.pool, "set_target", None)
         if set_target is not None:
-            quotas = self._warm_quotas(spec) if spec.quotas else None
+            quotas = self._warm_quotas(spec)
+            if old is not None and (old.image, old.runtime, old.quotas) != (
+                spec.image,
+                spec.runtime,
+                spec.quotas,
+            ):
+                set_target(spec.name, 0)  # the warm ones are of the old definition
             set_target(spec.name, self._pool_size(spec), quotas)
         self.queues.consume(worker_queues([spec.name], self.name)[1:])
         self.heartbeat.types = tuple(self.types)

@@ -135,8 +135,9 @@ class CatalogView:
     def current(self) -> Catalog:
         """The catalog, at most ``cache_s`` behind the registry's version counter.
 
-        A registry that cannot be read keeps the last snapshot (logged): a
-        Redis outage must not make every type unknown.
+        A registry that cannot be read keeps the last snapshot, or gives the
+        types file before any was read (logged): a Redis outage must not make
+        every type unknown.
         """
         with self._lock:
             if self._catalog is not None and time.monotonic() - self._checked < self.cache_s:
@@ -145,8 +146,13 @@ class CatalogView:
             try:
                 self._catalog = self._read()
             except (redis.RedisError, SandgridError) as exc:
-                if self._catalog is None:
-                    raise
+                if self._catalog is None:  # nothing read yet: the types file, until it answers
+                    log.warning(
+                        "catalog: cannot read the registry (%s); using the types file",
+                        type(exc).__name__,
+                    )
+                    self._catalog = self.fallback()
+                    return self._catalog
                 log.warning(
                     "catalog: cannot read the registry's version (%s); keeping v%d",
                     type(exc).__name__,

@@ -5,7 +5,8 @@ A node's ``--types`` select types by name or by pattern (``python``,
 catalog's version counter (one Redis ``GET``, ``sandgrid.wire.catalog``); when it
 moved, or every ``recheck_s`` for types it could not serve yet (an image not
 built, a runtime missing), it compares what the selector names with what the
-node serves: a type that left the catalog (or was changed) is stopped, a
+node serves: a type that left the catalog is stopped, a changed one is started
+again in place (its queues never stop, its heartbeat never drops it), a
 selected type the node can serve (``worker.serving.ability``) is started. What
 starting and stopping mean (queues, warm pool, heartbeat) is the node's
 (``worker.node.Node.start_serving``, ``stop_serving``).
@@ -93,12 +94,12 @@ class TypeWatch:
         wanted = {n: catalog.types[n] for n in selected(self.selector, catalog)}
         now = self.serving()
         first, self._started = not self._started, True
-        for name in [
-            n for n, spec in now.items() if wanted.get(n) != spec or (first and self._cannot(spec))
-        ]:
-            self.stop_type(name)
-            log.info("types: stopped serving %s", name)
-            now.pop(name)
+        for name, spec in now.items():
+            if name not in wanted or (first and self._cannot(spec)):
+                self.stop_type(name)
+                log.info("types: stopped serving %s", name)
+            elif wanted[name] != spec:  # changed: served on, in place (no gap in its queues)
+                self.start_type(wanted[name])
         for name, spec in wanted.items():
             if name not in now:
                 self._try_start(spec)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from sandgrid.models import Quotas
@@ -72,7 +73,7 @@ def test_a_selector_takes_names_and_patterns_in_order() -> None:
     assert selected(["node", "bfcl"], cat) == ["bfcl"]  # a name gone from the catalog: none
 
 
-def test_the_watch_starts_added_types_and_stops_removed_or_changed_ones() -> None:
+def test_the_watch_starts_added_types_updates_changed_ones_and_stops_removed_ones() -> None:
     python = _spec("python")
     source, node = Source(python), Node({"python": python})
     watch = _watch(source, node, ["python", "python-*"])
@@ -86,11 +87,11 @@ def test_the_watch_starts_added_types_and_stops_removed_or_changed_ones() -> Non
     source.set(python, bigger)
     watch.sync()
     assert (
-        node.log[1:] == ["-python-small", "+python-small"] and node.served["python-small"] == bigger
+        node.log[1:] == ["+python-small"] and node.served["python-small"] == bigger  # in place
     )
     source.set(python)
     watch.sync()
-    assert node.log[3:] == ["-python-small"] and set(node.served) == {"python"}
+    assert node.log[2:] == ["-python-small"] and set(node.served) == {"python"}
 
 
 def test_a_type_the_node_cannot_serve_is_left_out_until_it_can() -> None:
@@ -143,3 +144,50 @@ def test_a_pools_target_moves_at_runtime_and_a_late_creation_is_not_kept() -> No
     assert pool._refill_one("python-small") and pool.warm_count("python-small") == 0
     assert len(fake.destroyed) == 3
     pool.close()
+
+
+def test_a_node_serves_an_added_type_and_lets_a_removed_one_go(
+    redis_client: Any, tmp_path: Any
+) -> None:
+    """The node's side: heartbeat types, warm pool, consumer queues follow the catalog."""
+    from sandgrid.wire.objects.local import LocalObjects
+    from sandgrid.wire.redis_ledger import RedisLedger
+    from sandgrid.wire.settings import Settings, WorkerSettings
+    from worker.node import Node
+    from worker.snapshots import SnapshotStore
+
+    fake = FakeBackend()
+    fake.engine = SimpleNamespace(has_image=lambda image: True, available=lambda: True)  # type: ignore[attr-defined]
+    python = _spec("python")
+    source = Source(python)
+    view = CatalogView(source, cache_s=0)
+    from sandgrid.wire import catalog
+
+    catalog.install(view)
+    node = Node(
+        "n1",
+        ["python", "python-*"],
+        Settings(worker=WorkerSettings(pool_size=0)),
+        RedisLedger(redis_client),
+        SnapshotStore(LocalObjects(tmp_path)),
+        backends={"runc": fake},  # type: ignore[dict-item]
+        pool=WarmPool(lambda _t: fake, {"python": 0}),  # type: ignore[arg-type,return-value]
+    )
+    consumer = Consumer()
+    node.queues.attach(consumer)
+    watch = node.watch_catalog(view)
+    watch.sync()
+    assert node.types == ["python"] and node.heartbeat.types == ("python",)
+    source.set(python, _spec("python-small", pool_size=1, quotas={"memory_mb": 256}))
+    watch.sync()
+    assert node.heartbeat.types == ("python", "python-small")
+    assert ("add", "sbx.python-small") in consumer.ran
+    assert ("add", "sbx.python-small.batch") in consumer.ran
+    node.pool.fill()  # type: ignore[attr-defined]
+    assert node.pool.warm_count("python-small") == 1  # type: ignore[attr-defined]
+    assert fake.created[-1].quotas.memory_mb == 256  # the type's default quotas
+    source.set(python)
+    watch.sync()
+    assert node.heartbeat.types == ("python",) and ("cancel", "sbx.python-small") in consumer.ran
+    assert node.pool.warm_count("python-small") == 0  # type: ignore[attr-defined]
+    node.pool.close()
