@@ -110,13 +110,15 @@ start() {
 
 gc() {
   [ -f "$CONFIG" ] || die "registry: no $CONFIG (run registry.sh start first)"
-  local was_up=0
+  local was_up=0 rc=0 n
   if pid_alive registry; then was_up=1; stop_pid registry; fi
   log "registry: garbage-collect (untagged manifests and unreferenced blobs)"
-  env -u AWS_CA_BUNDLE docker-registry garbage-collect --delete-untagged "$CONFIG" >"$SG_LOG/registry-gc.log" 2>&1 \
-    || { tail -n 20 "$SG_LOG/registry-gc.log"; [ "$was_up" = 1 ] && start; die "registry: garbage-collect failed"; }
-  grep -c 'blob eligible for deletion' "$SG_LOG/registry-gc.log" | xargs -I{} log "registry: {} blob(s) deleted"
+  env -u AWS_CA_BUNDLE docker-registry garbage-collect --delete-untagged "$CONFIG" \
+    >"$SG_LOG/registry-gc.log" 2>&1 || rc=$?
   if [ "$was_up" = 1 ]; then start; fi
+  [ "$rc" = 0 ] || { tail -n 20 "$SG_LOG/registry-gc.log"; die "registry: garbage-collect failed"; }
+  n="$(grep -c 'blob eligible for deletion' "$SG_LOG/registry-gc.log" || true)"
+  log "registry: garbage-collect deleted $n blob(s) (log: $SG_LOG/registry-gc.log)"
 }
 
 case "${1:-start}" in

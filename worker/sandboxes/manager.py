@@ -78,9 +78,10 @@ class SandboxManager:
         egress: the node's egress proxy; every sandbox gets a socket of it
             (None: sandboxes have no egress relay at all).
         images: the node's image check (25.3, ``worker.images.ImagePuller.ensure``):
-            given the type's image, the local reference to create from, pulling it
-            from the grid's registry when absent (None: local images only). A
-            callable, so that this runtime-neutral side names no engine.
+            given the type's image and digest (None: by tag), the local reference
+            to create from, pulling it from the grid's registry when absent (None:
+            local images only). A callable, so this runtime-neutral side names no
+            engine.
     """
 
     def __init__(
@@ -92,7 +93,7 @@ class SandboxManager:
         network_types: frozenset[str] = frozenset(),
         network: str = "bridge",
         egress: EgressProxy | None = None,
-        images: Callable[[str], str] | None = None,
+        images: Callable[[str, str | None], str] | None = None,
     ) -> None:
         settings = get_settings()
         self.engine = runtime
@@ -177,7 +178,7 @@ class SandboxManager:
         egress_dir = self.egress.directory(name) if self.egress is not None else None
         image = self.image_for(sandbox_type)
         if self.images is not None:
-            image = self.images(image)
+            image = self.images(image, None)  # the type's digest once the catalog has it
         return sandbox_spec(
             quotas,
             image=image,
