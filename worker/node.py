@@ -90,7 +90,7 @@ class Node:
         self.store = store or open_store(self.settings)
         self.egress: EgressProxy | None = None
         self._own_backends = backends is None
-        self._images: Callable[[str], str] | None = None
+        self._images: Callable[[str, str | None], str] | None = None
         if backends is None:
             self.egress = _egress_proxy(name, self.settings)
             runtimes = {get_type(t).runtime for t in self.types}
