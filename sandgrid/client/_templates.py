@@ -13,10 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
 from sandgrid.client._call import Call, parse_as
-from sandgrid.errors import InvalidInput
+from sandgrid.client._validate import as_model
 from sandgrid.templates import TemplateInfo, TemplateSpec
 
 __all__ = ["TemplateLike", "Templates", "build_template", "get_template", "template_spec"]
@@ -31,17 +29,7 @@ def template_spec(definition: TemplateLike) -> TemplateSpec:
     Raises:
         InvalidInput: a field breaks a rule (named).
     """
-    if isinstance(definition, TemplateSpec):
-        return definition
-    try:
-        return TemplateSpec.model_validate(dict(definition))
-    except (ValidationError, TypeError, ValueError) as exc:
-        errors = exc.errors() if isinstance(exc, ValidationError) else []
-        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else "template"
-        rule = errors[0]["msg"].removeprefix("Value error, ") if errors else str(exc)
-        raise InvalidInput(
-            f"{where}: {rule}", operation="templates.build", context={"field": where, "rule": rule}
-        ) from None
+    return as_model(TemplateSpec, definition, "templates.build", "template")
 
 
 def build_template(definition: TemplateLike) -> Call[TemplateInfo]:
