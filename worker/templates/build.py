@@ -116,14 +116,15 @@ class TemplateBuilder:
             raise BuildFailed("the template's record is gone or belongs to another build")
         logbook = _Log(lambda text: self._save(info.model_copy(update={"log": text})))
         work = Path(tempfile.mkdtemp(prefix=f"sg-build-{job.build_id}-"))
-        tag = ""
         try:
             tag, digest = self._run(job, info, logbook, work)
             done = info.model_copy(
                 update={"state": "ready", "log": logbook.text, "image": tag, "digest": digest}
             )
-        except BuildFailed as exc:
-            self._drop_image(tag)
+        except Exception as exc:
+            if not isinstance(exc, BuildFailed):
+                log.warning("template build %s: %s on the node", job.build_id, type(exc).__name__)
+                exc = BuildFailed(f"the build failed on the node ({type(exc).__name__})")
             done = info.model_copy(
                 update={
                     "state": "failed",
@@ -293,11 +294,14 @@ class TemplateBuilder:
             repo = f"{self.registry}/{repo}"
         tag = f"{repo}:{job.build_id}"
         archive = load_archive(image_config(base_info, layer, env), layer, tag, work / "image.tar")
-        with archive.open("rb") as f:
-            self.client.images.load(f)
-        digest = self._push(repo, job.build_id, tag)
-        spec = _template_type(job, tag, digest)
-        self.types.put(spec)
+        try:
+            with archive.open("rb") as f:
+                self.client.images.load(f)
+            digest = self._push(repo, job.build_id, tag)
+            self.types.put(_template_type(job, tag, digest))
+        except BaseException:
+            self._drop_image(tag)  # a failed push or registration leaves no image
+            raise
         return tag, digest
 
     def _push(self, repo: str, tag_name: str, tag: str) -> str:
