@@ -102,14 +102,22 @@ def grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
 
 
 def _drop_images() -> None:
+    """The templates' images: their tags on the engine and their manifests in the registry
+    (its blobs go at the operator's next ``make registry-gc``)."""
     client = docker.from_env()
+    pushed: set[str] = set()
     try:
         for image in client.images.list():
             for tag in image.tags:
                 if "/tpl-acme-" in tag or "/tpl-globex-" in tag:
+                    pushed.update(d for d in image.attrs.get("RepoDigests") or [] if "/tpl-" in d)
                     client.images.remove(tag, force=True)
     finally:
         client.close()
+    for ref in pushed:  # 127.0.0.1:5000/sandgrid/tpl-acme-x@sha256:...
+        host, _, rest = ref.partition("/")
+        repo, _, digest = rest.partition("@")
+        httpx.delete(f"http://{host}/v2/{repo}/manifests/{digest}", timeout=10)
 
 
 def call(method: str, path: str, token: str = ACME, body: Any = None) -> httpx.Response:
