@@ -77,6 +77,9 @@ class TenantLimits(WireModel):
     max_output_bytes: int = Field(16 << 20, ge=1024)
     max_parallel_turns: int = Field(8, ge=1, le=16, description="a session's turns at once")
     allow_network: bool = False
+    max_image_mb: int = Field(
+        8192, ge=1, description="25.2: the largest image a template of the tenant may build"
+    )
     types: list[str] | None = Field(None, description="sandbox types allowed; None: all")
     network_ceiling: list[str] = Field(
         default_factory=lambda: ["*"],

@@ -32,6 +32,7 @@ from sandgrid.cli.lifecycle import add_lifecycle_commands
 from sandgrid.cli.processes import ps
 from sandgrid.cli.sessions import exec_, sessions
 from sandgrid.cli.shell import shell
+from sandgrid.cli.templates import templates_group
 
 __all__ = ["PLUGIN_GROUP", "main"]
 
@@ -96,3 +97,4 @@ main.add_command(code)
 main.add_command(shell)
 main.add_command(ps)
 main.add_command(types_group)
+main.add_command(templates_group)  # 25.2

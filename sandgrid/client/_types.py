@@ -13,10 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
 from sandgrid.client._call import Call, parse_as
-from sandgrid.errors import InvalidInput
+from sandgrid.client._validate import as_model
 from sandgrid.sandbox_types import SandboxTypeInfo, SandboxTypeSpec
 
 __all__ = ["SandboxTypeLike", "add_type", "get_type", "remove_type", "type_spec"]
@@ -31,17 +29,7 @@ def type_spec(definition: SandboxTypeLike) -> SandboxTypeSpec:
     Raises:
         InvalidInput: a field breaks a rule (named).
     """
-    if isinstance(definition, SandboxTypeSpec):
-        return definition
-    try:
-        return SandboxTypeSpec.model_validate(dict(definition))
-    except (ValidationError, TypeError, ValueError) as exc:
-        errors = exc.errors() if isinstance(exc, ValidationError) else []
-        where = ".".join(str(p) for p in errors[0]["loc"]) if errors else "type"
-        rule = errors[0]["msg"].removeprefix("Value error, ") if errors else str(exc)
-        raise InvalidInput(
-            f"{where}: {rule}", operation="types.add", context={"field": where, "rule": rule}
-        ) from None
+    return as_model(SandboxTypeSpec, definition, "types.add", "type")
 
 
 def get_type(name: str) -> Call[SandboxTypeInfo]:

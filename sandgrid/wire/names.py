@@ -52,6 +52,7 @@ from __future__ import annotations
 
 __all__ = [
     "KEY_PREFIX",
+    "TASK_BUILD",
     "TASK_CANCEL",
     "TASK_PING",
     "TASK_TURN",
@@ -86,6 +87,8 @@ __all__ = [
     "session_turns_key",
     "session_waiting_key",
     "stream_slots_key",
+    "template_build_session",
+    "template_key",
     "tenant_batches_key",
     "tenant_sessions_key",
     "tenant_turns_key",
@@ -108,6 +111,8 @@ TASK_TURN = "sandgrid.turn"
 TASK_PING = "sandgrid.ping"
 """A trivial task every worker serves: the broker's own round trip, for benchmarks."""
 TASK_CANCEL = "sandgrid.cancel"
+TASK_BUILD = "sandgrid.template_build"
+"""A template's build (25.2), sent to one node's direct queue."""
 
 
 def type_queue(sandbox_type: str) -> str:
@@ -306,3 +311,15 @@ def egress_usage_key(session_id: str) -> str:
 def ports_usage_key(session_id: str) -> str:
     """Issue 21.1: a session's port connections and bytes so far (a hash), every node's."""
     return f"{KEY_PREFIX}ports:{session_id}:usage"
+
+
+# ---- 25.2: templates ----------------------------------------------------------------
+def template_key(name: str) -> str:
+    """String: the template ``name`` (``TemplateInfo`` JSON, its tenant in it): its state
+    and build log. One key per name, all tenants: a type's name is the grid's (its queue)."""
+    return f"{KEY_PREFIX}template:{name}"
+
+
+def template_build_session(build_id: str) -> str:
+    """The pseudo-session a build's egress is booked under (its policy, attempts, usage)."""
+    return f"build-{build_id}"

@@ -66,6 +66,7 @@ __all__ = [
     "Settings",
     "SnapshotSettings",
     "StreamLimitSettings",
+    "TemplateSettings",
     "WorkerSettings",
     "get_settings",
 ]
@@ -409,6 +410,17 @@ class ImageSettings(BaseModel):
     )
 
 
+# ---- 25.2: templates built on the grid (worker.templates; docs/templates.md) ----
+class TemplateSettings(BaseModel):
+    """Where a node's builds find gVisor's state (for ``runsc tar rootfs-upper``)."""
+
+    runsc_root: Path = Field(
+        Path("/run/docker/runtime-runc/moby"),
+        description="SANDGRID_TEMPLATES__RUNSC_ROOT: runsc's --root under the node's Docker "
+        "engine (containerd's runc shim keeps every OCI runtime's state there)",
+    )
+
+
 class Settings(BaseSettings):
     """One settings object per process (see ``get_settings``)."""
 
@@ -468,6 +480,7 @@ class Settings(BaseSettings):
     streams: StreamLimitSettings = Field(default_factory=StreamLimitSettings)  # issue 23.7
     ports: PortSettings = Field(default_factory=PortSettings)  # issue 21.1
     images: ImageSettings = Field(default_factory=ImageSettings)  # 25.3
+    templates: TemplateSettings = Field(default_factory=TemplateSettings)  # 25.2
     # Logs (issue 23, item 5): sandgrid.wire.logs; docs/operations.md, Logs.
     log_format: Literal["json", "text"] = Field(
         DEFAULT_LOG_FORMAT,

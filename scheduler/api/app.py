@@ -26,6 +26,7 @@ from scheduler.api import network as network_api
 from scheduler.api import ports as ports_api
 from scheduler.api import processes as background
 from scheduler.api import pty as pty_api
+from scheduler.api import templates as templates_api
 from scheduler.api.compat import agentscope, mcp
 from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
@@ -95,6 +96,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(batches.router)
     app.include_router(types.router)
+    app.include_router(templates_api.router)  # 25.2
     app.include_router(ops.router)
     app.include_router(audit.router)
     app.include_router(code_api.router)
