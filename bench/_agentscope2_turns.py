@@ -13,34 +13,21 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _stats import timed_async
+
 from sandgrid.client import AsyncClient
 from sandgrid.integrations.agentscope import SandgridBackend
-
-WARMUP = 10
-
-
-async def _timed(n: int, turn: Callable[[], Awaitable[object]]) -> list[float]:
-    for _ in range(WARMUP):
-        await turn()
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        await turn()
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
 
 
 async def main(api: str, token: str, sbx_type: str, n: int) -> dict[str, list[float]]:
     async with AsyncClient(api, token) as client, client.session(type=sbx_type) as session:
         backend = SandgridBackend(client, session.id)
-        plain = await _timed(n, lambda: client.exec(session.id, argv=["true"]))
-        adapter = await _timed(n, lambda: backend.exec_shell(["true"]))
+        plain = await timed_async(n, lambda: client.exec(session.id, argv=["true"]))
+        adapter = await timed_async(n, lambda: backend.exec_shell(["true"]))
         return {"plain": plain, "adapter": adapter}
 
 

@@ -32,15 +32,13 @@ import os
 import statistics
 import subprocess
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 from _grid import bench_grid
-from _stats import pct
+from _stats import pct, timed_async
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -57,18 +55,6 @@ TYPES = {"runc": "python", "runsc": "python-gvisor"}
 RATIOS: dict[tuple[str, str], float] = {}
 """Ratios measured against a baseline of their own (``*`` rows), not the REST row."""
 TOKEN = "tok-bench-" + "x" * 24
-WARMUP = 10
-
-
-async def _timed(n: int, turn: Callable[[], Awaitable[object]]) -> list[float]:
-    for _ in range(WARMUP):
-        await turn()
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        await turn()
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
 
 
 def rest_turns(api: str, n: int, sbx_type: str) -> list[float]:
@@ -77,7 +63,7 @@ def rest_turns(api: str, n: int, sbx_type: str) -> list[float]:
         async def turn() -> object:
             return s.exec(argv=["true"])
 
-        return asyncio.run(_timed(n, turn))
+        return asyncio.run(timed_async(n, turn))
 
 
 async def mcp_turns(api: str, n: int, sbx_type: str) -> list[float]:
@@ -91,7 +77,7 @@ async def mcp_turns(api: str, n: int, sbx_type: str) -> list[float]:
         created = await mcp.call_tool("create_session", {"type": sbx_type})
         sid = (created.structured_content or {})["id"]
         args = {"session_id": sid, "argv": ["true"]}
-        times = await _timed(n, lambda: mcp.call_tool("exec", args))
+        times = await timed_async(n, lambda: mcp.call_tool("exec", args))
         await mcp.call_tool("close_session", {"session_id": sid})
         return times
 
@@ -101,7 +87,7 @@ async def provider_turns(api: str, n: int, sbx_type: str) -> list[float]:
         client = SandgridSandboxClient(client=sdk)
         options = SandgridSandboxClientOptions(sandbox_type=sbx_type)
         async with await client.create(options=options) as s:
-            return await _timed(n, lambda: s.exec("true"))
+            return await timed_async(n, lambda: s.exec("true"))
 
 
 async def agentscope_runtime_turns(api: str, n: int) -> list[float]:
@@ -117,7 +103,7 @@ async def agentscope_runtime_turns(api: str, n: int) -> list[float]:
             return r
 
         try:
-            return await _timed(n, turn)
+            return await timed_async(n, turn)
         finally:
             await http.post("/release", json={"identity": box})
 
