@@ -4,7 +4,7 @@ VENV  := .venv
 PY    := $(VENV)/bin/python
 LOCAL := deploy/local
 
-.PHONY: up down down-all services install lint typecheck test test-unit bench ci compose-check
+.PHONY: up down down-all services registry-gc install lint typecheck test test-unit bench ci compose-check
 
 up:            ## services + grid + the main job (one command from a bare machine)
 	$(LOCAL)/up.sh
@@ -12,11 +12,14 @@ up:            ## services + grid + the main job (one command from a bare machin
 down:          ## stop the scheduler, workers and Flower started by `make up`
 	$(LOCAL)/down.sh
 
-down-all:      ## also stop Redis, MinIO and dockerd
+down-all:      ## also stop the registry, Redis, MinIO and dockerd
 	$(LOCAL)/down.sh --all
 
 services:      ## Docker (+runsc), Redis, MinIO, images, .venv: what the tests need
 	$(LOCAL)/services.sh
+
+registry-gc:   ## the image registry's garbage-collect (untagged manifests, unreferenced blobs)
+	$(LOCAL)/registry.sh gc
 
 compose-check: ## docker-compose.yml up, main job + batch against it, down, nothing left
 	$(LOCAL)/compose.sh check
@@ -44,5 +47,9 @@ bench:         ## benchmarks; each prints its figures and ratios
 	$(PY) bench/bench_grid.py
 	$(PY) bench/bench_batch.py
 	$(PY) bench/bench_bfcl.py
+	$(PY) bench/bench_writes.py
+	$(PY) bench/bench_integrations.py
+	$(PY) bench/bench_ports.py
+	$(PY) bench/bench_memory.py
 
 ci: services lint typecheck compose-check test

@@ -2,7 +2,8 @@
 
     python3 bench/bench_grid.py [--turns 300] [--sessions 16] [--seconds 10]
 
-Starts its own grid (API on 127.0.0.1:8731, two worker nodes, Redis db 13),
+Starts its own grid (API on 127.0.0.1:8731, two worker nodes, Redis db 13 or
+``SANDGRID_BENCH_REDIS_URL``),
 then measures on this machine, in one run:
 
 1. a warm session's turn of ``true`` through SDK -> HTTP -> Celery -> worker ->
@@ -24,21 +25,21 @@ then measures on this machine, in one run:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import docker
 import httpx
-import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from _grid import bench_grid
+from _redis_count import Counted, counting
 from _services import shared_redis_url
 from _stats import pct
 
@@ -52,22 +53,17 @@ from worker.runtimes import runtime_for
 from worker.sandboxes import SandboxManager
 
 PORT = 8731
-REDIS_URL = shared_redis_url("redis://127.0.0.1:6379/13")
+REDIS_URL = shared_redis_url(
+    os.environ.get("SANDGRID_BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
+)
 TOKEN = "tok-bench-" + "x" * 24
 IMAGE = "sandgrid/sandbox-python:latest"
 
 
-def redis_calls() -> Counter[str]:
-    """Commands Redis has served so far, by name (``INFO commandstats``)."""
-    r: redis.Redis[str] = redis.Redis.from_url(REDIS_URL, decode_responses=True)
-    stats = r.info("commandstats")
-    r.close()
-    return Counter({k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()})
-
-
-def warm_turns(client: Client, n: int) -> tuple[list[float], dict[str, list[float]], Counter[str]]:
-    """``n`` warm turns of one session: latencies, their breakdown, and the Redis
-    commands served meanwhile (all clients: API, workers, Celery, heartbeats)."""
+def warm_turns(client: Client, n: int) -> tuple[list[float], dict[str, list[float]], Counted]:
+    """``n`` warm turns of one session: latencies and their breakdown; then ``n``
+    more, untimed, over which the Redis commands of the grid's database are
+    counted (every client: API, workers, Celery, heartbeats; ``_redis_count``)."""
     parts: dict[str, list[float]] = {
         k: [] for k in ("api_ms", "queue_ms", "worker_ms", "sandbox_ms")
     }
@@ -75,7 +71,6 @@ def warm_turns(client: Client, n: int) -> tuple[list[float], dict[str, list[floa
     with client.session(type="python") as s:
         for _ in range(20):
             s.exec(argv=["true"])
-        before = redis_calls()
         for _ in range(n):
             t0 = time.perf_counter()
             r = s.exec(argv=["true"])
@@ -83,7 +78,9 @@ def warm_turns(client: Client, n: int) -> tuple[list[float], dict[str, list[floa
             assert r.exit_code == 0, r
             for k in parts:
                 parts[k].append(r.timings.get(k, 0.0))
-        calls = redis_calls() - before
+        with counting(REDIS_URL) as calls:
+            for _ in range(n):
+                s.exec(argv=["true"])
     return total, parts, calls
 
 
@@ -268,9 +265,11 @@ def main() -> None:
     )
     for k, xs in parts.items():
         print(f"  {k:<11} p50 {statistics.median(xs):7.2f} ms  p99 {pct(xs, 99):7.2f} ms")
-    per_turn = sum(calls.values()) / len(total)
-    top = ", ".join(f"{k} {v / len(total):.1f}" for k, v in calls.most_common(8))
-    print(f"  redis commands per turn (every client): {per_turn:.1f}  ({top})")
+    round_trips, per_turn = calls.per(len(total))
+    print(
+        f"  redis commands per turn (every client): {per_turn:.1f}  (target <= 30; "
+        f"round trips {round_trips:.1f}; {calls.top(len(total), 12)})"
+    )
     print(
         f"docker exec_run('true') on a warm container ({len(base)} runs): "
         f"p50 {b50:.2f} ms  p99 {b99:.2f} ms"

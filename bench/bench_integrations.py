@@ -12,7 +12,12 @@ runsc), times a warm session's turn of ``true`` each way, in this order:
    SDK's ``sh -lc`` wrapper, the exact-bytes wrapper and its instrumentation);
 4. AgentScope Runtime's ``POST /call_tool`` of ``run_shell_command`` over
    HTTP, as its client sends it (runc only: the runtime's ``base`` type is the
-   grid's ``python``).
+   grid's ``python`` unless the API is told otherwise);
+5. AgentScope 2.0's ``SandgridBackend.exec_shell`` (its ``sh`` wrapper for
+   bytes-exact output and ``cwd``), in AgentScope's own venv
+   (``SANDGRID_AGENTSCOPE2_VENV``, default ``/work/.agentscope2/venv``, made by
+   its tests), against ``AsyncClient.exec`` timed in that same process: its
+   ratio is to that baseline.
 
 It prints the median and p95 of each and their ratios to the baseline of the
 same runtime, measured in the same run.
@@ -22,17 +27,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import statistics
+import subprocess
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 from _grid import bench_grid
-from _stats import pct
+from _stats import pct, timed_async
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
@@ -46,19 +52,9 @@ from sandgrid.integrations.openai_agents import (
 PORT = 8732
 REDIS_URL = "redis://127.0.0.1:6379/13"
 TYPES = {"runc": "python", "runsc": "python-gvisor"}
+RATIOS: dict[tuple[str, str], float] = {}
+"""Ratios measured against a baseline of their own (``*`` rows), not the REST row."""
 TOKEN = "tok-bench-" + "x" * 24
-WARMUP = 10
-
-
-async def _timed(n: int, turn: Callable[[], Awaitable[object]]) -> list[float]:
-    for _ in range(WARMUP):
-        await turn()
-    out = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        await turn()
-        out.append((time.perf_counter() - t0) * 1000)
-    return out
 
 
 def rest_turns(api: str, n: int, sbx_type: str) -> list[float]:
@@ -67,7 +63,7 @@ def rest_turns(api: str, n: int, sbx_type: str) -> list[float]:
         async def turn() -> object:
             return s.exec(argv=["true"])
 
-        return asyncio.run(_timed(n, turn))
+        return asyncio.run(timed_async(n, turn))
 
 
 async def mcp_turns(api: str, n: int, sbx_type: str) -> list[float]:
@@ -81,7 +77,7 @@ async def mcp_turns(api: str, n: int, sbx_type: str) -> list[float]:
         created = await mcp.call_tool("create_session", {"type": sbx_type})
         sid = (created.structured_content or {})["id"]
         args = {"session_id": sid, "argv": ["true"]}
-        times = await _timed(n, lambda: mcp.call_tool("exec", args))
+        times = await timed_async(n, lambda: mcp.call_tool("exec", args))
         await mcp.call_tool("close_session", {"session_id": sid})
         return times
 
@@ -91,7 +87,7 @@ async def provider_turns(api: str, n: int, sbx_type: str) -> list[float]:
         client = SandgridSandboxClient(client=sdk)
         options = SandgridSandboxClientOptions(sandbox_type=sbx_type)
         async with await client.create(options=options) as s:
-            return await _timed(n, lambda: s.exec("true"))
+            return await timed_async(n, lambda: s.exec("true"))
 
 
 async def agentscope_runtime_turns(api: str, n: int) -> list[float]:
@@ -107,9 +103,31 @@ async def agentscope_runtime_turns(api: str, n: int) -> list[float]:
             return r
 
         try:
-            return await _timed(n, turn)
+            return await timed_async(n, turn)
         finally:
             await http.post("/release", json={"identity": box})
+
+
+AGENTSCOPE2_VENV = Path(os.environ.get("SANDGRID_AGENTSCOPE2_VENV", "/work/.agentscope2/venv"))
+
+
+def agentscope2_ratio(api: str, n: int, sbx_type: str) -> tuple[list[float], float] | None:
+    """AgentScope 2.0's turns and their p50 over the plain client's, both timed in
+    its venv; None when that venv is missing."""
+    python = AGENTSCOPE2_VENV / "bin" / "python"
+    if not python.exists():
+        print(f"AgentScope 2.0: no venv at {AGENTSCOPE2_VENV} (its tests make it); skipped")
+        return None
+    script = Path(__file__).with_name("_agentscope2_turns.py")
+    out = subprocess.run(
+        [str(python), str(script), api, TOKEN, sbx_type, str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=1800,
+    )
+    times = json.loads(out.stdout.strip().splitlines()[-1])
+    return times["adapter"], statistics.median(times["adapter"]) / statistics.median(times["plain"])
 
 
 def runtime_rows(api: str, n: int, runtime: str) -> dict[str, list[float]]:
@@ -122,6 +140,10 @@ def runtime_rows(api: str, n: int, runtime: str) -> dict[str, list[float]]:
     }
     if runtime == "runc":
         rows["AgentScope Runtime call_tool"] = asyncio.run(agentscope_runtime_turns(api, n))
+    as2 = agentscope2_ratio(api, n, sbx_type)
+    if as2 is not None:
+        rows["AgentScope 2.0 backend *"] = as2[0]
+        RATIOS[(runtime, "AgentScope 2.0 backend *")] = as2[1]
     return rows
 
 
@@ -147,7 +169,10 @@ def main() -> None:
         print(f"  {'path':<30}{'p50':>8}{'p95':>8}{'p50 / REST':>12}")
         for name, times in rows.items():
             p50 = statistics.median(times)
-            print(f"  {name:<30}{p50:8.1f}{pct(times, 95):8.1f}{p50 / base:12.2f}")
+            ratio = RATIOS.get((runtime, name), p50 / base)
+            print(f"  {name:<30}{p50:8.1f}{pct(times, 95):8.1f}{ratio:12.2f}")
+    if RATIOS:
+        print("  * against AsyncClient.exec timed in the same process (AgentScope's venv)")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ returns it inside its result so that nothing is pickled.
     ├── AuthError               401  missing or unknown token
     ├── Forbidden               403  a preview URL forged, expired, or read-only for this method
     ├── NotFound                404  unknown session (or another tenant's: same answer)
-    ├── Conflict                409  session busy with a turn, or closed
+    ├── Conflict                409  session busy with a turn, or closed; a type in use
     ├── LimitExceeded           429  tenant ceiling or queue backpressure (Retry-After)
     ├── SandboxError            500  the sandbox could not serve the turn
     │   ├── SandboxLost              channel to the in-sandbox agent broke
@@ -82,6 +82,7 @@ class ErrorCode(StrEnum):
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"
     API_UNREACHABLE = "api_unreachable"
     INTERNAL = "internal"
+    TYPE_IN_USE = "type_in_use"  # 25.5: a sandbox type with open sessions cannot be removed
     CHECKPOINT_EXISTS = "checkpoint_exists"
     NO_SNAPSHOT = "no_snapshot"
     PROCESS_LOST = "process_lost"
@@ -92,6 +93,7 @@ class ErrorCode(StrEnum):
     METHOD_NOT_ALLOWED = "method_not_allowed"
     PORT_NOT_LISTENING = "port_not_listening"
     PORT_LIMIT = "port_limit"
+    MEMORY_UNSAVABLE = "memory_unsavable"
 
 
 class SandgridError(Exception):

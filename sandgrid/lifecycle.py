@@ -23,6 +23,7 @@ __all__ = [
     "CheckpointInfo",
     "CheckpointList",
     "CheckpointName",
+    "PauseRequest",
     "PauseResult",
     "RestoreRequest",
     "RestoreResult",
@@ -87,11 +88,30 @@ class RestoreResult(WireModel):
     """The tag of the turn's result union (``sandgrid.wire.jobs.TurnResult``); never in a body."""
 
 
+class PauseRequest(WireModel):
+    """Body of ``POST /v1/sessions/{id}/pause`` (absent or ``{}``: the workspace alone)."""
+
+    memory: bool = Field(
+        False,
+        description="save the running processes and their memory too (gVisor types only; "
+        "docs/memory.md): the next turn, on any node, carries on where they were",
+    )
+
+
 class PauseResult(WireModel):
     """The session holds no sandbox now; its next turn resumes it on any worker."""
 
     session: str
     snapshot: str | None = Field(description="its latest snapshot (None: nothing saved yet)")
     released: bool = Field(description="a sandbox was given up (False: none was held)")
+    memory: bool = Field(False, description="a memory image was saved beside the snapshot")
+    memory_bytes: int | None = Field(None, description="the memory image's stored size")
+    memory_raw_bytes: int | None = Field(None, description="its size before compression")
+    memory_ms: dict[str, float] = Field(
+        default_factory=dict, description="checkpoint_ms, store_ms (pack and upload)"
+    )
+    memory_reason: str | None = Field(
+        None, description="asked for memory and none was saved: why (the workspace was)"
+    )
     kind: Literal["pause"] = Field("pause", exclude=True, repr=False)
     """The tag of the turn's result union (``sandgrid.wire.jobs.TurnResult``); never in a body."""

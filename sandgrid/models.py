@@ -48,12 +48,12 @@ __all__ = [
     "FileList",
     "FileRead",
     "FileWrite",
+    "IdleAction",
     "LabelMap",
     "NetworkAttempt",
     "NetworkPolicy",
     "NetworkView",
     "Quotas",
-    "SandboxTypeInfo",
     "SandboxTypeName",
     "SaveError",
     "SessionCreate",
@@ -62,7 +62,6 @@ __all__ = [
     "SessionList",
     "SessionState",
     "SnapshotPolicy",
-    "TypeList",
     "WireModel",
     "WorkspacePath",
     "env_bytes",
@@ -98,6 +97,8 @@ The record is in every ``GET /v1/sessions`` and in every turn's message.
 SandboxTypeName = Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")]
 SessionId = Annotated[str, Field(pattern=r"^s-[A-Za-z0-9_-]{16,64}$")]
 SnapshotPolicy = Literal["after_turn", "on_idle", "never"]
+IdleAction = Literal["release", "memory"]
+"""What the reaper does with an idle session (issue 24): release it, or pause it with memory."""
 SessionState = Literal["new", "live", "idle", "busy", "closed", "lost", "expired"]
 """``expired``: closed by its TTL (``idle_timeout_s``, ``max_lifetime_s``); shown by the API."""
 CHECKPOINT_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$"
@@ -444,6 +445,12 @@ class SessionCreate(WireModel):
         "changed it, before the turn returns), on_idle (when the session's sandbox is "
         "released: idle, or the node drains), never (it lives only in its sandbox)",
     )
+    on_idle: IdleAction = Field(
+        "release",
+        description="what an idle session's sandbox becomes: release (its workspace is "
+        "saved, its processes end) or memory (paused with its processes, gVisor types "
+        "only: docs/memory.md)",
+    )
     fork_from: SessionId | None = Field(
         None,
         description="start from the latest snapshot of this session of the same tenant",
@@ -521,32 +528,25 @@ class SessionInfo(WireModel):
     expires_at: datetime | None = Field(None, description="the absolute deadline, if any")
     expired_at: datetime | None = Field(None, description="when its TTL closed it")
     network: NetworkPolicy | None = None
+    # Memory snapshots (issue 24, docs/memory.md).
+    memory_image: str | None = Field(
+        None,
+        description="the memory image a pause with memory saved (its sha256): the next "
+        "turn restores the processes from it, once",
+    )
+    memory_restored: bool | None = Field(
+        None,
+        description="the last resume from a memory image: true it came back, false the "
+        "session fell back to its workspace snapshot (memory_reason says why)",
+    )
+    memory_reason: str | None = Field(None, description="why memory_restored is false")
+    on_idle: IdleAction = "release"
 
 
 class SessionList(WireModel):
     """Body of ``GET /v1/sessions``: the tenant's sessions that are not closed."""
 
     sessions: list[SessionInfo]
-
-
-class SandboxTypeInfo(WireModel):
-    """One sandbox type of the catalog, and the live worker nodes that serve it.
-
-    A type with no node is refused (503 ``no_capacity``) until a worker serving
-    it beats again.
-    """
-
-    v: Literal[1] = 1
-    name: str
-    runtime: str = Field(description="the OCI runtime: runc, or gVisor's runsc")
-    image: str
-    nodes: list[str] = Field(default_factory=list, description="live nodes serving it")
-
-
-class TypeList(WireModel):
-    """Body of ``GET /v1/types``: every type of the catalog."""
-
-    types: list[SandboxTypeInfo]
 
 
 class CodeRequest(WireModel):

@@ -1,7 +1,7 @@
 """The control plane's side of egress: which policy a session gets, and its audit.
 
 A session's policy is the first of: its own (``SessionCreate.network``), its
-type's default (``SandboxType.default_network``), its tenant's default
+type's default (``SandboxTypeSpec.default_network``), its tenant's default
 (``TenantLimits.network_default``); none of them means no network. Every allow
 entry must be covered by the tenant's ``network_ceiling`` (operator-set): an
 entry beyond it is 422 naming the entry. The policy lives in the session

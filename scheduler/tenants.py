@@ -37,6 +37,7 @@ from pydantic import Field, ValidationError, field_validator
 from sandgrid.errors import AuthError, InvalidInput, NotFound
 from sandgrid.models import NetworkPolicy, WireModel
 from sandgrid.network import covers
+from sandgrid.sandbox_types import QUOTA_FIELDS
 from sandgrid.wire import names
 
 if TYPE_CHECKING:  # redis is imported by whoever gives a client (not by `tenants --help`)
@@ -76,6 +77,9 @@ class TenantLimits(WireModel):
     max_output_bytes: int = Field(16 << 20, ge=1024)
     max_parallel_turns: int = Field(8, ge=1, le=16, description="a session's turns at once")
     allow_network: bool = False
+    max_image_mb: int = Field(
+        8192, ge=1, description="25.2: the largest image a template of the tenant may build"
+    )
     types: list[str] | None = Field(None, description="sandbox types allowed; None: all")
     network_ceiling: list[str] = Field(
         default_factory=lambda: ["*"],
@@ -85,6 +89,19 @@ class TenantLimits(WireModel):
     network_default: NetworkPolicy | None = Field(
         None, description="the policy of the tenant's sessions that give none (None: offline)"
     )
+    type_ceilings: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description="per sandbox type, quota ceilings that replace the type's own (25.1)",
+    )
+
+    @field_validator("type_ceilings")
+    @classmethod
+    def _type_ceilings(cls, v: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        for kind, ceilings in v.items():
+            for key in ceilings:
+                if key not in QUOTA_FIELDS:
+                    raise ValueError(f"type_ceilings.{kind}: {key!r} is no quota")
+        return v
 
     @field_validator("network_ceiling")
     @classmethod
@@ -348,7 +365,7 @@ def check_limits(name: str, fields: Mapping[str, Any]) -> TenantLimits:
     Raises:
         InvalidInput: the first rule broken, with its field.
     """
-    from sandgrid.wire.catalog import CATALOG
+    from sandgrid.wire.catalog import current
 
     try:
         limits = Tenant(name=name, limits=TenantLimits.model_validate(fields)).limits
@@ -357,9 +374,10 @@ def check_limits(name: str, fields: Mapping[str, Any]) -> TenantLimits:
         field = ".".join(str(p) for p in first["loc"])
         rule = first["msg"].removeprefix("Value error, ")
         raise _refused(name, field, rule, rule if rule.startswith(field) else "") from exc
+    known_types = current() if limits.types else None
     for i, kind in enumerate(limits.types or ()):
-        if kind not in CATALOG:  # a typo would refuse every session of that type
-            known = ", ".join(sorted(CATALOG))
+        if known_types is not None and kind not in known_types:  # a typo: every session refused
+            known = ", ".join(sorted(known_types.types))
             raise _refused(name, f"types[{i}]", f"unknown sandbox type {kind!r}; known: {known}")
     allow = limits.network_default.allow if limits.network_default else []
     for i, entry in enumerate(allow):

@@ -1,6 +1,7 @@
 """The data plane's command, plugged into ``sandgrid`` (entry points ``sandgrid.commands``).
 
 sandgrid worker --types python,python-gvisor --concurrency 4 --node w1
+sandgrid worker --types 'python,python-*' --node w2   # and every python-* type added later
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ __all__ = ["worker"]
 
 
 @click.command()
-@click.option("--types", default="python", show_default=True, help="sandbox types, comma-separated")
+@click.option(
+    "--types",
+    default="python",
+    show_default=True,
+    help="sandbox types, comma-separated: names, or patterns (python-*, *) that also "
+    "select types added to the catalog later",
+)
 @click.option("--concurrency", type=int, default=4, show_default=True, help="turns at once")
 @click.option("--node", default=None, help="node name, unique in the grid [host name]")
 @readable_errors

@@ -83,8 +83,13 @@ def run_worker(types: list[str], concurrency: int, node: str) -> None:
     def _stop(**_: Any) -> None:
         stop_node()
 
-    start_node(node, types)  # before consuming: a task may arrive at once
-    queues = ",".join(worker_queues(types, node))
+    started = start_node(node, types)  # before consuming: a task may arrive at once
+
+    @signals.worker_ready.connect(weak=False)
+    def _ready(sender: Any = None, **_: Any) -> None:
+        started.queues.attach(sender)  # types added or removed from now on (25.1)
+
+    queues = ",".join(worker_queues(list(started.types), node))
     try:
         _consume(queues, node, concurrency)
     finally:

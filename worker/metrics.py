@@ -27,6 +27,7 @@ from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from sandgrid.wire.settings import DEFAULT_WORKER_METRICS_ADDR
 
 __all__ = [
+    "IMAGE_PULL_SECONDS",
     "SNAPSHOT_BYTES",
     "SNAPSHOT_SECONDS",
     "STAGE_BUCKETS",
@@ -72,6 +73,14 @@ STORE_ERRORS = Counter(
     "sandgrid_worker_store_errors",
     "Errors of the registry (Redis) and the object store (MinIO) a node's turn ended with.",
     ["store", "operation"],
+)
+# 25.3: a type's image pulled from the grid's registry (worker.images.puller).
+IMAGE_PULL_SECONDS = Histogram(
+    "sandgrid_worker_image_pull_seconds",
+    "Time of a pull of a type's image from the grid's registry, by repository and outcome "
+    "(ok, missing: the registry has no such image, failed: out of reach or another fault).",
+    ["repository", "outcome"],
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
 )
 _STORE_CODES = {"registry_unavailable": "registry", "store_unavailable": "objects"}
 

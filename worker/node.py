@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import redis
 
-from sandgrid.wire.catalog import CATALOG, get_type
+from sandgrid.models import Quotas
+from sandgrid.sandbox_types import SandboxTypeSpec, effective_quotas
+from sandgrid.wire import catalog
+from sandgrid.wire.catalog import CatalogView, get_type
+from sandgrid.wire.celery_app import worker_queues
 from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.portkeys import port_key
 from sandgrid.wire.redis_ledger import WORKER_OUTAGE_WAIT_S, RedisLedger
@@ -26,6 +30,7 @@ from worker.egress.handler import Handler
 from worker.egress.hostguard import HostGuard
 from worker.egress.limits import Limits
 from worker.heartbeat import Heartbeat
+from worker.images import ImagePuller
 from worker.ops.base import NodeParts
 from worker.ops.terminal import TerminalBridge
 from worker.ports.audit import PortBook
@@ -36,6 +41,8 @@ from worker.reaper import Reaper
 from worker.runtimes import runtime_for
 from worker.sandboxes import SandboxManager
 from worker.sandboxes.manager import INCARNATION
+from worker.serving import QueueControl, TypeWatch, can_serve
+from worker.serving.watch import is_pattern, selected
 from worker.sessions.pool import SandboxPool, WarmPool
 from worker.sessions.table import SessionTable
 from worker.snapshots import SnapshotStore, open_store
@@ -54,7 +61,8 @@ class Node:
 
     Args:
         name: the node's name (its direct queue is ``node.<name>``).
-        types: the sandbox types it serves.
+        types: the sandbox types it serves: names, or patterns (``python-*``, ``*``)
+            that also select types added to the catalog later (``worker.serving``).
         settings: the process settings.
         ledger: the session ledger; a ``RedisLedger`` on ``settings`` when omitted.
         store: the snapshot store; made from settings when omitted.
@@ -78,27 +86,35 @@ class Node:
         #: the same name is a new incarnation.
         self.incarnation = INCARNATION
         self.settings = settings or get_settings()
-        self.types = [get_type(t).name for t in types]
+        #: The ``--types`` entries; a name must be in the catalog, a pattern may match none.
+        self.selector = [t if is_pattern(t) else get_type(t).name for t in types]
+        self.types = selected(self.selector, catalog.current())
         self.ledger = ledger or RedisLedger.from_settings(
             self.settings, outage_wait_s=WORKER_OUTAGE_WAIT_S
         )
         self.store = store or open_store(self.settings)
         self.egress: EgressProxy | None = None
         self.inbound: InboundSockets | None = None
+        self._images: Callable[[str, str | None], str] | None = None
+        self._own_backends = backends is None
         if backends is None:
             self.egress = _egress_proxy(name, self.settings)
             self.inbound = InboundSockets()
-            runtimes = {CATALOG[t].runtime for t in self.types}
-            backends = {
-                r: SandboxManager(
-                    runtime_for(r), node=name, egress=self.egress, inbound=self.inbound
-                )
-                for r in runtimes
-            }
+            puller = ImagePuller.from_settings(self.settings, name)  # 25.3: one per node
+            self._images = puller.ensure if puller is not None else None
+            runtimes = {get_type(t).runtime for t in self.types}
+            backends = {r: self._new_backend(r) for r in runtimes}
         self.backends = dict(backends)
+        #: The definition each served type was started with (``worker.serving.watch``).
+        self.specs: dict[str, SandboxTypeSpec] = {t: get_type(t) for t in self.types}
+        #: The consumer's queues, changed at runtime; the watch is made by ``start_node``.
+        self.queues = QueueControl()
+        self.watch: TypeWatch | None = None
+        self._serving_lock = threading.Lock()
         self.sessions = SessionTable()
-        targets = {t: self.settings.worker.pool_size for t in self.types}
-        self.pool = pool or WarmPool(self.backend_for, targets)
+        targets = {t: self._pool_size(self.specs[t]) for t in self.types}
+        warm_quotas = {t: self._warm_quotas(s) for t, s in self.specs.items() if s.quotas}
+        self.pool = pool or WarmPool(self.backend_for, targets, quotas=warm_quotas)
         worker = self.settings.worker
         self.persistence = Persistence(self.ledger, self.store, self.backend_for, worker.snapshots)
         self.residency = Residency(name, self.ledger, self.sessions, self.pool, self.persistence)
@@ -145,7 +161,101 @@ class Node:
 
     def backend_for(self, sandbox_type: str) -> SandboxManager:
         """The sandbox manager of a sandbox type: the one of its runtime."""
-        return self.backends[CATALOG[sandbox_type].runtime]
+        known = self.specs.get(sandbox_type) or get_type(sandbox_type)
+        return self._backend(known.runtime)
+
+    def _backend(self, runtime: str) -> SandboxManager:
+        """The manager of ``runtime``, made on first use when the node makes its own."""
+        if runtime not in self.backends and self._own_backends:
+            with self._serving_lock:
+                if runtime not in self.backends:
+                    self.backends[runtime] = self._new_backend(runtime)
+        return self.backends[runtime]
+
+    def _new_backend(self, runtime: str) -> SandboxManager:
+        return SandboxManager(
+            runtime_for(runtime),
+            node=self.name,
+            egress=self.egress,
+            inbound=self.inbound,
+            images=self._images,
+        )
+
+    def _pool_size(self, spec: SandboxTypeSpec) -> int:
+        return self.settings.worker.pool_size if spec.pool_size is None else spec.pool_size
+
+    @staticmethod
+    def _warm_quotas(spec: SandboxTypeSpec) -> Quotas:
+        """What a session of the type asking for nothing gets: its warm pool's quotas."""
+        return effective_quotas(spec, Quotas())
+
+    # ---- the types it serves, at runtime (25.1) ------------------------------------
+
+    def can_serve(self, spec: SandboxTypeSpec) -> str | None:
+        """Why the node cannot serve ``spec`` now (``worker.serving.ability``), or None."""
+        try:
+            backend = self._backend(spec.runtime)
+        except (KeyError, ValueError) as exc:
+            return f"no backend for runtime {spec.runtime} ({exc})"
+        return can_serve(backend, spec)
+
+    def serving(self) -> dict[str, SandboxTypeSpec]:
+        """The types served now, each with the definition it was started with."""
+        with self._serving_lock:
+            return dict(self.specs)
+
+    def start_serving(self, spec: SandboxTypeSpec) -> None:
+        """Serve a type: its warm pool, its queues, then the heartbeat names it.
+
+        A type served already takes its new definition in place; its warm
+        sandboxes are made again only if they no longer fit it (another image
+        tag, runtime or default quotas).
+        """
+        with self._serving_lock:
+            old = self.specs.get(spec.name)
+            self.specs[spec.name] = spec
+            if spec.name not in self.types:
+                self.types.append(spec.name)
+        set_target = getattr(self.pool, "set_target", None)
+        if set_target is not None:
+            quotas = self._warm_quotas(spec)
+            if old is not None and (old.image, old.runtime, old.quotas) != (
+                spec.image,
+                spec.runtime,
+                spec.quotas,
+            ):
+                set_target(spec.name, 0)  # the warm ones are of the old definition
+            set_target(spec.name, self._pool_size(spec), quotas)
+        self.queues.consume(worker_queues([spec.name], self.name)[1:])
+        self.heartbeat.types = tuple(self.types)
+
+    def stop_serving(self, name: str) -> None:
+        """Stop serving a type: the heartbeat drops it, its queues stop, its pool drains.
+
+        Its sessions live here keep their sandboxes (their turns come on the
+        node's direct queue); the catalog refuses to remove a type in use.
+        """
+        with self._serving_lock:
+            self.specs.pop(name, None)
+            self.types = [t for t in self.types if t != name]
+        self.heartbeat.types = tuple(self.types)
+        self.queues.cancel(worker_queues([name], self.name)[1:])
+        set_target = getattr(self.pool, "set_target", None)
+        if set_target is not None:
+            set_target(name, 0)
+
+    def watch_catalog(self, view: CatalogView) -> TypeWatch:
+        """Follow the catalog from now on (``start_node``; tests start it themselves)."""
+        self.watch = TypeWatch(
+            self.selector,
+            view,
+            serving=self.serving,
+            check=self.can_serve,
+            start=self.start_serving,
+            stop=self.stop_serving,
+            interval_s=self.settings.types_poll_s,
+        )
+        return self.watch
 
     # ---- life cycle ---------------------------------------------------------------
 
@@ -153,10 +263,14 @@ class Node:
         """Collect what a previous process of this node left, then warm up."""
         self.reaper.collect_orphans(startup=True)
         self.serve_metrics()
+        if self.watch is not None:  # what it can serve, before its first beat names it
+            self.watch.sync()
         self.serve_ports()
         self.heartbeat.start()
         self.pool.start()
         self.reaper.start()
+        if self.watch is not None:
+            self.watch.start()
         log.info("node %s: serving %s", self.name, ", ".join(self.types))
 
     def serve_metrics(self) -> None:
@@ -183,6 +297,8 @@ class Node:
 
     def stop(self) -> None:
         """Drain: snapshot what needs it, release leases, destroy every container."""
+        if self.watch is not None:
+            self.watch.stop()
         self.reaper.stop()
         for local in list(self.sessions):
             self.residency.release(local, snapshot=True)
@@ -235,6 +351,19 @@ def _port_server(
     )
 
 
+def _catalog_view(settings: Settings) -> CatalogView:
+    """The registry's catalog, made this process's view of the types (25.1)."""
+    from sandgrid.wire.objects import open_objects
+    from sandgrid.wire.type_store import TypeStore
+
+    client = redis.Redis.from_url(
+        settings.redis_url, decode_responses=True, socket_timeout=5, socket_connect_timeout=2
+    )
+    view = CatalogView(TypeStore(client, open_objects(settings)), cache_s=settings.types_poll_s)
+    catalog.install(view)
+    return view
+
+
 _node: Node | None = None
 _lock = threading.Lock()
 
@@ -244,7 +373,9 @@ def start_node(name: str, types: list[str]) -> Node:
     global _node
     with _lock:
         if _node is None:
+            view = _catalog_view(get_settings())  # before the node reads the catalog
             _node = Node(name, types)
+            _node.watch_catalog(view)
             _node.start()
         return _node
 

@@ -2,7 +2,10 @@
 snapshots of the tenants this node served are collected when due.
 
 An idle session whose snapshot fails (the store is down) is kept, not
-released, so that its changes are not lost; the next pass tries again.
+released, so that its changes are not lost; the next pass tries again. An idle
+session created with ``on_idle: "memory"`` is paused with its processes
+(``worker.turns.memory``), background processes and all; when it cannot be
+(an egress connection open), it is treated as any other.
 
 Every container the grid makes carries ``sandgrid.managed=1`` and the label of
 its worker node. A container of this node that neither the warm pool nor the
@@ -21,11 +24,13 @@ import logging
 import time
 from collections.abc import Sequence
 
+from sandgrid.errors import SandgridError
 from sandgrid.wire.periodic import Periodic
 from worker.ops.processes import keeps_resident
 from worker.sandboxes import SandboxManager
 from worker.sessions.pool import SandboxPool
-from worker.sessions.table import SessionTable
+from worker.sessions.table import LocalSession, SessionTable
+from worker.turns import memory
 from worker.turns.residency import Residency
 from worker.turns.snapshot_policy import Persistence
 
@@ -88,6 +93,9 @@ class Reaper:
             try:
                 if self.sessions.get(local.session_id) is not local:
                     continue  # closed or dropped meanwhile
+                if local.on_idle == "memory" and self._pause_with_memory(local):
+                    count += 1
+                    continue
                 if keeps_resident(self.backends, local):
                     continue  # a background process runs in it: it stays on this node
                 log.info("session %s: idle, releasing", local.session_id)
@@ -96,6 +104,23 @@ class Reaper:
             finally:
                 local.gate.release()
         return count
+
+    def _pause_with_memory(self, local: LocalSession) -> bool:
+        """Pause an idle ``on_idle: memory`` session with its processes (the caller holds
+        its gate alone); False when it cannot be (then it is treated as any other)."""
+        backend = next(b for b in self.backends if b.runtime == local.sandbox.runtime)
+        try:
+            memory.check_savable(backend, local.sandbox)
+            self.persistence.on_release(local)
+        except SandgridError as exc:
+            log.info("session %s: idle, not paused with memory: %s", local.session_id, exc)
+            return False
+        log.info("session %s: idle, pausing with memory", local.session_id)
+        try:
+            memory.pause(self.residency.ledger, self.persistence.store, backend, local)
+        finally:
+            self.residency.discard(local)
+        return True
 
     def reconcile(self) -> int:
         """Drop what lives here but whose container no longer runs; how many dropped.

@@ -27,7 +27,7 @@ from worker.node import get_node
 from worker.turns.entry import run_turn
 from worker.turns.task_repr import LoggedOutcome, SafeRequest
 
-__all__ = ["cancel", "note_received", "ping", "turn"]
+__all__ = ["build_template", "cancel", "note_received", "ping", "turn"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,19 @@ def ping(value: int) -> int:
 def cancel(turn_id: str) -> str:
     """Kill the running exec of ``turn_id`` on this node (``worker.turns.interactive``)."""
     return get_node().control.cancel(turn_id)
+
+
+@app.task(name=names.TASK_BUILD, acks_late=False, ignore_result=True)
+def build_template(job: dict[str, Any]) -> str:
+    """Build one template (``BuildJob`` JSON, 25.2); its end is in the template's record."""
+    from sandgrid.wire.builds import BuildJob
+    from worker.templates import BuildFailed, node_builder
+
+    try:
+        return node_builder(get_node()).build(BuildJob.model_validate(job)).state
+    except (BuildFailed, ValidationError) as exc:
+        log.warning("template build refused: %s", type(exc).__name__)
+        return "refused"
 
 
 @signals.task_received.connect(weak=False)

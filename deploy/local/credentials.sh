@@ -3,7 +3,9 @@
 # `make up`), each in a 0600 file of $SG_STATE (docs/operations.md, "Credentials"):
 #   secrets.env      MinIO's root user and password (SG_MINIO_*), one Redis password
 #                    per role (SG_REDIS_PW_ADMIN, _API, _WORKER, _FLOWER, _METRICS);
-#                    also docker-compose's --env-file (deploy/local/compose.sh)
+#                    the image registry's own MinIO user (SG_REGISTRY_S3_*, 25.3:
+#                    registry.sh gives it a policy of its bucket only) and its HTTP
+#                    secret; also docker-compose's --env-file (deploy/local/compose.sh)
 #   redis/users.acl  the Redis ACL file of those roles (hashes only, redis_acl.py)
 #   metrics-token    the bearer token of GET /v1/metrics/targets (Prometheus)
 #   flower-password  Flower's basic auth (user admin)
@@ -31,6 +33,16 @@ PY
   log "credentials: made $SG_SECRETS (MinIO root credentials, a Redis password per role)"
 fi
 chmod 600 "$SG_SECRETS"
+# The image registry's MinIO user (25.3), appended to a secrets.env made before it.
+if ! grep -q '^SG_REGISTRY_S3_ACCESS_KEY=' "$SG_SECRETS"; then
+  "$SG_PY" - >>"$SG_SECRETS" <<'PY'
+import secrets
+print(f"SG_REGISTRY_S3_ACCESS_KEY=sg-registry-{secrets.token_hex(6)}")
+print(f"SG_REGISTRY_S3_SECRET_KEY={secrets.token_urlsafe(32)}")
+print(f"SG_REGISTRY_HTTP_SECRET={secrets.token_urlsafe(32)}")
+PY
+  log "credentials: added the image registry's MinIO user to $SG_SECRETS"
+fi
 mkdir -p "$SG_STATE/redis"
 acl="$SG_STATE/redis/users.acl"
 want="$("$SG_PY" "$SG_ROOT/deploy/local/redis_acl.py" "$SG_SECRETS")"

@@ -13,11 +13,17 @@ runsc = sys.argv[1]
 cfg = {"bridge": "none", "iptables": False, "ip-masq": False, "log-level": "warn"}
 if os.access(runsc, os.X_OK):
     cfg["runtimes"] = {"runsc": {"path": runsc, "runtimeArgs": ["--platform=systrap", "--network=none", "--host-uds=open"]}}
+    # Memory snapshots (issue 24): the same runsc, whose create can restore an image.
+    cfg["runtimes"]["runsc-restore"] = {"path": os.path.join(os.path.dirname(runsc), "runsc-restore"), "runtimeArgs": ["--platform=systrap", "--network=none", "--host-uds=open"]}
 print(json.dumps(cfg, indent=2, sort_keys=True))
 PY
 }
 
 mkdir -p /etc/docker
+if [ -x "$SG_BIN/runsc" ]; then  # issue 24: the runtime wrapper that restores memory images
+  install -m 0755 "$(dirname "$0")/runsc-restore" "$SG_BIN/runsc-restore"
+  mkdir -p "$SG_STATE/memory"
+fi
 new="$(want_daemon_json)"
 changed=0
 if [ ! -f /etc/docker/daemon.json ] || [ "$(cat /etc/docker/daemon.json)" != "$new" ]; then

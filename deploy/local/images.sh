@@ -2,6 +2,10 @@
 # Images: a local Debian base (debootstrap + docker import, since no registry can
 # be reached), the sandbox images, and the grid's own service image. Each is
 # rebuilt only when its inputs changed (a content hash kept as an image label).
+# The sandbox images are then pushed to the grid's registry (registry.sh, 25.3)
+# as $SANDGRID_IMAGES__REGISTRY/sandgrid/<name>:latest, and their digests written
+# to $SG_STATE/images/digests.json (docs/operations.md, Images), which nodes
+# without a copy pull by.
 source "$(dirname "$0")/lib.sh"
 BASE_IMAGE="${SANDGRID_BASE_IMAGE:-sandgrid/debian-base:bookworm}"
 MIRROR="${SANDGRID_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
@@ -37,6 +41,29 @@ build_image() {
     || { tail -n 30 "$SG_LOG/build-${tag//\//_}.log"; die "docker build $tag failed"; }
 }
 
+DIGESTS="$SG_STATE/images/digests.json"
+mkdir -p "$SG_STATE/images"
+pushed=()
+# push_image TAG: push TAG to the registry unless it holds the same manifest;
+# its "TAG REFERENCE@DIGEST" line goes into pushed.
+push_image() {
+  local tag="$1" remote="$SANDGRID_IMAGES__REGISTRY/$1" repo="${1%:*}" have want
+  docker tag "$tag" "$remote"
+  want="$(docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$tag" \
+    | grep "^$SANDGRID_IMAGES__REGISTRY/$repo@" | head -n1 | cut -d@ -f2 || true)"
+  have="$(curl -sfI -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+    "http://$SANDGRID_IMAGES__REGISTRY/v2/$repo/manifests/${tag##*:}" \
+    | tr -d '\r' | sed -n 's/^[Dd]ocker-[Cc]ontent-[Dd]igest: //p' || true)"
+  if [ -z "$want" ] || [ "$want" != "$have" ]; then
+    log "images: pushing $remote"
+    docker push -q "$remote" >"$SG_LOG/push-${tag//\//_}.log" 2>&1 \
+      || { tail -n 20 "$SG_LOG/push-${tag//\//_}.log"; die "docker push $remote failed"; }
+    want="$(docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$tag" \
+      | grep "^$SANDGRID_IMAGES__REGISTRY/$repo@" | head -n1 | cut -d@ -f2)"
+  fi
+  pushed+=("$tag $SANDGRID_IMAGES__REGISTRY/$repo@$want")
+}
+
 ensure_base
 for dir in "$SG_ROOT"/images/sandbox-*/; do
   name="$(basename "$dir")"
@@ -47,12 +74,23 @@ for dir in "$SG_ROOT"/images/sandbox-*/; do
       || { tail -n 20 "$SG_LOG/prepare-$name.log"; die "$dir/prepare.sh failed"; }
   fi
   build_image "sandgrid/$name:latest" "$dir" "$dir/Dockerfile" "$dir"
+  push_image "sandgrid/$name:latest"
 done
+# {"sandgrid/sandbox-python:latest": {"reference": "REGISTRY/REPO@sha256:...", "digest": ...}}
+printf '%s\n' "${pushed[@]}" | python3 -c '
+import json, sys
+out = {}
+for line in sys.stdin.read().split("\n"):
+    if line.strip():
+        tag, ref = line.split()
+        out[tag] = {"reference": ref, "digest": ref.rsplit("@", 1)[1]}
+print(json.dumps(out, indent=2, sort_keys=True))' >"$DIGESTS.new" && mv "$DIGESTS.new" "$DIGESTS"
+log "images: pushed to $SANDGRID_IMAGES__REGISTRY; digests in $DIGESTS"
 
 # The grid's own image: wheels built on the host (PyPI reachable here), copied in.
 if [ "${SANDGRID_SKIP_GRID_IMAGE:-0}" != 1 ]; then
   wheels="$SG_ROOT/.build/wheels"
-  src_hash="$(cd "$SG_ROOT" && find pyproject.toml sandgrid scheduler worker -type f -name '*.py' -o -name 'pyproject.toml' -o -name '*.lua' | sort | xargs sha256sum | sha256sum | cut -c1-16)"
+  src_hash="$(cd "$SG_ROOT" && find pyproject.toml deploy/types.toml sandgrid scheduler worker -type f -name '*.py' -o -name 'pyproject.toml' -o -name '*.lua' | sort | xargs sha256sum | sha256sum | cut -c1-16)"
   if [ "$(cat "$wheels/.hash" 2>/dev/null)" != "$src_hash" ]; then
     log "images: building wheels for the grid image"
     rm -rf "$wheels"; mkdir -p "$wheels"

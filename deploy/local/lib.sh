@@ -90,6 +90,7 @@ stop_pid() {
 SG_SECRETS="$SG_STATE/secrets.env"
 SG_MINIO_ACCESS_KEY="" SG_MINIO_SECRET_KEY=""
 SG_REDIS_PW_ADMIN="" SG_REDIS_PW_API="" SG_REDIS_PW_WORKER="" SG_REDIS_PW_FLOWER="" SG_REDIS_PW_METRICS=""
+SG_REGISTRY_S3_ACCESS_KEY="" SG_REGISTRY_S3_SECRET_KEY="" SG_REGISTRY_HTTP_SECRET=""  # 25.3
 # shellcheck disable=SC1090  # KEY=VALUE lines of URL-safe tokens
 if [ -r "$SG_SECRETS" ]; then source "$SG_SECRETS"; fi
 SG_REDIS_PORT="${SANDGRID_REDIS_PORT:-6379}"
@@ -117,6 +118,10 @@ export SANDGRID_REDIS_URL="${SANDGRID_REDIS_URL:-$(redis_url api)}"
 export SANDGRID_MINIO__ENDPOINT="${SANDGRID_MINIO__ENDPOINT:-127.0.0.1:9000}"
 export SANDGRID_MINIO__ACCESS_KEY="${SANDGRID_MINIO__ACCESS_KEY:-${SG_MINIO_ACCESS_KEY:-sandgrid}}"
 export SANDGRID_MINIO__SECRET_KEY="${SANDGRID_MINIO__SECRET_KEY:-${SG_MINIO_SECRET_KEY:-sandgrid-secret}}"
+# The grid's image registry (25.3, registry.sh): its address, the one the
+# workers pull from (SANDGRID_IMAGES__REGISTRY), and its bucket in MinIO.
+export SANDGRID_IMAGES__REGISTRY="${SANDGRID_IMAGES__REGISTRY:-127.0.0.1:5000}"
+SG_REGISTRY_BUCKET="${SANDGRID_REGISTRY_BUCKET:-sandgrid-registry}"
 # The operators' token of GET /v1/metrics/targets (credentials.sh makes it)
 export SANDGRID_METRICS_TOKEN_FILE="${SANDGRID_METRICS_TOKEN_FILE:-$SG_STATE/metrics-token}"
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the grid and its tests stand on: Docker (with runsc), Redis, MinIO,
-# images, the Python environment, the generated credentials, Prometheus.
+# the image registry (its blobs in MinIO), images (pushed there), the Python
+# environment, the generated credentials, Prometheus.
 # Idempotent: a second run takes seconds.
 source "$(dirname "$0")/lib.sh"
 here="$(dirname "$0")"
@@ -11,6 +12,7 @@ here="$(dirname "$0")"
 "$here/docker.sh"
 "$here/redis.sh"
 "$here/minio.sh"
+"$here/registry.sh"
 "$here/images.sh"
 "$here/tenants.sh"
 "$here/prometheus.sh"

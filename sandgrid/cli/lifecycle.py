@@ -75,15 +75,21 @@ def restore(session_id: str, checkpoint_name: str) -> None:
 
 @click.command(name="pause")
 @click.argument("session_id")
+@click.option("--memory", is_flag=True, help="save the running processes too (gVisor types)")
 @readable_errors
-def pause(session_id: str) -> None:
+def pause(session_id: str, memory: bool) -> None:
     """Save SESSION_ID's workspace and free its sandbox; its next turn resumes it."""
     from sandgrid.client import Client
 
     with Client() as client:
-        done = client.pause(session_id)
+        done = client.pause(session_id, memory=memory)
     held = "sandbox released" if done.released else "no sandbox was held"
-    Console().print(f"{done.session} paused: {held}, snapshot {done.snapshot or '-'}")
+    line = f"{done.session} paused: {held}, snapshot {done.snapshot or '-'}"
+    if done.memory:
+        line += f", memory image {done.memory_bytes} bytes"
+    elif memory:
+        line += f", memory not saved: {done.memory_reason}"
+    Console().print(line)
 
 
 @click.command(name="find")

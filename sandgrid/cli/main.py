@@ -25,12 +25,14 @@ import click
 from sandgrid.cli.audit import audit
 from sandgrid.cli.batch import batch
 from sandgrid.cli.bench import bench
+from sandgrid.cli.catalog import types_group
 from sandgrid.cli.code import code
 from sandgrid.cli.helpers import EXTRA_OF_PACKAGE, missing_extra
 from sandgrid.cli.lifecycle import add_lifecycle_commands
 from sandgrid.cli.processes import ps
 from sandgrid.cli.sessions import exec_, sessions
 from sandgrid.cli.shell import shell
+from sandgrid.cli.templates import templates_group
 
 __all__ = ["PLUGIN_GROUP", "main"]
 
@@ -94,3 +96,5 @@ main.add_command(audit)
 main.add_command(code)
 main.add_command(shell)
 main.add_command(ps)
+main.add_command(types_group)
+main.add_command(templates_group)  # 25.2

@@ -6,8 +6,8 @@
 tables below list every method that sends one call, each once for both shells
 (``_shell``: an ``Op`` is a plain method on a sync shell and a coroutine method
 on an async one); the builders they name (``_requests``, ``_files``,
-``_batches``, ``_lifecycle``, ``_process_calls``, ``_network``) hold the signatures and
-docstrings. A shell writes only how a call is sent, and the methods whose I/O
+``_batches``, ``_lifecycle``, ``_process_calls``, ``_network``, ``_templates``) hold
+the signatures and docstrings. A shell writes only how a call is sent, and the methods whose I/O
 is more than one send. Imports only httpx, pydantic and the contract modules:
 never ``docker``, ``minio``, ``celery`` or ``redis``.
 """
@@ -24,6 +24,8 @@ from sandgrid.client import _network as net
 from sandgrid.client import _ports as ports
 from sandgrid.client import _process_calls as procs
 from sandgrid.client import _requests as api
+from sandgrid.client import _templates as tpl
+from sandgrid.client import _types as catalog
 from sandgrid.client._process_calls import ProcessRef
 from sandgrid.client._retry import DEFAULT_RETRIES, RetryPolicy
 from sandgrid.client._shell import BoundOp, Op
@@ -71,6 +73,11 @@ class BaseClient(Generic[Transport]):
         self.retry = RetryPolicy.of(retries)
         self._connect(transport)
 
+    @property
+    def templates(self) -> tpl.Templates:
+        """Templates (25.2): ``client.templates.build({...})``, ``client.templates.get(name)``."""
+        return tpl.Templates(self)
+
     def _connect(self, transport: Transport | None) -> None:
         """Open the shell's pooled HTTP client (``self._http``) with ``_http_options``."""
         raise NotImplementedError
@@ -91,6 +98,11 @@ class BaseClient(Generic[Transport]):
     list_sessions = Op(api.list_sessions)
     find_sessions = Op(lifecycle.find_sessions)
     types = Op(api.types)
+    get_type = Op(catalog.get_type)
+    add_type = Op(catalog.add_type)
+    remove_type = Op(catalog.remove_type)
+    build_template = Op(tpl.build_template)  # 25.2
+    get_template = Op(tpl.get_template)
     close_session = Op(api.close_session)
     audit = Op(api.audit)
     health = Op(api.health)

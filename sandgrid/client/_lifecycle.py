@@ -17,6 +17,7 @@ from sandgrid.lifecycle import (
     CheckpointCreate,
     CheckpointInfo,
     CheckpointList,
+    PauseRequest,
     PauseResult,
     RestoreRequest,
     RestoreResult,
@@ -87,6 +88,14 @@ def restore(session_id: str, checkpoint: str) -> Call[RestoreResult]:
     return Call("POST", path, parse_as(RestoreResult), json=body)
 
 
-def pause(session_id: str) -> Call[PauseResult]:
-    """Save the workspace and free the sandbox; the next turn resumes it."""
-    return Call("POST", f"/v1/sessions/{session_id}/pause", parse_as(PauseResult))
+def pause(session_id: str, memory: bool = False) -> Call[PauseResult]:
+    """Save the workspace and free the sandbox; the next turn resumes it.
+
+    ``memory=True`` (gVisor types) saves the running processes too: the next
+    turn, on any node, finds its variables, servers and background processes.
+    """
+    path = f"/v1/sessions/{session_id}/pause"
+    if not memory:
+        return Call("POST", path, parse_as(PauseResult))
+    body = PauseRequest(memory=True).model_dump(mode="json")
+    return Call("POST", path, parse_as(PauseResult), json=body)

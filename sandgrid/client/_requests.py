@@ -27,14 +27,14 @@ from sandgrid.models import (
     CodeResult,
     ExecRequest,
     ExecResult,
+    IdleAction,
     Quotas,
-    SandboxTypeInfo,
     SessionCreate,
     SessionInfo,
     SessionList,
     SnapshotPolicy,
-    TypeList,
 )
+from sandgrid.sandbox_types import SandboxTypeInfo, TypeList
 from sandgrid.streaming import EVENT_STREAM, TurnCancel
 
 __all__ = [
@@ -98,6 +98,8 @@ class SessionOptions(TypedDict, total=False):
         network: what the session may reach (docs/network.md), as a ``NetworkPolicy``
             or ``{"allow": ["pypi.org:443"], "deny": [...]}``; None: the type's or
             the tenant's default (offline unless the operator set one).
+        on_idle: ``memory`` pauses an idle session with its processes (gVisor types;
+            docs/memory.md) instead of releasing it; ``release`` by default.
     """
 
     quotas: Quotas | Mapping[str, Any] | None
@@ -107,6 +109,7 @@ class SessionOptions(TypedDict, total=False):
     labels: Mapping[str, str] | None
     fork_from: str | None
     network: NetworkPolicyLike | None
+    on_idle: IdleAction
 
 
 class CommandOptions(TypedDict, total=False):
@@ -183,6 +186,7 @@ def create_session(type: str = "python", **options: Unpack[SessionOptions]) -> C
         labels=dict(options.get("labels") or {}),
         fork_from=options.get("fork_from"),
         network=network_policy(policy) if policy is not None else None,
+        on_idle=options.get("on_idle"),
     )
     body = spec.model_dump(mode="json", exclude_defaults=True)
     return Call("POST", "/v1/sessions", parse_as(SessionInfo), json=body)

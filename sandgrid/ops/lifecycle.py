@@ -71,6 +71,8 @@ class PauseOp(WireModel):
     """Save the workspace (whatever the policy) and give the sandbox up; answers ``PauseResult``."""
 
     kind: Literal["pause"] = "pause"
+    memory: bool = False
+    """Checkpoint the sandbox's memory too (issue 24; ``PauseRequest.memory``)."""
 
 
 LIFECYCLE_OPS = (CheckpointOp, ListCheckpointsOp, DropCheckpointOp, RestoreOp, PauseOp)

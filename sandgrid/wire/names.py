@@ -22,6 +22,8 @@ Redis keys (all under ``sg:``):
     ``sg:tenant:<tenant>:turns``   sorted set: the tenant's turns in flight (turn id ->
                                    deadline), so a crashed API process cannot leak a slot
     ``sg:tokens``                  hash: sha256(token) -> tenant record JSON
+    ``sg:types``                   hash: the catalog of sandbox types (name -> JSON; 25.1)
+    ``sg:types:version``           string: the catalog's version counter (nodes watch it)
     ``sg:batch:<id>``              hash: batch record; ``sg:batch:<id>:done`` set of job ids
     ``sg:batch:<id>:jobs``         list: ``BatchJob`` JSON, in submission order
     ``sg:batch:<id>:results``      list: ``BatchResult`` JSON lines, in completion order
@@ -50,6 +52,7 @@ from __future__ import annotations
 
 __all__ = [
     "KEY_PREFIX",
+    "TASK_BUILD",
     "TASK_CANCEL",
     "TASK_PING",
     "TASK_TURN",
@@ -84,6 +87,8 @@ __all__ = [
     "session_turns_key",
     "session_waiting_key",
     "stream_slots_key",
+    "template_build_session",
+    "template_key",
     "tenant_batches_key",
     "tenant_sessions_key",
     "tenant_turns_key",
@@ -96,6 +101,8 @@ __all__ = [
     "turn_key",
     "turnlock_key",
     "type_queue",
+    "types_key",
+    "types_version_key",
 ]
 
 KEY_PREFIX = "sg:"
@@ -104,6 +111,8 @@ TASK_TURN = "sandgrid.turn"
 TASK_PING = "sandgrid.ping"
 """A trivial task every worker serves: the broker's own round trip, for benchmarks."""
 TASK_CANCEL = "sandgrid.cancel"
+TASK_BUILD = "sandgrid.template_build"
+"""A template's build (25.2), sent to one node's direct queue."""
 
 
 def type_queue(sandbox_type: str) -> str:
@@ -185,6 +194,16 @@ def node_from_key(key: str) -> str:
 
 def tokens_key() -> str:
     return f"{KEY_PREFIX}tokens"
+
+
+def types_key() -> str:
+    """Hash: the catalog of sandbox types (name -> ``SandboxTypeSpec`` JSON; issue 25.1)."""
+    return f"{KEY_PREFIX}types"
+
+
+def types_version_key() -> str:
+    """String: the catalog's version counter, moved by every change (nodes watch it)."""
+    return f"{KEY_PREFIX}types:version"
 
 
 # 23.16: a change of tokens (rotate, revoke, set) drops every API process's token cache.
@@ -292,3 +311,15 @@ def egress_usage_key(session_id: str) -> str:
 def ports_usage_key(session_id: str) -> str:
     """Issue 21.1: a session's port connections and bytes so far (a hash), every node's."""
     return f"{KEY_PREFIX}ports:{session_id}:usage"
+
+
+# ---- 25.2: templates ----------------------------------------------------------------
+def template_key(name: str) -> str:
+    """String: the template ``name`` (``TemplateInfo`` JSON, its tenant in it): its state
+    and build log. One key per name, all tenants: a type's name is the grid's (its queue)."""
+    return f"{KEY_PREFIX}template:{name}"
+
+
+def template_build_session(build_id: str) -> str:
+    """The pseudo-session a build's egress is booked under (its policy, attempts, usage)."""
+    return f"build-{build_id}"

@@ -5,6 +5,7 @@ Nested fields use ``__``: ``SANDGRID_MINIO__ENDPOINT=127.0.0.1:9000``.
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -49,6 +50,8 @@ __all__ = [
     "DEFAULT_TERMINALS_PER_SESSION",
     "DEFAULT_TERMINALS_PER_TENANT",
     "DEFAULT_TURN_MARGIN_S",
+    "DEFAULT_TYPES_FILE",
+    "DEFAULT_TYPES_POLL_S",
     "DEFAULT_VISIBILITY_TIMEOUT_S",
     "DEFAULT_WORKER_METRICS_ADDR",
     "DEFAULT_WORKER_METRICS_PORT",
@@ -56,11 +59,14 @@ __all__ = [
     "SHIPPED_MINIO_SECRET_KEY",
     "AuditSettings",
     "EgressSettings",
+    "ImageSettings",
+    "MemorySettings",
     "MinioSettings",
     "PortSettings",
     "Settings",
     "SnapshotSettings",
     "StreamLimitSettings",
+    "TemplateSettings",
     "WorkerSettings",
     "get_settings",
 ]
@@ -89,6 +95,18 @@ DEFAULT_LOST_CHECK_S = 0.25
 DEFAULT_CLOSED_TTL_S = 86400.0
 DEFAULT_BATCH_TTL_S = 7 * 86400.0
 DEFAULT_WORKER_METRICS_PORT = 9810
+
+
+def _shipped_types_file() -> Path:
+    """The shipped types file (25.1): ``deploy/types.toml`` of the checkout, else the copy
+    an installed package put under ``<prefix>/share/sandgrid/`` (``data-files``)."""
+    checkout = Path(__file__).resolve().parents[2] / "deploy" / "types.toml"
+    installed = Path(sys.prefix) / "share" / "sandgrid" / "types.toml"
+    return checkout if checkout.is_file() or not installed.is_file() else installed
+
+
+DEFAULT_TYPES_FILE = _shipped_types_file()
+DEFAULT_TYPES_POLL_S = 1.0
 # 23.3: every grid listener binds loopback unless an operator names another address.
 DEFAULT_WORKER_METRICS_ADDR = "127.0.0.1"
 # 23.19: the well-known credentials a worker or the API refuses to start with
@@ -203,6 +221,40 @@ class EgressSettings(BaseModel):
     )
 
 
+# Memory snapshots (issue 24): gVisor checkpoint/restore of a paused session.
+class MemorySettings(BaseModel):
+    """Where a node's runsc checkpoints and restores sandboxes (docs/memory.md)."""
+
+    runsc_path: Path = Field(
+        Path("/var/lib/sandgrid/bin/runsc"),
+        description="SANDGRID_WORKER__MEMORY__RUNSC_PATH: the runsc that Docker runs",
+    )
+    runsc_root: Path = Field(
+        Path("/run/docker/runtime-runc/moby"),
+        description="SANDGRID_WORKER__MEMORY__RUNSC_ROOT: Docker's state root of its runsc "
+        "containers (runsc --root)",
+    )
+    restore_runtime: str = Field(
+        "runsc-restore",
+        description="SANDGRID_WORKER__MEMORY__RESTORE_RUNTIME: the daemon's runtime whose "
+        "create restores an image (deploy/local/runsc-restore)",
+    )
+    image_dir: Path = Field(
+        Path("/var/lib/sandgrid/memory"),
+        description="SANDGRID_WORKER__MEMORY__IMAGE_DIR: scratch space for images on this "
+        "host, readable by the Docker daemon",
+    )
+    max_image_mb: int = Field(
+        4096,
+        ge=1,
+        description="SANDGRID_WORKER__MEMORY__MAX_IMAGE_MB: a larger checkpoint is refused "
+        "(the pause falls back to the workspace alone)",
+    )
+    checkpoint_timeout_s: float = Field(
+        120.0, gt=0, description="SANDGRID_WORKER__MEMORY__CHECKPOINT_TIMEOUT_S"
+    )
+
+
 class WorkerSettings(BaseModel):
     node: str = Field("", description="SANDGRID_WORKER__NODE; default: the host name")
     types: list[str] = Field(
@@ -244,6 +296,8 @@ class WorkerSettings(BaseModel):
         "by default (23.3); the API names it in the node's URL (a wildcard by the host name)",
     )
     egress: EgressSettings = Field(default_factory=EgressSettings)
+    # Memory snapshots (issue 24).
+    memory: MemorySettings = Field(default_factory=MemorySettings)
 
 
 class AuditSettings(BaseModel):
@@ -344,6 +398,29 @@ class PortSettings(BaseModel):
     )
 
 
+# ---- 25.3: images through the grid's registry (worker.images; docs/operations.md) ----
+class ImageSettings(BaseModel):
+    """Where nodes pull the images of sandbox types they lack."""
+
+    registry: str = Field(
+        "127.0.0.1:5000",
+        pattern=r"^$|^[A-Za-z0-9.-]+(:[0-9]{1,5})?$",
+        description="SANDGRID_IMAGES__REGISTRY: the grid's registry (host:port) nodes pull "
+        "a type's image from when they lack it; empty: local images only",
+    )
+
+
+# ---- 25.2: templates built on the grid (worker.templates; docs/templates.md) ----
+class TemplateSettings(BaseModel):
+    """Where a node's builds find gVisor's state (for ``runsc tar rootfs-upper``)."""
+
+    runsc_root: Path = Field(
+        Path("/run/docker/runtime-runc/moby"),
+        description="SANDGRID_TEMPLATES__RUNSC_ROOT: runsc's --root under the node's Docker "
+        "engine (containerd's runc shim keeps every OCI runtime's state there)",
+    )
+
+
 class Settings(BaseSettings):
     """One settings object per process (see ``get_settings``)."""
 
@@ -402,6 +479,8 @@ class Settings(BaseSettings):
     audit: AuditSettings = Field(default_factory=AuditSettings)
     streams: StreamLimitSettings = Field(default_factory=StreamLimitSettings)  # issue 23.7
     ports: PortSettings = Field(default_factory=PortSettings)  # issue 21.1
+    images: ImageSettings = Field(default_factory=ImageSettings)  # 25.3
+    templates: TemplateSettings = Field(default_factory=TemplateSettings)  # 25.2
     # Logs (issue 23, item 5): sandgrid.wire.logs; docs/operations.md, Logs.
     log_format: Literal["json", "text"] = Field(
         DEFAULT_LOG_FORMAT,
@@ -423,6 +502,31 @@ class Settings(BaseSettings):
         False,
         description="SANDGRID_ALLOW_INSECURE_DEFAULTS: let a worker or the API start with the "
         "shipped MinIO credentials or a Redis URL without a password (tests only)",
+    )
+    # ---- 20.3: AgentScope Runtime's remote API (docs/integrations.md) ----
+    agentscope_grid_type: str = Field(
+        "python",
+        min_length=1,
+        max_length=64,
+        description="SANDGRID_AGENTSCOPE_GRID_TYPE: the grid type (python image) serving "
+        "AgentScope's base and filesystem sandboxes; python-gvisor runs them under runsc",
+    )
+    # ---- 25.1 / 25.5: sandbox types as data (docs/operations.md, "The types file") ----
+    types_file: Path | None = Field(
+        DEFAULT_TYPES_FILE,
+        description="SANDGRID_TYPES_FILE: the TOML file of the grid's sandbox types, seeded "
+        "into the registry when the API starts (unset or missing: the registry's types only)",
+    )
+    types_poll_s: float = Field(
+        DEFAULT_TYPES_POLL_S,
+        gt=0,
+        description="SANDGRID_TYPES_POLL_S: how often a worker node (and an API process's "
+        "cache) looks at the catalog's version counter for added or removed types",
+    )
+    admin_token_file: Path | None = Field(
+        None,
+        description="SANDGRID_ADMIN_TOKEN_FILE: the file holding the operator's bearer token "
+        "of POST and DELETE /v1/types; unset: those routes refuse all",
     )
 
 

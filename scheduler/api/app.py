@@ -27,6 +27,7 @@ from scheduler.api import network as network_api
 from scheduler.api import ports as ports_api
 from scheduler.api import processes as background
 from scheduler.api import pty as pty_api
+from scheduler.api import templates as templates_api
 from scheduler.api.compat import agentscope, mcp
 from scheduler.api.deps import Services
 from scheduler.api.errors import EdgeMiddleware, install_error_handlers
@@ -64,6 +65,8 @@ def create_app(
         anyio.to_thread.current_default_thread_limiter().total_tokens = s.api_threads
         if svc.audit_exporter is not None:
             svc.audit_exporter.start()
+        if svc.types is not None:  # 25.1: the types file, seeded into the registry
+            types.seed_types(svc.types, s.types_file)
         expiry.start()
         token_watch.start()
         async with mcp_lifespan():  # the MCP transport's task group lives as long as the app
@@ -94,6 +97,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(batches.router)
     app.include_router(types.router)
+    app.include_router(templates_api.router)  # 25.2
     app.include_router(ops.router)
     app.include_router(audit.router)
     app.include_router(code_api.router)

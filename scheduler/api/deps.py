@@ -18,8 +18,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from sandgrid.models import EmptyBody
+from sandgrid.wire import catalog
+from sandgrid.wire.catalog import CatalogView
 from sandgrid.wire.objects import ObjectStore, open_objects
 from sandgrid.wire.settings import Settings
+from sandgrid.wire.type_store import TypeStore
 from scheduler.audit.export import AuditExporter
 from scheduler.audit.log import AuditLog
 from scheduler.batch.capacity import (
@@ -33,6 +36,7 @@ from scheduler.batch.manager import BatchManager
 from scheduler.batch.store import BatchStore
 from scheduler.registry.records import SessionRecords
 from scheduler.registry.sessions import SessionRegistry
+from scheduler.registry.types import TypeCatalog
 from scheduler.tenants import Tenant, TenantStore
 from scheduler.turns.admission import Admission
 from scheduler.turns.cancel import TurnCancels, celery_sender
@@ -69,6 +73,7 @@ class Services:
     batches: BatchManager | None = None
     audit: AuditLog | None = None
     audit_exporter: AuditExporter | None = None
+    types: TypeCatalog | None = None  # 25.1: the catalog of sandbox types
 
     @classmethod
     def build(
@@ -114,7 +119,20 @@ class Services:
             interval_s=settings.audit.export_interval_s,
             keep_s=settings.audit.stream_keep_s,
         )
-        return cls(settings, client, registry, tenants, admission, runner, batches, audit, exporter)
+        types = _type_catalog(settings, client, objects)
+        return cls(
+            settings, client, registry, tenants, admission, runner, batches, audit, exporter, types
+        )
+
+
+def _type_catalog(
+    settings: Settings, client: redis_lib.Redis[str], objects: ObjectStore
+) -> TypeCatalog:
+    """The registry's catalog, made this process's view of the types (25.1)."""
+    store = TypeStore(client, objects)
+    view = CatalogView(store, cache_s=settings.types_poll_s)
+    catalog.install(view)
+    return TypeCatalog(store, view)
 
 
 def _runner(

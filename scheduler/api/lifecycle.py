@@ -18,6 +18,7 @@ from sandgrid.lifecycle import (
     CheckpointInfo,
     CheckpointList,
     CheckpointName,
+    PauseRequest,
     PauseResult,
     RestoreRequest,
     RestoreResult,
@@ -31,12 +32,14 @@ from sandgrid.ops.lifecycle import (
     PauseOp,
     RestoreOp,
 )
+from sandgrid.wire.catalog import get_type
 from sandgrid.wire.jobs import TurnOp, expect
-from scheduler.api.deps import NO_BODY, CurrentTenant, Services, Svc
+from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.expiry import Expiry, shown
 from scheduler.tenants import Tenant
 
 __all__ = [
+    "MEMORY_RUNTIME",
     "ExpiryDep",
     "create_checkpoint",
     "delete_checkpoint",
@@ -49,6 +52,9 @@ __all__ = [
 ]
 
 router = APIRouter(prefix="/v1/sessions/{session_id}", tags=["lifecycle"])
+
+MEMORY_RUNTIME = "runsc"
+"""The runtime whose sandboxes a pause with memory can checkpoint (gVisor)."""
 
 R = TypeVar("R", bound=WireModel)
 
@@ -101,17 +107,40 @@ def restore_checkpoint(
     return _turn(svc, tenant, session_id, RestoreOp(checkpoint=body.checkpoint), RestoreResult)
 
 
-@router.post("/pause", response_model=PauseResult, dependencies=[NO_BODY])
-def pause_session(session_id: str, svc: Svc, tenant: CurrentTenant) -> PauseResult:
+@router.post("/pause", response_model=PauseResult)
+def pause_session(
+    session_id: str, svc: Svc, tenant: CurrentTenant, body: PauseRequest | None = None
+) -> PauseResult:
     """Save the workspace and give the sandbox up; the next turn resumes on any worker.
 
-    A session that holds no sandbox answers at once, without a turn.
+    ``{"memory": true}`` (gVisor types; docs/memory.md) saves the running
+    processes too: 422 on a runc type, 409 ``memory_unsavable`` naming what
+    cannot be saved (the session goes on untouched). A session that holds no
+    sandbox answers at once, without a turn.
     """
+    memory = body is not None and body.memory
     session = svc.registry.get(tenant.name, session_id)
+    if memory:
+        _check_memory_runtime(session.type)
     if session.owner is None and session.state != "closed":
-        return PauseResult(session=session.id, snapshot=session.snapshot, released=False)
-    done = svc.runner.run(tenant, session, PauseOp(), timeout_s=None)
+        reason = "no sandbox is held: nothing runs to save" if memory else None
+        return PauseResult(
+            session=session.id, snapshot=session.snapshot, released=False, memory_reason=reason
+        )
+    done = svc.runner.run(tenant, session, PauseOp(memory=memory), timeout_s=None)
     return expect(done.outcome, PauseResult, "pause")
+
+
+def _check_memory_runtime(sandbox_type: str) -> None:
+    """422 on ``memory`` for a type whose runtime cannot checkpoint (issue 24)."""
+    runtime = get_type(sandbox_type).runtime
+    if runtime != MEMORY_RUNTIME:
+        raise InvalidInput(
+            f"memory: the {sandbox_type} type runs on {runtime}, which cannot save a "
+            f"sandbox's memory (only gVisor's {MEMORY_RUNTIME} can; docs/memory.md)",
+            operation="pause",
+            context={"field": "memory", "runtime": runtime, "rule": "gVisor types only"},
+        )
 
 
 def filter_sessions(

@@ -38,7 +38,7 @@ _PORTS = ("/ports/{port}", "/p/{token}")  # issue 21.1: a preview refusal, a por
 _DESCRIPTIONS = {
     401: "unauthenticated: the bearer token is missing or unknown",
     404: "not_found: no such resource of this tenant (another tenant's looks the same)",
-    409: "a conflict: session_busy (a turn is in flight) or session_closed",
+    409: "a conflict: session_busy (a turn is in flight), session_closed, or type_in_use",
     403: "forbidden: a preview URL forged or tampered (signature_invalid), expired "
     "(url_expired), or read-only for this method (method_not_allowed)",
     410: "process_lost: the process's sandbox is gone (its node died, the session moved)",

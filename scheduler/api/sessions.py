@@ -48,7 +48,7 @@ def create_session(
     The session's record is kept in the object store before anything else, so
     that a registry that loses it can re-learn it; no record, no session.
     """
-    svc.admission.check_session(tenant, spec)
+    spec = svc.admission.check_session(tenant, spec)  # with the type's default quotas
     spec = spec.model_copy(update={"network": effective_policy(tenant, spec)})
     svc.admission.check_capacity(spec.type, "sessions.create")
     source = _fork_source(svc, tenant, spec) if spec.fork_from else None

@@ -16,16 +16,14 @@ a rotated token applies at once; it is compared in constant time.
 
 from __future__ import annotations
 
-import hmac
-from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
-from sandgrid.errors import AuthError
 from scheduler.api.deps import Svc
+from scheduler.api.operator_token import check_file_token
 
 __all__ = ["TargetGroup", "metrics_targets", "require_metrics_token", "router"]
 
@@ -45,20 +43,6 @@ class TargetGroup(BaseModel):
     labels: dict[str, str] = Field(description="node (its name), __metrics_path__")
 
 
-def _expected(path: Path | None) -> str:
-    if path is None:
-        raise AuthError(
-            "no metrics token configured (SANDGRID_METRICS_TOKEN_FILE)", operation="metrics"
-        )
-    try:
-        token = path.read_text().strip()
-    except OSError as exc:
-        raise AuthError("the metrics token file is unreadable", operation="metrics") from exc
-    if not token:
-        raise AuthError("the metrics token file is empty", operation="metrics")
-    return token
-
-
 def require_metrics_token(
     svc: Svc,
     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -68,12 +52,13 @@ def require_metrics_token(
     Raises:
         AuthError: no token, a wrong one, or none configured.
     """
-    expected = _expected(svc.settings.metrics_token_file)
     given = creds.credentials if creds else ""
-    if not given:
-        raise AuthError("missing bearer token", operation="metrics")
-    if not hmac.compare_digest(given.encode(), expected.encode()):
-        raise AuthError("not the metrics token", operation="metrics")
+    check_file_token(
+        given,
+        svc.settings.metrics_token_file,
+        setting="SANDGRID_METRICS_TOKEN_FILE",
+        operation="metrics",
+    )
 
 
 @router.get(

@@ -31,6 +31,8 @@ from sandgrid.errors import SandboxError, SandgridError
 from sandgrid.models import ExecRequest, ExecResult, Quotas, SessionCreate, SessionInfo
 from sandgrid.ops.exec import ExecOp
 from sandgrid.ops.files import WriteOp
+from sandgrid.sandbox_types import effective_quotas
+from sandgrid.wire import catalog
 from sandgrid.wire.jobs import expect
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant
@@ -122,9 +124,11 @@ class Lane(ABC):
     # ---- shared steps ---------------------------------------------------------
 
     def _open(self, quotas: Quotas | None) -> SessionInfo:
+        asked = quotas or Quotas()
+        kind = catalog.current().get(self.ctx.sandbox_type)  # its default quotas (25.1)
         spec = SessionCreate(
             type=self.ctx.sandbox_type,
-            quotas=quotas or Quotas(),
+            quotas=effective_quotas(kind, asked) if kind is not None else asked,
             snapshot_policy="never",
             labels=self.ctx.labels,
         )

@@ -180,6 +180,7 @@ class SessionRegistry(SessionTurns):
             if spec.max_lifetime_s
             else None,
             network=spec.network,
+            on_idle=spec.on_idle,
         )
         if self._insert(info, max_sessions) != 1:
             metrics.reject("max_sessions")

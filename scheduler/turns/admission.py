@@ -3,9 +3,12 @@
 Two kinds of refusal, chosen so that a client knows whether waiting helps:
 
 * a request above a tenant's *quota ceiling* (cpus, memory, timeout,
-  workspace, output, network, sandbox type), or for a type the catalog does not
-  know (``sandgrid.wire.catalog``), is ``InvalidInput`` (422) naming the field and the
-  rule: retrying the same request never helps;
+  workspace, output, network, sandbox type), or above the *type's* ceilings
+  (``SandboxTypeSpec.ceilings``, unless the tenant's ``type_ceilings`` replace
+  them), is ``InvalidInput`` (422) naming the field and the rule: retrying the
+  same request never helps;
+* a type the tenant cannot see (unknown, removed, or another tenant's private
+  type: ``sandgrid.wire.catalog``) is ``NotFound`` (404), the same answer for all;
 * a type that no live worker serves is ``CapacityError`` (503 ``no_capacity``),
   answered at once from the nodes' heartbeats (``scheduler.registry.nodes``);
 * a tenant at its *count* ceilings (live sessions, turns in flight) or a queue
@@ -23,7 +26,8 @@ import redis
 
 from sandgrid.errors import ErrorCode, InvalidInput, LimitExceeded, SandgridError
 from sandgrid.models import ExecRequest, Quotas, SessionCreate
-from sandgrid.wire.catalog import get_type
+from sandgrid.sandbox_types import SandboxTypeSpec, effective_quotas
+from sandgrid.wire import catalog
 from scheduler import metrics
 from scheduler.registry.nodes import NodeDirectory
 from scheduler.registry.sessions import SessionRegistry
@@ -36,6 +40,7 @@ __all__ = [
     "check_exec",
     "check_quotas",
     "check_timeout",
+    "check_type_ceilings",
 ]
 
 #: Retry-After (s) when a queue is too deep: about the time a busy worker needs.
@@ -79,6 +84,25 @@ def check_quotas(tenant: Tenant, quotas: Quotas, field: str = "quotas") -> None:
             operation="admission",
             context={"field": f"{field}.network", "rule": "network not allowed for tenant"},
         )
+
+
+def check_type_ceilings(tenant: Tenant, kind: SandboxTypeSpec, quotas: Quotas) -> None:
+    """Refuse quotas above the type's ceilings, or the tenant's own for that type.
+
+    Raises:
+        InvalidInput: the first field above its ceiling, named.
+    """
+    ceilings = {**kind.ceilings, **tenant.limits.type_ceilings.get(kind.name, {})}
+    for name, ceiling in sorted(ceilings.items()):
+        value = getattr(quotas, name)
+        if value > ceiling:
+            metrics.reject("quota")
+            raise InvalidInput(
+                f"quotas.{name} = {value} exceeds sandbox type {kind.name!r}'s ceiling of "
+                f"{ceiling} for tenant {tenant.name!r}",
+                operation="admission",
+                context={"field": f"quotas.{name}", "rule": f"<= {ceiling}", "ceiling": ceiling},
+            )
 
 
 def check_timeout(tenant: Tenant, timeout_s: float | None) -> None:
@@ -129,14 +153,19 @@ class Admission:
                 metrics.reject("no_capacity")
             raise
 
-    def check_session(self, tenant: Tenant, spec: SessionCreate) -> None:
+    def check_session(self, tenant: Tenant, spec: SessionCreate) -> SessionCreate:
         """Quota ceilings and allowed types of a new session (the count is atomic later).
 
+        Returns:
+            ``spec`` with the type's default quotas for the fields it does not set
+            (the same ``spec`` for a type with no defaults).
+
         Raises:
-            InvalidInput: an unknown type, a type the tenant may not use, a quota
-                above its ceiling, or network on a type that does not allow it.
+            NotFound: a type the tenant cannot see (unknown, removed, private to another).
+            InvalidInput: a type the tenant may not use, a quota above its ceiling
+                or the type's, or network on a type that does not allow it.
         """
-        kind = get_type(spec.type)  # InvalidInput naming the known types
+        kind = catalog.current().find(spec.type, tenant.name, "admission")
         allowed = tenant.limits.types
         if allowed is not None and spec.type not in allowed:
             metrics.reject("quota")
@@ -145,7 +174,17 @@ class Admission:
                 operation="admission",
                 context={"field": "type", "rule": f"one of {allowed}"},
             )
+        if kind.quotas:
+            spec = spec.model_copy(update={"quotas": effective_quotas(kind, spec.quotas)})
+        check_type_ceilings(tenant, kind, spec.quotas)
         check_quotas(tenant, spec.quotas)
+        if spec.on_idle == "memory" and kind.runtime != "runsc":  # issue 24
+            raise InvalidInput(
+                f"on_idle: the {spec.type} type runs on {kind.runtime}, which cannot save a "
+                "sandbox's memory (only gVisor's runsc can; docs/memory.md)",
+                operation="admission",
+                context={"field": "on_idle", "runtime": kind.runtime, "rule": "gVisor types only"},
+            )
         if spec.quotas.network and not kind.network_allowed:
             metrics.reject("quota")
             raise InvalidInput(
@@ -153,6 +192,7 @@ class Admission:
                 operation="admission",
                 context={"field": "quotas.network", "rule": "network not allowed for type"},
             )
+        return spec
 
     def check_queue(self, queue: str) -> None:
         """Refuse new work when ``queue`` is deeper than the limit.

@@ -24,9 +24,10 @@ BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
 def _snippets() -> list[str]:
-    # AgentScope's snippet needs agentscope-runtime's own venv: test_agentscope.py runs it
+    # AgentScope's snippets need their own venvs: test_agentscope.py and test_agentscope2.py
     blocks = BLOCK.findall(DOC.read_text())
-    return [b for b in blocks if "asyncio.run(main())" in b and "agentscope_runtime" not in b]
+    own_venv = ("agentscope_runtime", "sandgrid.integrations.agentscope")
+    return [b for b in blocks if "asyncio.run(main())" in b and not any(v in b for v in own_venv)]
 
 
 def test_there_are_snippets_for_both_sections() -> None:

@@ -44,6 +44,7 @@ from sandgrid.ops.files import (
 )
 from sandgrid.ops.lifecycle import LIFECYCLE_OPS, PauseOp
 from sandgrid.ops.session import CloseOp, CloseResult, ForkOp, ForkResult
+from sandgrid.wire.builds import BuildJob
 from sandgrid.wire.jobs import TurnJob, TurnOutcome, TurnResult
 from sandgrid.wire.ledger import NodeRecord, SessionLedger
 from sandgrid.wire.objects import LocalObjects, ObjectStore
@@ -70,6 +71,7 @@ class FakeWorker:
         self.registry = registry
         self.node = node
         self.sent: list[tuple[TurnJob, str]] = []
+        self.builds: list[tuple[BuildJob, str]] = []  # 25.2: templates' builds, never run
         self.hold: threading.Event | None = None
         self.silent = False
         self.files: dict[tuple[str, str], str] = {}
@@ -81,6 +83,11 @@ class FakeWorker:
         with self._lock:
             self.sent.append((job, queue))
         return job
+
+    def send_build(self, job: BuildJob, queue: str) -> None:
+        """Take a template's build (it stays ``building``: the fake runs no sandbox)."""
+        with self._lock:
+            self.builds.append((job, queue))
 
     def wait(self, job: TurnJob, timeout: float) -> TurnOutcome | None:
         if self.silent:

@@ -39,7 +39,14 @@ from .location import module_command
 from .reaper import REAPER
 from .threadcreds import supported
 
-__all__ = ["LAUNCHER", "LAUNCH_TIMEOUT_S", "LaunchedPopen", "Launcher", "host_command"]
+__all__ = [
+    "LAUNCHER",
+    "LAUNCH_TIMEOUT_S",
+    "WARM_WAIT_S",
+    "LaunchedPopen",
+    "Launcher",
+    "host_command",
+]
 
 WARM_WAIT_S = 5.0
 """How long a warm ping waits for the host's word (a Python start: ~30 ms under gVisor)."""

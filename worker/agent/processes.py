@@ -38,6 +38,7 @@ from .reaper import REAPER
 from .threadcreds import acting_as_user, supported
 
 __all__ = [
+    "IN_THREAD",
     "LEADERS",
     "Cleanup",
     "Leaders",
@@ -333,7 +334,7 @@ def reply_of(fn: Callable[..., Any], args: tuple[Any, ...]) -> Json:
 def _error_reply(exc: OSError) -> Json:
     """An OS error as the grid's refusal: a path that is not there is ``not_found``
     (as over REST: 404), any other (a file in the way, a loop) ``invalid_input``."""
-    where = exc.filename or ""
+    where = exc.filename if isinstance(exc.filename, str) else ""  # not a dir fd's number
     code = "not_found" if exc.errno == errno.ENOENT else "invalid_input"
     error = AgentError(code, f"{where}: {os.strerror(exc.errno or 0)}", path=where, errno=exc.errno)
     return {"ok": False, "error": error.body()}
@@ -341,5 +342,6 @@ def _error_reply(exc: OSError) -> Json:
 
 def _result(reply: Json) -> Any:
     if not reply["ok"]:
-        raise AgentError(**reply["error"])
+        err = reply["error"]
+        raise AgentError(err["code"], err["message"], **(err.get("context") or {}))
     return reply["result"]

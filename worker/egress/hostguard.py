@@ -79,6 +79,14 @@ def _ioctl_v4() -> set[IPAddress]:
     return found
 
 
+def _registry_port(registry: str) -> set[int]:
+    """The port of the grid's image registry (``host:port``; none when there is no registry)."""
+    if not registry:
+        return set()
+    port = urlsplit(f"//{registry}").port
+    return {port or 443}
+
+
 def _endpoint(host: str | None, port: int | None) -> set[tuple[IPAddress, int]]:
     if not host or not port:
         return set()
@@ -130,6 +138,7 @@ class HostGuard:
             settings.api_port,
             settings.worker.metrics_port,
             *egress.service_ports,
+            *_registry_port(settings.images.registry),  # 25.2: builds must not push or pull
         }
         endpoints = _endpoint(redis.hostname, redis.port or 6379) | _endpoint(
             minio.hostname, minio.port

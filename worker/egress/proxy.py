@@ -95,6 +95,10 @@ class EgressProxy:
         )
         os.chmod(path, 0o600)
 
+    def open_connections(self, name: str) -> int:
+        """Connections of sandbox ``name`` open now (a memory pause refuses them: issue 24)."""
+        return len(self._conns.get(name, ()))
+
     def close(self, name: str, session_id: str | None = None) -> None:
         """Stop listening for sandbox ``name`` and remove its directory. Idempotent."""
         server = self._servers.pop(name, None)

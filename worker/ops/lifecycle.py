@@ -12,6 +12,8 @@ store alone (``worker.snapshots.checkpoints``).
   on any worker: undo means the changes since are gone;
 - pause: the workspace is saved (whatever the policy) and the sandbox given up
   (``Residency.discard``); the next turn resumes from that snapshot anywhere.
+  With ``memory`` the sandbox is checkpointed first (``worker.turns.memory``):
+  the next turn resumes its processes too.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from sandgrid.ops.lifecycle import (
 from worker.ops.base import NodeHandler, NodeParts, TurnContext
 from worker.sessions.table import LocalSession
 from worker.snapshots import checkpoints
+from worker.turns import memory
 
 __all__ = ["HANDLERS"]
 
@@ -62,12 +65,22 @@ def _restore(ctx: TurnContext, op: RestoreOp) -> RestoreResult:
 
 
 def _pause(ctx: TurnContext, op: PauseOp) -> PauseResult:
-    session_id = ctx.session.id
-    local = _save(ctx.parts, session_id)
+    session_id, parts = ctx.session.id, ctx.parts
+    if op.memory and (local := parts.sessions.get(session_id)) is not None:
+        memory.check_savable(parts.backend_for(local.sandbox_type), local.sandbox)
+    local = _save(parts, session_id)
     if local is None:
-        return PauseResult(session=session_id, snapshot=ctx.session.snapshot, released=False)
+        reason = "no sandbox is held: nothing runs to save" if op.memory else None
+        return PauseResult(
+            session=session_id, snapshot=ctx.session.snapshot, released=False, memory_reason=reason
+        )
     with local.gate.alone():
-        ctx.parts.residency.discard(local)
+        try:
+            if op.memory:
+                backend = parts.backend_for(local.sandbox_type)
+                return memory.pause(parts.ledger, parts.persistence.store, backend, local)
+        finally:
+            parts.residency.discard(local)
     return PauseResult(session=session_id, snapshot=local.snapshot, released=True)
 
 

@@ -188,7 +188,7 @@ def _holds(sessions: SessionTable, local: LocalSession, op: ProcOp) -> bool:
     return (
         sessions.get(local.session_id) is local
         and sbx.state in ("warm", "leased")
-        and (not op.sandbox or sbx.id == op.sandbox)
+        and (not op.sandbox or op.sandbox in (sbx.id, *sbx.lineage))
     )
 
 

@@ -58,7 +58,13 @@ class InboundSockets:
         path = directory / SOCKET_NAME
         path.unlink(missing_ok=True)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(str(path))
+        # Bound through the directory's descriptor: a socket's path holds 107 bytes,
+        # and a state directory plus a sandbox's name can be longer.
+        dir_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            listener.bind(f"/proc/self/fd/{dir_fd}/{SOCKET_NAME}")
+        finally:
+            os.close(dir_fd)
         os.chmod(path, 0o600)
         listener.listen(64)
         listener.setblocking(False)

@@ -14,8 +14,10 @@ test_backend_contract.py`` is the contract every registered runtime passes.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from sandgrid.errors import SandboxError
 from sandgrid.models import Quotas
 from worker.runtimes.spec import HostLimits, SandboxSpec
 
@@ -55,6 +57,9 @@ class Runtime(ABC):
     """(factor, extra): the host pids limit is ``pids * factor + extra``."""
     host_memory_headroom_mb: ClassVar[int] = 0
     """Added to ``memory_mb`` for the host memory limit (the runtime's own usage)."""
+    can_checkpoint: ClassVar[bool] = False
+    """It saves a running sandbox's memory (``checkpoint``) and creates a sandbox
+    from such an image (``SandboxSpec.restore_image``): docs/memory.md."""
 
     def host_limits(self, quotas: Quotas) -> HostLimits:
         """The host's limits around a sandbox of ``quotas``, with this runtime's headroom."""
@@ -63,6 +68,17 @@ class Runtime(ABC):
             pids=quotas.pids * factor + extra,
             memory_mb=quotas.memory_mb + self.host_memory_headroom_mb,
         )
+
+    def has_image(self, image: str) -> bool:
+        """Whether ``image`` is where this runtime runs sandboxes (``worker.serving.ability``).
+
+        A runtime with no images of its own (a fake) has every one.
+        """
+        return True
+
+    def available(self) -> bool:
+        """Whether this runtime can run sandboxes here now (its engine knows it)."""
+        return True
 
     @abstractmethod
     def create(self, spec: SandboxSpec) -> str:
@@ -94,6 +110,20 @@ class Runtime(ABC):
         The default does nothing and leaves the kill to ``remove``; a runtime
         with a faster way than its engine's own kill overrides it."""
         return False
+
+    def checkpoint(self, sandbox_id: str, image_dir: Path) -> None:
+        """Save the running sandbox's processes and memory into ``image_dir`` and stop it.
+
+        Only a runtime with ``can_checkpoint``; the default refuses.
+
+        Raises:
+            SandboxError: this runtime cannot, or the checkpoint failed.
+        """
+        raise SandboxError(
+            f"the {self.name} runtime cannot checkpoint a sandbox's memory",
+            operation="checkpoint",
+            context={"runtime": self.name},
+        )
 
     @abstractmethod
     def inspect(self, sandbox_id: str) -> dict[str, Any]:

@@ -133,6 +133,19 @@ class DockerRuntime(Runtime):
     def __init__(self, client: docker.DockerClient | None = None) -> None:
         self.client = client or docker.from_env(timeout=60)
 
+    def has_image(self, image: str) -> bool:
+        """Whether the engine has ``image`` (by tag or id)."""
+        try:
+            self.client.images.get(image)
+        except NotFound:
+            return False
+        return True
+
+    def available(self) -> bool:
+        """Whether the engine has the OCI runtime registered (runsc must be)."""
+        runtimes = self.client.info().get("Runtimes") or {}
+        return self.oci_runtime in runtimes
+
     def create(self, spec: SandboxSpec) -> str:
         args = container_kwargs(spec, oci_runtime=self.oci_runtime)
         host_config = self.client.api.create_host_config(**args.pop("host_config"))

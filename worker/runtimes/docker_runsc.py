@@ -20,15 +20,33 @@ What differs, and who holds each limit:
   sentry alive.
 - pids: enforced inside by the agent in gVisor's cgroupfs, the host limit being
   only a ceiling with headroom for the sentry (``host_pids_headroom``).
+
+Memory snapshots (issue 24, docs/memory.md): ``checkpoint`` runs ``runsc
+checkpoint`` against Docker's own runsc state root (the daemon's API cannot
+without its experimental mode, and would copy the image through containerd's
+content store); a spec with ``restore_image`` is created under the daemon's
+``runsc-restore`` runtime (``deploy/local/runsc-restore``), whose ``create``
+is ``runsc restore`` of that image, so the restored sandbox is a Docker
+container like any other, its agent on the new container's attached stdio.
 """
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import ClassVar
 
-from worker.runtimes.docker import DockerRuntime
+from sandgrid.errors import SandboxError
+from sandgrid.wire.settings import get_settings
+from worker.runtimes.docker import DockerRuntime, container_kwargs
+from worker.runtimes.spec import SandboxSpec
 
-__all__ = ["DockerRunsc"]
+__all__ = ["RESTORE_ENV", "DockerRunsc"]
+
+RESTORE_ENV = "SANDGRID_RESTORE_IMAGE"
+"""In a container's environment: the image its ``runsc-restore`` create restores.
+The restored processes keep the environment they were saved with; only the
+runtime wrapper reads it."""
 
 _MIB = 1 << 20
 
@@ -51,9 +69,50 @@ class DockerRunsc(DockerRuntime):
     limit the host OOM killer picks the sentry and the whole sandbox dies. With
     the headroom, the agent's guard kills the user's process first."""
 
+    can_checkpoint = True
+
+    def create(self, spec: SandboxSpec) -> str:
+        if spec.restore_image is None:
+            return super().create(spec)
+        memory = get_settings().worker.memory
+        args = container_kwargs(spec, oci_runtime=memory.restore_runtime)
+        args["environment"][RESTORE_ENV] = str(spec.restore_image)
+        host_config = self.client.api.create_host_config(**args.pop("host_config"))
+        reply = self.client.api.create_container(**args, host_config=host_config)
+        return str(reply["Id"])
+
     def start(self, sandbox_id: str) -> None:
         super().start(sandbox_id)
         self._raise_host_memory(sandbox_id)
+
+    def checkpoint(self, sandbox_id: str, image_dir: Path) -> None:
+        """``runsc checkpoint`` of the running sandbox into ``image_dir``; it stops after.
+
+        Raises:
+            SandboxError: runsc failed or took longer than the settings allow
+                (its words, which name the cause: an open host socket, say).
+        """
+        memory = get_settings().worker.memory
+        full_id = str(self.client.api.inspect_container(sandbox_id)["Id"])
+        command = [str(memory.runsc_path), "--root", str(memory.runsc_root), "checkpoint"]
+        command += ["--image-path", str(image_dir), full_id]
+        try:
+            done = subprocess.run(
+                command, capture_output=True, timeout=memory.checkpoint_timeout_s, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SandboxError(
+                f"runsc checkpoint of {sandbox_id[:12]} failed: {exc}",
+                operation="checkpoint",
+                context={"runtime": self.name},
+            ) from exc
+        if done.returncode != 0:
+            words = done.stderr.decode(errors="replace").strip().splitlines()
+            raise SandboxError(
+                f"runsc checkpoint of {sandbox_id[:12]} failed: {words[-1] if words else '?'}",
+                operation="checkpoint",
+                context={"runtime": self.name, "exit": done.returncode},
+            )
 
     def _raise_host_memory(self, container_id: str) -> None:
         """Add the sentry's headroom to the host memory limit of a started sandbox.

@@ -71,6 +71,9 @@ class SandboxSpec:
         mounts: host paths the sandbox needs, read-only.
         network: the network to join; None: no network at all (loopback only).
         host: the host's limits around the sandbox.
+        restore_image: a memory image (a directory on the host) the sandbox is
+            restored from instead of booted (issue 24; only a runtime whose
+            ``can_checkpoint`` is set accepts one).
     """
 
     name: str
@@ -83,3 +86,4 @@ class SandboxSpec:
     mounts: tuple[Mount, ...]
     network: str | None
     host: HostLimits
+    restore_image: Path | None = None

@@ -41,6 +41,10 @@ class Sandbox:
     timings: dict[str, float] = field(default_factory=dict)
     channel: AgentClient | None = field(default=None, repr=False)
     """The sandbox's agent client, from its bring-up until it is destroyed."""
+    lineage: tuple[str, ...] = ()
+    """The containers whose processes this one carries on, oldest first (restored from
+    a memory image: issue 24): a background process's handle naming one of them still
+    reaches its process here."""
     scan_state: ScanState | None = field(default=None, repr=False)
     """The last scan, for the next one's delta; None means the next scan is full."""
     scan_after_exec: tuple[str, ...] | None = field(default=None, repr=False)

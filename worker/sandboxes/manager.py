@@ -20,6 +20,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from sandgrid.errors import CapacityError, InvalidInput, SandboxError, SandboxLost
@@ -79,6 +82,11 @@ class SandboxManager:
             (None: sandboxes have no egress relay at all).
         inbound: the node's port listeners (issue 21.1): every sandbox gets one in
             its egress directory (None, or no egress: no exposed ports).
+        images: the node's image check (25.3, ``worker.images.ImagePuller.ensure``):
+            given the type's image and digest (None: by tag), the local reference
+            to create from, pulling it from the grid's registry when absent (None:
+            local images only). A callable, so this runtime-neutral side names no
+            engine.
     """
 
     def __init__(
@@ -91,6 +99,7 @@ class SandboxManager:
         network: str = "bridge",
         egress: EgressProxy | None = None,
         inbound: InboundSockets | None = None,
+        images: Callable[[str, str | None], str] | None = None,
     ) -> None:
         settings = get_settings()
         self.engine = runtime
@@ -105,14 +114,15 @@ class SandboxManager:
         self.image_prefix = image_prefix or settings.image_prefix
         self.network_types = network_types
         self.network = network
+        self.images = images
 
     # ---- life cycle ----------------------------------------------------------
 
     def image_for(self, sandbox_type: str) -> str:
         """The catalog's image for a known type, else ``<prefix><type>:latest``."""
-        from sandgrid.wire.catalog import CATALOG
+        from sandgrid.wire.catalog import current
 
-        known = CATALOG.get(sandbox_type)
+        known = current().get(sandbox_type)
         return known.image if known else f"{self.image_prefix}{sandbox_type}:latest"
 
     def create(
@@ -123,6 +133,7 @@ class SandboxManager:
         *,
         session_id: str | None = None,
         tenant: str | None = None,
+        restore_image: Path | None = None,
     ) -> Sandbox:
         """Create and start a sandbox, and wait until its agent answers.
 
@@ -132,6 +143,9 @@ class SandboxManager:
             labels: extra container labels (the ``sandgrid.*`` ones are ours).
             session_id: set when the container is made for a known session.
             tenant: likewise.
+            restore_image: a memory image to restore instead of booting
+                (``Runtime.can_checkpoint``; docs/memory.md): its agent answers
+                on the new container's stdio, its processes carry on.
 
         Returns:
             A ``warm`` sandbox.
@@ -149,7 +163,7 @@ class SandboxManager:
             tenant=tenant,
             extra=labels,
         )
-        spec = self._spec(sandbox_type, quotas, all_labels)
+        spec = replace(self._spec(sandbox_type, quotas, all_labels), restore_image=restore_image)
         t0 = time.perf_counter()
         try:
             cid = self.engine.create(spec)
@@ -174,9 +188,12 @@ class SandboxManager:
         """The sandbox's spec, with this runtime's host headroom."""
         name = f"sandgrid-{sandbox_type}-{uuid.uuid4().hex[:12]}"
         egress_dir = self.egress.directory(name) if self.egress is not None else None
+        image = self.image_for(sandbox_type)
+        if self.images is not None:
+            image = self.images(image, None)  # the type's digest once the catalog has it
         return sandbox_spec(
             quotas,
-            image=self.image_for(sandbox_type),
+            image=image,
             name=name,
             labels=labels,
             runtime=self.runtime,

@@ -149,6 +149,23 @@ class WarmPool:
         for sbx in owned:
             self._destroy(sbx)
 
+    def set_target(self, sandbox_type: str, target: int, quotas: Quotas | None = None) -> None:
+        """Keep ``target`` warm sandboxes of a type from now on (a type the node starts
+        or stops serving at runtime, 25.1); the surplus warm ones are destroyed."""
+        with self._lock:
+            self.targets[sandbox_type] = target
+            self._warm.setdefault(sandbox_type, deque())
+            self._creating.setdefault(sandbox_type, 0)
+            self._stats.setdefault(sandbox_type, PoolStats())
+            if quotas is not None:
+                self._quotas[sandbox_type] = quotas
+            surplus = []
+            while len(self._warm[sandbox_type]) > target:
+                surplus.append(self._warm[sandbox_type].pop())
+        for sbx in surplus:
+            self._destroy(sbx)
+        self._wake.set()
+
     # ---- leasing ---------------------------------------------------------------
 
     def quotas_for(self, sandbox_type: str) -> Quotas:
@@ -311,10 +328,11 @@ class WarmPool:
             self._count(sandbox_type, "unhealthy")
             self._destroy(sbx)
             return False
-        with self._lock:
-            keep = not self._stop.is_set()
+        with self._lock:  # a target lowered meanwhile (the type stopped, 25.1) keeps none
+            warm = self._warm[sandbox_type]
+            keep = not self._stop.is_set() and len(warm) < self.targets.get(sandbox_type, 0)
             if keep:
-                self._warm[sandbox_type].append(sbx)
+                warm.append(sbx)
         if not keep:
             self._destroy(sbx)
         return True

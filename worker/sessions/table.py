@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from sandgrid.models import SessionInfo
 from worker.sandboxes import Sandbox
 from worker.sessions.gate import SessionGate
 from worker.snapshots import Manifest
@@ -49,6 +50,20 @@ class LocalSession:
     last_used: float = field(default_factory=time.monotonic)
     gate: SessionGate = field(default_factory=SessionGate)
     saving: threading.Lock = field(default_factory=threading.Lock)
+    on_idle: str = "release"
+    """``memory``: the reaper pauses it with its processes (issue 24), not a release."""
+
+    @classmethod
+    def serving(cls, info: SessionInfo, sandbox: Sandbox) -> LocalSession:
+        """The entry of session ``info`` served by ``sandbox`` (nothing restored yet)."""
+        return cls(
+            session_id=info.id,
+            tenant=info.tenant,
+            sandbox_type=info.type,
+            sandbox=sandbox,
+            policy=info.snapshot_policy,
+            on_idle=info.on_idle,
+        )
 
 
 class SessionTable:

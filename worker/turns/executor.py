@@ -41,6 +41,7 @@ from worker.ops.registry import OPS, OpRegistry
 from worker.sessions.gate import Share
 from worker.sessions.pool import SandboxPool
 from worker.sessions.table import LocalSession
+from worker.turns import memory
 from worker.turns.ran import RanTurns
 from worker.turns.snapshot_policy import unsaved_result
 
@@ -275,15 +276,17 @@ class Executor:
         return local
 
     def _materialise(self, info: SessionInfo) -> LocalSession:
-        """Take a warm sandbox for the session and restore its latest snapshot."""
+        """Take a warm sandbox for the session and restore its latest snapshot (or its
+        memory image, when a pause saved one and it restores: ``worker.turns.memory``)."""
+        if info.memory_image is not None:
+            parts = self.parts
+            backend = parts.backend_for(info.type)
+            resumed = memory.arrive(parts.ledger, parts.persistence.store, backend, info)
+            if resumed is not None:
+                parts.sessions.put(resumed)
+                return resumed
         sbx = self.pool.acquire(info.type, info.quotas, session_id=info.id, tenant=info.tenant)
-        local = LocalSession(
-            session_id=info.id,
-            tenant=info.tenant,
-            sandbox_type=info.type,
-            sandbox=sbx,
-            policy=info.snapshot_policy,
-        )
+        local = LocalSession.serving(info, sbx)
         try:
             if info.snapshot:
                 policy = self.parts.persistence

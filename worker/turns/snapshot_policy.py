@@ -64,6 +64,7 @@ from worker.sessions.pool import BackendFor
 from worker.sessions.table import LocalSession
 from worker.snapshots import GcReport, Manifest, SnapshotStore, restore_sandbox, snapshot_sandbox
 from worker.snapshots.checkpoints import checkpoint_id, drop_all, owner_of
+from worker.snapshots.memory import MemoryStore
 from worker.snapshots.store import DEFAULT_ROOTS
 
 __all__ = ["Persistence", "unsaved_result"]
@@ -228,6 +229,7 @@ class Persistence:
         try:
             deleted: int = self.store.delete_session(tenant, session_id)
             deleted += drop_all(self.store, tenant, session_id)  # its checkpoints
+            deleted += MemoryStore(self.store.objects, max_bytes=0).drop(tenant, session_id)
         except SandgridError as exc:
             log.warning("session %s: snapshots not deleted at close: %s", session_id, exc)
             return 0

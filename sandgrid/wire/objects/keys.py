@@ -7,7 +7,9 @@ key built for one tenant can name another tenant's object::
     t/<tenant>/s/<session>/latest                 the pointer: newest snapshot + retained history
     t/<tenant>/s/<session>/snap/<seq>-<id>.json   a manifest
     t/<tenant>/s/<session>/record.json            the session's record (the control plane's)
+    t/<tenant>/mem/<session>/<sha256>             a memory image (issue 24): gzip'd tar
     t/<tenant>/audit/<yyyy-mm-dd>/<first-id>.jsonl  a segment of the audit trail (append-only)
+    grid/types.json                               the catalog of sandbox types (no tenant's: 25.1)
 
 Ids are checked here before any key is built: no ``/``, no ``..``, no empty or
 odd characters, so a caller's string can never walk out of its prefix.
@@ -31,6 +33,8 @@ __all__ = [
     "check_snapshot_name",
     "manifest_key",
     "manifests_prefix",
+    "memory_image_key",
+    "memory_prefix",
     "parse_session_key",
     "pointer_key",
     "record_key",
@@ -38,6 +42,7 @@ __all__ = [
     "session_prefix",
     "sessions_prefix",
     "snapshot_name",
+    "types_record_key",
 ]
 
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -97,6 +102,18 @@ def blob_key(tenant: str, sha256: str) -> str:
     return f"{blobs_prefix(tenant)}{sha256}"
 
 
+def memory_prefix(tenant: str, session_id: str) -> str:
+    """A session's memory images (issue 24): beside its snapshots, apart from ``s/``."""
+    return f"{_tenant(tenant)}mem/{check_id('session_id', session_id)}/"
+
+
+def memory_image_key(tenant: str, session_id: str, sha256: str) -> str:
+    """One memory image, named by the sha256 of its stored bytes."""
+    if not SHA256_RE.fullmatch(sha256):
+        raise InvalidInput(f"memory image {sha256!r} is not a sha256", operation="memory")
+    return f"{memory_prefix(tenant, session_id)}{sha256}"
+
+
 def sessions_prefix(tenant: str) -> str:
     return f"{_tenant(tenant)}s/"
 
@@ -111,6 +128,11 @@ def pointer_key(tenant: str, session_id: str) -> str:
 
 def record_key(tenant: str, session_id: str) -> str:
     return f"{session_prefix(tenant, session_id)}{_RECORD}"
+
+
+def types_record_key() -> str:
+    """The catalog's record: outside every tenant's prefix (``t/``), so no tenant key names it."""
+    return "grid/types.json"
 
 
 def record_owner(key: str) -> tuple[str, str] | None:

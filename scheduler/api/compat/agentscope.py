@@ -12,7 +12,8 @@ sandbox is a session of the grid type serving its AgentScope type (shapes and ma
 ``scheduler.api.compat.agentscope_models``); tools run as turns of that session through
 the same runner as ``/v1/sessions/{id}/exec``. ``run_ipython_cell`` runs its
 code in the session's Jupyter kernel (``scheduler.api.code``): state stays
-between cells.
+between cells. A ``filesystem`` box also has the MCP filesystem server's tools,
+served by the grid's file ops (``scheduler.api.compat.agentscope_fs_tools``).
 The file routes (``/proxy/{identity}/workspace/...``) are in
 ``scheduler.api.compat.agentscope_files``.
 """
@@ -33,7 +34,11 @@ from sandgrid.models import CodeRequest, ExecRequest, SessionCreate, SessionInfo
 from scheduler.api.code import code_turn
 from scheduler.api.compat import agentscope_files
 from scheduler.api.compat.agentscope_browser import call_browser_tool
+from scheduler.api.compat.agentscope_errors import RuntimeErrorRoute
+from scheduler.api.compat.agentscope_fs_tools import FS_ARGS, FS_TOOLS, run_fs_tool
 from scheduler.api.compat.agentscope_models import (
+    DEFAULT_SANDBOX_TYPE,
+    FILESYSTEM_TYPES,
     LABEL_CTX,
     LABEL_TYPE,
     CallToolBody,
@@ -79,7 +84,7 @@ __all__ = [
     "stop",
 ]
 
-router = APIRouter(tags=["agentscope"])
+router = APIRouter(tags=["agentscope"], route_class=RuntimeErrorRoute)
 router.include_router(agentscope_files.router)
 
 _Data = dict[str, Any]
@@ -149,7 +154,7 @@ def _open(
 ) -> str:
     """Create the session serving one ``create``/``create_from_pool`` call; its id."""
     try:
-        grid_type = grid_type_for(body.sandbox_type)
+        grid_type = grid_type_for(body.sandbox_type, svc.settings.agentscope_grid_type)
     except ValueError as exc:
         raise InvalidInput(
             str(exc), operation=operation, context={"field": "sandbox_type", "rule": str(exc)}
@@ -269,16 +274,23 @@ def check_health(body: IdentityBody, svc: Svc, tenant: CurrentTenant) -> _Data:
     return {"data": info.state != "closed"}
 
 
+def _fs_box(info: SessionInfo) -> bool:
+    """Whether the session serves a ``filesystem`` box (the MCP filesystem tools too)."""
+    return info.labels.get(LABEL_TYPE, DEFAULT_SANDBOX_TYPE) in FILESYSTEM_TYPES
+
+
 @_twin("/list_tools")
 def list_tools(body: ListToolsBody, svc: Svc, tenant: CurrentTenant) -> _Data:
-    """The generic tools; a sandbox of the grid has no MCP servers."""
-    svc.registry.get(tenant.name, body.identity)
-    return {"data": tool_list(body.tool_type)}
+    """The generic tools, and a ``filesystem`` box's MCP filesystem tools under ``filesystem``."""
+    info = svc.registry.get(tenant.name, body.identity)
+    extra = {"filesystem": FS_TOOLS} if _fs_box(info) else None
+    return {"data": tool_list(body.tool_type, extra)}
 
 
 @_twin("/call_tool")
 def call_tool(body: CallToolBody, request: Request, svc: Svc, tenant: CurrentTenant) -> _Data:
-    """Run ``run_shell_command`` or ``run_ipython_cell`` as one turn of the session.
+    """Run a tool as turns of the session: ``run_shell_command``, ``run_ipython_cell``,
+    and in a ``filesystem`` box the MCP filesystem tools (``agentscope_fs_tools``).
 
     Bad arguments are 422 naming ``arguments.<name>``; a tool the grid does not
     serve is an MCP error result, as the runtime answers an unknown tool.
@@ -296,12 +308,15 @@ def call_tool(body: CallToolBody, request: Request, svc: Svc, tenant: CurrentTen
         )
         return {"data": cell_result(code)}
     else:
-        svc.registry.get(tenant.name, body.identity)
+        info = svc.registry.get(tenant.name, body.identity)
+        if body.tool_name in FS_ARGS and _fs_box(info):
+            args = _args(FS_ARGS[body.tool_name], body.arguments)
+            return {"data": run_fs_tool(svc, tenant, body.identity, body.tool_name, args)}
+        served = "run_shell_command, run_ipython_cell" + (
+            " and the filesystem tools" if _fs_box(info) else ""
+        )
         return {
-            "data": error_result(
-                f"tool {body.tool_name!r} is not served by sandgrid: "
-                "run_shell_command and run_ipython_cell are"
-            )
+            "data": error_result(f"tool {body.tool_name!r} is not served by sandgrid: {served} are")
         }
     result = svc.runner.exec(tenant, body.identity, req, t0=request.state.t0)
     return {"data": tool_result(result, returncode=body.tool_name == "run_shell_command")}

@@ -10,11 +10,14 @@ container. Here they are turns of the session: ``file`` (read, write),
 ``/workspace``, or relative to it) and are checked by ``models.workspace_path``
 before any turn: a path leaving the workspace is 422 ``path_outside_workspace``.
 Status codes are the runtime's: a missing file, a directory read as a file, a
-missing or non-directory listing are 404; writing over a directory is 409;
-removing a missing path is 204. The agent reports the OS errors behind them as
-``invalid_input``, so the route stats the path once an op has failed to tell
-them apart. Answers have the runtime's shapes (entries with absolute ``path``, ``name``,
-``type``, ``size``, ``mtime_ms``).
+missing or non-directory listing, a missing move source are 404; writing over a
+directory and making a directory where a file is are 409; removing a missing
+path is 204. Errors carry the runtime's ``{"detail": ...}`` beside the grid's
+``error`` object (``scheduler.api.compat.agentscope_errors``). The agent
+reports the OS errors behind them as ``invalid_input``, so the route stats the
+path once an op has failed to tell them apart. Answers have the runtime's
+shapes (entries with absolute ``path``, ``name``, ``type``, ``size``,
+``mtime_ms``).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from sandgrid.models import (
 )
 from sandgrid.ops import files as file_ops
 from sandgrid.ops.files import DeleteOp, DeleteResult, ListOp, ReadOp, WriteOp, WriteResult
+from scheduler.api.compat.agentscope_errors import RuntimeErrorRoute
 from scheduler.api.compat.agentscope_models import MoveBody, PathBody, fs_entry
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.tenants import Tenant
@@ -56,7 +60,9 @@ __all__ = [
     "write_file",
 ]
 
-router = APIRouter(prefix="/proxy/{identity}/workspace", tags=["agentscope"])
+router = APIRouter(
+    prefix="/proxy/{identity}/workspace", tags=["agentscope"], route_class=RuntimeErrorRoute
+)
 
 #: Most files one ``files:batch`` call may write (the grid's write op takes as many).
 MAX_BATCH_FILES = 1024
@@ -76,6 +82,10 @@ def read_file(
     encoding: Literal["utf-8", "base64"] = "utf-8" if fmt == "text" else "base64"
     try:
         read = svc.runner.op(tenant, identity, ReadOp(path=path, encoding=encoding), FileRead)
+    except NotFound as exc:  # a missing path (the agent's errno), in the runtime's words
+        if "errno" in exc.context:
+            raise NotFound("not found", operation="workspace.read", context={"path": path}) from exc
+        raise
     except InvalidInput as exc:  # as the runtime: a missing path or a directory is 404
         if _plain(exc) and _kind(svc, tenant, identity, path) in (None, "dir"):
             raise NotFound("not found", operation="workspace.read", context={"path": path}) from exc
@@ -135,6 +145,10 @@ def list_dir(
     missing = NotFound("not found", operation="workspace.list", context={"path": path})
     try:
         listed = svc.runner.op(tenant, identity, op, FileList)
+    except NotFound as exc:  # a missing path (the agent's errno), in the runtime's words
+        if "errno" in exc.context:
+            raise missing from exc
+        raise
     except InvalidInput as exc:  # as the runtime: a missing path or a file is 404
         if _plain(exc) and _kind(svc, tenant, identity, path) != "dir":
             raise missing from exc
@@ -186,17 +200,33 @@ def remove(identity: str, path: _Path, svc: Svc, tenant: CurrentTenant) -> Respo
 def move(identity: str, body: MoveBody, svc: Svc, tenant: CurrentTenant) -> dict[str, Any]:
     """Move or rename an entry (parents of the destination made); its new entry."""
     src, dst = _checked(body.source, "source"), _checked(body.destination, "destination")
-    moved = svc.runner.op(
-        tenant, identity, file_ops.MoveOp(source=src, destination=dst), file_ops.MoveResult
-    )
+    svc.registry.get(tenant.name, identity)  # an unknown sandbox is 404 of its own
+    op = file_ops.MoveOp(source=src, destination=dst)
+    try:
+        moved = svc.runner.op(tenant, identity, op, file_ops.MoveResult)
+    except NotFound as exc:
+        raise NotFound(
+            "source not found", operation="workspace.move", context={"path": src}
+        ) from exc
     return fs_entry(moved.entry)
 
 
 @router.post("/mkdir")
 def mkdir(identity: str, body: PathBody, svc: Svc, tenant: CurrentTenant) -> dict[str, Any]:
     """Make a directory and its parents: ``{"created": bool}``."""
-    op = file_ops.MkdirOp(path=_checked(body.path, "path"))
-    return {"created": svc.runner.op(tenant, identity, op, file_ops.MkdirResult).created}
+    path = _checked(body.path, "path")
+    try:
+        made = svc.runner.op(tenant, identity, file_ops.MkdirOp(path=path), file_ops.MkdirResult)
+    except InvalidInput as exc:  # as the runtime: a file (or a file parent) in the way is 409
+        if _plain(exc) and _kind(svc, tenant, identity, path) not in (None, "dir"):
+            raise Conflict(
+                "path exists and is not a directory",
+                code=ErrorCode.INVALID_INPUT,
+                operation="workspace.mkdir",
+                context={"path": path},
+            ) from exc
+        raise
+    return {"created": made.created}
 
 
 def _checked(raw: str, field: str) -> str:

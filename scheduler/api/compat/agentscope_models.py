@@ -7,7 +7,7 @@ lone positional argument as ``{"args": value}``, so every body here takes
 ``args`` as its first field. The client sends every parameter of its method's
 own signature and nothing else; exactly those are accepted, and an unknown key
 is 422 naming it (a caller must not believe it asked for what it did not get).
-The sandbox it calls an *identity* is a sandgrid session of type ``python``;
+The sandbox it calls an *identity* is a sandgrid session of the python image;
 the AgentScope session context lives in the session's labels (``LABEL_CTX``),
 so ``get_session_mapping`` is a registry query.
 
@@ -27,11 +27,14 @@ from sandgrid.models import MAX_SOURCE_BYTES, CodeResult, ExecResult, FileEntry,
 from sandgrid.wire.browser import BROWSER_TYPE
 
 __all__ = [
+    "BROWSER_BOXES",
     "DEFAULT_SANDBOX_TYPE",
+    "FILESYSTEM_TYPES",
     "GENERIC_TOOLS",
     "LABEL_CTX",
     "LABEL_TYPE",
     "LABEL_VALUE_MAX",
+    "REFUSED_TYPES",
     "SERVED_TYPES",
     "CallToolBody",
     "CreateBody",
@@ -52,6 +55,7 @@ __all__ = [
     "fs_entry",
     "grid_type_for",
     "labels_for",
+    "tool_entry",
     "tool_list",
     "tool_result",
 ]
@@ -64,15 +68,35 @@ LABEL_TYPE = "agentscope.sandbox_type"
 LABEL_VALUE_MAX = 256
 #: The AgentScope type a sandbox has when the caller names none.
 DEFAULT_SANDBOX_TYPE = "base"
-#: The AgentScope sandbox types the grid serves, each with the grid type that
-#: serves it. Only ``base`` for now: ``filesystem``, ``bfcl``/``appworld``,
-#: ``browser``, ``gui`` and ``mobile`` boxes call tools of their own (MCP
-#: filesystem tools, training environments, a desktop) that no grid type has yet,
-#: so they are refused at create rather than accepted with tools that fail.
-SERVED_TYPES: dict[str, str] = {"base": "python", "base_async": "python"}
-# ``browser`` boxes: the grid's browser type; their browser_* tools are served over
-# CDP (scheduler.api.compat.agentscope_browser, issue 21.4).
-SERVED_TYPES.update({"browser": BROWSER_TYPE, "browser_async": BROWSER_TYPE})
+#: The AgentScope sandbox types the grid serves. Each runs in a session of the
+#: grid type ``SANDGRID_AGENTSCOPE_GRID_TYPE`` names (the python image: ``python``
+#: on runc, ``python-gvisor`` on runsc); ``filesystem`` boxes add the MCP
+#: filesystem server's tools, served by the grid's file ops
+#: (``scheduler.api.compat.agentscope_fs_tools``).
+SERVED_TYPES: frozenset[str] = frozenset({"base", "base_async", "filesystem", "filesystem_async"})
+#: The served types whose boxes have the MCP filesystem server's tools besides the generic.
+FILESYSTEM_TYPES: frozenset[str] = frozenset({"filesystem", "filesystem_async"})
+#: The AgentScope ``browser`` boxes: sessions of the grid's browser type, their
+#: browser_* tools served over CDP (``scheduler.api.compat.agentscope_browser``,
+#: issue 21.4), whatever ``SANDGRID_AGENTSCOPE_GRID_TYPE`` says.
+BROWSER_BOXES: frozenset[str] = frozenset({"browser", "browser_async"})
+SERVED_TYPES = SERVED_TYPES | BROWSER_BOXES
+#: Why each AgentScope type the grid does not serve is refused at create: its
+#: class calls tools no grid type has, so accepting it would hand back a sandbox
+#: whose every tool call fails.
+REFUSED_TYPES: dict[str, str] = {
+    **dict.fromkeys(
+        ("bfcl", "appworld"),
+        "its tools (create_instance, get_task_ids, get_env_profile, step, evaluate, "
+        "release_instance) are the runtime's training-environment service over its own "
+        "processed datasets; the grid's bfcl/appworld types run the benchmarks as batch "
+        "jobs (docs/batch.md) and serve no such service",
+    ),
+    **dict.fromkeys(
+        ("gui", "gui_async", "mobile", "mobile_async"),
+        "its computer/mobile tools need a desktop or an Android device; no grid type has one",
+    ),
+}
 #: The image version agentscope reads back: ``SandboxService`` finds the sandbox
 #: class by the type name it contains.
 _VERSION = "sandgrid/runtime-sandbox-{type}"
@@ -95,7 +119,7 @@ class _Body(BaseModel):
 
 
 class CreateFromPoolBody(_Body):
-    """``/create_from_pool``: every AgentScope type is served by a ``python`` session."""
+    """``/create_from_pool``: ``create_from_pool(sandbox_type=None, meta=None)``."""
 
     _first: ClassVar[str] = "sandbox_type"
     sandbox_type: str | None = Field(None, max_length=64, pattern=r"^[a-z][a-z0-9_]*$")
@@ -185,19 +209,26 @@ class MoveBody(BaseModel):
     destination: str = Field(min_length=1, max_length=4096)
 
 
-def grid_type_for(sandbox_type: str | None) -> str:
+def grid_type_for(sandbox_type: str | None, python_type: str) -> str:
     """The grid type serving an AgentScope sandbox type (``base`` when none is named).
 
+    ``python_type`` is the grid type configured for served types
+    (``SANDGRID_AGENTSCOPE_GRID_TYPE``).
+
     Raises:
-        ValueError: a type the grid cannot serve; the message names the served ones.
+        ValueError: a type the grid cannot serve; the message says why and names
+            the served ones.
     """
     name = sandbox_type or DEFAULT_SANDBOX_TYPE
-    if name not in SERVED_TYPES:
-        raise ValueError(
-            f"sandbox_type {name!r} is not served by sandgrid "
-            f"(served: {', '.join(sorted(SERVED_TYPES))})"
-        )
-    return SERVED_TYPES[name]
+    if name in BROWSER_BOXES:
+        return BROWSER_TYPE
+    if name in SERVED_TYPES:
+        return python_type
+    why = REFUSED_TYPES.get(name, "it is not an AgentScope sandbox type sandgrid knows")
+    raise ValueError(
+        f"sandbox_type {name!r} is not served by sandgrid: {why} "
+        f"(served: {', '.join(sorted(SERVED_TYPES))})"
+    )
 
 
 def labels_for(body: CreateFromPoolBody) -> dict[str, str]:
@@ -337,33 +368,31 @@ def error_result(message: str) -> dict[str, Any]:
     return {"meta": None, "content": [_text(message, "error")], "isError": True}
 
 
+def tool_entry(
+    name: str, description: str, properties: dict[str, Any], required: list[str]
+) -> dict[str, Any]:
+    """One tool in the runtime's ``list_tools`` shape (an OpenAI function schema)."""
+    parameters = {"type": "object", "properties": properties, "required": required}
+    function = {"name": name, "description": description, "parameters": parameters}
+    return {"name": name, "json_schema": {"type": "function", "function": function}}
+
+
 #: The tools every sandbox has, in the runtime's ``list_tools`` shape.
 GENERIC_TOOLS: dict[str, dict[str, Any]] = {
-    name: {
-        "name": name,
-        "json_schema": {
-            "type": "function",
-            "function": {
-                "name": name,
-                "description": description,
-                "parameters": {
-                    "type": "object",
-                    "properties": {arg: {"type": "string", "description": arg_doc}},
-                    "required": [arg],
-                },
-            },
-        },
-    }
-    for name, description, arg, arg_doc in (
+    name: tool_entry(name, description, {arg: {"type": "string", "description": doc}}, [arg])
+    for name, description, arg, doc in (
         ("run_ipython_cell", "Run an IPython cell.", "code", "IPython code to execute"),
         ("run_shell_command", "Run a shell command.", "command", "Shell command to execute"),
     )
 }
 
 
-def tool_list(tool_type: str | None) -> dict[str, Any]:
-    """``list_tools``: the generic tools (no MCP servers), filtered by ``tool_type``."""
-    tools: dict[str, Any] = {"generic": GENERIC_TOOLS}
+def tool_list(
+    tool_type: str | None, extra: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """``list_tools``: the generic tools and ``extra`` servers' (by server name), filtered
+    by ``tool_type`` as the runtime filters (one group, empty when unknown)."""
+    tools: dict[str, Any] = {"generic": GENERIC_TOOLS, **(extra or {})}
     return {tool_type: tools.get(tool_type, {})} if tool_type else tools
 
 

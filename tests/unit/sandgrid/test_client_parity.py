@@ -111,6 +111,7 @@ def test_the_wide_keywords_are_the_ones_users_pass() -> None:
         "labels",
         "fork_from",
         "network",
+        "on_idle",
     }
     assert TerminalOptions.__optional_keys__ == {"rows", "cols", "term", "idle_s", "max_s"}
     with pytest.raises(TypeError, match="unexpected keyword argument 'shel'"):

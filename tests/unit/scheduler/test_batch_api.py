@@ -277,3 +277,20 @@ def test_a_batch_without_a_runner_shows_as_interrupted(redis_client: redis.Redis
     assert store.get("acme", info.id).state == "running"
     with pytest.raises(SandgridError):
         store.get("globex", info.id)
+
+
+def test_a_batch_of_a_type_gets_its_default_quotas(bgrid: Grid) -> None:
+    """25.1: a batch's sessions of a type with default quotas are made with them."""
+    from sandgrid.sandbox_types import SandboxTypeSpec
+
+    assert bgrid.services.types is not None
+    small = SandboxTypeSpec(
+        name="python-small", image="a/b:1", runtime="runc", quotas={"memory_mb": 256}
+    )
+    bgrid.services.types.store.put(small)
+    bgrid.services.types.view.refresh()
+    with bgrid.client() as c:
+        info = c.create_batch([{"id": "j", "shell": "ls"}], type="python-small")
+        _finish(c, info.id)
+    execs = [j for j, _ in bgrid.worker.sent if isinstance(j.op, ExecOp)]
+    assert [j.session.quotas.memory_mb for j in execs] == [256]

@@ -163,3 +163,19 @@ def test_unreachable_redis_is_a_readable_error(env: None, monkeypatch: pytest.Mo
     for argv in (["rotate", "acme"], ["ls"], ["show", "acme"]):
         out = tenants(*argv)
         assert out.exit_code == 1 and "Redis at redis://127.0.0.1:1/0 unreachable" in out.stderr
+
+
+def test_types_are_checked_against_the_registrys_catalog(
+    token: str, redis_client: redis.Redis[str]
+) -> None:
+    """25.1: a type added by API is a known type for ``--types``; a typo is still refused."""
+    from sandgrid.sandbox_types import SandboxTypeSpec
+    from sandgrid.wire.type_store import TypeStore
+
+    store = TypeStore(redis_client)
+    store.seed([SandboxTypeSpec(name="python", image="a/b:1", runtime="runc", source="file")])
+    store.put(SandboxTypeSpec(name="python-small", image="a/b:1", runtime="runc"))
+    ok = tenants("set", "acme", "--types", "python,python-small")
+    assert ok.exit_code == 0, ok.output
+    typo = tenants("set", "acme", "--types", "python-smal")
+    assert typo.exit_code == 1 and "types[0]: unknown sandbox type 'python-smal'" in typo.stderr

@@ -125,9 +125,10 @@ def test_files_that_are_not_base64_are_refused_before_any_turn(grid: Grid, conte
     assert grid.http.get("/v1/sessions", headers=grid.headers()).json()["sessions"] == []
 
 
-def test_unknown_type_is_422(grid: Grid) -> None:
+def test_unknown_type_is_404(grid: Grid) -> None:
+    """An unknown type answers as another tenant's private type does (25.5): 404, naming it."""
     r = grid.http.post("/v1/sessions", json={"type": "cobol"}, headers=grid.headers())
-    assert r.status_code == 422 and r.json()["error"]["context"]["field"] == "type"
+    assert r.status_code == 404 and r.json()["error"]["context"]["field"] == "type"
     assert "python" in r.json()["error"]["message"]
 
 

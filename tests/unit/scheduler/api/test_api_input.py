@@ -59,14 +59,23 @@ def test_every_json_body_of_the_openapi_document_forbids_unknown_fields(grid: Gr
 
 def test_pause_with_an_unknown_field_is_422_naming_it(grid: Grid) -> None:
     sid = _session(grid)
-    r = grid.http.post(f"/v1/sessions/{sid}/pause", json={"memory": True}, headers=grid.headers())
+    r = grid.http.post(f"/v1/sessions/{sid}/pause", json={"memroy": True}, headers=grid.headers())
     assert r.status_code == 422, r.text
     err = r.json()["error"]
-    assert err["code"] == "invalid_input" and err["context"]["field"] == "memory"
+    assert err["code"] == "invalid_input" and err["context"]["field"] == "memroy"
     assert "Extra inputs are not permitted" in err["context"]["rule"]
     for ok in ({}, None):  # none, or {}: an ordinary pause
         r = grid.http.post(f"/v1/sessions/{sid}/pause", json=ok, headers=grid.headers())
         assert r.status_code == 200, (ok, r.text)
+
+
+def test_pause_with_memory_on_a_runc_type_is_422_naming_the_runtime(grid: Grid) -> None:
+    sid = _session(grid)
+    r = grid.http.post(f"/v1/sessions/{sid}/pause", json={"memory": True}, headers=grid.headers())
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["context"]["field"] == "memory" and err["context"]["runtime"] == "runc"
+    assert "gVisor" in err["message"]
 
 
 @pytest.mark.parametrize(
@@ -121,3 +130,13 @@ def test_the_sdk_ignores_response_fields_it_does_not_know(grid: Grid) -> None:
     got = parse_answer(SessionList, raw)
     assert [x.id for x in got.sessions] == [s.id]
     assert isinstance(got.sessions[0], SessionInfo)
+
+
+def test_on_idle_memory_on_a_runc_type_is_422_naming_the_field(grid: Grid) -> None:
+    body = {"type": "python", "on_idle": "memory"}
+    r = grid.http.post("/v1/sessions", json=body, headers=grid.headers())
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["context"]["field"] == "on_idle"
+    body = {"type": "python-gvisor", "on_idle": "memory"}
+    r = grid.http.post("/v1/sessions", json=body, headers=grid.headers())
+    assert r.status_code == 201 and r.json()["on_idle"] == "memory", r.text

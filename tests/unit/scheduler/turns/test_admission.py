@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from sandgrid.errors import ErrorCode, InvalidInput, LimitExceeded
+from sandgrid.errors import ErrorCode, InvalidInput, LimitExceeded, NotFound
 from sandgrid.models import ExecRequest, Quotas, SessionCreate
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant, TenantLimits
@@ -48,7 +48,7 @@ def test_allowed_types(redis_client: redis.Redis[str]) -> None:
     with pytest.raises(InvalidInput) as exc:
         adm.check_session(tenant, SessionCreate(type="python-gvisor"))
     assert exc.value.context["field"] == "type"
-    with pytest.raises(InvalidInput, match="unknown sandbox type") as exc:
+    with pytest.raises(NotFound, match="unknown sandbox type") as exc:  # 25.5: as a private one
         adm.check_session(Tenant(name="t"), SessionCreate(type="cobol"))
     assert exc.value.context["field"] == "type"
 

@@ -55,3 +55,15 @@ def test_ports_from_the_settings_and_refresh() -> None:
     assert fake.current().host_addrs == reads[1]  # read again: older than refresh_s
     fake.add_port(41234)
     assert 41234 in fake.current().service_ports
+
+
+def test_the_image_registrys_port_is_a_grid_port_unless_there_is_none() -> None:
+    """25.2: a template's build (or a session) allowed loopback must not push to the registry."""
+    from sandgrid.wire.settings import ImageSettings
+
+    ports = HostGuard.from_settings(Settings()).current().service_ports
+    assert 5000 in ports  # the default registry, 127.0.0.1:5000
+    moved = Settings(images=ImageSettings(registry="127.0.0.1:5111"))
+    assert 5111 in HostGuard.from_settings(moved).current().service_ports
+    none = Settings(images=ImageSettings(registry=""))
+    assert 5000 not in HostGuard.from_settings(none).current().service_ports

@@ -127,3 +127,23 @@ def test_a_line_is_one_line_and_nothing_after() -> None:
     assert inbound.read_line(b, 64) == b""
     a.close()
     assert inbound.read_line(b) == b""  # EOF
+
+
+def test_a_sandbox_socket_in_a_directory_past_the_unix_path_limit_is_listened_on(
+    tmp_path: Path,
+) -> None:
+    """A state directory plus a sandbox's name can pass the 107 bytes of a socket's
+    path (a runsc type's name is long): the listener is bound through the
+    directory's descriptor. Before: ``OSError: AF_UNIX path too long``, a 500."""
+    from worker.ports.sockets import SOCKET_NAME, InboundSockets
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    assert len(str(deep / SOCKET_NAME)) > 108
+    sockets = InboundSockets()
+    try:
+        sockets.open("sandgrid-python-gvisor-0123456789ab", deep)
+        assert (deep / SOCKET_NAME).is_socket()
+    finally:
+        sockets.close("sandgrid-python-gvisor-0123456789ab")
+        sockets.stop()

@@ -8,13 +8,16 @@ import sys
 import pytest
 
 from sandgrid.models import Quotas
-from sandgrid.wire.catalog import CATALOG
+from sandgrid.sandbox_types import KNOWN_RUNTIMES
+from sandgrid.wire.catalog import file_catalog
 from worker.runtimes import RUNTIMES, Runtime, runtime_for
 from worker.runtimes.spec import HostLimits
 
 
 def test_every_catalog_runtime_is_registered() -> None:
-    assert {t.runtime for t in CATALOG.values()} <= set(RUNTIMES)
+    """The shipped types' runtimes, and every runtime a type may name, are the registry's."""
+    assert {t.runtime for t in file_catalog().types.values()} <= set(RUNTIMES)
+    assert set(KNOWN_RUNTIMES) == set(RUNTIMES)
 
 
 def test_an_unknown_runtime_is_refused_with_the_known_names() -> None:

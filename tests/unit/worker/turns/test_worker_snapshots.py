@@ -418,3 +418,15 @@ def test_a_restarted_node_still_collects_the_tenants_served_before(node: Node) -
     assert store.snapshots(TENANT, info.id) == []
     assert node.ledger.gc_tenants(0) == [TENANT]
     assert node.ledger.gc_tenants(time.time() + 1) == []  # too old: dropped
+
+
+def test_a_close_deletes_the_sessions_memory_images(node: Node) -> None:
+    from sandgrid.wire.objects import keys
+
+    store: Any = node.store
+    info = new_session(reg(node))
+    assert write(node, info, "a.txt", "1").ok
+    store.objects.put(keys.memory_image_key(TENANT, info.id, "a" * 64), b"an image")
+    reg(node).close(info.id)
+    assert turn(node, info, CloseOp()).ok
+    assert store.objects.list(keys.memory_prefix(TENANT, info.id)) == []

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from sandgrid.errors import InvalidInput
+from sandgrid.errors import InvalidInput, NotFound
 from sandgrid.models import ExecResult, FileEntry, Quotas, SessionInfo
 from sandgrid.ops.code import RunCodeOp
 from sandgrid.ops.exec import ExecOp
@@ -295,20 +295,26 @@ def test_container_status_speaks_dockers_words() -> None:
 
 
 def test_only_served_types_map_onto_grid_types() -> None:
-    assert grid_type_for(None) == "python" and grid_type_for("base") == "python"
-    assert grid_type_for("browser") == "browser"  # issue 21.4: the grid's browser type
-    for refused in ("gui", "mobile", "filesystem", "bfcl", "appworld", "agentbay"):
+    assert grid_type_for(None, "python") == "python"
+    assert grid_type_for("base", "python-gvisor") == "python-gvisor"  # the configured type
+    assert grid_type_for("filesystem", "python") == "python"
+    assert grid_type_for("browser", "python") == "browser"  # issue 21.4: the grid's browser type
+    for refused in ("gui", "mobile", "bfcl", "appworld", "agentbay", "dummy"):
         with pytest.raises(ValueError, match="not served by sandgrid"):
-            grid_type_for(refused)
+            grid_type_for(refused, "python")
+    with pytest.raises(ValueError, match="training-environment service"):
+        grid_type_for("bfcl", "python")  # the reason is said
 
 
 @pytest.mark.parametrize("path", ["/create", "/create_async", "/create_from_pool"])
-@pytest.mark.parametrize("box", ["gui", "mobile", "filesystem"])
+@pytest.mark.parametrize("box", ["gui", "mobile", "bfcl", "appworld"])
 def test_create_refuses_a_type_the_grid_cannot_serve(grid: Grid, path: str, box: str) -> None:
     r = grid.http.post(path, json={"sandbox_type": box}, headers=grid.headers())
     assert r.status_code == 422, r.text
     err = r.json()["error"]
     assert err["context"]["field"] == "sandbox_type" and box in err["message"]
+    # the runtime's shape too: its client shows "Server Detail: Error in <method>: ..."
+    assert r.json()["detail"] == f"Error in {path.strip('/')}: {err['message']}"
     assert grid.http.get("/v1/sessions", headers=grid.headers()).json()["sessions"] == []
 
 
@@ -371,24 +377,29 @@ def test_cut_output_is_an_error_named_as_such() -> None:
     assert "cut" in cut["content"][-1]["text"] and cut["content"][-1]["description"] == "error"
 
 
+def _faked_workspace(grid: Grid, monkeypatch: pytest.MonkeyPatch, fake: Any) -> str:
+    """A new sandbox whose file ops answer as ``fake(op)`` says (None: the fake worker's
+    own answer), as the agent reports OS errors; the sandbox's workspace route prefix."""
+    sid = _create(grid)
+    real = grid.worker._apply
+    monkeypatch.setattr(grid.worker, "_apply", lambda job: fake(job.op) or real(job))
+    return f"/proxy/{sid}/workspace"
+
+
 def test_file_errors_have_the_runtimes_status_codes(
     grid: Grid, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The agent reports OS errors as ``invalid_input``; the routes answer as the runtime."""
-    sid = _create(grid)
-    base, h = f"/proxy/{sid}/workspace", grid.headers()
-    real = grid.worker._apply
 
-    def agent_like(job: Any) -> Any:  # 'd' is a directory, 'gone' is missing
-        op = job.op
+    def agent_like(op: Any) -> Any:  # 'd' is a directory, 'gone' is missing
         path = getattr(op, "path", None) or next((f.path for f in getattr(op, "files", [])), None)
         if op.kind == "stat" and path == "d":
             return StatResult(entry=FileEntry(path="d", type="dir"))
         if op.kind in ("read", "list", "delete", "write") and path in ("d", "gone"):
             raise InvalidInput("[Errno 2] or [Errno 21]", operation=op.kind)
-        return real(job)
+        return None
 
-    monkeypatch.setattr(grid.worker, "_apply", agent_like)
+    base, h = _faked_workspace(grid, monkeypatch, agent_like), grid.headers()
     for path in ("gone", "d"):
         r = grid.http.get(f"{base}/file", params={"path": path}, headers=h)
         assert r.status_code == 404, r.text
@@ -410,3 +421,31 @@ def test_a_browser_tool_on_a_base_sandbox_is_422_naming_the_type(grid: Grid) -> 
     assert err["context"]["field"] == "type" and "'python'" in err["message"]
     unserved = _post(grid, "/call_tool", {**body, "tool_name": "browser_tab_list"})
     assert unserved["isError"] and "not served by sandgrid" in unserved["content"][0]["text"]
+
+
+def test_mkdir_over_a_file_is_409_and_errors_carry_the_runtimes_detail(
+    grid: Grid, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the runtime: 409 "path exists and is not a directory"; every error has ``detail``."""
+
+    def agent_like(op: Any) -> Any:  # 'f' is a file; a move's source 'gone' is missing
+        if op.kind == "stat" and op.path == "f":
+            return StatResult(entry=FileEntry(path="f", type="file"))
+        if op.kind == "mkdir" and op.path == "f":
+            raise InvalidInput("[Errno 17] File exists", operation=op.kind)
+        if op.kind == "move" and op.source == "gone":
+            raise NotFound("no such file: gone", operation=op.kind)
+        return None
+
+    base, h = _faked_workspace(grid, monkeypatch, agent_like), grid.headers()
+    r = grid.http.post(f"{base}/mkdir", json={"path": "f"}, headers=h)
+    assert r.status_code == 409, r.text
+    assert r.json()["detail"] == "path exists and is not a directory"
+    r = grid.http.post(f"{base}/move", json={"source": "gone", "destination": "x"}, headers=h)
+    assert (r.status_code, r.json()["detail"]) == (404, "source not found")
+    assert r.json()["error"]["code"] == "not_found"  # the grid's object is kept beside it
+    r = grid.http.get(f"{base}/file", params={"path": "../etc/passwd"}, headers=h)
+    assert r.status_code == 422 and r.json()["error"]["code"] == "path_outside_workspace"
+    assert "path" in r.json()["detail"]  # bad input names the field in detail too
+    r = grid.http.get(f"/proxy/s-{'u' * 32}/workspace/list", params={"path": "."}, headers=h)
+    assert r.status_code == 404 and r.json()["detail"]

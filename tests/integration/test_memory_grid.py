@@ -1,0 +1,206 @@
+"""Memory snapshots on a real grid (issue 24): pause with memory, resume on the other node.
+
+The API and two worker nodes (``mem-w1``, ``mem-w2``) on the real Docker with
+gVisor (``python-gvisor``), Redis and the MinIO of ``make services`` (a bucket
+of this module's own, dropped at the end). A session's Jupyter variables, a
+background HTTP server on the sandbox's loopback and a counter process are
+paused with memory on ``mem-w1``, which then stops; ``mem-w2`` takes the next
+turn and everything carries on. An image corrupted in MinIO is refused and the
+session falls back to its workspace snapshot, saying why; another tenant cannot
+pause the session; a runc type asking for memory is told which runtime it is on.
+A session created with ``on_idle: "memory"`` is paused that way when it goes idle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sandgrid.client import Client, Session
+from sandgrid.errors import InvalidInput, NotFound
+from sandgrid.localgrid import LocalGrid
+from sandgrid.wire.objects import keys
+from tests.support.one_node_grid import flushed_redis
+from worker.quotas import LABEL_WORKER
+
+pytestmark = [pytest.mark.integration, pytest.mark.runsc]
+
+API_PORT = int(os.environ.get("SANDGRID_TEST_MEMORY_API_PORT", "8771"))
+REDIS_URL = os.environ.get("SANDGRID_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+NODES = ("mem-w1", "mem-w2")
+TYPES = "python,python-gvisor"
+TOKENS = {"acme": "tok-mem-acme-" + "a" * 24, "globex": "tok-mem-globex-" + "b" * 24}
+MINIO = {  # the MinIO of ``make services``; its credentials from tests/conftest.py
+    f"SANDGRID_MINIO__{name}": os.environ.get(f"SANDGRID_MINIO__{name}", default)
+    for name, default in (
+        ("ENDPOINT", "127.0.0.1:9000"),
+        ("ACCESS_KEY", "sandgrid"),
+        ("SECRET_KEY", "sandgrid-secret"),
+    )
+}
+IDLE_TTL_S = 8.0
+"""Long enough that no test's own pauses between turns count as idle on a loaded host."""
+BUCKET = f"sandgrid-test-memory-{uuid.uuid4().hex[:8]}"
+ENV = {
+    "SANDGRID_LEASE_TTL_S": "6",
+    "SANDGRID_HEARTBEAT_S": "0.5",
+    "SANDGRID_WORKER__IDLE_TTL_S": str(IDLE_TTL_S),
+    "SANDGRID_WORKER__REAP_INTERVAL_S": "0.5",
+    "SANDGRID_WORKER__POOL_SIZE": "1",
+    "SANDGRID_WORKER__METRICS_PORT": "0",
+    "SANDGRID_WORKER__SNAPSHOT_STORE": "minio",
+    "SANDGRID_MINIO__BUCKET": BUCKET,
+    **MINIO,
+}
+_local_grid = functools.partial(LocalGrid, port=API_PORT, redis_url=REDIS_URL, tenants=TOKENS)
+FETCH = (
+    'python3 -c "import urllib.request as u; '
+    "print(u.urlopen('http://127.0.0.1:8765/page.txt', timeout=5).read().decode())\""
+)
+
+
+def _objects() -> Any:
+    from sandgrid.wire.objects.minio import MinioObjects
+
+    return MinioObjects(
+        MINIO["SANDGRID_MINIO__ENDPOINT"],
+        MINIO["SANDGRID_MINIO__ACCESS_KEY"],
+        MINIO["SANDGRID_MINIO__SECRET_KEY"],
+        BUCKET,
+    )
+
+
+@pytest.fixture(scope="module")
+def grid(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
+    """The API and ``mem-w1``; the first test starts ``mem-w2`` and stops ``mem-w1``."""
+    with flushed_redis(REDIS_URL):
+        local = _local_grid(tmp_path_factory.mktemp("memory"), env=ENV)
+        try:
+            local.start([NODES[0]], types=TYPES, concurrency=4)
+            yield local
+        finally:
+            local.stop()
+            for node in NODES:
+                label = {"label": f"{LABEL_WORKER}={node}"}
+                for row in docker_client.api.containers(all=True, filters=label):
+                    docker_client.api.remove_container(row["Id"], force=True)
+            with contextlib.suppress(Exception):
+                _objects().drop_bucket()
+
+
+def _client(grid: LocalGrid, tenant: str = "acme") -> Client:
+    return Client(grid.api_url, token=TOKENS[tenant], timeout=90)
+
+
+def _numbers(text: str) -> list[int]:
+    return [int(line) for line in text.split()]
+
+
+def _serve(s: Session) -> None:
+    """A background HTTP server on the sandbox's loopback, answering once it is up."""
+    assert s.exec(shell="echo warm > /workspace/page.txt").exit_code == 0
+    argv = ["python3", "-m", "http.server", "8765", "--bind", "127.0.0.1"]
+    s.exec(argv, cwd="/workspace", background=True)
+    wait = f"for i in $(seq 50); do {FETCH} && exit 0; sleep 0.2; done; exit 1"
+    assert s.exec(shell=wait).exit_code == 0
+
+
+def test_memory_survives_pause_and_resume_on_the_other_node(grid: LocalGrid) -> None:
+    with _client(grid) as acme:
+        s = acme.session(type="python-gvisor")
+        first = s.run_code("data = [i * i for i in range(200000)]\nx = 41")
+        assert first.error is None and first.node == NODES[0]
+        _serve(s)
+        counter = s.exec(shell="i=0; while true; do echo $i; i=$((i+1)); sleep 0.1; done",
+                         background=True)  # fmt: skip
+        before = _numbers(counter.logs().data)
+
+        done = s.pause(memory=True)
+        assert done.released and done.memory and (done.memory_bytes or 0) > 0, done
+        paused = s.refresh()
+        assert paused.memory_image and paused.owner is None
+
+        grid.start_worker(NODES[1], types=TYPES, concurrency=4)
+        grid.wait(lambda: NODES[1] in grid.workers_seen(), "the second node")
+        grid.kill(NODES[0], signal.SIGTERM)  # the first node is gone: the other resumes
+
+        again = s.run_code("x + 1, len(data), data[-1]")
+        assert again.node == NODES[1] and again.kernel_restarted is False, again
+        assert again.error is None and again.result == f"(42, 200000, {199999 * 199999})"
+        resumed = s.refresh()
+        assert resumed.memory_restored is True and resumed.memory_image is None, resumed
+        served = s.exec(shell=FETCH)
+        assert served.exit_code == 0 and served.stdout.strip() == "warm", served
+        after = _numbers(counter.logs().data)  # the same handle: its process carries on
+        assert after[: len(before)] == before and after == list(range(len(after)))
+        assert len(after) > len(before)
+        s.close()
+
+
+def test_a_corrupt_image_is_refused_and_the_workspace_comes_back(grid: LocalGrid) -> None:
+    with _client(grid) as acme:
+        s = acme.session(type="python-gvisor")
+        assert s.run_code("y = 7").error is None
+        assert s.exec(shell="echo kept > /workspace/f.txt").exit_code == 0
+        done = s.pause(memory=True)
+        assert done.memory, done
+        image = s.refresh().memory_image
+        assert image
+        _objects().put(keys.memory_image_key("acme", s.id, image), b"not the image at all")
+
+        again = s.run_code("y")
+        assert again.kernel_restarted is True or again.error is not None, again
+        info = s.refresh()
+        assert info.memory_restored is False and "verification" in (info.memory_reason or "")
+        assert s.exec(shell="cat /workspace/f.txt").stdout == "kept\n"
+        assert s.run_code("1 + 1").result == "2"  # the session goes on
+        s.close()
+
+
+def test_another_tenant_cannot_pause_the_session(grid: LocalGrid) -> None:
+    with _client(grid) as acme, _client(grid, "globex") as globex:
+        s = acme.session(type="python-gvisor")
+        assert s.exec(shell="true").exit_code == 0
+        with pytest.raises(NotFound):
+            globex.pause(s.id, memory=True)
+        assert s.refresh().memory_image is None
+        s.close()
+
+
+def test_a_runc_type_is_told_its_runtime_cannot_save_memory(grid: LocalGrid) -> None:
+    with _client(grid) as acme:
+        s = acme.session(type="python")
+        assert s.exec(shell="echo a > /workspace/a").exit_code == 0
+        with pytest.raises(InvalidInput, match="runs on runc"):
+            s.pause(memory=True)
+        assert s.exec(shell="cat /workspace/a").stdout == "a\n"  # still usable
+        s.close()
+
+
+def test_an_idle_session_is_paused_with_its_memory(grid: LocalGrid) -> None:
+    with _client(grid) as acme:
+        s = acme.session(type="python-gvisor", on_idle="memory")
+        assert s.run_code("z = 5").error is None
+        counter = s.exec(shell="i=0; while true; do echo $i; i=$((i+1)); sleep 0.1; done",
+                         background=True)  # fmt: skip
+        # a background process would keep a released session here; memory takes it along
+        grid.wait(lambda: s.refresh().memory_image is not None, "the idle pause", timeout=60)
+        assert s.refresh().owner is None
+        again = s.run_code("z * 2")
+        assert again.result == "10" and again.kernel_restarted is False, again
+        assert s.refresh().memory_restored is True
+        numbers = _numbers(counter.logs().data)
+        assert numbers == list(range(len(numbers))) and len(numbers) > 10
+        s.close()
+
+
+def test_on_idle_memory_on_a_runc_type_is_422(grid: LocalGrid) -> None:
+    with _client(grid) as acme, pytest.raises(InvalidInput, match="runs on runc"):
+        acme.session(type="python", on_idle="memory")

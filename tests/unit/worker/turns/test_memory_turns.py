@@ -1,0 +1,111 @@
+"""Pause with memory and the resume after it, around fakes (issue 24.2, 24.4)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandgrid.errors import Conflict, ErrorCode, InvalidInput, SandboxError
+from sandgrid.models import Quotas, SessionInfo
+from sandgrid.wire.settings import get_settings
+from tests.support.snapshot_stores import local_store
+from worker.sandboxes import Sandbox
+from worker.sessions.table import LocalSession
+from worker.turns import memory
+
+
+class _Ledger:
+    def __init__(self) -> None:
+        self.updates: list[dict[str, Any]] = []
+
+    def update(self, session_id: str, **fields: Any) -> None:
+        self.updates.append(fields)
+
+
+class _Engine:
+    def __init__(self, *, can: bool = True, fail: bool = False) -> None:
+        self.can_checkpoint, self.fail = can, fail
+
+    def checkpoint(self, sandbox_id: str, image_dir: Path) -> None:
+        if self.fail:
+            raise SandboxError("runsc checkpoint failed: cannot save a host socket")
+        (image_dir / "checkpoint.img").write_bytes(b"state" * 100)
+
+
+class _Egress:
+    def __init__(self, open_now: int) -> None:
+        self.open_now = open_now
+
+    def open_connections(self, name: str) -> int:
+        return self.open_now
+
+
+class _Backend:
+    def __init__(self, engine: _Engine, egress: _Egress | None = None) -> None:
+        self.engine, self.egress = engine, egress
+        self.runtime = "runsc" if engine.can_checkpoint else "runc"
+        self.made: list[dict[str, Any]] = []
+
+    def create(self, sandbox_type: str, quotas: Quotas, **kw: Any) -> Sandbox:
+        assert (kw["restore_image"] / "checkpoint.img").exists()
+        self.made.append(kw)
+        return Sandbox("new", "sandgrid-x", sandbox_type, self.runtime, quotas, {})
+
+
+@pytest.fixture(autouse=True)
+def _scratch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("SANDGRID_WORKER__MEMORY__IMAGE_DIR", str(tmp_path / "scratch"))
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def _local() -> LocalSession:
+    sbx = Sandbox("old", "sandgrid-x", "python-gvisor", "runsc", Quotas(), {})
+    return LocalSession(session_id="s-1", tenant="acme", sandbox_type="python-gvisor", sandbox=sbx)
+
+
+def _info(image: str | None) -> SessionInfo:
+    now = dt.datetime.now(dt.UTC)
+    return SessionInfo(
+        id="s-1", tenant="acme", type="python-gvisor", quotas=Quotas(), created_at=now,
+        last_used=now, memory_image=image,
+    )  # fmt: skip
+
+
+def test_runc_is_refused_by_name() -> None:
+    with pytest.raises(InvalidInput, match="runs on runc") as err:
+        memory.check_savable(_Backend(_Engine(can=False)), _local().sandbox)  # type: ignore[arg-type]
+    assert err.value.context["field"] == "memory"
+
+
+def test_an_open_egress_connection_is_refused_naming_it() -> None:
+    backend = _Backend(_Engine(), _Egress(2))
+    with pytest.raises(Conflict, match="2 egress connection") as err:
+        memory.check_savable(backend, _local().sandbox)  # type: ignore[arg-type]
+    assert err.value.code == ErrorCode.MEMORY_UNSAVABLE
+    assert err.value.context["cause"] == "egress_connection"
+
+
+def test_pause_then_arrive_restores_once(tmp_path: Path) -> None:
+    store, ledger, backend = local_store(tmp_path / "objects"), _Ledger(), _Backend(_Engine())
+    done = memory.pause(ledger, store, backend, _local())  # type: ignore[arg-type]
+    assert done.memory and done.memory_bytes and done.released
+    image = ledger.updates[-1]["memory_image"]
+    local = memory.arrive(ledger, store, backend, _info(image))  # type: ignore[arg-type]
+    assert local is not None and local.sandbox.lineage == ("old",)
+    assert ledger.updates[-2] == {"memory_image": None}  # taken before the restore
+    assert ledger.updates[-1] == {"memory_restored": True, "memory_reason": None}
+    again = memory.arrive(ledger, store, backend, _info(image))  # type: ignore[arg-type]
+    assert again is None and "not in the store" in ledger.updates[-1]["memory_reason"]
+
+
+def test_a_failed_checkpoint_answers_why_and_saves_no_image(tmp_path: Path) -> None:
+    store, ledger = local_store(tmp_path / "objects"), _Ledger()
+    done = memory.pause(ledger, store, _Backend(_Engine(fail=True)), _local())  # type: ignore[arg-type]
+    assert not done.memory and "host socket" in (done.memory_reason or "")
+    assert ledger.updates == []

@@ -1,0 +1,52 @@
+"""Templates built on this node (issue 25, item 2; docs/templates.md).
+
+``TemplateBuilder`` (``build.py``) runs a ``BuildJob``: the build sandbox
+(``sandbox.py``: gVisor, no network but the egress proxy, the build's quotas),
+gVisor's upper layer made a Docker layer (``layer.py``), the image assembled
+over the base's layers (``image.py``), pushed and registered as a type.
+``node_builder`` makes this process's builder from the node's parts.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from worker.templates.build import BuildFailed, TemplateBuilder
+
+if TYPE_CHECKING:
+    from worker.node import Node
+
+__all__ = ["BuildFailed", "TemplateBuilder", "node_builder"]
+
+_builder: TemplateBuilder | None = None
+_lock = threading.Lock()
+
+
+def node_builder(node: Node) -> TemplateBuilder:
+    """This process's builder, made on the first build from the node's parts."""
+    global _builder
+    with _lock:
+        if _builder is None:
+            import docker
+            import redis
+
+            from sandgrid.wire.objects import open_objects
+            from sandgrid.wire.type_store import TypeStore
+            from worker.images import ImagePuller
+
+            settings = node.settings
+            client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+            puller = ImagePuller.from_settings(settings, node.name)
+            _builder = TemplateBuilder(
+                node.name,
+                docker.from_env(),
+                client,
+                TypeStore(client, open_objects(settings)),
+                egress=node.egress,
+                egress_port=settings.worker.egress.port,
+                registry=settings.images.registry,
+                runsc_root=settings.templates.runsc_root,
+                ensure_image=puller.ensure if puller is not None else None,
+            )
+        return _builder

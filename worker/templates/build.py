@@ -1,0 +1,352 @@
+"""One template's build on a node: steps in a gVisor sandbox, the result an image and a type.
+
+Issue 25, item 2.
+
+The flow (each part in its own module): book the build's egress policy under
+its pseudo-session and open its proxy socket; make the build sandbox of the
+base image (``sandbox.py``: runsc, no network, the build's quotas); run the
+steps in order, the log written into the template's record as it comes; on
+the first failing step (or the deadline) stop: the record says which step,
+its exit code and the log, and nothing is left (container, image, socket,
+booking). On success take gVisor's upper layer (``runsc tar rootfs-upper``),
+make it a Docker layer (``layer.py``), check the image's size against the
+build's ``image_mb``, load the image over the base's layers (``image.py``),
+push it to the grid's registry and register the type, private to the tenant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from sandgrid.sandbox_types import SandboxTypeSpec
+from sandgrid.templates import MAX_LOG_BYTES, CopyStep, EnvStep, RunStep, TemplateInfo, WorkdirStep
+from sandgrid.wire import names
+from sandgrid.wire.builds import BuildJob, TemplateStore
+from sandgrid.wire.type_store import TypeStore
+from worker.egress.proxy import EgressProxy
+from worker.templates.image import image_config, load_archive
+from worker.templates.layer import docker_layer
+from worker.templates.sandbox import BuildSandbox
+
+__all__ = ["BuildFailed", "TemplateBuilder"]
+
+log = logging.getLogger(__name__)
+_FLUSH_S = 0.5
+
+
+class BuildFailed(Exception):
+    """The build ends failed: why, and the step and exit code if a step failed."""
+
+    def __init__(self, reason: str, step: int | None = None, exit_code: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.step = step
+        self.exit_code = exit_code
+
+
+class _Log:
+    """The build log's tail, written into the record at most every ``_FLUSH_S``."""
+
+    def __init__(self, save: Callable[[str], None]) -> None:
+        self.text = ""
+        self._save = save
+        self._last = 0.0
+
+    def __call__(self, chunk: str) -> None:
+        self.text = (self.text + chunk)[-MAX_LOG_BYTES:]
+        if time.monotonic() - self._last >= _FLUSH_S:
+            self._last = time.monotonic()
+            self._save(self.text)
+
+
+class TemplateBuilder:
+    """Runs the builds sent to this node.
+
+    Args:
+        node: this node's name (the build container's label).
+        client: the Docker SDK client of the node's engine.
+        redis_client: the grid's Redis (records, the egress booking).
+        types: the catalog, where a built template becomes a type.
+        egress: the node's egress proxy (None: builds have no network at all).
+        egress_port: the in-sandbox relay's loopback port.
+        registry: the grid's registry (``host:port``; empty: the image stays on this node).
+        runsc_root: runsc's state directory under this engine (``runsc --root``).
+        ensure_image: makes an image present on the node (``worker.images``), or None.
+    """
+
+    def __init__(
+        self,
+        node: str,
+        client: Any,
+        redis_client: redis.Redis[str],
+        types: TypeStore,
+        *,
+        egress: EgressProxy | None,
+        egress_port: int,
+        registry: str,
+        runsc_root: Path,
+        ensure_image: Callable[[str, str | None], str] | None = None,
+    ) -> None:
+        self.node = node
+        self.client = client
+        self.redis = redis_client
+        self.records = TemplateStore(redis_client)
+        self.types = types
+        self.egress = egress
+        self.egress_port = egress_port
+        self.registry = registry
+        self.runsc_root = runsc_root
+        self.ensure_image = ensure_image
+
+    def build(self, job: BuildJob) -> TemplateInfo:
+        """Run ``job`` to its end; the record's final state is returned (and stored)."""
+        info = self.records.get(job.tenant, job.spec.name)
+        if info is None or info.build_id != job.build_id or info.state != "building":
+            raise BuildFailed("the template's record is gone or belongs to another build")
+        logbook = _Log(lambda text: self._save(info.model_copy(update={"log": text})))
+        work = Path(tempfile.mkdtemp(prefix=f"sg-build-{job.build_id}-"))
+        try:
+            tag, digest = self._run(job, info, logbook, work)
+            done = info.model_copy(
+                update={"state": "ready", "log": logbook.text, "image": tag, "digest": digest}
+            )
+        except Exception as exc:
+            if not isinstance(exc, BuildFailed):
+                log.warning("template build %s: %s on the node", job.build_id, type(exc).__name__)
+                exc = BuildFailed(f"the build failed on the node ({type(exc).__name__})")
+            done = info.model_copy(
+                update={
+                    "state": "failed",
+                    "log": logbook.text,
+                    "error": exc.reason,
+                    "failed_step": exc.step,
+                    "exit_code": exc.exit_code,
+                }
+            )
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        done = done.model_copy(update={"finished": time.time()})
+        self.records.put(done)
+        log.info(
+            "template %s of %s: %s (build %s)", done.name, done.tenant, done.state, job.build_id
+        )
+        return done
+
+    def _save(self, info: TemplateInfo) -> None:
+        current = self.records.get(info.tenant, info.name)
+        if (
+            current is not None
+            and current.build_id == info.build_id
+            and current.state == "building"
+        ):
+            self.records.put(info)
+
+    def _run(self, job: BuildJob, info: TemplateInfo, logbook: _Log, work: Path) -> tuple[str, str]:
+        base = self._base_image(job.base)
+        sid = names.template_build_session(job.build_id)
+        cname = f"sandgrid-build-{job.build_id}"
+        egress_dir = self._book(sid, cname, job, info.deadline)
+        sandbox: BuildSandbox | None = None
+        try:
+            sandbox = BuildSandbox(
+                self.client,
+                cname,
+                base,
+                job.spec.quotas,
+                egress_dir=egress_dir,
+                egress_port=self.egress_port,
+                deadline=info.deadline,
+                labels={"sandgrid.build": job.build_id, "sandgrid.build-node": self.node},
+            )
+            refused = sandbox.start()
+            if refused:
+                raise BuildFailed(refused)
+            env = self._steps(job, sandbox, logbook)
+            sandbox.stop()
+            upper = work / "upper.tar"
+            self._upper(sandbox.container.id, upper)
+        finally:
+            if sandbox is not None:
+                sandbox.remove()
+            self._unbook(sid, cname)
+        return self._commit(job, base, upper, env, work)
+
+    def _base_image(self, base: SandboxTypeSpec) -> str:
+        """The base's image on this node: here already (by tag, that digest or image id),
+        or pulled from the registry."""
+        if self.ensure_image is None or self._local(base.image, base.digest):
+            return base.image
+        try:
+            return self.ensure_image(base.image, base.digest or None)
+        except Exception as exc:
+            raise BuildFailed(
+                f"from: the base image {base.image} is not available: {exc}"
+            ) from None
+
+    def _local(self, image: str, digest: str) -> bool:
+        try:
+            found = self.client.api.inspect_image(image)
+        except Exception:
+            return False
+        digests = [d.split("@", 1)[-1] for d in found.get("RepoDigests") or []]
+        return not digest or digest == found.get("Id") or digest in digests
+
+    def _book(self, sid: str, cname: str, job: BuildJob, deadline: float) -> Path | None:
+        """Book the build's policy for the proxy and open its socket (None: no network)."""
+        if job.spec.network is None or self.egress is None:
+            return None
+        key = names.session_key(sid)
+        self.redis.hset(
+            key,
+            mapping={
+                "network": job.spec.network.model_dump_json(),
+                "tenant": json.dumps(job.tenant),
+            },
+        )
+        self.redis.expireat(key, int(deadline) + 300)
+        self.egress.open(cname, lambda: sid)
+        return self.egress.directory(cname)
+
+    def _unbook(self, sid: str, cname: str) -> None:
+        if self.egress is not None:
+            self.egress.close(cname, sid)
+        self.redis.delete(names.session_key(sid))
+
+    def _steps(self, job: BuildJob, sandbox: BuildSandbox, logbook: _Log) -> dict[str, str]:
+        """Run every step; the variables ``env`` steps set.
+
+        Raises:
+            BuildFailed: at the first failing step, or the deadline.
+        """
+        env: dict[str, str] = {}
+        for i, step in enumerate(job.spec.steps):
+            logbook(f"--- step {i + 1}/{len(job.spec.steps)}: {_describe(step)}\n")
+            if isinstance(step, EnvStep):
+                env.update(step.env)
+                sandbox.env.update(step.env)
+                continue
+            if isinstance(step, WorkdirStep):
+                mk = sandbox.run(["mkdir", "-p", step.workdir], logbook)
+                if mk.exit_code != 0:
+                    raise BuildFailed(f"steps[{i}]: workdir could not be made", i, mk.exit_code)
+                sandbox.workdir = step.workdir
+                continue
+            if isinstance(step, RunStep):
+                ran = sandbox.shell(step.run, logbook)
+            else:
+                assert isinstance(step, CopyStep)
+                ran = sandbox.write(step.copy_, logbook)
+            if ran.timed_out:
+                raise BuildFailed(
+                    f"steps[{i}]: the build's time quota ({job.spec.quotas.timeout_s} s) ran out",
+                    i,
+                    ran.exit_code,
+                )
+            if ran.exit_code != 0:
+                raise BuildFailed(f"steps[{i}]: exited with {ran.exit_code}", i, ran.exit_code)
+        return env
+
+    def _upper(self, container_id: str, out: Path) -> None:
+        """gVisor's upper layer of the stopped-at-the-end sandbox (``runsc tar rootfs-upper``)."""
+        runsc = self.client.info().get("Runtimes", {}).get("runsc", {}).get("path", "runsc")
+        cmd = [
+            runsc,
+            "--root",
+            str(self.runsc_root),
+            "tar",
+            "rootfs-upper",
+            "--file",
+            str(out),
+            container_id,
+        ]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        if done.returncode != 0:
+            raise BuildFailed(
+                f"the build's layer could not be read (runsc tar: {done.stderr[-300:]})"
+            )
+
+    def _commit(
+        self, job: BuildJob, base: str, upper: Path, env: dict[str, str], work: Path
+    ) -> tuple[str, str]:
+        """Layer, size check, load, push: the image's reference and digest."""
+        layer = docker_layer(upper, work / "layer.tar")
+        base_info = self.client.api.inspect_image(base)
+        size = int(base_info.get("Size", 0)) + layer.size
+        ceiling = job.spec.quotas.image_mb << 20
+        if size > ceiling:
+            raise BuildFailed(
+                f"quotas.image_mb: the image would be {size >> 20} MiB, "
+                f"above {job.spec.quotas.image_mb}"
+            )
+        repo = f"sandgrid/tpl-{job.tenant}-{job.spec.name}"
+        if self.registry:
+            repo = f"{self.registry}/{repo}"
+        tag = f"{repo}:{job.build_id}"
+        archive = load_archive(image_config(base_info, layer, env), layer, tag, work / "image.tar")
+        try:
+            with archive.open("rb") as f:
+                self.client.images.load(f)
+            digest = self._push(repo, job.build_id, tag)
+            self.types.put(_template_type(job, tag, digest))
+        except BaseException:
+            self._drop_image(tag)  # a failed push or registration leaves no image
+            raise
+        return tag, digest
+
+    def _push(self, repo: str, tag_name: str, tag: str) -> str:
+        if not self.registry:
+            return str(self.client.api.inspect_image(tag)["Id"])
+        for line in self.client.images.push(repo, tag=tag_name, stream=True, decode=True):
+            if "error" in line:
+                raise BuildFailed(f"the image could not be pushed to the registry: {line['error']}")
+        for ref in self.client.api.inspect_image(tag).get("RepoDigests") or []:
+            if ref.startswith(repo + "@"):
+                return str(ref.split("@", 1)[1])
+        raise BuildFailed("the registry answered no digest for the pushed image")
+
+    def _drop_image(self, tag: str) -> None:
+        if not tag:
+            return
+        with contextlib.suppress(Exception):  # gone already: nothing to do
+            self.client.images.remove(tag, force=True)
+
+
+def _template_type(job: BuildJob, tag: str, digest: str) -> SandboxTypeSpec:
+    """The template's type: the base's quotas and network rules, gVisor, the tenant's only."""
+    base = job.base
+    return SandboxTypeSpec(
+        name=job.spec.name,
+        image=tag,
+        digest=digest,
+        runtime="runsc",
+        network_allowed=base.network_allowed,
+        default_network=base.default_network,
+        quotas=dict(base.quotas),
+        ceilings=dict(base.ceilings),
+        pool_size=0,
+        tenant=job.tenant,
+        source="api",
+    )
+
+
+def _describe(step: object) -> str:
+    """What the log says of a step: its kind and, for ``run``, the command; never file contents."""
+    if isinstance(step, RunStep):
+        return f"run {step.run[:200]}"
+    if isinstance(step, CopyStep):
+        return f"copy {', '.join(sorted(step.copy_))}"
+    if isinstance(step, EnvStep):
+        return f"env {', '.join(sorted(step.env))}"
+    assert isinstance(step, WorkdirStep)
+    return f"workdir {step.workdir}"

@@ -1,0 +1,172 @@
+"""The build sandbox: a gVisor container of the base image, its steps run as root in it (25.2).
+
+What it gets, and why:
+
+- runsc, always: the steps are the tenant's code, as root; only gVisor's
+  kernel stands between them and the host.
+- ``network_mode="none"``: a loopback interface and nothing else. Its only
+  way out is the node's egress proxy, as for a session: the proxy's Unix
+  socket is mounted, PID 1 (Python, the agent's own relay) forwards
+  ``127.0.0.1:<port>`` to it, and the proxy applies the build's policy
+  (booked under a pseudo-session) and refuses the grid's own services.
+- The build's CPU, memory and pid limits on the container; its time quota
+  held by the host, which kills the container at the deadline.
+- A writable root filesystem (steps install packages); since gVisor keeps it
+  in the sandbox's memory, the memory limit also bounds what steps write.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sandgrid.templates import MAX_LOG_BYTES, BuildQuotas
+from worker.agent_client.bundle import AGENT_MOUNT, agent_path
+from worker.egress.env import MOUNT as EGRESS_MOUNT
+from worker.egress.env import proxy_env
+
+__all__ = ["NO_PYTHON", "BuildSandbox", "Log", "StepRun"]
+
+NO_PYTHON = (
+    "the base image has no python3: the in-sandbox agent needs python3, "
+    "build from a base that has it"
+)
+#: PID 1: the agent's egress relay (its loopback port to the proxy's socket), then sleep.
+_RELAY = (
+    "import sys, time; sys.path.insert(0, sys.argv[1]); "
+    "from sandgrid_agent.egress import start_egress; start_egress(); time.sleep(1e9)"
+)
+_WRITE = (
+    "import base64, json, os, sys\n"
+    "for path, data in json.loads(base64.b64decode(sys.argv[1])).items():\n"
+    "    os.makedirs(os.path.dirname(path) or '/', exist_ok=True)\n"
+    "    with open(path, 'wb') as f: f.write(base64.b64decode(data))\n"
+)
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class StepRun:
+    """How one step ended: its exit code, and whether the build's deadline cut it."""
+
+    exit_code: int
+    timed_out: bool
+
+
+class BuildSandbox:
+    """One build's container, created, stepped through, then removed by the builder.
+
+    Args:
+        client: the Docker SDK client of the node's engine.
+        name: the container's name.
+        image: the base image.
+        quotas: the build's limits.
+        egress_dir: the sandbox's egress directory on the host (None: no network).
+        egress_port: the loopback port of the in-sandbox relay.
+        deadline: when the whole build must be over (``time.time()``).
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        name: str,
+        image: str,
+        quotas: BuildQuotas,
+        *,
+        egress_dir: Any,
+        egress_port: int,
+        deadline: float,
+        labels: dict[str, str],
+    ) -> None:
+        self.client = client
+        self.name = name
+        self.deadline = deadline
+        self.env: dict[str, str] = {"HOME": "/root"}
+        if egress_dir is not None:
+            self.env.update(proxy_env(egress_port), PIP_NO_INDEX="0")
+        self.workdir = "/"
+        self._killed = threading.Event()
+        mounts = [f"{agent_path()}:{AGENT_MOUNT}:ro"]
+        if egress_dir is not None:
+            mounts.append(f"{egress_dir}:{EGRESS_MOUNT}:ro")
+        self.container = client.containers.create(
+            image,
+            ["python3", "-I", "-c", _RELAY, AGENT_MOUNT],
+            name=name,
+            runtime="runsc",
+            network_mode="none",
+            user="0:0",
+            labels=labels,
+            environment={"SANDGRID_EGRESS_PORT": str(egress_port)},
+            volumes=mounts,
+            nano_cpus=int(quotas.cpus * 1e9),
+            mem_limit=f"{quotas.memory_mb + 256}m",  # the sentry's own memory beside the steps'
+            pids_limit=4096,
+            security_opt=["no-new-privileges"],
+            detach=True,
+        )
+        self._timer = threading.Timer(max(0.0, deadline - time.time()), self._kill)
+        self._timer.daemon = True
+
+    def start(self) -> str | None:
+        """Start PID 1; the reason it cannot run (no python3), or None."""
+        import docker.errors
+
+        try:
+            self.container.start()
+        except docker.errors.APIError as exc:
+            return NO_PYTHON if "python3" in str(exc) else f"the build sandbox did not start: {exc}"
+        self._timer.start()
+        probe = self.client.api.exec_create(self.container.id, ["python3", "-c", ""], user="0:0")
+        try:
+            self.client.api.exec_start(probe["Id"])
+            code = self.client.api.exec_inspect(probe["Id"])["ExitCode"]
+        except docker.errors.APIError:
+            code = 127
+        return NO_PYTHON if code != 0 else None
+
+    def run(self, command: list[str], log: Log) -> StepRun:
+        """Run ``command`` as root in the sandbox, its output to ``log``, until its end
+        or the deadline."""
+        api = self.client.api
+        made = api.exec_create(
+            self.container.id, command, user="0:0", environment=self.env, workdir=self.workdir
+        )
+        for chunk in api.exec_start(made["Id"], stream=True):
+            log(chunk[-MAX_LOG_BYTES:].decode("utf-8", "replace"))
+            if self._killed.is_set():
+                break
+        if self._killed.is_set():
+            return StepRun(-9, True)
+        code = api.exec_inspect(made["Id"])["ExitCode"]
+        return StepRun(int(code if code is not None else -1), self._killed.is_set())
+
+    def shell(self, script: str, log: Log) -> StepRun:
+        return self.run(["sh", "-c", script], log)
+
+    def write(self, files: dict[str, str], log: Log) -> StepRun:
+        """Write ``files`` (path -> text) as root, by a Python one-liner (no engine copy:
+        gVisor's root filesystem is in the sandbox, not on the host)."""
+        payload = {p: base64.b64encode(c.encode()).decode() for p, c in files.items()}
+        arg = base64.b64encode(json.dumps(payload).encode()).decode()
+        return self.run(["python3", "-I", "-c", _WRITE, arg], log)
+
+    def _kill(self) -> None:
+        self._killed.set()
+        with contextlib.suppress(Exception):  # gone already: nothing to do
+            self.container.kill()
+
+    def stop(self) -> None:
+        """Stop the deadline timer and PID 1 (the container stays for the commit)."""
+        self._timer.cancel()
+
+    def remove(self) -> None:
+        self._timer.cancel()
+        with contextlib.suppress(Exception):  # gone already: nothing to do
+            self.container.remove(force=True)

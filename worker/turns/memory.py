@@ -1,0 +1,177 @@
+"""A session's memory: checkpointed at a pause, restored by the next turn on any node.
+
+Pause (``pause``, under the session's gate taken alone, after the workspace
+was saved): what cannot be saved is refused first with ``memory_unsavable``
+(409) and the session goes on untouched (an egress connection open: a host
+socket of the node); a runtime without checkpoints is refused by name (422).
+Then the sandbox is checkpointed (it stops), the image packed and stored
+(``worker.snapshots.memory``), the record names it (``memory_image``) and the
+container is given up. A checkpoint or upload that fails leaves the workspace
+snapshot as the pause's result, with the reason.
+
+Resume (``arrive``, the first turn on whichever node): the record's image is
+taken out of the record first (never restored twice, so a turn can never run
+twice on one memory), fetched, verified and restored into a new container made
+for the session; any failure falls back to the workspace snapshot and says so
+in the record (``memory_restored: false``, ``memory_reason``). docs/memory.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sandgrid.errors import Conflict, ErrorCode, InvalidInput, SandgridError
+from sandgrid.lifecycle import PauseResult
+from sandgrid.models import SessionInfo
+from sandgrid.wire.ledger import SessionLedger
+from sandgrid.wire.settings import get_settings
+from worker.sandboxes import Sandbox, SandboxManager
+from worker.sessions.table import LocalSession
+from worker.snapshots.memory import MemoryMeta, MemoryStore
+from worker.snapshots.store import SnapshotStore
+
+__all__ = ["arrive", "check_savable", "memory_store", "pause"]
+
+log = logging.getLogger(__name__)
+
+
+def memory_store(store: SnapshotStore) -> MemoryStore:
+    """The memory images beside ``store``'s snapshots, with the node's size limit."""
+    limit = get_settings().worker.memory.max_image_mb << 20
+    return MemoryStore(store.objects, max_bytes=limit)
+
+
+@contextmanager
+def _scratch() -> Iterator[Path]:
+    """A directory for one image on this host, readable by the Docker daemon; removed after."""
+    root = get_settings().worker.memory.image_dir
+    root.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="img-", dir=root))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _meta(info_tenant: str, session_id: str, snapshot: str | None, sbx: Sandbox) -> MemoryMeta:
+    return MemoryMeta(
+        tenant=info_tenant,
+        session=session_id,
+        snapshot=snapshot,
+        sandbox_type=sbx.sandbox_type,
+        runtime=sbx.runtime,
+        lineage=(*sbx.lineage, sbx.id),
+    )
+
+
+def check_savable(backend: SandboxManager, sbx: Sandbox) -> None:
+    """Refuse, naming the cause, a sandbox whose memory cannot be saved; change nothing.
+
+    Raises:
+        InvalidInput: the runtime has no checkpoints (runc): 422 on ``memory``.
+        Conflict: ``memory_unsavable``, an egress connection is open now.
+    """
+    if not backend.engine.can_checkpoint:
+        raise InvalidInput(
+            f"memory: the {sbx.sandbox_type} type runs on {backend.runtime}, which cannot "
+            "save a sandbox's memory (only gVisor's runsc can; docs/memory.md)",
+            operation="pause",
+            context={"field": "memory", "runtime": backend.runtime, "rule": "gVisor types only"},
+        )
+    open_now = backend.egress.open_connections(sbx.name) if backend.egress else 0
+    if open_now:
+        raise Conflict(
+            f"memory: {open_now} egress connection(s) are open, and a connection to the "
+            "node's egress proxy is a host socket that cannot be saved; close them (or "
+            "pause without memory) and try again",
+            code=ErrorCode.MEMORY_UNSAVABLE,
+            operation="pause",
+            context={"cause": "egress_connection", "open": open_now},
+        )
+
+
+def pause(
+    ledger: SessionLedger, store: SnapshotStore, backend: SandboxManager, local: LocalSession
+) -> PauseResult:
+    """Checkpoint ``local``'s sandbox and store the image (the caller holds the gate
+    alone, has saved the workspace and gives the sandbox up after, whatever happens)."""
+    sbx, sid = local.sandbox, local.session_id
+    check_savable(backend, sbx)
+    try:
+        with _scratch() as image:
+            t0 = time.perf_counter()
+            backend.engine.checkpoint(sbx.id, image)
+            sbx.state = "lost"  # it stopped: nothing may use its channel again
+            t1 = time.perf_counter()
+            stored = memory_store(store).put(image, _meta(local.tenant, sid, local.snapshot, sbx))
+            t2 = time.perf_counter()
+    except SandgridError as exc:
+        log.warning("session %s: memory not saved: %s", sid, exc)
+        return PauseResult(
+            session=sid, snapshot=local.snapshot, released=True, memory_reason=str(exc)
+        )
+    ledger.update(sid, memory_image=stored.sha256, memory_restored=None, memory_reason=None)
+    return PauseResult(
+        session=sid,
+        snapshot=local.snapshot,
+        released=True,
+        memory=True,
+        memory_bytes=stored.stored_bytes,
+        memory_raw_bytes=stored.raw_bytes,
+        memory_ms={"checkpoint_ms": (t1 - t0) * 1000, "store_ms": (t2 - t1) * 1000},
+    )
+
+
+def arrive(
+    ledger: SessionLedger, store: SnapshotStore, backend: SandboxManager, info: SessionInfo
+) -> LocalSession | None:
+    """The session restored from its memory image into a new container, or None (then
+    the record says why and the caller restores the workspace snapshot as always)."""
+    sha = info.memory_image
+    if sha is None:
+        return None
+    ledger.update(info.id, memory_image=None)  # taken: never restored twice
+    images = memory_store(store)
+    try:
+        sbx = _restore(images, backend, info, sha)
+    except SandgridError as exc:
+        log.warning("session %s: memory image not restored: %s", info.id, exc)
+        ledger.update(info.id, memory_restored=False, memory_reason=str(exc))
+        return None
+    finally:
+        images.discard(info.tenant, info.id, sha)
+    local = LocalSession.serving(info, sbx)
+    local.snapshot = info.snapshot
+    try:
+        if info.snapshot:
+            local.manifest = store.load(info.tenant, info.id, info.snapshot)
+        ledger.update(info.id, memory_restored=True, memory_reason=None)
+    except BaseException:
+        backend.destroy(sbx)
+        raise
+    return local
+
+
+def _restore(images: MemoryStore, backend: SandboxManager, info: SessionInfo, sha: str) -> Sandbox:
+    if not backend.engine.can_checkpoint:
+        raise InvalidInput(f"the {backend.runtime} runtime cannot restore memory")
+    want = MemoryMeta(
+        tenant=info.tenant,
+        session=info.id,
+        snapshot=info.snapshot,
+        sandbox_type=info.type,
+        runtime=backend.runtime,
+    )
+    with _scratch() as image:
+        meta = images.fetch(want, sha, image)
+        sbx = backend.create(
+            info.type, info.quotas, session_id=info.id, tenant=info.tenant, restore_image=image
+        )
+    sbx.state, sbx.lineage = "leased", meta.lineage
+    return sbx
