@@ -50,6 +50,7 @@ bench:         ## benchmarks; each prints its figures and ratios
 	$(PY) bench/bench_writes.py
 	$(PY) bench/bench_integrations.py
 	$(PY) bench/bench_ports.py
+	$(PY) bench/bench_browser.py
 	$(PY) bench/bench_memory.py
 
 ci: services lint typecheck compose-check test
