@@ -25,16 +25,18 @@ from urllib.parse import parse_qsl, urlencode
 
 from fastapi import APIRouter, Path, Request, WebSocket
 from fastapi.responses import RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sandgrid.errors import SandgridError
+from sandgrid.models import ExecRequest
 from sandgrid.ops.ports import PortUrl, PortUrlRequest
 from sandgrid.wire.portkeys import port_key
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.api.pty import ws_tenant
 from scheduler.ports.forward import forward_http
 from scheduler.ports.previews import PREVIEW_PREFIX, QUERY_TOKEN, check, make_url
-from scheduler.ports.tunnel import check_port, live_session, open_tunnel
+from scheduler.ports.tunnel import Wake, check_port, live_session, open_tunnel
 from scheduler.ports.websocket import refuse, relay_websocket
 
 __all__ = [
@@ -52,6 +54,8 @@ __all__ = [
 
 router = APIRouter(tags=["ports"])
 METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+#: The wake turn's command: it does nothing; the turn itself brings the sandbox back.
+WAKE_SHELL = "true"
 PortNumber = Annotated[int, Path(ge=1, le=65535, description="a TCP port on the sandbox loopback")]
 
 
@@ -63,16 +67,20 @@ async def _relay(
     request: Request, svc: Services, tenant: str, session_id: str, port: int, prefix: str, path: str
 ) -> Response:
     check_port(port, _reserved(svc))
-    p = svc.settings.ports
-    sock = await open_tunnel(
-        svc.registry,
-        tenant,
-        session_id,
-        port,
-        key=port_key(svc.settings, "link"),
-        timeout=p.connect_timeout_s,
-    )
+    sock = await _tunnel(svc, tenant, session_id, port)
     return await forward_http(request, sock, port, prefix, path)
+
+
+def _waker(svc: Services, tenant: str, session_id: str) -> Wake:
+    """A turn of the session (``true``): it brings a session that runs nowhere back
+    into a sandbox, on whichever node takes it (with its memory image when paused
+    with memory; else its workspace, and its servers are to be started again)."""
+
+    async def wake() -> None:
+        owner = await run_in_threadpool(svc.tenants.get, tenant)
+        await run_in_threadpool(svc.runner.exec, owner, session_id, ExecRequest(shell=WAKE_SHELL))
+
+    return wake
 
 
 @router.post("/v1/sessions/{session_id}/ports/{port}/url", response_model=PortUrl)
@@ -116,14 +124,14 @@ async def port_socket(websocket: WebSocket, session_id: str, port: int, path: st
         offered = list(websocket.scope.get("subprotocols") or [])
         tenant = await ws_tenant(websocket, svc, offered, operation="ports")
         check_port(port, _reserved(svc))
-        sock = await _ws_tunnel(svc, tenant.name, session_id, port)
+        sock = await _tunnel(svc, tenant.name, session_id, port)
     except SandgridError as exc:
         await refuse(websocket, exc)
         return
     await relay_websocket(websocket, sock, port, path)
 
 
-async def _ws_tunnel(svc: Services, tenant: str, session_id: str, port: int) -> socket.socket:
+async def _tunnel(svc: Services, tenant: str, session_id: str, port: int) -> socket.socket:
     return await open_tunnel(
         svc.registry,
         tenant,
@@ -131,6 +139,7 @@ async def _ws_tunnel(svc: Services, tenant: str, session_id: str, port: int) -> 
         port,
         key=port_key(svc.settings, "link"),
         timeout=svc.settings.ports.connect_timeout_s,
+        wake=_waker(svc, tenant, session_id),
     )
 
 
@@ -153,7 +162,7 @@ async def preview_socket(websocket: WebSocket, token: str, path: str = "") -> No
     svc: Services = websocket.app.state.services
     try:
         preview = check(port_key(svc.settings, "preview"), token, "GET")
-        sock = await _ws_tunnel(svc, preview.tenant, preview.session, preview.port)
+        sock = await _tunnel(svc, preview.tenant, preview.session, preview.port)
     except SandgridError as exc:
         await refuse(websocket, exc)
         return

@@ -14,6 +14,11 @@ page's burst of requests costs one: the worker is the authority on whether it
 serves the session (a closed or moved session is gone from its table and it
 answers "not here"), and that answer drops the entry, so a stale one costs a
 retry, never a request to the wrong session.
+
+A session that runs nowhere now (idle-released, paused, or its worker died) is
+woken by the caller's ``wake`` (a turn of the session, which brings it back on
+whichever node takes it, its memory image with it when it was paused with
+memory) and looked up again, once: a preview URL of a paused session works.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import asyncio
 import contextlib
 import socket
 import time
+from collections.abc import Awaitable, Callable
 
 from starlette.concurrency import run_in_threadpool
 
@@ -38,7 +44,17 @@ from sandgrid.ops.ports import MAX_PORT, MIN_PORT
 from sandgrid.wire.portlink import MAX_LINE, Hello, parse_answer
 from scheduler.registry.sessions import SessionRegistry
 
-__all__ = ["OWNER_CACHE_S", "TUNNEL_ATTEMPTS", "check_port", "live_session", "open_tunnel"]
+__all__ = [
+    "OWNER_CACHE_S",
+    "TUNNEL_ATTEMPTS",
+    "Wake",
+    "check_port",
+    "live_session",
+    "open_tunnel",
+]
+
+#: Brings a session that runs nowhere back into a sandbox (a turn of it).
+Wake = Callable[[], Awaitable[None]]
 
 #: Lookups and connects per request: one more when the owner moved meanwhile.
 TUNNEL_ATTEMPTS = 2
@@ -47,6 +63,7 @@ _CLOSED = ("closed", "expired")
 OWNER_CACHE_S = 2.0
 _CACHE_MAX = 4096
 _owners: dict[tuple[str, str], tuple[tuple[str, int], float]] = {}
+_waking: dict[tuple[str, str], asyncio.Future[None]] = {}
 
 
 def _cached(tenant: str, session_id: str) -> tuple[str, int] | None:
@@ -173,27 +190,55 @@ async def open_tunnel(
     *,
     key: bytes,
     timeout: float,
+    wake: Wake | None = None,
 ) -> socket.socket:
     """A connected, non-blocking socket to ``port`` on the session's loopback.
 
     Raises:
         NotFound: the session is unknown, another tenant's, or closed.
-        PortUnreachable: nothing listens there, or the session runs nowhere.
+        PortUnreachable: nothing listens there, or the session runs nowhere
+            (after ``wake``, when given, brought it back).
         LimitExceeded: the session's port caps (``port_limit``).
         InfrastructureError: its worker did not answer.
     """
     last: SandgridError | None = None
-    for _ in range(TUNNEL_ATTEMPTS):
-        addr = _cached(tenant, session_id)
-        if addr is None:
-            addr = await run_in_threadpool(_lookup, registry, tenant, session_id, port)
-            _remember(tenant, session_id, addr)
+    attempts = TUNNEL_ATTEMPTS
+    while attempts > 0:
+        attempts -= 1
         try:
+            addr = _cached(tenant, session_id)
+            if addr is None:
+                addr = await run_in_threadpool(_lookup, registry, tenant, session_id, port)
+                _remember(tenant, session_id, addr)
             return await _connect(addr, Hello.make(session_id, port).line(key), timeout)
-        except InfrastructureError as exc:  # moved, or the worker went: look again
+        except (InfrastructureError, PortUnreachable) as exc:
+            if not _asleep(exc) or (wake is None and isinstance(exc, PortUnreachable)):
+                raise
             _owners.pop((tenant, session_id), None)
             last = exc
-            with contextlib.suppress(Exception):
-                await asyncio.sleep(0.05)
+            if wake is not None and attempts == 0:  # once, after the plain retry
+                await _wake_once((tenant, session_id), wake)
+                wake, attempts = None, 1
+            else:
+                with contextlib.suppress(Exception):
+                    await asyncio.sleep(0.05)
     assert last is not None
     raise last
+
+
+async def _wake_once(key: tuple[str, str], wake: Wake) -> None:
+    """``wake``, or the wake of the same session already under way (a page's burst of
+    requests to a sleeping session makes one turn, not one each)."""
+    running = _waking.get(key)
+    if running is None:
+        running = asyncio.ensure_future(wake())
+        _waking[key] = running
+        running.add_done_callback(lambda _: _waking.pop(key, None))
+    await asyncio.shield(running)
+
+
+def _asleep(exc: SandgridError) -> bool:
+    """Whether ``exc`` says the session runs nowhere now (a turn would bring it back)."""
+    if isinstance(exc, PortUnreachable):
+        return exc.context.get("reason") == "session_not_running"
+    return True  # the owner is gone, or it no longer holds the session

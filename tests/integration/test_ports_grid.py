@@ -335,6 +335,33 @@ def test_openai_agents_exposed_ports(grid: LocalGrid) -> None:
     asyncio.run(main())
 
 
+def test_a_request_wakes_a_paused_session(client: Client) -> None:
+    """A paused session runs nowhere; a request to its port makes a turn that brings it
+    back: with its memory (gVisor), the server it had answers; from its workspace alone
+    (runc), the answer is a clear 502 and the session is live again."""
+    gv = client.session(type="python-gvisor")
+    plain = client.session(type="python")
+    try:
+        for s in (gv, plain):
+            s.write_file("a.txt", "kept\n")
+            http_server(s)
+        gv_url, plain_url = gv.port_url(8000).url, plain.port_url(8000).url
+        assert gv.pause(memory=True).memory
+        plain.pause()
+        assert client.get_session(gv.id).owner is None
+        r = httpx.get(gv_url + "a.txt", timeout=60)
+        assert (r.status_code, r.text) == (200, "kept\n")  # the same server process
+        with plain.http(8000, timeout=60) as h:
+            r = h.get("/a.txt")
+        assert r.status_code == 502 and r.json()["error"]["code"] == "port_not_listening"
+        assert client.get_session(plain.id).owner in NODES
+        r = httpx.get(plain_url + "a.txt", timeout=30)
+        assert r.status_code == 502, r.text
+    finally:
+        close_when_free(client, gv.id)
+        close_when_free(client, plain.id)
+
+
 def test_url_survives_a_change_of_owner(client: Client, grid: LocalGrid) -> None:
     """The URL names the session: after its worker is killed, the session restores on the
     other worker and the same URL reaches the server started there."""
@@ -351,10 +378,11 @@ def test_url_survives_a_change_of_owner(client: Client, grid: LocalGrid) -> None
         while client.get_session(s.id).owner == owner:
             assert time.monotonic() < end, "the lease never lapsed"
             time.sleep(0.5)
-        r = httpx.get(url + "where.txt", timeout=30)
-        assert r.status_code in (502, 503), r.text  # nothing runs there now
-        s.exec(shell="echo after > /workspace/where.txt")  # restored on the other worker
+        r = httpx.get(url + "where.txt", timeout=30)  # wakes it on the other worker
+        assert r.status_code == 502, r.text  # restored from its workspace: no server yet
+        assert r.json()["error"]["code"] == "port_not_listening"
         assert client.get_session(s.id).owner not in (None, owner)
+        s.exec(shell="echo after > /workspace/where.txt")
         http_server(s)
         assert httpx.get(url + "where.txt", timeout=30).text == "after\n"
     finally:
