@@ -147,7 +147,7 @@ class AgentFiles(SandboxFiles[Sandbox]):
         return list(state.ordered)
 
     def pack(self, sbx: Sandbox, paths: list[str]) -> bytes:
-        """``SandboxFiles.pack``: the agent's tar.gz is level 1."""
+        """``SandboxFiles.pack``: the agent's tar, not compressed (it crosses the channel only)."""
         return base64.b64decode(
             self.sandboxes.call(sbx, "pack", {"files": list(paths)})["data_b64"]
         )

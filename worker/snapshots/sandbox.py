@@ -54,7 +54,9 @@ class SandboxFiles(ABC, Generic[S]):
 
     @abstractmethod
     def pack(self, sbx: S, paths: list[str]) -> bytes:
-        """A tar.gz of these regular files, for the store to take their bytes.
+        """A tar (plain, or gzip: both are read) of these regular files, for the store.
+
+        The store takes their bytes from it.
 
         Raises:
             InvalidInput: a path outside the roots.

@@ -120,6 +120,11 @@ class Persistence:
             )
         if ref is None:
             return None
+        log.debug(
+            "snapshot of %s: %s",
+            local.session_id,
+            " ".join(f"{k}={v:.1f}" for k, v in ref.stats.items() if k.endswith("_ms")),
+        )
         if ref.manifest is not None:
             metrics.SNAPSHOT_BYTES.labels(direction="save").inc(sum(ref.manifest.blobs.values()))
         return ref.name, ref.manifest

@@ -312,3 +312,17 @@ def test_hostdir_scan_kept_between_scans_equals_a_fresh_one(tmp_path: Path) -> N
     assert [r[4] for r in kept if r[0] == "/workspace/a"] == [hashlib.sha256(b"A").hexdigest()]
     os.rename(ws / "d", ws / "moved")
     assert backend.scan(sbx, ["/workspace"]) == HostDirBackend().scan(sbx, ["/workspace"])
+
+
+def test_the_agents_pack_is_a_plain_tar_and_reads_back_verified(tmp_path: Path) -> None:
+    """The agent's pack is not compressed (the worker compresses what it stores); both a
+    plain tar and a gzip one (an older agent's) read back to the verified bytes."""
+    sbx = _sbx(tmp_path)
+    data = os.urandom(256 << 10)
+    (sbx / "workspace/big.bin").write_bytes(data)
+    raw = HostDirBackend().pack(sbx, ["/workspace/big.bin"])
+    assert raw[:2] != b"\x1f\x8b" and len(raw) >= len(data)  # a tar, as it is
+    wanted = {"/workspace/big.bin": file_entry("/workspace/big.bin", data)}
+    sha = hashlib.sha256(data).hexdigest()
+    assert read_packed(raw, wanted) == {sha: data}
+    assert read_packed(gzip.compress(raw, 1), wanted) == {sha: data}
