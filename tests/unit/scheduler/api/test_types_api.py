@@ -140,3 +140,20 @@ def test_the_sdk_adds_and_reads_a_type(grid: Grid, admin: str) -> None:
     with grid.client() as client:
         assert client.get_type("python-sdk").image == IMAGE
         assert "python-sdk" in [t.name for t in client.types()]
+
+
+def test_nodes_name_a_private_type_to_the_operator_alone(grid: Grid, admin: str) -> None:
+    """``GET /v1/nodes`` needs no token, so a tenant's template must not be named there."""
+    assert _add(grid, admin, name="python-acme", tenant="acme").status_code == 201
+    grid.services.registry.ledger.heartbeat("w-priv", 30, types=["python", "python-acme", "gone"])
+
+    def node(token: str | None) -> Any:
+        headers = grid.headers(token) if token else {}
+        found = grid.http.get("/v1/nodes", headers=headers).json()["nodes"]
+        return next(n for n in found if n["name"] == "w-priv")
+
+    for caller in (None, grid.token_a):  # no token, or a tenant's (even acme's own)
+        seen = node(caller)
+        assert seen["types"] == ["python"] and seen["private_types"] == 2
+    seen = node(admin)
+    assert seen["types"] == ["python", "python-acme", "gone"] and seen["private_types"] == 0
