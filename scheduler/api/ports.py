@@ -41,6 +41,7 @@ from scheduler.ports.websocket import refuse, relay_websocket
 
 __all__ = [
     "METHODS",
+    "WAKE_SHELL",
     "PortNumber",
     "PreviewQuery",
     "port_route",

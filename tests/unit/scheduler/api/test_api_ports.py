@@ -64,16 +64,23 @@ def test_forged_and_read_only_refusals_are_403(grid: Grid) -> None:
     assert r.status_code == 403 and r.json()["error"]["code"] == "method_not_allowed"
 
 
-def test_a_session_in_no_sandbox_is_502_on_every_way_in(grid: Grid) -> None:
-    sid = _session(grid)
-    token = _url(grid, sid).json()["token"]
-    for r in (
-        grid.http.get(f"/v1/sessions/{sid}/ports/8000/x", headers=grid.headers()),
-        grid.http.get(f"/p/{token}/x"),
-        grid.http.get(f"/deep/path?sg_preview={token}&a=1"),
-    ):
-        assert r.status_code == 502, r.text
-        assert r.json()["error"]["context"]["reason"] == "session_not_running"
+def test_a_session_in_no_sandbox_is_woken_on_every_way_in(grid: Grid) -> None:
+    """A request to a session that runs nowhere makes a turn of it (it lands on a worker);
+    this in-process worker serves no ports, so the answer is then its 503."""
+    ways = (
+        lambda sid, token: grid.http.get(
+            f"/v1/sessions/{sid}/ports/8000/x", headers=grid.headers()
+        ),
+        lambda sid, token: grid.http.get(f"/p/{token}/x"),
+        lambda sid, token: grid.http.get(f"/deep/path?sg_preview={token}&a=1"),
+    )
+    for way in ways:
+        sid = _session(grid)
+        token = _url(grid, sid).json()["token"]
+        assert grid.services.registry.get("acme", sid).owner is None
+        r = way(sid, token)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "worker_lost", r.text
+        assert grid.services.registry.get("acme", sid).owner is not None  # woken
     r = grid.http.get(f"/p/{token}", follow_redirects=False)
     assert r.status_code == 308 and r.headers["location"] == f"/p/{token}/"
 
