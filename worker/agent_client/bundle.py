@@ -6,6 +6,14 @@ relative imports; ``build_zipapp`` packs its modules as the top-level package
 ``python3 -I /opt/sandgrid/agent.py`` (``AGENT_MOUNT``): Python runs a zip
 archive whatever its name, so the images need no change.
 
+Each module travels with its bytecode (``<module>.pyc``, PEP 552's unchecked
+hash form, compiled by the worker's own Python): a zip cannot take the
+``__pycache__`` files Python would otherwise write, so every sandbox start
+compiled the whole agent again, about half of its start-up (107 ms against
+51 ms here). The images run the same Python as the worker (Debian's 3.11); a
+sandbox whose Python has another bytecode version ignores the ``.pyc`` (its
+magic number differs) and compiles the ``.py`` beside it, as before.
+
 The archive is deterministic: the same sources give the same bytes (entries
 sorted, a fixed timestamp and mode; ``zipapp.create_archive`` would stamp each
 file's mtime in local time, so ``zipfile`` writes it here). It is cached by
@@ -27,8 +35,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.util
 import io
 import logging
+import marshal
 import os
 import tempfile
 import zipfile
@@ -56,7 +66,9 @@ def zipapp_bytes(source: Path = SOURCE_DIR) -> bytes:
     """The zipapp of the agent package at ``source``: the same bytes for the same sources."""
     files = {"__main__.py": _MAIN}
     for path in sorted(source.glob("*.py")):
-        files[f"{PACKAGE}/{path.name}"] = path.read_bytes()
+        name = f"{PACKAGE}/{path.name}"
+        files[name] = path.read_bytes()
+        files[name + "c"] = _bytecode(files[name], f"{AGENT_MOUNT}/{name}")
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         for name in sorted(files):
@@ -65,6 +77,15 @@ def zipapp_bytes(source: Path = SOURCE_DIR) -> bytes:
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, files[name], compresslevel=9)
     return buf.getvalue()
+
+
+def _bytecode(source: bytes, filename: str) -> bytes:
+    """``source`` compiled, as an unchecked-hash ``.pyc`` (PEP 552): zipimport loads
+    it without comparing times, and the zip's content hash already names the build."""
+    code = compile(source, filename, "exec", dont_inherit=True)
+    flags = 0b01  # hash-based, unchecked
+    header = importlib.util.MAGIC_NUMBER + flags.to_bytes(4, "little")
+    return header + importlib.util.source_hash(source) + marshal.dumps(code)
 
 
 def build_zipapp(cache_dir: Path | None = None, source: Path = SOURCE_DIR) -> Path:

@@ -31,7 +31,8 @@ def test_the_archive_holds_the_package_and_a_main(tmp_path: Path) -> None:
         names = zf.namelist()
         infos = zf.infolist()
     assert names == sorted(names) and names[0] == "__main__.py"
-    assert {f"{PACKAGE}/{p.name}" for p in SOURCE_DIR.glob("*.py")} == set(names[1:])
+    modules = {f"{PACKAGE}/{p.name}" for p in SOURCE_DIR.glob("*.py")}
+    assert modules | {m + "c" for m in modules} == set(names[1:])  # each with its bytecode
     assert {i.date_time for i in infos} == {(1980, 1, 1, 0, 0, 0)}
 
 
@@ -71,3 +72,28 @@ def test_python_runs_the_archive_whatever_its_name(tmp_path: Path, name: str) ->
     (size,) = struct.unpack(">I", done.stdout[:4])
     reply = json.loads(done.stdout[4 : 4 + size])
     assert reply["id"] == 7 and reply["ok"] and reply["result"]["version"] == 1
+
+
+def _imported_from(archive: Path) -> str:
+    """Where the sandbox's Python takes the agent's main module from, in ``archive``."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(archive)!r}); "
+        f"import {PACKAGE}.main as m; print(m.__file__)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True
+    )
+    return out.stdout.strip()
+
+
+def test_the_agent_starts_from_its_bytecode_and_falls_back_to_source(tmp_path: Path) -> None:
+    """A start imports the shipped ``.pyc`` (no compile in the sandbox); a Python of another
+    bytecode version (a bad magic number here) compiles the ``.py`` beside it instead."""
+    archive = build_zipapp(tmp_path)
+    assert _imported_from(archive).endswith(f"{PACKAGE}/main.pyc")
+    other = tmp_path / "other-python.pyz"
+    with zipfile.ZipFile(archive) as src, zipfile.ZipFile(other, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info)
+            dst.writestr(info, b"\0\0\r\n" + data[4:] if info.filename.endswith(".pyc") else data)
+    assert _imported_from(other).endswith(f"{PACKAGE}/main.py")
