@@ -85,8 +85,9 @@ class DockerRunsc(DockerRuntime):
         super().start(sandbox_id)
         self._raise_host_memory(sandbox_id)
 
-    def checkpoint(self, sandbox_id: str, image_dir: Path) -> None:
-        """``runsc checkpoint`` of the running sandbox into ``image_dir``; it stops after.
+    def checkpoint(self, sandbox_id: str, image_dir: Path, *, leave_running: bool = False) -> None:
+        """``runsc checkpoint`` of the running sandbox into ``image_dir``; it stops after
+        unless ``leave_running`` (a fork's or a checkpoint's source, 24.2/24.3).
 
         Raises:
             SandboxError: runsc failed or took longer than the settings allow
@@ -95,6 +96,7 @@ class DockerRunsc(DockerRuntime):
         memory = get_settings().worker.memory
         full_id = str(self.client.api.inspect_container(sandbox_id)["Id"])
         command = [str(memory.runsc_path), "--root", str(memory.runsc_root), "checkpoint"]
+        command += ["--leave-running"] if leave_running else []
         command += ["--image-path", str(image_dir), full_id]
         try:
             done = subprocess.run(

@@ -36,7 +36,7 @@ from worker.sessions.table import LocalSession
 from worker.snapshots.memory import MemoryMeta, MemoryStore
 from worker.snapshots.store import SnapshotStore
 
-__all__ = ["arrive", "check_savable", "memory_store", "pause"]
+__all__ = ["arrive", "check_savable", "image_meta", "memory_store", "pause", "scratch"]
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ def memory_store(store: SnapshotStore) -> MemoryStore:
 
 
 @contextmanager
-def _scratch() -> Iterator[Path]:
+def scratch() -> Iterator[Path]:
     """A directory for one image on this host, readable by the Docker daemon; removed after."""
     root = get_settings().worker.memory.image_dir
     root.mkdir(parents=True, exist_ok=True)
@@ -59,7 +59,8 @@ def _scratch() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _meta(info_tenant: str, session_id: str, snapshot: str | None, sbx: Sandbox) -> MemoryMeta:
+def image_meta(info_tenant: str, session_id: str, snapshot: str | None, sbx: Sandbox) -> MemoryMeta:
+    """The record of an image of ``sbx`` for ``session_id`` (a fork's own id, 24.2)."""
     return MemoryMeta(
         tenant=info_tenant,
         session=session_id,
@@ -104,12 +105,14 @@ def pause(
     sbx, sid = local.sandbox, local.session_id
     check_savable(backend, sbx)
     try:
-        with _scratch() as image:
+        with scratch() as image:
             t0 = time.perf_counter()
             backend.engine.checkpoint(sbx.id, image)
             sbx.state = "lost"  # it stopped: nothing may use its channel again
             t1 = time.perf_counter()
-            stored = memory_store(store).put(image, _meta(local.tenant, sid, local.snapshot, sbx))
+            stored = memory_store(store).put(
+                image, image_meta(local.tenant, sid, local.snapshot, sbx)
+            )
             t2 = time.perf_counter()
     except SandgridError as exc:
         log.warning("session %s: memory not saved: %s", sid, exc)
@@ -124,6 +127,7 @@ def pause(
         memory=True,
         memory_bytes=stored.stored_bytes,
         memory_raw_bytes=stored.raw_bytes,
+        memory_new_bytes=stored.new_bytes,
         memory_ms={"checkpoint_ms": (t1 - t0) * 1000, "store_ms": (t2 - t1) * 1000},
     )
 
@@ -168,7 +172,7 @@ def _restore(images: MemoryStore, backend: SandboxManager, info: SessionInfo, sh
         sandbox_type=info.type,
         runtime=backend.runtime,
     )
-    with _scratch() as image:
+    with scratch() as image:
         meta = images.fetch(want, sha, image)
         sbx = backend.create(
             info.type, info.quotas, session_id=info.id, tenant=info.tenant, restore_image=image
