@@ -169,4 +169,10 @@ def test_a_checkpoint_with_memory_brings_the_processes_back(grid: LocalGrid) -> 
         assert s.run_code("x = 7").error is None
         s.restore("warm")  # a checkpoint restores again: its image is not used up
         assert s.run_code("x").result == "41"
+        with _client(grid, "globex") as globex:  # another tenant can neither take nor restore one
+            with pytest.raises(NotFound):
+                globex.checkpoint(s.id, "theirs", memory=True)
+            with pytest.raises(NotFound):
+                globex.restore(s.id, "warm")
+        assert s.run_code("x").result == "41" and s.refresh().memory_image is None
         s.close()

@@ -143,6 +143,27 @@ def test_a_corrupt_image_is_refused_and_the_workspace_comes_back(grid: LocalGrid
         s.close()
 
 
+def test_a_corrupt_chunk_is_refused_and_the_workspace_comes_back(grid: LocalGrid) -> None:
+    objects = _objects()
+    before = set(objects.list(keys.memory_chunks_prefix("acme")))
+    with _client(grid) as acme:
+        s = acme.session(type="python-gvisor")
+        assert s.run_code("w = 9").error is None
+        assert s.exec(shell="echo kept > /workspace/g.txt").exit_code == 0
+        assert s.pause(memory=True).memory
+        new = sorted(set(objects.list(keys.memory_chunks_prefix("acme"))) - before)
+        assert new, "the pause stored no chunk of its own"
+        objects.put(new[0], b"not the chunk")  # one chunk of the image changed in MinIO
+
+        again = s.run_code("w")
+        assert again.kernel_restarted is True or again.error is not None, again
+        info = s.refresh()
+        assert info.memory_restored is False and "chunk" in (info.memory_reason or ""), info
+        assert s.exec(shell="cat /workspace/g.txt").stdout == "kept\n"
+        assert s.run_code("2 + 2").result == "4"
+        s.close()
+
+
 def test_another_tenant_cannot_pause_the_session(grid: LocalGrid) -> None:
     with _client(grid) as acme, _client(grid, "globex") as globex:
         s = acme.session(type="python-gvisor")

@@ -18,6 +18,7 @@ or lost in the store is refused, never restored.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import os
@@ -28,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+from sandgrid.errors import SnapshotError
 from sandgrid.wire.objects import keys
 from sandgrid.wire.objects.base import ObjectStore
 
@@ -163,6 +165,10 @@ def fetch_chunks(
         except KeyError:
             raise ChunkRefused(f"chunk {chunk.sha256[:12]} is not in the store") from None
         if hashlib.sha256(data).hexdigest() != chunk.sha256:
+            # A chunk is named by its bytes, so these are never any image's: delete them,
+            # or the next pause that holds the same pages would count on them again.
+            with contextlib.suppress(SnapshotError):
+                objects.delete(keys.memory_chunk_key(tenant, chunk.sha256))
             raise ChunkRefused(f"chunk {chunk.sha256[:12]} fails verification")
         raw = decompress(data)
         if len(raw) != chunk.raw:

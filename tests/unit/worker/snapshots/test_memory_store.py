@@ -145,6 +145,9 @@ def test_a_changed_chunk_fails_verification(tmp_path: Path) -> None:
     objects.put(chunk, b"garbage")
     with pytest.raises(MemoryRefused, match="fails verification"):
         store.fetch(META, stored.sha256, tmp_path)
+    assert not objects.exists(chunk)  # deleted: the next pause stores it again
+    again = store.put(_image(tmp_path), META)
+    assert again.new_bytes > 0 and objects.exists(chunk)
 
 
 def test_a_clone_shares_the_chunks_and_names_its_own_session(tmp_path: Path) -> None:
