@@ -30,7 +30,8 @@ class _Engine:
     def __init__(self, *, can: bool = True, fail: bool = False) -> None:
         self.can_checkpoint, self.fail = can, fail
 
-    def checkpoint(self, sandbox_id: str, image_dir: Path) -> None:
+    def checkpoint(self, sandbox_id: str, image_dir: Path, *, leave_running: bool = False) -> None:
+        self.left_running = leave_running
         if self.fail:
             raise SandboxError("runsc checkpoint failed: cannot save a host socket")
         (image_dir / "checkpoint.img").write_bytes(b"state" * 100)
