@@ -19,6 +19,7 @@ in the record (``memory_restored: false``, ``memory_reason``). docs/memory.md.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -36,7 +37,15 @@ from worker.sessions.table import LocalSession
 from worker.snapshots.memory import MemoryMeta, MemoryStore
 from worker.snapshots.store import SnapshotStore
 
-__all__ = ["arrive", "check_savable", "image_meta", "memory_store", "pause", "scratch"]
+__all__ = [
+    "arrive",
+    "check_savable",
+    "collect_scratch",
+    "image_meta",
+    "memory_store",
+    "pause",
+    "scratch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +61,36 @@ def scratch() -> Iterator[Path]:
     """A directory for one image on this host, readable by the Docker daemon; removed after."""
     root = get_settings().worker.memory.image_dir
     root.mkdir(parents=True, exist_ok=True)
-    path = Path(tempfile.mkdtemp(prefix="img-", dir=root))
+    path = Path(tempfile.mkdtemp(prefix=f"img-{os.getpid()}-", dir=root))
     try:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def collect_scratch() -> int:
+    """Remove the image directories that worker processes no longer alive left on this
+    host (a node killed mid-pause or mid-restore: each can hold hundreds of MB); how
+    many. The directory's name carries its process's pid (``scratch``); the nodes of
+    one host share the directory, so another live node's directories stay."""
+    root = get_settings().worker.memory.image_dir
+    gone = 0
+    for path in root.glob("img-*-*") if root.is_dir() else ():
+        pid = path.name.split("-")[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+            gone += 1
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def image_meta(info_tenant: str, session_id: str, snapshot: str | None, sbx: Sandbox) -> MemoryMeta:
