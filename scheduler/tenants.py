@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field, ValidationError, field_validator
 
 from sandgrid.errors import AuthError, InvalidInput, NotFound
+from sandgrid.lifecycle import MAX_FORK_COUNT
 from sandgrid.models import NetworkPolicy, WireModel
 from sandgrid.network import covers
 from sandgrid.sandbox_types import QUOTA_FIELDS
@@ -79,6 +80,9 @@ class TenantLimits(WireModel):
     allow_network: bool = False
     max_image_mb: int = Field(
         8192, ge=1, description="25.2: the largest image a template of the tenant may build"
+    )
+    max_fork_count: int = Field(
+        32, ge=1, le=MAX_FORK_COUNT, description="24.2: the most sessions one fork may make"
     )
     types: list[str] | None = Field(None, description="sandbox types allowed; None: all")
     network_ceiling: list[str] = Field(

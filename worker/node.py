@@ -46,6 +46,7 @@ from worker.serving.watch import is_pattern, selected
 from worker.sessions.pool import SandboxPool, WarmPool
 from worker.sessions.table import SessionTable
 from worker.snapshots import SnapshotStore, open_store
+from worker.turns import memory
 from worker.turns.executor import Executor
 from worker.turns.interactive import TurnControl
 from worker.turns.residency import Residency
@@ -262,6 +263,7 @@ class Node:
     def start(self) -> None:
         """Collect what a previous process of this node left, then warm up."""
         self.reaper.collect_orphans(startup=True)
+        memory.collect_scratch()  # 24.5: image directories of killed workers
         self.serve_metrics()
         if self.watch is not None:  # what it can serve, before its first beat names it
             self.watch.sync()

@@ -3,6 +3,7 @@
 sandgrid sessions checkpoint s-... before-refactor
 sandgrid sessions restore s-... before-refactor
 sandgrid sessions pause s-...
+sandgrid sessions fork --count 4 --memory s-...
 sandgrid sessions find --label team=red --state idle
 """
 
@@ -20,6 +21,7 @@ __all__ = [
     "checkpoint",
     "checkpoints",
     "find",
+    "fork",
     "pause",
     "restore",
 ]
@@ -30,14 +32,33 @@ _STATES = ["new", "live", "idle", "busy", "lost"]
 @click.command(name="checkpoint")
 @click.argument("session_id")
 @click.argument("name")
+@click.option("--memory", is_flag=True, help="keep the running processes too (gVisor types)")
 @readable_errors
-def checkpoint(session_id: str, name: str) -> None:
+def checkpoint(session_id: str, name: str, memory: bool) -> None:
     """Save the workspace of SESSION_ID now and keep it as checkpoint NAME."""
     from sandgrid.client import Client
 
     with Client() as client:
-        info = client.checkpoint(session_id, name)
-    Console().print(f"{session_id} checkpoint {info.name} ({info.snapshot})")
+        info = client.checkpoint(session_id, name, memory=memory)
+    kept = f", memory {info.memory_bytes} bytes" if info.memory else ""
+    Console().print(f"{session_id} checkpoint {info.name} ({info.snapshot}{kept})")
+
+
+@click.command(name="fork")
+@click.argument("session_id")
+@click.option("--count", default=1, show_default=True, help="how many new sessions")
+@click.option("--memory", is_flag=True, help="with the running processes (gVisor types)")
+@readable_errors
+def fork(session_id: str, count: int, memory: bool) -> None:
+    """Make COUNT new sessions from SESSION_ID (it keeps running); print their ids."""
+    from sandgrid.client import Client
+
+    with Client() as client:
+        done = client.fork(session_id, count, memory=memory)
+    for info in done.sessions:
+        Console().print(info.id)
+    if memory and not done.memory:
+        Console().print(f"memory not copied: {done.memory_reason}")
 
 
 @click.command(name="checkpoints")
@@ -111,5 +132,5 @@ def find(labels: tuple[str, ...], state: SessionState | None) -> None:
 
 def add_lifecycle_commands(group: click.Group) -> None:
     """Add the lifecycle commands to ``sandgrid sessions``."""
-    for command in (checkpoint, checkpoints, restore, pause, find):
+    for command in (checkpoint, checkpoints, restore, pause, fork, find):
         group.add_command(command)

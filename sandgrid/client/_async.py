@@ -190,6 +190,11 @@ class AsyncSession(SessionHandle[AsyncClient], AsyncHandle[str], AsyncClosing):
             timeout=self.client.timeout if timeout is None else timeout,
         )
 
+    async def fork(self, count: int = 1, memory: bool = False) -> list[AsyncSession]:
+        """``count`` new sessions from this one (``AsyncClient.fork``); this one keeps running."""
+        reply = await self.client.fork(self.id, count, memory)
+        return [AsyncSession(self.client, s) for s in reply.sessions]
+
     async def refresh(self) -> SessionInfo:
         self.info = await self.client.get_session(self.id)
         return self.info

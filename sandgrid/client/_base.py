@@ -123,6 +123,7 @@ class BaseClient(Generic[Transport]):
     delete_checkpoint = Op(lifecycle.delete_checkpoint)
     restore = Op(lifecycle.restore)
     pause = Op(lifecycle.pause)
+    fork = Op(lifecycle.fork)  # 24.2
     # network egress
     network = Op(net.network)
     set_network = Op(net.set_network)

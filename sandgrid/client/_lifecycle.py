@@ -17,6 +17,8 @@ from sandgrid.lifecycle import (
     CheckpointCreate,
     CheckpointInfo,
     CheckpointList,
+    ForkReply,
+    ForkRequest,
     PauseRequest,
     PauseResult,
     RestoreRequest,
@@ -30,6 +32,7 @@ __all__ = [
     "create_session_from",
     "delete_checkpoint",
     "find_sessions",
+    "fork",
     "pause",
     "restore",
 ]
@@ -60,9 +63,10 @@ def find_sessions(
     )
 
 
-def checkpoint(session_id: str, name: str) -> Call[CheckpointInfo]:
-    """Save the workspace now and keep it as checkpoint ``name``."""
-    body = CheckpointCreate(name=name).model_dump(mode="json")
+def checkpoint(session_id: str, name: str, memory: bool = False) -> Call[CheckpointInfo]:
+    """Save the workspace now and keep it as checkpoint ``name``; ``memory=True``
+    (gVisor types) keeps the running processes too: ``restore`` brings them back."""
+    body = CheckpointCreate(name=name, memory=memory).model_dump(mode="json")
     path = f"/v1/sessions/{session_id}/checkpoints"
     return Call("POST", path, parse_as(CheckpointInfo), json=body)
 
@@ -99,3 +103,11 @@ def pause(session_id: str, memory: bool = False) -> Call[PauseResult]:
         return Call("POST", path, parse_as(PauseResult))
     body = PauseRequest(memory=True).model_dump(mode="json")
     return Call("POST", path, parse_as(PauseResult), json=body)
+
+
+def fork(session_id: str, count: int = 1, memory: bool = False) -> Call[ForkReply]:
+    """``count`` new sessions from this one, each with its own copy of the workspace;
+    ``memory=True`` (gVisor types) gives each the running processes too. The source
+    keeps running."""
+    body = ForkRequest(count=count, memory=memory).model_dump(mode="json")
+    return Call("POST", f"/v1/sessions/{session_id}/fork", parse_as(ForkReply), json=body)

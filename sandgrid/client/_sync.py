@@ -190,6 +190,10 @@ class Session(SessionHandle[Client], SyncHandle[str], Closing):
             timeout=self.client.timeout if timeout is None else timeout,
         )
 
+    def fork(self, count: int = 1, memory: bool = False) -> list[Session]:
+        """``count`` new sessions from this one (``Client.fork``); this one keeps running."""
+        return [Session(self.client, s) for s in self.client.fork(self.id, count, memory).sessions]
+
     def refresh(self) -> SessionInfo:
         self.info = self.client.get_session(self.id)
         return self.info

@@ -12,14 +12,15 @@ from typing import Literal
 
 from pydantic import Field
 
-from sandgrid.lifecycle import CheckpointName
-from sandgrid.models import WireModel
+from sandgrid.lifecycle import MAX_FORK_COUNT, CheckpointName
+from sandgrid.models import SessionId, WireModel
 
 __all__ = [
     "LIFECYCLE_OPS",
     "CheckpointOp",
     "DropCheckpointOp",
     "DropCheckpointResult",
+    "ForkSessionsOp",
     "ListCheckpointsOp",
     "PauseOp",
     "RestoreOp",
@@ -34,6 +35,8 @@ class CheckpointOp(WireModel):
 
     kind: Literal["checkpoint"] = "checkpoint"
     name: CheckpointName
+    memory: bool = False
+    """Keep the sandbox's memory with it (24.3; ``CheckpointCreate.memory``)."""
 
 
 class ListCheckpointsOp(WireModel):
@@ -75,5 +78,23 @@ class PauseOp(WireModel):
     """Checkpoint the sandbox's memory too (issue 24; ``PauseRequest.memory``)."""
 
 
-LIFECYCLE_OPS = (CheckpointOp, ListCheckpointsOp, DropCheckpointOp, RestoreOp, PauseOp)
+class ForkSessionsOp(WireModel):
+    """A turn of the source: copy its workspace into each of ``targets`` (new
+    sessions of the same tenant and type, made by the API) and, with ``memory``,
+    checkpoint it once leaving it running and give each its own memory image
+    (24.2). Answers ``ForkResult``."""
+
+    kind: Literal["fork_sessions"] = "fork_sessions"
+    targets: list[SessionId] = Field(min_length=1, max_length=MAX_FORK_COUNT)
+    memory: bool = False
+
+
+LIFECYCLE_OPS = (
+    CheckpointOp,
+    ListCheckpointsOp,
+    DropCheckpointOp,
+    RestoreOp,
+    PauseOp,
+    ForkSessionsOp,
+)
 """The ops ``worker.ops.lifecycle`` runs: on the owner, else on any worker, with no sandbox."""

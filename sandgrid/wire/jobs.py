@@ -20,7 +20,13 @@ from typing import Annotated, Any, TypeVar
 from pydantic import Field, SerializerFunctionWrapHandler, field_serializer
 
 from sandgrid.errors import SandboxError
-from sandgrid.lifecycle import CheckpointInfo, CheckpointList, PauseResult, RestoreResult
+from sandgrid.lifecycle import (
+    CheckpointInfo,
+    CheckpointList,
+    ForkSessionsResult,
+    PauseResult,
+    RestoreResult,
+)
 from sandgrid.models import CodeResult, ExecResult, FileList, FileRead, SessionInfo, WireModel
 from sandgrid.ops import code, files, lifecycle, processes, session, terminal
 from sandgrid.ops.exec import ExecOp
@@ -50,6 +56,7 @@ TurnOp = Annotated[
     | lifecycle.DropCheckpointOp
     | lifecycle.RestoreOp
     | lifecycle.PauseOp
+    | lifecycle.ForkSessionsOp
     | processes.ProcStartOp
     | processes.ProcOp,
     Field(discriminator="kind"),
@@ -76,6 +83,7 @@ TurnResult = Annotated[
     | lifecycle.DropCheckpointResult
     | RestoreResult
     | PauseResult
+    | ForkSessionsResult
     | ProcessInfo
     | ProcessList
     | ProcessLogs

@@ -253,6 +253,17 @@ class MemorySettings(BaseModel):
     checkpoint_timeout_s: float = Field(
         120.0, gt=0, description="SANDGRID_WORKER__MEMORY__CHECKPOINT_TIMEOUT_S"
     )
+    # 24.4 (resume speed): what runsc may skip or defer.
+    exclude_zero_pages: bool = Field(
+        True,
+        description="SANDGRID_WORKER__MEMORY__EXCLUDE_ZERO_PAGES: runsc checkpoint "
+        "--exclude-committed-zero-pages (zero pages are not written, nor uploaded)",
+    )
+    restore_background: bool = Field(
+        True,
+        description="SANDGRID_WORKER__MEMORY__RESTORE_BACKGROUND: runsc restore --background "
+        "(the sandbox runs while its pages load; the image is uncompressed on disk)",
+    )
 
 
 class WorkerSettings(BaseModel):

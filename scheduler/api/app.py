@@ -23,6 +23,7 @@ from scheduler.api import (
 )
 from scheduler.api import browser as browser_api
 from scheduler.api import code as code_api
+from scheduler.api import fork as fork_api
 from scheduler.api import network as network_api
 from scheduler.api import ports as ports_api
 from scheduler.api import processes as background
@@ -104,6 +105,7 @@ def create_app(
     mcp_lifespan = mcp.mount(app, svc)
     app.include_router(pty_api.router)
     app.include_router(lifecycle.router)
+    app.include_router(fork_api.router)  # 24.2
     app.include_router(stream.router)
     app.include_router(background.router)
     app.include_router(network_api.router)

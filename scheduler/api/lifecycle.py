@@ -41,6 +41,7 @@ from scheduler.tenants import Tenant
 __all__ = [
     "MEMORY_RUNTIME",
     "ExpiryDep",
+    "check_memory_runtime",
     "create_checkpoint",
     "delete_checkpoint",
     "filter_sessions",
@@ -80,9 +81,14 @@ def create_checkpoint(
     """Save the workspace now and keep it under ``name`` until it is deleted.
 
     409 ``checkpoint_exists`` for a name in use, ``no_snapshot`` when nothing
-    was saved yet; 429 ``tenant_limit`` past ``MAX_CHECKPOINTS``.
+    was saved yet; 429 ``tenant_limit`` past ``MAX_CHECKPOINTS``. With
+    ``memory`` (gVisor types, 24.3) the running processes are kept with it
+    (422 on a runc type, 409 ``memory_unsavable``); a restore brings them back.
     """
-    return _turn(svc, tenant, session_id, CheckpointOp(name=body.name), CheckpointInfo)
+    if body.memory:
+        check_memory_runtime(svc.registry.get(tenant.name, session_id).type)
+    op = CheckpointOp(name=body.name, memory=body.memory)
+    return _turn(svc, tenant, session_id, op, CheckpointInfo)
 
 
 @router.get("/checkpoints", response_model=CheckpointList)
@@ -121,7 +127,7 @@ def pause_session(
     memory = body is not None and body.memory
     session = svc.registry.get(tenant.name, session_id)
     if memory:
-        _check_memory_runtime(session.type)
+        check_memory_runtime(session.type)
     if session.owner is None and session.state != "closed":
         reason = "no sandbox is held: nothing runs to save" if memory else None
         return PauseResult(
@@ -131,7 +137,7 @@ def pause_session(
     return expect(done.outcome, PauseResult, "pause")
 
 
-def _check_memory_runtime(sandbox_type: str) -> None:
+def check_memory_runtime(sandbox_type: str) -> None:
     """422 on ``memory`` for a type whose runtime cannot checkpoint (issue 24)."""
     runtime = get_type(sandbox_type).runtime
     if runtime != MEMORY_RUNTIME:

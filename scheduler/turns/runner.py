@@ -63,6 +63,7 @@ __all__ = [
     "CLOSE_EXPIRES_S",
     "TurnDone",
     "TurnRunner",
+    "closed_error",
 ]
 
 R = TypeVar("R", bound=WireModel)
@@ -260,7 +261,7 @@ class TurnRunner:
         if not batch and self.on_interactive is not None:
             self.on_interactive()
         if session.state == "closed":
-            raise _closed(session.id, op.kind)
+            raise closed_error(session.id, op.kind)
         if is_due(session):  # past its TTL: the sweeper closes it (scheduler.expiry)
             raise Conflict(
                 f"session {session.id!r} has expired (its idle timeout or lifetime)",
@@ -288,7 +289,7 @@ class TurnRunner:
             if admitted.session.state == "closed":
                 self.registry.end_turn(session.id, job.turn_id)
                 self.admission.release_turn(tenant, job.turn_id)
-                raise _closed(session.id, op.kind)
+                raise closed_error(session.id, op.kind)
         try:
             outcome, wait_ms = self._locked(tenant, job, queue, ttl, settle=settle)
         except SandgridError as exc:
@@ -447,7 +448,8 @@ def _busy(session_id: str, operation: str) -> Conflict:
     )
 
 
-def _closed(session_id: str, operation: str) -> Conflict:
+def closed_error(session_id: str, operation: str) -> Conflict:
+    """409 ``session_closed`` for ``operation`` on a closed session (also the fork route's)."""
     return Conflict(
         f"session {session_id!r} is closed",
         code=ErrorCode.SESSION_CLOSED,

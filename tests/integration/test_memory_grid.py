@@ -13,7 +13,6 @@ A session created with ``on_idle: "memory"`` is paused that way when it goes idl
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import signal
@@ -27,8 +26,7 @@ from sandgrid.client import Client, Session
 from sandgrid.errors import InvalidInput, NotFound
 from sandgrid.localgrid import LocalGrid
 from sandgrid.wire.objects import keys
-from tests.support.one_node_grid import flushed_redis
-from worker.quotas import LABEL_WORKER
+from tests.support.memory_grid import memory_grid, minio_objects, store_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.runsc]
 
@@ -37,14 +35,6 @@ REDIS_URL = os.environ.get("SANDGRID_TEST_REDIS_URL", "redis://127.0.0.1:6379/15
 NODES = ("mem-w1", "mem-w2")
 TYPES = "python,python-gvisor"
 TOKENS = {"acme": "tok-mem-acme-" + "a" * 24, "globex": "tok-mem-globex-" + "b" * 24}
-MINIO = {  # the MinIO of ``make services``; its credentials from tests/conftest.py
-    f"SANDGRID_MINIO__{name}": os.environ.get(f"SANDGRID_MINIO__{name}", default)
-    for name, default in (
-        ("ENDPOINT", "127.0.0.1:9000"),
-        ("ACCESS_KEY", "sandgrid"),
-        ("SECRET_KEY", "sandgrid-secret"),
-    )
-}
 IDLE_TTL_S = 8.0
 """Long enough that no test's own pauses between turns count as idle on a loaded host."""
 BUCKET = f"sandgrid-test-memory-{uuid.uuid4().hex[:8]}"
@@ -55,9 +45,7 @@ ENV = {
     "SANDGRID_WORKER__REAP_INTERVAL_S": "0.5",
     "SANDGRID_WORKER__POOL_SIZE": "1",
     "SANDGRID_WORKER__METRICS_PORT": "0",
-    "SANDGRID_WORKER__SNAPSHOT_STORE": "minio",
-    "SANDGRID_MINIO__BUCKET": BUCKET,
-    **MINIO,
+    **store_env(BUCKET),
 }
 _local_grid = functools.partial(LocalGrid, port=API_PORT, redis_url=REDIS_URL, tenants=TOKENS)
 FETCH = (
@@ -67,32 +55,23 @@ FETCH = (
 
 
 def _objects() -> Any:
-    from sandgrid.wire.objects.minio import MinioObjects
-
-    return MinioObjects(
-        MINIO["SANDGRID_MINIO__ENDPOINT"],
-        MINIO["SANDGRID_MINIO__ACCESS_KEY"],
-        MINIO["SANDGRID_MINIO__SECRET_KEY"],
-        BUCKET,
-    )
+    return minio_objects(BUCKET)
 
 
 @pytest.fixture(scope="module")
 def grid(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
     """The API and ``mem-w1``; the first test starts ``mem-w2`` and stops ``mem-w1``."""
-    with flushed_redis(REDIS_URL):
-        local = _local_grid(tmp_path_factory.mktemp("memory"), env=ENV)
-        try:
-            local.start([NODES[0]], types=TYPES, concurrency=4)
-            yield local
-        finally:
-            local.stop()
-            for node in NODES:
-                label = {"label": f"{LABEL_WORKER}={node}"}
-                for row in docker_client.api.containers(all=True, filters=label):
-                    docker_client.api.remove_container(row["Id"], force=True)
-            with contextlib.suppress(Exception):
-                _objects().drop_bucket()
+    local = _local_grid(tmp_path_factory.mktemp("memory"), env=ENV)
+    with memory_grid(
+        docker_client,
+        local,
+        bucket=BUCKET,
+        start=NODES[:1],
+        nodes=NODES,
+        types=TYPES,
+        concurrency=4,
+    ) as started:
+        yield started
 
 
 def _client(grid: LocalGrid, tenant: str = "acme") -> Client:
@@ -161,6 +140,27 @@ def test_a_corrupt_image_is_refused_and_the_workspace_comes_back(grid: LocalGrid
         assert info.memory_restored is False and "verification" in (info.memory_reason or "")
         assert s.exec(shell="cat /workspace/f.txt").stdout == "kept\n"
         assert s.run_code("1 + 1").result == "2"  # the session goes on
+        s.close()
+
+
+def test_a_corrupt_chunk_is_refused_and_the_workspace_comes_back(grid: LocalGrid) -> None:
+    objects = _objects()
+    before = set(objects.list(keys.memory_chunks_prefix("acme")))
+    with _client(grid) as acme:
+        s = acme.session(type="python-gvisor")
+        assert s.run_code("w = 9").error is None
+        assert s.exec(shell="echo kept > /workspace/g.txt").exit_code == 0
+        assert s.pause(memory=True).memory
+        new = sorted(set(objects.list(keys.memory_chunks_prefix("acme"))) - before)
+        assert new, "the pause stored no chunk of its own"
+        objects.put(new[0], b"not the chunk")  # one chunk of the image changed in MinIO
+
+        again = s.run_code("w")
+        assert again.kernel_restarted is True or again.error is not None, again
+        info = s.refresh()
+        assert info.memory_restored is False and "chunk" in (info.memory_reason or ""), info
+        assert s.exec(shell="cat /workspace/g.txt").stdout == "kept\n"
+        assert s.run_code("2 + 2").result == "4"
         s.close()
 
 

@@ -14,15 +14,30 @@ store alone (``worker.snapshots.checkpoints``).
   (``Residency.discard``); the next turn resumes from that snapshot anywhere.
   With ``memory`` the sandbox is checkpointed first (``worker.turns.memory``):
   the next turn resumes its processes too.
+- fork_sessions (24.2): the workspace is saved and copied into each new
+  session; with ``memory`` the sandbox is checkpointed once, left running,
+  and each fork gets its own image (``worker.turns.memory_copies``);
+- a checkpoint with ``memory`` keeps an image of the running sandbox with it,
+  and its restore hands that image to the session's next turn (24.3).
 """
 
 from __future__ import annotations
 
-from sandgrid.lifecycle import CheckpointInfo, CheckpointList, PauseResult, RestoreResult
+from contextlib import AbstractContextManager, nullcontext
+
+from sandgrid.errors import Conflict, ErrorCode, InvalidInput
+from sandgrid.lifecycle import (
+    CheckpointInfo,
+    CheckpointList,
+    ForkSessionsResult,
+    PauseResult,
+    RestoreResult,
+)
 from sandgrid.ops.lifecycle import (
     CheckpointOp,
     DropCheckpointOp,
     DropCheckpointResult,
+    ForkSessionsOp,
     ListCheckpointsOp,
     PauseOp,
     RestoreOp,
@@ -30,7 +45,7 @@ from sandgrid.ops.lifecycle import (
 from worker.ops.base import NodeHandler, NodeParts, TurnContext
 from worker.sessions.table import LocalSession
 from worker.snapshots import checkpoints
-from worker.turns import memory
+from worker.turns import memory, memory_copies
 
 __all__ = ["HANDLERS"]
 
@@ -46,22 +61,84 @@ def _list(ctx: TurnContext, op: ListCheckpointsOp) -> CheckpointList:
 def _drop(ctx: TurnContext, op: DropCheckpointOp) -> DropCheckpointResult:
     info = ctx.session
     checkpoints.delete(ctx.parts.persistence.store, info.tenant, info.id, op.name)
+    memory_copies.drop_checkpoint_memory(ctx.parts.persistence.store, info.tenant, info.id, op.name)
     return DropCheckpointResult(deleted=op.name)
 
 
 def _checkpoint(ctx: TurnContext, op: CheckpointOp) -> CheckpointInfo:
-    info = ctx.session
-    _save(ctx.parts, info.id)
-    ref = checkpoints.create(ctx.parts.persistence.store, info.tenant, info.id, op.name)
-    return CheckpointInfo(name=op.name, snapshot=ref.name)
+    info, parts = ctx.session, ctx.parts
+    local = parts.sessions.get(info.id)
+    if op.memory:
+        if local is None:
+            raise InvalidInput(
+                "memory: the session holds no running sandbox to keep; run a turn first",
+                operation="checkpoints.create",
+                context={"field": "memory", "rule": "a running session"},
+            )
+        memory.check_savable(parts.backend_for(local.sandbox_type), local.sandbox)
+    _save(parts, info.id)
+    store = parts.persistence.store
+    ref = checkpoints.create(store, info.tenant, info.id, op.name)
+    if not op.memory or local is None:
+        return CheckpointInfo(name=op.name, snapshot=ref.name)
+    with local.gate.alone():
+        backend = parts.backend_for(local.sandbox_type)
+        saved = memory_copies.checkpoint_memory(store, backend, local, op.name, ref.name)
+    if not saved.images:  # the workspace checkpoint stands; the memory is not kept: say so
+        checkpoints.delete(store, info.tenant, info.id, op.name)
+        raise Conflict(
+            f"memory: the sandbox could not be saved ({saved.reason}); the checkpoint was not kept",
+            code=ErrorCode.MEMORY_UNSAVABLE,
+            operation="checkpoints.create",
+            context={"cause": "checkpoint_failed"},
+        )
+    stored = saved.images[info.id]
+    return CheckpointInfo(
+        name=op.name, snapshot=ref.name, memory=True, memory_bytes=stored.stored_bytes
+    )
 
 
 def _restore(ctx: TurnContext, op: RestoreOp) -> RestoreResult:
     info, parts = ctx.session, ctx.parts
     parts.residency.discard_here(info.id)
-    ref = checkpoints.restore(parts.persistence.store, info.tenant, info.id, op.checkpoint)
-    parts.ledger.update(info.id, snapshot=ref.name, unsaved=False, last_turn=ctx.turn_id)
+    store = parts.persistence.store
+    ref = checkpoints.restore(store, info.tenant, info.id, op.checkpoint)
+    parts.ledger.update(
+        info.id, snapshot=ref.name, unsaved=False, last_turn=ctx.turn_id, memory_image=None
+    )
+    backend = parts.backend_for(info.type)
+    memory_copies.restore_memory(parts.ledger, store, backend, info, op.checkpoint, ref.name)
     return RestoreResult(session=info.id, checkpoint=op.checkpoint, snapshot=ref.name)
+
+
+def _fork_sessions(ctx: TurnContext, op: ForkSessionsOp) -> ForkSessionsResult:
+    info, parts = ctx.session, ctx.parts
+    local = parts.sessions.get(info.id)
+    if op.memory and local is not None:
+        memory.check_savable(parts.backend_for(local.sandbox_type), local.sandbox)
+    local = _save(parts, info.id)
+    store = parts.persistence.store
+    gate: AbstractContextManager[object] = local.gate.alone() if local else nullcontext()
+    with gate:
+        snapshots = memory_copies.fork_snapshots(store, info.tenant, info.id, op.targets)
+        for sid, snap in snapshots.items():
+            parts.ledger.update(sid, snapshot=snap, last_turn=ctx.turn_id)
+        done = ForkSessionsResult(snapshots={k: v for k, v in snapshots.items() if v})
+        if not op.memory:
+            return done
+        backend = parts.backend_for(info.type)
+        saved = memory_copies.fork_memory(parts.ledger, store, backend, info, local, snapshots)
+    if not saved.images:
+        return done.model_copy(update={"memory_reason": saved.reason})
+    one = next(iter(saved.images.values()))
+    return done.model_copy(
+        update={
+            "memory": True,
+            "memory_bytes": one.stored_bytes,
+            "memory_new_bytes": sum(s.new_bytes for s in saved.images.values()),
+            "memory_ms": saved.ms,
+        }
+    )
 
 
 def _pause(ctx: TurnContext, op: PauseOp) -> PauseResult:
@@ -102,6 +179,7 @@ HANDLERS = (
     NodeHandler(CheckpointOp, _checkpoint),
     NodeHandler(RestoreOp, _restore),
     NodeHandler(PauseOp, _pause),
+    NodeHandler(ForkSessionsOp, _fork_sessions),
 )
 """The lifecycle family's handlers: none needs the sandbox (a resident one is used
 when it is here)."""

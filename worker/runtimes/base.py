@@ -111,8 +111,9 @@ class Runtime(ABC):
         with a faster way than its engine's own kill overrides it."""
         return False
 
-    def checkpoint(self, sandbox_id: str, image_dir: Path) -> None:
-        """Save the running sandbox's processes and memory into ``image_dir`` and stop it.
+    def checkpoint(self, sandbox_id: str, image_dir: Path, *, leave_running: bool = False) -> None:
+        """Save the running sandbox's processes and memory into ``image_dir`` and stop it
+        (``leave_running``: it goes on, as a fork's or a checkpoint's source does).
 
         Only a runtime with ``can_checkpoint``; the default refuses.
 

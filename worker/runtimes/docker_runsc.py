@@ -41,12 +41,15 @@ from sandgrid.wire.settings import get_settings
 from worker.runtimes.docker import DockerRuntime, container_kwargs
 from worker.runtimes.spec import SandboxSpec
 
-__all__ = ["RESTORE_ENV", "DockerRunsc"]
+__all__ = ["RESTORE_BACKGROUND_ENV", "RESTORE_ENV", "DockerRunsc"]
 
 RESTORE_ENV = "SANDGRID_RESTORE_IMAGE"
 """In a container's environment: the image its ``runsc-restore`` create restores.
 The restored processes keep the environment they were saved with; only the
 runtime wrapper reads it."""
+RESTORE_BACKGROUND_ENV = "SANDGRID_RESTORE_BACKGROUND"
+"""``1``: the wrapper restores with ``--background`` (24.4): the sandbox runs while its
+pages are still loading from the image, instead of after."""
 
 _MIB = 1 << 20
 
@@ -77,6 +80,8 @@ class DockerRunsc(DockerRuntime):
         memory = get_settings().worker.memory
         args = container_kwargs(spec, oci_runtime=memory.restore_runtime)
         args["environment"][RESTORE_ENV] = str(spec.restore_image)
+        if memory.restore_background:  # the wrapper adds --background (24.4)
+            args["environment"][RESTORE_BACKGROUND_ENV] = "1"
         host_config = self.client.api.create_host_config(**args.pop("host_config"))
         reply = self.client.api.create_container(**args, host_config=host_config)
         return str(reply["Id"])
@@ -85,8 +90,9 @@ class DockerRunsc(DockerRuntime):
         super().start(sandbox_id)
         self._raise_host_memory(sandbox_id)
 
-    def checkpoint(self, sandbox_id: str, image_dir: Path) -> None:
-        """``runsc checkpoint`` of the running sandbox into ``image_dir``; it stops after.
+    def checkpoint(self, sandbox_id: str, image_dir: Path, *, leave_running: bool = False) -> None:
+        """``runsc checkpoint`` of the running sandbox into ``image_dir``; it stops after
+        unless ``leave_running`` (a fork's or a checkpoint's source, 24.2/24.3).
 
         Raises:
             SandboxError: runsc failed or took longer than the settings allow
@@ -95,6 +101,8 @@ class DockerRunsc(DockerRuntime):
         memory = get_settings().worker.memory
         full_id = str(self.client.api.inspect_container(sandbox_id)["Id"])
         command = [str(memory.runsc_path), "--root", str(memory.runsc_root), "checkpoint"]
+        command += ["--leave-running"] if leave_running else []
+        command += ["--exclude-committed-zero-pages"] if memory.exclude_zero_pages else []
         command += ["--image-path", str(image_dir), full_id]
         try:
             done = subprocess.run(

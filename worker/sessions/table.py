@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from sandgrid.models import SessionInfo
@@ -73,12 +74,26 @@ class SessionTable:
         self._lock = threading.Lock()
         self._entries: dict[str, LocalSession] = {}
         self._arrivals: dict[str, threading.Lock] = {}
+        self._restoring: set[str] = set()
 
     def arrival(self, session_id: str) -> threading.Lock:
         """The lock under which a session is brought to this node: of the turns that
         find it absent at once, one leases and restores it, the others then find it."""
         with self._lock:
             return self._arrivals.setdefault(session_id, threading.Lock())
+
+    @contextmanager
+    def restoring(self, session_id: str) -> Iterator[None]:
+        """While a leased session is restored here (a memory image can take longer
+        than the lease's TTL on a loaded node, 24.2): its lease is renewed as if
+        it were resident (``ids``)."""
+        with self._lock:
+            self._restoring.add(session_id)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._restoring.discard(session_id)
 
     def get(self, session_id: str) -> LocalSession | None:
         with self._lock:
@@ -94,8 +109,9 @@ class SessionTable:
             return self._entries.pop(session_id, None)
 
     def ids(self) -> list[str]:
+        """The sessions whose leases this node renews: resident, or being restored."""
         with self._lock:
-            return list(self._entries)
+            return list(self._entries.keys() | self._restoring)
 
     def idle_since(self, cutoff: float) -> list[LocalSession]:
         """Entries whose last turn ended before ``cutoff`` (monotonic)."""

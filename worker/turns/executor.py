@@ -268,7 +268,8 @@ class Executor:
                 raise Conflict(
                     f"session {sid} is closed", code=ErrorCode.SESSION_CLOSED, operation="turn"
                 )
-            local = self._materialise(info)
+            with parts.sessions.restoring(sid):  # its lease is renewed meanwhile
+                local = self._materialise(info)
         except BaseException:  # no sandbox here: leave the session free for any node
             parts.ledger.release_lease(sid, node)
             raise

@@ -7,7 +7,9 @@ key built for one tenant can name another tenant's object::
     t/<tenant>/s/<session>/latest                 the pointer: newest snapshot + retained history
     t/<tenant>/s/<session>/snap/<seq>-<id>.json   a manifest
     t/<tenant>/s/<session>/record.json            the session's record (the control plane's)
-    t/<tenant>/mem/<session>/<sha256>             a memory image (issue 24): gzip'd tar
+    t/<tenant>/mem/<session>/<sha256>             a memory image's manifest (issue 24)
+    t/<tenant>/memchunk/<sha256>                  a zstd'd piece of memory images (shared)
+    t/<tenant>/memckpt/<session>/<name>           a checkpoint's memory image (24.3)
     t/<tenant>/audit/<yyyy-mm-dd>/<first-id>.jsonl  a segment of the audit trail (append-only)
     grid/types.json                               the catalog of sandbox types (no tenant's: 25.1)
 
@@ -33,7 +35,12 @@ __all__ = [
     "check_snapshot_name",
     "manifest_key",
     "manifests_prefix",
+    "memory_checkpoint_key",
+    "memory_checkpoints_prefix",
+    "memory_chunk_key",
+    "memory_chunks_prefix",
     "memory_image_key",
+    "memory_images_prefix",
     "memory_prefix",
     "parse_session_key",
     "pointer_key",
@@ -102,16 +109,45 @@ def blob_key(tenant: str, sha256: str) -> str:
     return f"{blobs_prefix(tenant)}{sha256}"
 
 
+def memory_images_prefix(tenant: str) -> str:
+    """Every session's memory manifests of a tenant (the chunks' sweep reads them)."""
+    return _tenant(tenant) + "mem/"
+
+
+def memory_chunks_prefix(tenant: str) -> str:
+    """The tenant's memory chunks, shared by its images (forks, repeated pauses)."""
+    return _tenant(tenant) + "memchunk/"
+
+
+def _memory_sha(what: str, sha256: str) -> str:
+    """``sha256`` if it is one (a memory image's or chunk's name), else 422."""
+    if not SHA256_RE.fullmatch(sha256):
+        raise InvalidInput(f"{what} {sha256!r} is not a sha256", operation="memory")
+    return sha256
+
+
+def memory_chunk_key(tenant: str, sha256: str) -> str:
+    """One chunk of memory images, named by the sha256 of its stored bytes."""
+    return memory_chunks_prefix(tenant) + _memory_sha("memory chunk", sha256)
+
+
+def memory_checkpoints_prefix(tenant: str, session_id: str) -> str:
+    """A session's checkpoints with memory (24.3): each names one image of the session."""
+    return f"{_tenant(tenant)}memckpt/{check_id('session_id', session_id)}/"
+
+
+def memory_checkpoint_key(tenant: str, session_id: str, name: str) -> str:
+    return f"{memory_checkpoints_prefix(tenant, session_id)}{check_id('checkpoint', name)}"
+
+
 def memory_prefix(tenant: str, session_id: str) -> str:
     """A session's memory images (issue 24): beside its snapshots, apart from ``s/``."""
     return f"{_tenant(tenant)}mem/{check_id('session_id', session_id)}/"
 
 
 def memory_image_key(tenant: str, session_id: str, sha256: str) -> str:
-    """One memory image, named by the sha256 of its stored bytes."""
-    if not SHA256_RE.fullmatch(sha256):
-        raise InvalidInput(f"memory image {sha256!r} is not a sha256", operation="memory")
-    return f"{memory_prefix(tenant, session_id)}{sha256}"
+    """One memory image's manifest, named by the sha256 of its bytes."""
+    return memory_prefix(tenant, session_id) + _memory_sha("memory image", sha256)
 
 
 def sessions_prefix(tenant: str) -> str:

@@ -9,7 +9,13 @@ import pytest
 from pydantic import BaseModel
 
 from sandgrid.errors import SandboxError
-from sandgrid.lifecycle import CheckpointInfo, CheckpointList, PauseResult, RestoreResult
+from sandgrid.lifecycle import (
+    CheckpointInfo,
+    CheckpointList,
+    ForkSessionsResult,
+    PauseResult,
+    RestoreResult,
+)
 from sandgrid.models import CodeResult, ExecResult, FileEntry, FileList, FileRead, SaveError
 from sandgrid.ops.files import (
     DeleteResult,
@@ -49,6 +55,7 @@ EXAMPLES: list[BaseModel] = [
     DropCheckpointResult(deleted="c1"),
     RestoreResult(session="s-1", checkpoint="c1", snapshot="snap-2"),
     PauseResult(session="s-1", snapshot=None, released=False),
+    ForkSessionsResult(snapshots={"s-2": "000000000001-aaaaaaaaaaaa"}, memory=True),
     _PROC,
     ProcessList(processes=[_PROC]),
     ProcessLogs(pid=7, data="out", since=0, offset=3, end=3, running=True),

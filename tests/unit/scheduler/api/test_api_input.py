@@ -140,3 +140,28 @@ def test_on_idle_memory_on_a_runc_type_is_422_naming_the_field(grid: Grid) -> No
     body = {"type": "python-gvisor", "on_idle": "memory"}
     r = grid.http.post("/v1/sessions", json=body, headers=grid.headers())
     assert r.status_code == 201 and r.json()["on_idle"] == "memory", r.text
+
+
+@pytest.mark.parametrize(
+    ("body", "rule"),
+    [({"count": 33}, "at most 32"), ({"count": 0}, "greater than or equal"), ({"count": 101}, "")],
+)
+def test_a_fork_count_out_of_bounds_is_422_naming_count(
+    grid: Grid, body: dict[str, Any], rule: str
+) -> None:
+    sid = _session(grid)
+    r = grid.http.post(f"/v1/sessions/{sid}/fork", json=body, headers=grid.headers())
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]
+    assert err["context"]["field"] == "count" and rule in err["message"], err
+    listed = grid.http.get("/v1/sessions", headers=grid.headers()).json()["sessions"]
+    assert [s["id"] for s in listed] == [sid]  # nothing was made
+
+
+def test_fork_with_memory_on_a_runc_type_is_422_and_another_tenants_is_404(grid: Grid) -> None:
+    sid = _session(grid)
+    body = {"count": 2, "memory": True}
+    r = grid.http.post(f"/v1/sessions/{sid}/fork", json=body, headers=grid.headers())
+    assert r.status_code == 422 and r.json()["error"]["context"]["field"] == "memory", r.text
+    r = grid.http.post(f"/v1/sessions/s-{'x' * 32}/fork", json=body, headers=grid.headers())
+    assert r.status_code == 404, r.text

@@ -13,7 +13,7 @@ from sandgrid.models import Quotas
 from sandgrid.wire.settings import get_settings
 from worker.quotas import sandbox_labels, sandbox_spec
 from worker.runtimes.docker_runc import DockerRunc
-from worker.runtimes.docker_runsc import RESTORE_ENV, DockerRunsc
+from worker.runtimes.docker_runsc import RESTORE_BACKGROUND_ENV, RESTORE_ENV, DockerRunsc
 from worker.runtimes.spec import SandboxSpec
 
 
@@ -69,11 +69,22 @@ def test_checkpoint_runs_runsc_against_dockers_root(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(subprocess, "run", run)
     DockerRunsc(client=_Client()).checkpoint("abc", Path("/img"))  # type: ignore[arg-type]
+    DockerRunsc(client=_Client()).checkpoint("abc", Path("/img"), leave_running=True)  # type: ignore[arg-type]
     memory = get_settings().worker.memory
+    head = [str(memory.runsc_path), "--root", str(memory.runsc_root), "checkpoint"]
+    zero = ["--exclude-committed-zero-pages"]
     assert seen == [
-        [str(memory.runsc_path), "--root", str(memory.runsc_root), "checkpoint",
-         "--image-path", "/img", "f" * 64]
-    ]  # fmt: skip
+        [*head, *zero, "--image-path", "/img", "f" * 64],
+        [*head, "--leave-running", *zero, "--image-path", "/img", "f" * 64],
+    ]
+
+
+def test_a_restore_asks_the_wrapper_for_background_loading() -> None:
+    client = _Client()
+    DockerRunsc(client=client).create(_spec(Path("/img")))  # type: ignore[arg-type]
+    made = client.api.created[0]
+    assert made["environment"][RESTORE_ENV] == "/img"
+    assert made["environment"][RESTORE_BACKGROUND_ENV] == "1"
 
 
 def test_a_failed_checkpoint_says_runscs_last_words(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,7 +30,8 @@ class _Engine:
     def __init__(self, *, can: bool = True, fail: bool = False) -> None:
         self.can_checkpoint, self.fail = can, fail
 
-    def checkpoint(self, sandbox_id: str, image_dir: Path) -> None:
+    def checkpoint(self, sandbox_id: str, image_dir: Path, *, leave_running: bool = False) -> None:
+        self.left_running = leave_running
         if self.fail:
             raise SandboxError("runsc checkpoint failed: cannot save a host socket")
         (image_dir / "checkpoint.img").write_bytes(b"state" * 100)
@@ -109,3 +110,22 @@ def test_a_failed_checkpoint_answers_why_and_saves_no_image(tmp_path: Path) -> N
     done = memory.pause(ledger, store, _Backend(_Engine(fail=True)), _local())  # type: ignore[arg-type]
     assert not done.memory and "host socket" in (done.memory_reason or "")
     assert ledger.updates == []
+
+
+def test_the_scratch_of_a_dead_worker_is_collected_and_a_live_ones_kept(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    dead_pid = subprocess.Popen(["true"])  # its pid is no process once it was waited for
+    dead_pid.wait()
+    root = tmp_path / "scratch"
+    root.mkdir()
+    dead = root / f"img-{dead_pid.pid}-abc"
+    live = root / f"img-{os.getpid()}-def"
+    for path in (dead, live):
+        path.mkdir()
+        (path / "pages.img").write_bytes(b"p" * 100)
+    assert memory.collect_scratch() == 1
+    assert not dead.exists() and live.exists()
+    with memory.scratch() as path:
+        assert path.name.startswith(f"img-{os.getpid()}-")

@@ -1,0 +1,182 @@
+"""The chunks of memory images: fixed-size pieces, zstd'd, content-addressed, in parallel.
+
+A checkpoint's files are cut into ``CHUNK_BYTES`` pieces; each is compressed on
+its own and stored once per tenant at ``t/<tenant>/memchunk/<sha256 of the
+stored bytes>``. Why chunks and not one packed image (issue 24.2, 24.4):
+
+- a fork of N sessions stores the pages once and N small manifests;
+- a second pause of the same session uploads only the pieces that changed (a
+  checkpoint writes a process's pages in the order of gVisor's memory file, so
+  pages that did not change sit at the same offsets);
+- pack, upload, download and unpack run on every core, piece by piece, instead
+  of one ``zstd`` over a whole image held in memory.
+
+Each piece is verified on the way back (its bytes hash to its name, it unpacks
+to the length the manifest says, at most ``CHUNK_BYTES``), so a chunk changed
+or lost in the store is refused, never restored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import NamedTuple, TypeVar
+
+from sandgrid.errors import SnapshotError
+from sandgrid.wire.objects import keys
+from sandgrid.wire.objects.base import ObjectStore
+
+__all__ = [
+    "CHUNK_BYTES",
+    "Chunk",
+    "ChunkRefused",
+    "compress",
+    "decompress",
+    "fetch_chunks",
+    "parallel",
+    "put_chunks",
+]
+
+CHUNK_BYTES = 8 << 20
+"""8 MiB: a 200 MB image is 25 pieces, enough for every core; a changed page costs 8 MiB."""
+_THREADS = max(2, min(8, (os.cpu_count() or 2) * 2))
+"""zstd and the store's sockets release the GIL: a few more threads than cores keeps both busy."""
+_ZSTD = shutil.which("zstd")
+"""zstd -1 packs pages about ten times faster than gzip at a similar ratio; gzip -1 without it."""
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class ChunkRefused(ValueError):
+    """A chunk that is missing, changed or not what its manifest says."""
+
+
+class Chunk(NamedTuple):
+    """One stored piece of an image file, in the file's order."""
+
+    sha256: str
+    """The name: the hash of the stored (compressed) bytes."""
+    stored: int
+    raw: int
+    """Its length unpacked (at most ``CHUNK_BYTES``): where the next piece starts."""
+
+
+def compress(data: bytes) -> bytes:
+    """``data`` compressed: zstd when the host has it, else gzip -1 (``decompress``
+    tells them apart by their magic bytes)."""
+    if _ZSTD is None:
+        return gzip.compress(data, compresslevel=1)
+    return subprocess.run(
+        [_ZSTD, "-1", "-q", "-c"], input=data, capture_output=True, check=True
+    ).stdout
+
+
+def decompress(data: bytes) -> bytes:
+    """The bytes ``compress`` packed (either format).
+
+    Raises:
+        ValueError: neither format, or zstd refused them.
+    """
+    if data.startswith(_ZSTD_MAGIC):
+        if _ZSTD is None:
+            raise ValueError("a zstd image on a host without zstd")
+        done = subprocess.run([_ZSTD, "-d", "-q", "-c"], input=data, capture_output=True)
+        if done.returncode != 0:
+            raise ValueError(f"zstd: {done.stderr.decode(errors='replace').strip()}")
+        return done.stdout
+    return gzip.decompress(data)
+
+
+def parallel(work: Callable[[T], R], items: Iterable[T]) -> list[R]:
+    """``work`` of each item on the module's threads, in order; the first error is raised."""
+    with ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="memchunk") as pool:
+        return list(pool.map(work, items))
+
+
+def _pieces(path: Path) -> Iterator[tuple[Path, int]]:
+    size = path.stat().st_size
+    yield from ((path, at) for at in range(0, size, CHUNK_BYTES))
+
+
+def put_chunks(
+    objects: ObjectStore, tenant: str, files: list[Path]
+) -> tuple[dict[str, list[Chunk]], int]:
+    """Store the pieces of ``files`` that the tenant's store lacks.
+
+    Returns:
+        Per file name its chunks in order, and how many stored bytes were new
+        (the rest was there already: an earlier pause, the fork's source).
+    """
+
+    def one(piece: tuple[Path, int]) -> tuple[Chunk, int]:
+        path, at = piece
+        with path.open("rb") as f:
+            f.seek(at)
+            raw = f.read(CHUNK_BYTES)
+        data = compress(raw)
+        sha = hashlib.sha256(data).hexdigest()
+        key = keys.memory_chunk_key(tenant, sha)
+        new = 0
+        if not objects.exists(key):
+            objects.put(key, data)
+            new = len(data)
+        return Chunk(sha, len(data), len(raw)), new
+
+    pieces = [p for path in files for p in _pieces(path)]
+    done = parallel(one, pieces)
+    chunks: dict[str, list[Chunk]] = {path.name: [] for path in files}
+    for (path, _), (chunk, _) in zip(pieces, done, strict=True):
+        chunks[path.name].append(chunk)
+    return chunks, sum(new for _, new in done)
+
+
+def fetch_chunks(
+    objects: ObjectStore, tenant: str, dest: Path, files: dict[str, list[Chunk]]
+) -> None:
+    """Write each file of ``files`` into ``dest`` from its verified chunks, in parallel.
+
+    Raises:
+        ChunkRefused: a chunk is missing, does not hash to its name, or does not
+            unpack to the length its manifest gives.
+        SnapshotError: the store failed.
+    """
+    work: list[tuple[Path, int, Chunk]] = []
+    for name, chunks in files.items():
+        path = dest / name
+        with path.open("wb") as f:
+            f.truncate(sum(c.raw for c in chunks))
+        at = 0
+        for chunk in chunks:
+            work.append((path, at, chunk))
+            at += chunk.raw
+
+    def one(item: tuple[Path, int, Chunk]) -> None:
+        path, at, chunk = item
+        try:
+            data = objects.get(keys.memory_chunk_key(tenant, chunk.sha256))
+        except KeyError:
+            raise ChunkRefused(f"chunk {chunk.sha256[:12]} is not in the store") from None
+        if hashlib.sha256(data).hexdigest() != chunk.sha256:
+            # A chunk is named by its bytes, so these are never any image's: delete them,
+            # or the next pause that holds the same pages would count on them again.
+            with contextlib.suppress(SnapshotError):
+                objects.delete(keys.memory_chunk_key(tenant, chunk.sha256))
+            raise ChunkRefused(f"chunk {chunk.sha256[:12]} fails verification")
+        raw = decompress(data)
+        if len(raw) != chunk.raw:
+            raise ChunkRefused(f"chunk {chunk.sha256[:12]} unpacks to {len(raw)} bytes")
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, raw, at)
+        finally:
+            os.close(fd)
+
+    parallel(one, work)
