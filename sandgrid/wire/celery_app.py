@@ -17,13 +17,15 @@ Why these settings:
     * task events on, for Flower.
     * kombu's Redis transport with one client per channel instead of one per
       publish and ack (``sandgrid.wire.broker.install``).
+    * Celery's Redis result backend storing a result in two commands, not five
+      (``sandgrid.wire.results``).
 """
 
 from __future__ import annotations
 
 from celery import Celery
 
-from sandgrid.wire import broker, names
+from sandgrid.wire import broker, names, results
 from sandgrid.wire.settings import Settings, get_settings
 
 __all__ = ["BROKER_POOL_LIMIT", "app", "make_celery", "worker_queues"]
@@ -44,6 +46,7 @@ def make_celery(settings: Settings | None = None) -> Celery:
     s = settings or get_settings()
     broker.install()
     celery = Celery("sandgrid", broker=s.redis_url, backend=s.redis_url)
+    celery.loader.override_backends = {"redis": results.RESULT_BACKEND}
     celery.conf.update(
         task_serializer="json",
         result_serializer="json",
