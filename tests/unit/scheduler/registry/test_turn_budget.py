@@ -1,0 +1,42 @@
+"""The Redis commands of a turn's registry scripts, and what their cuts keep (issue 22.1).
+
+A turn's record was read five times and written four in scripts, and its
+admission ran 17 commands. These budgets hold the cuts: admission of a turn
+that finds its session free, a worker's hold and claim, the session record of a
+finished turn, and the end of a turn in a slot; the tests beside them show that
+a stale slot still frees its place at the limit and that a set's TTL is never
+shortened by a shorter turn.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from sandgrid.wire.redis_ledger import RedisLedger
+from scheduler.registry.sessions import SessionRegistry
+from tests.conftest import TEST_REDIS_URL
+from tests.support.redis_monitor import names_of, recorded
+
+
+def _admit(
+    reg: SessionRegistry, sid: str, turn: str, ttl: float = 30, parallel: int = 2, limit: int = 4
+) -> str:
+    return reg.admit_turn("node.w1", 10, "acme", limit, sid, turn, ttl, parallel=parallel)[0]
+
+
+def test_a_hold_and_a_claim_read_and_write_the_record_once_each(
+    redis_client: redis.Redis[str],
+) -> None:
+    reg = SessionRegistry(redis_client)
+    ledger = RedisLedger(redis_client)
+    assert _admit(reg, "s-1", "t-1") == "ok"
+    ledger.receive_turn("t-0", "w1", 1, "inc-1")  # the script loaded
+    with recorded(TEST_REDIS_URL) as seen:
+        assert ledger.receive_turn("t-1", "w1", 1, "inc-1")
+        assert ledger.claim_turn("t-1", "w1", 1, "inc-1")
+    assert names_of(seen, "lua") == ["HMGET", "HSET", "HMGET", "HSET"]
+    record = reg.turn_state("t-1")
+    assert record["state"] == "running" and record["runs"] == "1" and record["inc"] == "inc-1"
+    assert not ledger.claim_turn("t-1", "w1", 1, "inc-1")  # a redelivery never runs twice
+    assert ledger.claim_turn("t-none", "w1", 1, "inc-1")  # no record: nothing to guard
+    assert not ledger.receive_turn("t-none", "w1", 1, "inc-1")
