@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import redis
 
+from sandgrid.wire import names
 from sandgrid.wire.redis_ledger import RedisLedger
 from scheduler.registry.sessions import SessionRegistry
 from tests.conftest import TEST_REDIS_URL
@@ -40,3 +41,15 @@ def test_a_hold_and_a_claim_read_and_write_the_record_once_each(
     assert not ledger.claim_turn("t-1", "w1", 1, "inc-1")  # a redelivery never runs twice
     assert ledger.claim_turn("t-none", "w1", 1, "inc-1")  # no record: nothing to guard
     assert not ledger.receive_turn("t-none", "w1", 1, "inc-1")
+
+
+def test_a_finished_turns_session_record_is_one_hset(redis_client: redis.Redis[str]) -> None:
+    ledger = RedisLedger(redis_client)
+    redis_client.hset(names.session_key("s-1"), mapping={"id": '"s-1"', "turns": "0"})
+    ledger.record_turn("s-1", snapshot="snap-0", turn_id="t-0")  # the script loaded
+    with recorded(TEST_REDIS_URL) as seen:
+        ledger.record_turn("s-1", snapshot="snap-1", turn_id="t-1", unsaved=True)
+    assert names_of(seen, "lua") == ["EXISTS", "HSET", "HINCRBY"]
+    stored = redis_client.hgetall(names.session_key("s-1"))
+    assert stored["turns"] == "2" and stored["snapshot"] == '"snap-1"'
+    assert stored["last_turn"] == '"t-1"' and stored["unsaved"] == "true"
