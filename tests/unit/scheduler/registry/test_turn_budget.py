@@ -10,6 +10,8 @@ shortened by a shorter turn.
 
 from __future__ import annotations
 
+import time
+
 import redis
 
 from sandgrid.wire import names
@@ -23,6 +25,17 @@ def _admit(
     reg: SessionRegistry, sid: str, turn: str, ttl: float = 30, parallel: int = 2, limit: int = 4
 ) -> str:
     return reg.admit_turn("node.w1", 10, "acme", limit, sid, turn, ttl, parallel=parallel)[0]
+
+
+def test_admitting_a_turn_on_a_free_session_runs_ten_commands(
+    redis_client: redis.Redis[str],
+) -> None:
+    reg = SessionRegistry(redis_client)
+    assert _admit(reg, "s-0", "t-0") == "ok"  # the script loaded
+    with recorded(TEST_REDIS_URL) as seen:
+        assert _admit(reg, "s-1", "t-1") == "ok"
+    assert names_of(seen, "rt") == ["EVALSHA"]
+    assert len(names_of(seen, "lua")) == 10, names_of(seen, "lua")
 
 
 def test_a_hold_and_a_claim_read_and_write_the_record_once_each(
@@ -53,3 +66,29 @@ def test_a_finished_turns_session_record_is_one_hset(redis_client: redis.Redis[s
     stored = redis_client.hgetall(names.session_key("s-1"))
     assert stored["turns"] == "2" and stored["snapshot"] == '"snap-1"'
     assert stored["last_turn"] == '"t-1"' and stored["unsaved"] == "true"
+
+
+def test_stale_slots_free_their_place_when_they_would_refuse(
+    redis_client: redis.Redis[str],
+) -> None:
+    """Tenant and session slots past their deadline are dropped only when they would
+    refuse a turn, as they were dropped before every admission."""
+    reg = SessionRegistry(redis_client)
+    assert _admit(reg, "s-1", "t-1", ttl=0.05, parallel=1, limit=1) == "ok"
+    assert _admit(reg, "s-2", "t-2", parallel=1, limit=1) == "tenant_limit"
+    assert _admit(reg, "s-1", "t-3", parallel=1, limit=2) == "wait"
+    time.sleep(0.08)
+    assert _admit(reg, "s-1", "t-3", parallel=1, limit=1) == "ok"  # both stale ones dropped
+    assert reg.session_turns("s-1") == ["t-3"]
+    assert 0 < redis_client.pttl(names.session_turns_key("s-1")) <= 30_000
+    assert 0 < redis_client.pttl(names.tenant_turns_key("acme")) <= 30_000
+
+
+def test_a_shorter_turn_never_shortens_a_sets_ttl(redis_client: redis.Redis[str]) -> None:
+    reg = SessionRegistry(redis_client)
+    assert _admit(reg, "s-1", "t-long", ttl=600) == "ok"
+    assert _admit(reg, "s-1", "t-short", ttl=5) == "ok"
+    assert redis_client.pttl(names.session_turns_key("s-1")) > 500_000
+    assert redis_client.pttl(names.tenant_turns_key("acme")) > 500_000
+    assert _admit(reg, "s-2", "t-new", ttl=5) == "ok"  # a new set takes its turn's TTL
+    assert 0 < redis_client.pttl(names.session_turns_key("s-2")) <= 5_000
