@@ -56,7 +56,7 @@ from scheduler.turns.dispatch import Dispatcher, result_key
 from scheduler.turns.idempotency import IdempotencyStore, TakeOver, fingerprint, turn_id_for
 from scheduler.turns.recovery import TurnRecovery, timeout_of
 from scheduler.turns.routing import route
-from scheduler.turns.slots import SessionSlots
+from scheduler.turns.slots import EXCLUSIVE_KINDS, SessionSlots
 from scheduler.turns.watch import RESTART_GRACE_S, Lost, TurnWatch
 
 __all__ = [
@@ -387,6 +387,7 @@ class TurnRunner:
             result_key=key,
             outcome_json=settle.model_dump_json() if settle is not None else "",
             keep_s=self.idempotency.ttl_s,
+            alone=job.op.kind in EXCLUSIVE_KINDS,
         )
 
     def _wait(self, job: TurnJob, handle: Any, queue: str, ttl: float) -> TurnOutcome:

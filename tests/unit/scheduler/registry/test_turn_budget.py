@@ -68,6 +68,19 @@ def test_a_finished_turns_session_record_is_one_hset(redis_client: redis.Redis[s
     assert stored["last_turn"] == '"t-1"' and stored["unsaved"] == "true"
 
 
+def test_the_end_of_a_turn_in_a_slot_does_not_read_the_alone_lock(
+    redis_client: redis.Redis[str],
+) -> None:
+    reg = SessionRegistry(redis_client)
+    assert _admit(reg, "s-1", "t-1") == "ok"
+    assert _admit(reg, "s-2", "t-2") == "ok"
+    reg.finish_turn("s-1", "t-1", "acme")  # the script loaded
+    with recorded(TEST_REDIS_URL) as seen:
+        reg.finish_turn("s-2", "t-2", "acme")
+    assert "GET" not in names_of(seen, "lua")
+    assert reg.turn_state("t-2")["state"] == "done" and reg.turns_in_flight("acme") == 0
+
+
 def test_stale_slots_free_their_place_when_they_would_refuse(
     redis_client: redis.Redis[str],
 ) -> None:
