@@ -157,7 +157,7 @@ class TurnRunner:
             SandgridError: the subclass the turn's error body names.
         """
         check_exec(tenant, request)
-        session = self.registry.get(tenant.name, session_id)
+        session = self.registry.get(tenant.name, session_id, brief=True)
         op = ExecOp(request=request)
         if idempotency_key is None:
             done = self.run(
@@ -223,7 +223,7 @@ class TurnRunner:
         t0: float | None = None,
     ) -> R:
         """Run a file operation (write, read, list, delete, tar); its result, a ``model``."""
-        session = self.registry.get(tenant.name, session_id)
+        session = self.registry.get(tenant.name, session_id, brief=True)
         done = self.run(tenant, session, op, timeout_s=None, t0=t0)
         return expect(done.outcome, model, op.kind)
 

@@ -14,6 +14,7 @@ import time
 
 import redis
 
+from sandgrid.models import SessionCreate
 from sandgrid.wire import names
 from sandgrid.wire.redis_ledger import RedisLedger
 from scheduler.registry.sessions import SessionRegistry
@@ -105,3 +106,24 @@ def test_a_shorter_turn_never_shortens_a_sets_ttl(redis_client: redis.Redis[str]
     assert redis_client.pttl(names.tenant_turns_key("acme")) > 500_000
     assert _admit(reg, "s-2", "t-new", ttl=5) == "ok"  # a new set takes its turn's TTL
     assert 0 < redis_client.pttl(names.session_turns_key("s-2")) <= 5_000
+
+
+def test_a_turns_lookup_reads_the_record_and_its_lease_only(
+    redis_client: redis.Redis[str],
+) -> None:
+    """Two commands, not four: the owner and the record a turn needs; the lease's TTL
+    and the busy check stay in the full lookup (``GET /v1/sessions/{id}``)."""
+    reg = SessionRegistry(redis_client)
+    info = reg.create("acme", SessionCreate(type="python"))
+    assert reg.ledger.acquire_lease(info.id, "w1")
+    assert _admit(reg, info.id, "t-1") == "ok"
+    reg.get("acme", info.id, brief=True)  # connections up
+    with recorded(TEST_REDIS_URL) as seen:
+        brief = reg.get("acme", info.id, brief=True)
+    assert names_of(seen) == ["HGETALL", "GET"]
+    full = reg.get("acme", info.id)
+    assert brief.owner == full.owner == "w1" and brief.quotas == full.quotas
+    assert full.state == "busy" and full.lease_expires is not None
+    assert brief.state == "live" and brief.lease_expires is None
+    reg.close(info.id)
+    assert reg.get("acme", info.id, brief=True).state == "closed"
