@@ -17,14 +17,17 @@ lost, as Celery's were when the connection was down at its end.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from celery.worker.consumer import Consumer as CeleryConsumer
 
-__all__ = ["CONSUMER", "EVENT_FLUSH_S", "Consumer"]
+__all__ = ["CONSUMER", "EVENT_FLUSH_S", "REARM_S", "Consumer"]
 
 #: The longest a task event waits in the worker's buffer (s).
 EVENT_FLUSH_S = 0.1
+#: A flush armed this long ago and not run is armed again (s).
+REARM_S = 10 * EVENT_FLUSH_S
 #: Where Celery finds this consumer (``worker_consumer``).
 CONSUMER = "sandgrid.wire.task_events:Consumer"
 
@@ -33,13 +36,22 @@ class Consumer(CeleryConsumer):
     """Celery's worker consumer, flushing task events once per ``EVENT_FLUSH_S``."""
 
     _flush_due = False
+    _armed_at = 0.0
 
     def on_send_event_buffered(self) -> None:  # type: ignore[override]  # stubs: a promise
-        """An event was buffered (from any thread): flush within ``EVENT_FLUSH_S``."""
+        """An event was buffered (from any thread): flush within ``EVENT_FLUSH_S``.
+
+        A flush armed more than ``REARM_S`` ago is armed again: a timer that a
+        restart of the consumer's loop dropped must not leave events waiting for
+        a full buffer.
+        """
         hub: Any = getattr(self, "hub", None)
-        if hub is None or self._flush_due:
+        if hub is None:
             return
-        self._flush_due = True
+        now = time.monotonic()
+        if self._flush_due and now - self._armed_at < REARM_S:
+            return
+        self._flush_due, self._armed_at = True, now
         hub.call_soon(self._arm_flush)  # the timer is the loop thread's
 
     def _arm_flush(self) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 from sandgrid.wire import task_events
 from sandgrid.wire.celery_app import make_celery
 from sandgrid.wire.settings import Settings
-from sandgrid.wire.task_events import EVENT_FLUSH_S, Consumer
+from sandgrid.wire.task_events import EVENT_FLUSH_S, REARM_S, Consumer
 from tests.conftest import TEST_REDIS_URL
 
 
@@ -74,3 +74,19 @@ def test_without_an_event_loop_nothing_is_scheduled() -> None:
     consumer.hub = None
     consumer.on_send_event_buffered()
     assert dispatcher.flushes == 0
+
+
+def test_a_flush_whose_timer_was_dropped_is_armed_again() -> None:
+    """A restart of the consumer's loop may drop the armed timer: the next event
+    after REARM_S arms a new one instead of waiting for a full buffer."""
+    consumer, hub, dispatcher = _consumer()
+    consumer.on_send_event_buffered()
+    hub.soon.clear()  # the loop restarted: the arming never ran
+    consumer.on_send_event_buffered()
+    assert hub.soon == []  # within REARM_S: still taken as armed
+    consumer._armed_at -= REARM_S
+    consumer.on_send_event_buffered()
+    assert len(hub.soon) == 1
+    hub.soon.pop()()
+    hub.later.pop()[1]()
+    assert dispatcher.flushes == 1
