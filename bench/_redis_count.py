@@ -12,13 +12,16 @@ apart from the turns it times.
 from __future__ import annotations
 
 import contextlib
-import threading
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
-import redis
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support.redis_monitor import recorded
 
 __all__ = ["Counted", "counting"]
 
@@ -36,41 +39,19 @@ class Counted:
         return rt / n, sum(self.commands.values()) / n
 
     def top(self, n: int, k: int = 10) -> str:
-        """The ``k`` commonest ``source:COMMAND`` per one of ``n``."""
-        return ", ".join(f"{s}:{c} {v / n:.1f}" for (s, c), v in self.commands.most_common(k))
+        """The ``k`` commonest ``source:COMMAND`` per one of ``n`` (``k`` 0: all)."""
+        common = self.commands.most_common(k or None)
+        return ", ".join(f"{s}:{c} {v / n:.1f}" for (s, c), v in common)
 
 
 @contextlib.contextmanager
 def counting(url: str) -> Iterator[Counted]:
-    """Count the commands sent to ``url``'s database while inside."""
-    client: redis.Redis[str] = redis.Redis.from_url(url, decode_responses=True)
-    db = int(client.connection_pool.connection_kwargs.get("db", 0))
+    """Count the commands sent to ``url``'s database while inside
+    (``tests.support.redis_monitor.recorded``, which the unit tests' budgets use too)."""
     counted = Counted()
-    stop = threading.Event()
-    started = threading.Event()
-
-    def watch() -> None:
-        with client.monitor() as monitor:
-            started.set()
-            for cmd in monitor.listen():
-                if stop.is_set():
-                    return
-                if cmd.get("db") != db:
-                    continue
-                source = "lua" if cmd.get("client_type") == "lua" else "rt"
-                name = str(cmd.get("command", "")).split(" ", 1)[0].upper()
-                counted.commands[(source, name)] += 1
-
-    thread = threading.Thread(target=watch, name="redis-monitor", daemon=True)
-    thread.start()
-    started.wait(10)
-    time.sleep(0.2)  # MONITOR is on once its reply came; leave it a moment
-    try:
-        yield counted
-    finally:
-        time.sleep(0.3)  # the last turn's trailing commands (acks, events)
-        stop.set()
-        with contextlib.suppress(redis.RedisError):
-            client.ping()  # one more line, so the watcher sees ``stop``
-        thread.join(5)
-        client.close()
+    with recorded(url) as seen:
+        try:
+            yield counted
+        finally:
+            time.sleep(0.3)  # the last turn's trailing commands (acks, events)
+    counted.commands.update((source, name) for source, name, _ in seen)

@@ -58,6 +58,10 @@ REDIS_URL = shared_redis_url(
 )
 TOKEN = "tok-bench-" + "x" * 24
 IMAGE = "sandgrid/sandbox-python:latest"
+#: Issue 22's targets: warm turn p50 / the floor, throughput / the bound, commands per turn.
+FLOOR_TARGET = 1.25
+BOUND_TARGET = 0.85
+COMMANDS_TARGET = 30
 
 
 def warm_turns(client: Client, n: int) -> tuple[list[float], dict[str, list[float]], Counted]:
@@ -242,10 +246,11 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=300)
     ap.add_argument("--sessions", type=int, default=16)
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--port", type=int, default=PORT, help="the bench grid's API port")
     args = ap.parse_args()
     nodes = ["bench-w1", "bench-w2"]
     with bench_grid(
-        port=PORT, redis_url=REDIS_URL, token=TOKEN, nodes=nodes, concurrency=8
+        port=args.port, redis_url=REDIS_URL, token=TOKEN, nodes=nodes, concurrency=8
     ) as grid:
         with Client(grid.api_url, TOKEN) as client:
             total, parts, calls = warm_turns(client, args.turns)
@@ -268,8 +273,10 @@ def main() -> None:
     round_trips, per_turn = calls.per(len(total))
     print(
         f"  redis commands per turn (every client): {per_turn:.1f}  (target <= 30; "
-        f"round trips {round_trips:.1f}; {calls.top(len(total), 12)})"
+        f"{per_turn / COMMANDS_TARGET:.2f}x the target; round trips {round_trips:.1f}; "
+        f"{calls.top(len(total), 12)})"
     )
+    print(f"  by kind, per turn: {calls.top(len(total), 0)}")
     print(
         f"docker exec_run('true') on a warm container ({len(base)} runs): "
         f"p50 {b50:.2f} ms  p99 {b99:.2f} ms"
@@ -308,6 +315,20 @@ def main() -> None:
         f"same machine, {args.sessions} threads: {http_rate:.1f} GETs/s; channel, 4 sandboxes: "
         f"{channel_rate:.1f} execs/s; a turn needs all three, so at most "
         f"{bound:.1f} turns/s = {bound / ping_rate:.0%} of the trivial rate"
+    )
+    floor_ms = h50 + f50 + c50
+    print("against the floor (issue 22, same run):")
+    print(
+        f"  warm turn p50 / the floor: {p50:.2f} / {floor_ms:.2f} ms = "
+        f"{p50 / floor_ms:.2f}x  (target <= {FLOOR_TARGET:.2f}x)"
+    )
+    print(
+        f"  throughput / the bound: {rate:.1f} / {bound:.1f} turns/s = "
+        f"{rate / bound:.0%}  (target >= {BOUND_TARGET:.0%})"
+    )
+    print(
+        f"  redis commands per turn: {per_turn:.1f} / {COMMANDS_TARGET} = "
+        f"{per_turn / COMMANDS_TARGET:.2f}x  (target <= 1.00x)"
     )
 
 

@@ -1,10 +1,15 @@
 """The Celery tasks of a worker node: thin shells, model in -> executor -> model out.
 
-When the node reserves a turn's message (it may wait for a free thread: the
+When the node reserves a turn's message that must wait for a free thread (the
 prefetch), ``note_received`` writes the node and its incarnation on the turn's
 record, so that the API watches this process from then on: a message held by a
 process that dies is sent again at once instead of waiting in Redis's unacked
-set for the visibility timeout.
+set for the visibility timeout. A message that finds a thread free is claimed
+(``claim_turn``, which names the process too) within a millisecond, so it is not
+noted first (issue 22.1: three commands and a round trip on the consumer's
+thread, before the turn starts); a process that dies in that millisecond is
+seen as the API sees one that dies before it notes (``scheduler.turns.watch``:
+its direct queue's node, or its type's processes).
 
 What Celery shows of a turn (its success log line, the events Flower shows, the
 remote-control answers) is a summary, never its output or its arguments
@@ -17,6 +22,7 @@ import logging
 from typing import Any
 
 from celery import signals
+from celery.worker import state as worker_state
 from pydantic import ValidationError
 
 from sandgrid.wire import names
@@ -24,7 +30,7 @@ from sandgrid.wire.celery_app import app
 from sandgrid.wire.jobs import TurnJob
 from worker import metrics
 from worker.node import get_node
-from worker.turns.entry import run_turn
+from worker.turns.entry import gate, run_turn
 from worker.turns.task_repr import LoggedOutcome, SafeRequest
 
 __all__ = ["build_template", "cancel", "note_received", "ping", "turn"]
@@ -84,12 +90,15 @@ def build_template(job: dict[str, Any]) -> str:
 
 @signals.task_received.connect(weak=False)
 def note_received(sender: object = None, request: Any = None, **_: Any) -> None:
-    """Celery reserved a message: note this process as the turn's holder.
+    """Celery reserved a message that waits for a thread: note this process as the
+    turn's holder.
 
     Best effort: a failure only means the API learns of the holder at its claim.
     """
     if request is None or request.task_name != names.TASK_TURN or not request.args:
         return
+    if len(worker_state.reserved_requests) < gate.threads:
+        return  # a thread is free (this message is not counted yet): the claim comes at once
     try:
         job = request.args[0]
         node = get_node()

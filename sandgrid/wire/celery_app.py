@@ -14,16 +14,19 @@ Why these settings:
       idle one could start now.
     * ``visibility_timeout`` longer than the longest turn, else Redis would hand a
       running turn to a second worker.
-    * task events on, for Flower.
+    * task events on, for Flower; a worker publishes its buffered events once per
+      ``task_events.EVENT_FLUSH_S``, not once per event.
     * kombu's Redis transport with one client per channel instead of one per
       publish and ack (``sandgrid.wire.broker.install``).
+    * Celery's Redis result backend storing a result in two commands, not five
+      (``sandgrid.wire.results``).
 """
 
 from __future__ import annotations
 
 from celery import Celery
 
-from sandgrid.wire import broker, names
+from sandgrid.wire import broker, names, results, task_events
 from sandgrid.wire.settings import Settings, get_settings
 
 __all__ = ["BROKER_POOL_LIMIT", "app", "make_celery", "worker_queues"]
@@ -44,6 +47,7 @@ def make_celery(settings: Settings | None = None) -> Celery:
     s = settings or get_settings()
     broker.install()
     celery = Celery("sandgrid", broker=s.redis_url, backend=s.redis_url)
+    celery.loader.override_backends = {"redis": results.RESULT_BACKEND}
     celery.conf.update(
         task_serializer="json",
         result_serializer="json",
@@ -58,6 +62,7 @@ def make_celery(settings: Settings | None = None) -> Celery:
         broker_pool_limit=BROKER_POOL_LIMIT,
         worker_send_task_events=True,
         task_send_sent_event=True,
+        worker_consumer=task_events.CONSUMER,
         result_expires=s.result_expires_s,
         task_create_missing_queues=True,
         task_default_queue=names.type_queue("python"),

@@ -226,16 +226,24 @@ class RedisLedger(SessionLedger):
         if not self.scripts.run("update_session", [names.session_key(session_id)], args):
             raise NotFound(f"session {session_id!r} not found", operation="sessions.update")
 
-    def get_any(self, session_id: str) -> SessionInfo | None:
-        """One round trip: record, lease holder and TTL, turns in flight."""
+    def get_any(self, session_id: str, *, brief: bool = False) -> SessionInfo | None:
+        """One round trip: record, lease holder and TTL, turns in flight.
+
+        ``brief`` (a turn's own lookup, issue 22.1): the record and the lease holder
+        only, two commands instead of four; ``lease_expires`` is None and a session
+        with turns in flight shows ``live``, not ``busy`` (a turn reads neither:
+        it needs the owner, and whether the session is closed).
+        """
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(names.session_key(session_id))
         pipe.get(names.lease_key(session_id))
-        pipe.pttl(names.lease_key(session_id))
-        pipe.exists(names.turnlock_key(session_id), names.session_turns_key(session_id))
-        raw, owner, pttl, busy = pipe.execute()
+        if not brief:
+            pipe.pttl(names.lease_key(session_id))
+            pipe.exists(names.turnlock_key(session_id), names.session_turns_key(session_id))
+        raw, owner, *more = pipe.execute()
         if not raw:
             return None
+        pttl, busy = more or (0, 0)
         data = {k: json.loads(v) for k, v in raw.items()}
         data["owner"] = owner
         data["lease_expires"] = time.time() + pttl / 1000 if owner and pttl > 0 else None

@@ -202,9 +202,10 @@ class SessionRegistry(SessionTurns):
         keys = [names.session_key(info.id), names.tenant_sessions_key(info.tenant)]
         return int(self.scripts.run("create_session", keys, args))
 
-    def get(self, tenant: str, session_id: str) -> SessionInfo:
+    def get(self, tenant: str, session_id: str, *, brief: bool = False) -> SessionInfo:
         """The session ``session_id`` of ``tenant``, re-learned from its record in
-        the store if Redis lost it.
+        the store if Redis lost it. ``brief``: a turn's lookup, without the lease's
+        TTL and the busy check (``RedisLedger.get_any``).
 
         Raises:
             NotFound: unknown id, a closed session whose record Redis no longer
@@ -212,7 +213,7 @@ class SessionRegistry(SessionTurns):
                 cannot be probed across tenants).
             InfrastructureError: ``store_unavailable`` while re-learning.
         """
-        info = self.ledger.get_any(session_id)
+        info = self.ledger.get_any(session_id, brief=brief)
         if info is None and self.records is not None:
             info = self.relearn(tenant, session_id)
         if info is None or info.tenant != tenant:

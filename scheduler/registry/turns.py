@@ -169,11 +169,14 @@ class SessionTurns:
         result_key: str | None = None,
         outcome_json: str = "",
         keep_s: float = 0.0,
+        alone: bool = False,
     ) -> None:
         """``end_turn`` and ``release_turn_slot`` of a turn that answered, in one round
         trip (``lua/finish_turn.lua``), with the other writes of its end: delete its
         Celery result at ``result_key`` (read already), and keep ``outcome_json``
-        under the turn's idempotency key for ``keep_s`` (a keyed exec's settle)."""
+        under the turn's idempotency key for ``keep_s`` (a keyed exec's settle).
+        ``alone``: the turn held the session alone (``begin_turn``), so its alone
+        lock is released; a turn in a slot never holds it, and skips reading it."""
         keys = [
             names.turnlock_key(session_id),
             names.turn_key(turn_id),
@@ -182,7 +185,13 @@ class SessionTurns:
             names.idempotency_key(turn_id),
             names.session_turns_key(session_id),
         ]
-        args = [turn_id, "1" if result_key else "0", outcome_json, max(1, int(keep_s))]
+        args = [
+            turn_id,
+            "1" if result_key else "0",
+            outcome_json,
+            max(1, int(keep_s)),
+            "1" if alone else "0",
+        ]
         self.scripts.run("finish_turn", keys, args)
 
     def release_turn_slot(self, tenant: str, turn_id: str) -> None:

@@ -56,7 +56,7 @@ from scheduler.turns.dispatch import Dispatcher, result_key
 from scheduler.turns.idempotency import IdempotencyStore, TakeOver, fingerprint, turn_id_for
 from scheduler.turns.recovery import TurnRecovery, timeout_of
 from scheduler.turns.routing import route
-from scheduler.turns.slots import SessionSlots
+from scheduler.turns.slots import EXCLUSIVE_KINDS, SessionSlots
 from scheduler.turns.watch import RESTART_GRACE_S, Lost, TurnWatch
 
 __all__ = [
@@ -158,7 +158,7 @@ class TurnRunner:
             SandgridError: the subclass the turn's error body names.
         """
         check_exec(tenant, request)
-        session = self.registry.get(tenant.name, session_id)
+        session = self.registry.get(tenant.name, session_id, brief=True)
         op = ExecOp(request=request)
         if idempotency_key is None:
             done = self.run(
@@ -224,7 +224,7 @@ class TurnRunner:
         t0: float | None = None,
     ) -> R:
         """Run a file operation (write, read, list, delete, tar); its result, a ``model``."""
-        session = self.registry.get(tenant.name, session_id)
+        session = self.registry.get(tenant.name, session_id, brief=True)
         done = self.run(tenant, session, op, timeout_s=None, t0=t0)
         return expect(done.outcome, model, op.kind)
 
@@ -388,6 +388,7 @@ class TurnRunner:
             result_key=key,
             outcome_json=settle.model_dump_json() if settle is not None else "",
             keep_s=self.idempotency.ttl_s,
+            alone=job.op.kind in EXCLUSIVE_KINDS,
         )
 
     def _wait(self, job: TurnJob, handle: Any, queue: str, ttl: float) -> TurnOutcome:

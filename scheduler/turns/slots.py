@@ -28,7 +28,7 @@ from scheduler import metrics
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant
 from scheduler.turns.admission import Admission
-from scheduler.turns.routing import route
+from scheduler.turns.routing import CachedLiveness, route
 
 __all__ = ["EXCLUSIVE_KINDS", "FIRST_LOOK_S", "LAST_LOOK_S", "Admitted", "SessionSlots"]
 
@@ -60,6 +60,7 @@ class SessionSlots:
         self.registry = registry
         self.admission = admission
         self.wait_s = wait_s
+        self.liveness = CachedLiveness(admission.nodes, registry)
 
     def enter(
         self,
@@ -80,7 +81,7 @@ class SessionSlots:
         deadline = time.monotonic() + self.wait_s
         pause = FIRST_LOOK_S
         while True:
-            queue = route(self.registry, session, batch=batch)
+            queue = route(self.liveness, session, batch=batch)
             try:
                 taken = self._take(tenant, session, kind, queue, turn_id, ttl)
             except BaseException:

@@ -94,10 +94,13 @@ class BatchGate:
         self.running = 0
         self.rejected = 0
         self.limit = batch_limit(concurrency)
+        #: The node's task threads (``worker.tasks.note_received`` reads it).
+        self.threads = concurrency
 
     def resize(self, concurrency: int) -> None:
         with self._cond:
             self.limit = batch_limit(concurrency)
+            self.threads = concurrency
 
     def try_enter(self, job: TurnJob) -> bool:
         """Take a batch slot for ``job`` (always True for an interactive turn)."""

@@ -3,13 +3,14 @@
 -- A turn abandoned by the API, already running or done, or of another attempt is
 -- refused, so a message redelivered after a worker died never runs twice on one
 -- workspace. Both name the process (incarnation); a claim counts a run.
+-- One read and one write of the record (issue 22.1): no state means no record.
 -- KEYS[1] turn record
 -- ARGV[1] node, ARGV[2] attempt, ARGV[3] now, ARGV[4] incarnation, ARGV[5] 'run'|'hold'
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local seen = redis.call('HMGET', KEYS[1], 'state', 'attempt', 'runs')
+local state, attempt = seen[1], seen[2]
+if not state then
   return ARGV[5] == 'run' and 1 or 0
 end
-local state = redis.call('HGET', KEYS[1], 'state')
-local attempt = redis.call('HGET', KEYS[1], 'attempt')
 if state ~= 'queued' or attempt ~= ARGV[2] then
   return 0
 end
@@ -18,6 +19,5 @@ if ARGV[5] == 'hold' then
   return 1
 end
 redis.call('HSET', KEYS[1], 'state', 'running', 'node', ARGV[1], 'started', ARGV[3],
-           'inc', ARGV[4])
-redis.call('HINCRBY', KEYS[1], 'runs', 1)
+           'inc', ARGV[4], 'runs', (tonumber(seen[3]) or 0) + 1)
 return 1

@@ -4,6 +4,9 @@
 -- held alone (KEYS[5]), an earlier caller still waiting, or (ARGV[11] = '1': routed to
 -- the shared queue, no live owner) a turn already in flight that is restoring the
 -- session, is told to wait and keeps its place in the session's queue of waiters.
+-- Slots past their deadline are dropped when they would refuse a turn, and the waiters'
+-- queue is read only when it (or the alone lock) exists: a turn that finds the session
+-- free costs ten commands here (issue 22.1).
 -- KEYS[1] the queue's list, KEYS[2] tenant's in-flight set (turn id -> deadline),
 -- KEYS[3] session's turns in flight (turn id -> deadline), KEYS[4] turn record,
 -- KEYS[5] the session's alone lock, KEYS[6] waiters (ticket -> arrival),
@@ -17,37 +20,57 @@ local depth = redis.call('LLEN', KEYS[1])
 if depth > tonumber(ARGV[2]) then
   return {'backpressure', depth}
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])
-if redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[3]) then
-  return {'tenant_limit'}
-end
 local now = tonumber(ARGV[4])
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[4])
-for _, stale in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', tostring(now - tonumber(ARGV[9])))) do
-  redis.call('ZREM', KEYS[6], stale)
-  redis.call('ZREM', KEYS[7], stale)
+local held = redis.call('ZCARD', KEYS[2])
+if held >= tonumber(ARGV[3]) then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])
+  held = redis.call('ZCARD', KEYS[2])
+  if held >= tonumber(ARGV[3]) then
+    return {'tenant_limit'}
+  end
 end
+local parallel, shared = tonumber(ARGV[10]), ARGV[11] == '1'
 local running = redis.call('ZCARD', KEYS[3])
-local first = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
-if redis.call('EXISTS', KEYS[5]) == 1 or (first and first ~= ARGV[1])
-   or running >= tonumber(ARGV[10]) or (ARGV[11] == '1' and running > 0) then
+if running >= parallel or (shared and running > 0) then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[4])
+  running = redis.call('ZCARD', KEYS[3])
+end
+local queued = redis.call('EXISTS', KEYS[5], KEYS[6]) > 0
+local alone, first = false, nil
+if queued then
+  alone = redis.call('EXISTS', KEYS[5]) == 1
+  for _, stale in ipairs(redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', tostring(now - tonumber(ARGV[9])))) do
+    redis.call('ZREM', KEYS[6], stale)
+    redis.call('ZREM', KEYS[7], stale)
+  end
+  first = redis.call('ZRANGE', KEYS[6], 0, 0)[1]
+end
+if alone or (first and first ~= ARGV[1]) or running >= parallel or (shared and running > 0) then
   redis.call('ZADD', KEYS[6], 'NX', ARGV[4], ARGV[1])
   redis.call('ZADD', KEYS[7], ARGV[4], ARGV[1])
   redis.call('PEXPIRE', KEYS[6], ARGV[6])
   redis.call('PEXPIRE', KEYS[7], ARGV[6])
   return {'wait', running}
 end
-redis.call('ZREM', KEYS[6], ARGV[1])
-redis.call('ZREM', KEYS[7], ARGV[1])
+if queued then
+  redis.call('ZREM', KEYS[6], ARGV[1])
+  redis.call('ZREM', KEYS[7], ARGV[1])
+end
+-- A set that was there keeps the longer of its TTL and this turn's (GT); a new one
+-- (none was, or the stale ones dropped were all) takes this turn's.
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
-if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[6]) then
+if running == 0 then
   redis.call('PEXPIRE', KEYS[3], ARGV[6])
+else
+  redis.call('PEXPIRE', KEYS[3], ARGV[6], 'GT')
 end
 redis.call('HSET', KEYS[4], 'state', 'queued', 'session', ARGV[7], 'attempt', 1,
            'created', ARGV[4], 'node', '')
 redis.call('PEXPIRE', KEYS[4], ARGV[8])
 redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
-if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[6]) then
+if held == 0 then
   redis.call('PEXPIRE', KEYS[2], ARGV[6])
+else
+  redis.call('PEXPIRE', KEYS[2], ARGV[6], 'GT')
 end
 return {'ok'}

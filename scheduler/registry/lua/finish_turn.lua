@@ -6,12 +6,13 @@
 -- KEYS[4] the turn's Celery result, KEYS[5] the idempotency key,
 -- KEYS[6] the session's turns in flight
 -- ARGV[1] turn id, ARGV[2] '1': delete KEYS[4], ARGV[3] outcome JSON ('' for none),
--- ARGV[4] how long the outcome is kept (s)
+-- ARGV[4] how long the outcome is kept (s), ARGV[5] '1': the op held the session alone
+-- (only then is the alone lock read: issue 22.1)
 local state = redis.call('HGET', KEYS[2], 'state')
 if state and state ~= 'abandoned' then
   redis.call('HSET', KEYS[2], 'state', 'done')
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if ARGV[5] == '1' and redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
 end
 redis.call('ZREM', KEYS[3], ARGV[1])

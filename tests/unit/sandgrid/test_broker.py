@@ -1,4 +1,5 @@
-"""The broker transport: kombu's Redis transport with one client per channel."""
+"""The broker transport: kombu's Redis transport with one client per channel, and its
+ack emulation without transactions (issue 22.1)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from sandgrid.wire.broker import Transport
 from sandgrid.wire.celery_app import make_celery
 from sandgrid.wire.settings import Settings
 from tests.conftest import TEST_REDIS_URL
+from tests.support.redis_monitor import names_of, recorded
 
 
 def test_the_app_uses_it_and_still_shows_a_redis_url() -> None:
@@ -30,3 +32,37 @@ def test_a_channel_publishes_through_one_client(redis_client: redis.Redis[str]) 
         with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
             assert first is second
     assert redis_client.llen(queue) == 3
+
+
+def test_a_delivery_and_its_ack_take_no_transaction(redis_client: redis.Redis[str]) -> None:
+    """kombu's stock QoS wrapped both pairs in MULTI/EXEC (eight commands, now four)."""
+    app = make_celery(Settings(redis_url=TEST_REDIS_URL))
+    with app.connection_for_write() as conn:
+        queue = conn.SimpleQueue("broker-qos-test")
+        queue.put({"n": 1})
+        queue.put({"n": 2})
+        queue.get(timeout=5).ack()  # connections up
+        with recorded(TEST_REDIS_URL) as seen:
+            message = queue.get(timeout=5)
+            message.ack()
+        queue.close()
+    kinds = names_of(seen)
+    assert "MULTI" not in kinds and "EXEC" not in kinds
+    assert {"ZADD", "HSET", "HDEL", "ZREM"} <= set(kinds)
+    assert kinds.index("HDEL") < kinds.index("ZREM")  # a cut pipeline leaves no orphan body
+    assert message.payload == {"n": 2}
+    assert redis_client.zcard("unacked_index") == 0 and redis_client.hlen("unacked") == 0
+
+
+def test_an_unacked_message_is_still_restored(redis_client: redis.Redis[str]) -> None:
+    """What the unacked record is for: a message never acked goes back to its queue."""
+    app = make_celery(Settings(redis_url=TEST_REDIS_URL))
+    with app.connection_for_write() as conn:
+        queue = conn.SimpleQueue("broker-restore-test")
+        queue.put({"n": 1})
+        queue.get(timeout=5)  # delivered, never acked
+        assert redis_client.hlen("unacked") == 1
+        queue.channel.qos.restore_unacked()
+        queue.close()
+    assert redis_client.llen("broker-restore-test") == 1
+    assert redis_client.hlen("unacked") == 0 and redis_client.zcard("unacked_index") == 0

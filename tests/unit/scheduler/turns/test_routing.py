@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from sandgrid.models import Quotas, SessionInfo
-from scheduler.turns.routing import choose_queue, route
+from sandgrid.wire import names
+from scheduler.turns.routing import CachedLiveness, choose_queue, route
 
 
 def _session(owner: str | None, type_: str = "python") -> SessionInfo:
@@ -54,3 +55,42 @@ def test_route_asks_about_the_owner_only() -> None:
     assert route(nodes, _session("w2", "node-js")) == "sbx.node-js"
     assert route(nodes, _session(None)) == "sbx.python"
     assert nodes.asked == ["w1", "w2"]
+
+
+class _Cached:
+    def __init__(self, alive: set[str]) -> None:
+        self.live = alive
+
+    def alive(self, node: str, incarnation: str = "") -> bool:
+        return node in self.live
+
+
+class _Fresh:
+    def __init__(self, alive: set[str]) -> None:
+        self.live = alive
+        self.asked: list[str] = []
+
+    def node_alive(self, node: str) -> bool:
+        self.asked.append(node)
+        return node in self.live
+
+
+def test_routing_trusts_the_cached_view_of_a_live_owner() -> None:
+    """A turn of a live owner's session asks Redis nothing (issue 22.1: it sent an
+    EXISTS of the owner's heartbeat every turn)."""
+    fresh = _Fresh({"w1"})
+    liveness = CachedLiveness(_Cached({"w1"}), fresh)
+    session = _session("w1")
+    assert route(liveness, session) == names.node_queue("w1")
+    assert fresh.asked == []
+
+
+def test_an_owner_the_cached_view_misses_is_asked_uncached() -> None:
+    """A view older than the owner's first heartbeat must not send its turns to the
+    shared queue (another node would find the lease held); a dead owner's do go there."""
+    fresh = _Fresh({"w-new"})
+    liveness = CachedLiveness(_Cached(set()), fresh)
+    new, gone = _session("w-new"), _session("w-gone")
+    assert route(liveness, new) == names.node_queue("w-new")
+    assert route(liveness, gone) == names.type_queue("python")
+    assert fresh.asked == ["w-new", "w-gone"]

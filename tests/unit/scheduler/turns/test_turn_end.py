@@ -38,6 +38,16 @@ def test_finish_turn_releases_lock_slot_result_and_keeps_the_outcome(
     assert 0 < redis_client.ttl(names.idempotency_key("t-1")) <= 60
 
 
+def test_finish_turn_releases_the_lock_of_an_op_that_held_the_session_alone(
+    redis_client: redis.Redis[str],
+) -> None:
+    reg = SessionRegistry(redis_client)
+    assert reg.begin_turn("s-1", "t-1", 30)
+    reg.finish_turn("s-1", "t-1", "acme", alone=True)
+    assert redis_client.get(names.turnlock_key("s-1")) is None
+    assert reg.turn_state("t-1")["state"] == "done"
+
+
 def test_finish_turn_leaves_what_is_not_its_own(redis_client: redis.Redis[str]) -> None:
     """Another turn's lock stays, an abandoned record stays abandoned, no outcome
     is kept without one, and no result key is deleted without one."""
@@ -45,7 +55,7 @@ def test_finish_turn_leaves_what_is_not_its_own(redis_client: redis.Redis[str]) 
     assert reg.begin_turn("s-1", "t-other", 30)
     assert reg.admit_turn("q", 10, "acme", 2, "s-2", "t-2", 30)[0] == "ok"
     reg.abandon_turn("t-2")
-    reg.finish_turn("s-1", "t-2", "acme")
+    reg.finish_turn("s-1", "t-2", "acme", alone=True)
     assert redis_client.get(names.turnlock_key("s-1")) == "t-other"
     assert reg.turn_state("t-2")["state"] == "abandoned"
     assert not redis_client.exists(names.idempotency_key("t-2"))

@@ -1,0 +1,129 @@
+"""The Redis commands of a turn's registry scripts, and what their cuts keep (issue 22.1).
+
+A turn's record was read five times and written four in scripts, and its
+admission ran 17 commands. These budgets hold the cuts: admission of a turn
+that finds its session free, a worker's hold and claim, the session record of a
+finished turn, and the end of a turn in a slot; the tests beside them show that
+a stale slot still frees its place at the limit and that a set's TTL is never
+shortened by a shorter turn.
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from sandgrid.models import SessionCreate
+from sandgrid.wire import names
+from sandgrid.wire.redis_ledger import RedisLedger
+from scheduler.registry.sessions import SessionRegistry
+from tests.conftest import TEST_REDIS_URL
+from tests.support.redis_monitor import names_of, recorded
+
+
+def _admit(
+    reg: SessionRegistry, sid: str, turn: str, ttl: float = 30, parallel: int = 2, limit: int = 4
+) -> str:
+    return reg.admit_turn("node.w1", 10, "acme", limit, sid, turn, ttl, parallel=parallel)[0]
+
+
+def test_admitting_a_turn_on_a_free_session_runs_ten_commands(
+    redis_client: redis.Redis[str],
+) -> None:
+    reg = SessionRegistry(redis_client)
+    assert _admit(reg, "s-0", "t-0") == "ok"  # the script loaded
+    with recorded(TEST_REDIS_URL) as seen:
+        assert _admit(reg, "s-1", "t-1") == "ok"
+    assert names_of(seen, "rt") == ["EVALSHA"]
+    assert len(names_of(seen, "lua")) == 10, names_of(seen, "lua")
+
+
+def test_a_hold_and_a_claim_read_and_write_the_record_once_each(
+    redis_client: redis.Redis[str],
+) -> None:
+    reg = SessionRegistry(redis_client)
+    ledger = RedisLedger(redis_client)
+    assert _admit(reg, "s-1", "t-1") == "ok"
+    ledger.receive_turn("t-0", "w1", 1, "inc-1")  # the script loaded
+    with recorded(TEST_REDIS_URL) as seen:
+        assert ledger.receive_turn("t-1", "w1", 1, "inc-1")
+        assert ledger.claim_turn("t-1", "w1", 1, "inc-1")
+    assert names_of(seen, "lua") == ["HMGET", "HSET", "HMGET", "HSET"]
+    record = reg.turn_state("t-1")
+    assert record["state"] == "running" and record["runs"] == "1" and record["inc"] == "inc-1"
+    assert not ledger.claim_turn("t-1", "w1", 1, "inc-1")  # a redelivery never runs twice
+    assert ledger.claim_turn("t-none", "w1", 1, "inc-1")  # no record: nothing to guard
+    assert not ledger.receive_turn("t-none", "w1", 1, "inc-1")
+
+
+def test_a_finished_turns_session_record_is_one_hset(redis_client: redis.Redis[str]) -> None:
+    ledger = RedisLedger(redis_client)
+    redis_client.hset(names.session_key("s-1"), mapping={"id": '"s-1"', "turns": "0"})
+    ledger.record_turn("s-1", snapshot="snap-0", turn_id="t-0")  # the script loaded
+    with recorded(TEST_REDIS_URL) as seen:
+        ledger.record_turn("s-1", snapshot="snap-1", turn_id="t-1", unsaved=True)
+    assert names_of(seen, "lua") == ["EXISTS", "HSET", "HINCRBY"]
+    stored = redis_client.hgetall(names.session_key("s-1"))
+    assert stored["turns"] == "2" and stored["snapshot"] == '"snap-1"'
+    assert stored["last_turn"] == '"t-1"' and stored["unsaved"] == "true"
+
+
+def test_the_end_of_a_turn_in_a_slot_does_not_read_the_alone_lock(
+    redis_client: redis.Redis[str],
+) -> None:
+    reg = SessionRegistry(redis_client)
+    assert _admit(reg, "s-1", "t-1") == "ok"
+    assert _admit(reg, "s-2", "t-2") == "ok"
+    reg.finish_turn("s-1", "t-1", "acme")  # the script loaded
+    with recorded(TEST_REDIS_URL) as seen:
+        reg.finish_turn("s-2", "t-2", "acme")
+    assert "GET" not in names_of(seen, "lua")
+    assert reg.turn_state("t-2")["state"] == "done" and reg.turns_in_flight("acme") == 0
+
+
+def test_stale_slots_free_their_place_when_they_would_refuse(
+    redis_client: redis.Redis[str],
+) -> None:
+    """Tenant and session slots past their deadline are dropped only when they would
+    refuse a turn, as they were dropped before every admission."""
+    reg = SessionRegistry(redis_client)
+    assert _admit(reg, "s-1", "t-1", ttl=0.05, parallel=1, limit=1) == "ok"
+    assert _admit(reg, "s-2", "t-2", parallel=1, limit=1) == "tenant_limit"
+    assert _admit(reg, "s-1", "t-3", parallel=1, limit=2) == "wait"
+    time.sleep(0.08)
+    assert _admit(reg, "s-1", "t-3", parallel=1, limit=1) == "ok"  # both stale ones dropped
+    assert reg.session_turns("s-1") == ["t-3"]
+    assert 0 < redis_client.pttl(names.session_turns_key("s-1")) <= 30_000
+    assert 0 < redis_client.pttl(names.tenant_turns_key("acme")) <= 30_000
+
+
+def test_a_shorter_turn_never_shortens_a_sets_ttl(redis_client: redis.Redis[str]) -> None:
+    reg = SessionRegistry(redis_client)
+    assert _admit(reg, "s-1", "t-long", ttl=600) == "ok"
+    assert _admit(reg, "s-1", "t-short", ttl=5) == "ok"
+    assert redis_client.pttl(names.session_turns_key("s-1")) > 500_000
+    assert redis_client.pttl(names.tenant_turns_key("acme")) > 500_000
+    assert _admit(reg, "s-2", "t-new", ttl=5) == "ok"  # a new set takes its turn's TTL
+    assert 0 < redis_client.pttl(names.session_turns_key("s-2")) <= 5_000
+
+
+def test_a_turns_lookup_reads_the_record_and_its_lease_only(
+    redis_client: redis.Redis[str],
+) -> None:
+    """Two commands, not four: the owner and the record a turn needs; the lease's TTL
+    and the busy check stay in the full lookup (``GET /v1/sessions/{id}``)."""
+    reg = SessionRegistry(redis_client)
+    info = reg.create("acme", SessionCreate(type="python"))
+    assert reg.ledger.acquire_lease(info.id, "w1")
+    assert _admit(reg, info.id, "t-1") == "ok"
+    reg.get("acme", info.id, brief=True)  # connections up
+    with recorded(TEST_REDIS_URL) as seen:
+        brief = reg.get("acme", info.id, brief=True)
+    assert names_of(seen) == ["HGETALL", "GET"]
+    full = reg.get("acme", info.id)
+    assert brief.owner == full.owner == "w1" and brief.quotas == full.quotas
+    assert full.state == "busy" and full.lease_expires is not None
+    assert brief.state == "live" and brief.lease_expires is None
+    reg.close(info.id)
+    assert reg.get("acme", info.id, brief=True).state == "closed"
