@@ -26,10 +26,20 @@ from typing import Any
 import kombu.transport
 from kombu.transport import redis as kombu_redis
 
-__all__ = ["TRANSPORT", "Channel", "Transport", "install"]
+__all__ = [
+    "SENTINEL_TRANSPORT",
+    "TRANSPORT",
+    "Channel",
+    "SentinelChannel",
+    "SentinelTransport",
+    "Transport",
+    "install",
+]
 
 #: Where kombu finds this transport (the ``redis`` alias, after ``install``).
 TRANSPORT = "sandgrid.wire.broker:Transport"
+#: The same over Sentinel (the ``sentinel`` alias, after ``install``; 22.5).
+SENTINEL_TRANSPORT = "sandgrid.wire.broker:SentinelTransport"
 
 
 class Channel(kombu_redis.Channel):
@@ -59,10 +69,24 @@ class Transport(kombu_redis.Transport):
     Channel = Channel
 
 
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """kombu's Sentinel channel (the primary asked of the sentinels) with one
+    long-lived publish client; after a failover the pool's connections find the
+    new primary, so the client stays valid."""
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's Sentinel transport over ``SentinelChannel``."""
+
+    Channel = SentinelChannel
+
+
 def install() -> None:
-    """Make ``redis://`` broker URLs of this process use ``Transport`` (idempotent)."""
-    if kombu.transport.TRANSPORT_ALIASES.get("redis") != TRANSPORT:
-        kombu.transport.TRANSPORT_ALIASES["redis"] = TRANSPORT
-        # kombu caches what an alias resolved to; drop the stock class if it did.
-        cache: dict[str, Any] = getattr(kombu.transport, "_transport_cache", {})
-        cache.pop("redis", None)
+    """Make ``redis://`` and ``sentinel://`` broker URLs of this process use
+    ``Transport`` and ``SentinelTransport`` (idempotent)."""
+    for alias, path in (("redis", TRANSPORT), ("sentinel", SENTINEL_TRANSPORT)):
+        if kombu.transport.TRANSPORT_ALIASES.get(alias) != path:
+            kombu.transport.TRANSPORT_ALIASES[alias] = path
+            # kombu caches what an alias resolved to; drop the stock class if it did.
+            cache: dict[str, Any] = getattr(kombu.transport, "_transport_cache", {})
+            cache.pop(alias, None)
