@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import kombu.transport
+import redis
 from kombu.transport import redis as kombu_redis
 
 __all__ = [
@@ -54,13 +55,29 @@ class Channel(kombu_redis.Channel):
             yield client
             return
         if self._shared_client is None:
+            if getattr(self.connection, "client", None) is None:
+                # let go of (a broker outage): kombu's own _create_client would
+                # raise an AttributeError here, which Celery takes for a crash
+                raise redis.ConnectionError("the broker connection is closed")
             self._shared_client = self._create_client()  # type: ignore[attr-defined]
         yield self._shared_client
 
     def close(self) -> None:
-        """Close the channel; its client goes with it (its pool is the channel's)."""
-        self._shared_client = None
-        super().close()
+        """Close the channel; its client goes with it (its pool is the channel's).
+
+        kombu's close puts the unacked messages back through ``conn_or_acquire``,
+        so the client is dropped after it, not before; when the connection was
+        already let go (a broker outage) and no client is left, that restore
+        raises a redis ``ConnectionError``, which Celery ignores on close, and
+        the messages come back by the visibility timeout instead. kombu's stock
+        channel raised an AttributeError there, which stopped a worker's Celery
+        consumer instead of reconnecting it (found by the Sentinel failover
+        chaos test, 22.5).
+        """
+        try:
+            super().close()
+        finally:
+            self._shared_client = None
 
 
 class Transport(kombu_redis.Transport):

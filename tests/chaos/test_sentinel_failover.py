@@ -1,0 +1,146 @@
+"""Chaos: the Redis primary is killed under load and Sentinel fails over (issue 22.5).
+
+The grid (API, two worker nodes, Celery's broker and result backend) runs on a
+``sentinel://`` URL of a Sentinel set of its own (``tests/chaos/sentinel.py``:
+``deploy/local/sentinel.sh`` on free ports). Three sessions run turns (each
+appends its number to its file) while the primary is SIGKILLed; the sentinels
+see it down after 1 s and promote the replica. What must hold (the same
+accounting as the other outages, ``tests/chaos/accounting.py``):
+
+- every turn acknowledged before, during and after the failover is in its
+  file exactly once (none lost, none run twice);
+- a turn during it answers a retryable error that says whether it ran
+  (``registry_unavailable`` and friends), or succeeds; never a 500;
+- turns are acknowledged again after the promotion, and the times from the
+  kill to the promotion and to the first turn acknowledged after it are printed
+  (docs/reliability.md keeps the latest table).
+
+It runs with the grid's default heartbeat (a node is taken for lost after 9 s)
+and, expected to fail, with the other outages' 0.5 s one: there the failover
+outlasts the node TTL and a turn is answered ``session_busy`` (did not run)
+although its first copy ran (``PRESUMED_LOST``; docs/scale.md, Sentinel).
+
+Security id: none (a fault, not an adversary).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.accounting import Accounting
+from tests.chaos.conftest import GRID_ENV, ChaosGrid, _unavailable, local_grid, running
+from tests.chaos.load import Load
+from tests.chaos.sentinel import SentinelSet, unavailable_reason
+from tests.chaos.services import PrivateDockerd
+from tests.integration.test_snapshots_grid import PrivateMinio
+
+pytestmark = [pytest.mark.integration, pytest.mark.chaos]
+
+SESSIONS = 3
+
+
+def _installable() -> str | None:
+    """Why redis-sentinel cannot be had here (deploy/local installs it), or None."""
+    if shutil.which("redis-sentinel"):
+        return None
+    try:
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "redis-sentinel"],
+            capture_output=True,
+            timeout=300,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"redis-sentinel is not installed and apt-get could not install it: {exc}"
+    return None
+
+
+@pytest.fixture
+def sentinels(tmp_path: Path) -> Iterator[SentinelSet]:
+    reason = unavailable_reason() or _installable()
+    if reason:
+        _unavailable(reason)
+    group = SentinelSet(tmp_path / "sentinel")
+    try:
+        group.start()
+        yield group
+    finally:
+        group.stop()
+
+
+#: The grid's default heartbeat and lease (``sandgrid.wire.settings``): a node is
+#: taken for lost after 3 beats (9 s), well past a failover (~2.5 s here).
+PRODUCTION_BEATS = {"SANDGRID_HEARTBEAT_S": "3", "SANDGRID_LEASE_TTL_S": "15"}
+#: The other outages' beats: a node is taken for lost after 1.5 s, inside a failover.
+CHAOS_BEATS = {"SANDGRID_HEARTBEAT_S": GRID_ENV["SANDGRID_HEARTBEAT_S"]}
+#: What goes wrong when the failover outlasts the node TTL (reported; not fixed here).
+PRESUMED_LOST = (
+    "a failover longer than the node TTL: the API takes the turn's node for lost and sends "
+    "the turn again; the second copy finds the lease held by the live first node and answers "
+    "session_busy ran:false while the first copy ran (scheduler/turns recovery)"
+)
+
+
+@pytest.fixture(
+    params=[
+        pytest.param(PRODUCTION_BEATS, id="default-heartbeat"),
+        pytest.param(
+            CHAOS_BEATS, id="heartbeat-0.5s", marks=pytest.mark.xfail(reason=PRESUMED_LOST)
+        ),
+    ]
+)
+def beats(request: pytest.FixtureRequest) -> dict[str, str]:
+    return dict(request.param)
+
+
+@pytest.fixture
+def sentinel_grid(
+    sentinels: SentinelSet,
+    chaos_minio: PrivateMinio,
+    chaos_dockerd: PrivateDockerd,
+    beats: dict[str, str],
+    tmp_path: Path,
+) -> Iterator[ChaosGrid]:
+    """The chaos grid, its Redis the Sentinel set's primary (found through the sentinels)."""
+    local = local_grid(tmp_path, sentinels.url("api"), chaos_minio, chaos_dockerd, beats)
+    # ChaosGrid's ``redis`` is the private server of the other outages; unused here
+    with running(ChaosGrid(local, None, chaos_minio, chaos_dockerd)) as grid:  # type: ignore[arg-type]
+        yield grid
+
+
+def _recovery(accounting: Accounting, killed: float) -> float | None:
+    """From the kill to the end of the first turn acknowledged that started after it."""
+    ends = [c.started + c.latency_s for c in accounting.acknowledged if c.started >= killed]
+    return min(ends) - killed if ends else None
+
+
+def test_primary_killed_during_load_fails_over(
+    sentinel_grid: ChaosGrid, sentinels: SentinelSet, report: object
+) -> None:
+    accounting = Accounting("Redis primary killed during load (Sentinel failover)")
+    marks: dict[str, float] = {}
+
+    def kill_primary() -> tuple[float, float]:
+        marks["killed"] = time.monotonic()
+        old = sentinels.kill_primary()
+        marks["promoted"] = sentinels.wait_promoted(old)
+        return marks["killed"], marks["promoted"]
+
+    with sentinel_grid.client() as client:
+        Load(client, accounting, SESSIONS).under(kill_primary)
+    recovery = _recovery(accounting, marks["killed"])
+    promoted = marks["promoted"] - marks["killed"]
+    accounting.notes.append(f"kill -> replica promoted: {promoted:.2f} s")
+    shown = "none" if recovery is None else f"{recovery:.2f} s"
+    accounting.notes.append(f"kill -> first turn acknowledged that started after it: {shown}")
+    accounting.containers_left = sentinel_grid.shutdown()
+    report(accounting)  # type: ignore[operator]
+    assert accounting.violations() == []
+    assert "internal" not in accounting.error_codes()
+    assert recovery is not None
