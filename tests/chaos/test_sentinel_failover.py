@@ -20,7 +20,7 @@ and, expected to fail, with the other outages' 0.5 s one: there the failover
 outlasts the node TTL and a turn is answered ``session_busy`` (did not run)
 although its first copy ran (``PRESUMED_LOST``; docs/scale.md, Sentinel).
 
-Security id: none (a fault, not an adversary).
+Security id 22.5 (docs/security.md): only sg-admin may reconfigure the sentinels.
 """
 
 from __future__ import annotations
@@ -32,11 +32,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from tests.chaos.accounting import Accounting
 from tests.chaos.conftest import GRID_ENV, ChaosGrid, _unavailable, local_grid, running
 from tests.chaos.load import Load
-from tests.chaos.sentinel import SentinelSet, unavailable_reason
+from tests.chaos.sentinel import MASTER, SentinelSet, unavailable_reason
 from tests.chaos.services import PrivateDockerd
 from tests.integration.test_snapshots_grid import PrivateMinio
 
@@ -144,3 +145,41 @@ def test_primary_killed_during_load_fails_over(
     assert accounting.violations() == []
     assert "internal" not in accounting.error_codes()
     assert recovery is not None
+
+
+def test_only_the_admin_may_reconfigure_the_sentinels(sentinels: SentinelSet) -> None:
+    """22.5 (security): a sentinel decides where every client writes, so a service
+    user may only ask where the primary is; changing the group, forcing a failover
+    or reading its config is sg-admin's, and no password is no connection."""
+    port = sentinels.sentinel_ports[0]
+    api = redis.Redis(
+        port=port,
+        username="sg-api",
+        password=sentinels.secrets["SG_REDIS_PW_API"],
+        socket_timeout=2,
+    )
+    try:
+        addr = api.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER)
+        assert int(addr[1]) == sentinels.primary_port()
+        for command in (
+            ("SENTINEL", "SET", MASTER, "down-after-milliseconds", "1"),
+            ("SENTINEL", "FAILOVER", MASTER),
+            ("SENTINEL", "REMOVE", MASTER),
+            ("SENTINEL", "MONITOR", "evil", "127.0.0.1", "9", "1"),
+            ("SENTINEL", "CONFIG", "GET", "*"),
+        ):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                api.execute_command(*command)
+    finally:
+        api.close()
+    anonymous = redis.Redis(port=port, socket_timeout=2)
+    try:
+        with pytest.raises((redis.exceptions.AuthenticationError, redis.exceptions.ResponseError)):
+            anonymous.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER)
+    finally:
+        anonymous.close()
+    admin = sentinels.admin(port)
+    try:
+        assert admin.execute_command("SENTINEL", "SET", MASTER, "parallel-syncs", "1")
+    finally:
+        admin.close()

@@ -3,9 +3,10 @@ connection goes to the next API process, bytes both ways unchanged."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import socket
 import socketserver
+import sys
 import threading
 from collections.abc import Iterator
 from types import ModuleType
@@ -16,11 +17,12 @@ from tests.support.deploy_state import ROOT
 
 
 def _balancer() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_bench_balancer", ROOT / "bench/_balancer.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """bench/_balancer.py, imported as the benchmarks do (bench/ on the path)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        return importlib.import_module("_balancer")
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
 
 
 class _Named(socketserver.BaseRequestHandler):
