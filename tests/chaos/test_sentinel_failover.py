@@ -25,21 +25,29 @@ Security id 22.5 (docs/security.md): only sg-admin may reconfigure the sentinels
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
+import sys
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 
+from sandgrid.wire import names
+from sandgrid.wire.celery_app import make_celery
+from sandgrid.wire.settings import Settings
 from tests.chaos.accounting import Accounting
 from tests.chaos.conftest import GRID_ENV, ChaosGrid, _unavailable, local_grid, running
 from tests.chaos.load import Load
 from tests.chaos.sentinel import MASTER, SentinelSet, unavailable_reason
-from tests.chaos.services import PrivateDockerd
-from tests.integration.test_snapshots_grid import PrivateMinio
+from tests.chaos.services import PrivateDockerd, free_port
+from tests.integration.test_snapshots_grid import PrivateMinio, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -183,3 +191,57 @@ def test_only_the_admin_may_reconfigure_the_sentinels(sentinels: SentinelSet) ->
         assert admin.execute_command("SENTINEL", "SET", MASTER, "parallel-syncs", "1")
     finally:
         admin.close()
+
+
+def test_flower_follows_a_failover(sentinels: SentinelSet, tmp_path: Path) -> None:
+    """22.5: Flower, on the grid's Celery app and a ``sentinel://`` URL, takes the
+    events of a task sent after the primary was killed (its event consumer asks
+    the sentinels again; events sent while it reconnects are missed, as in any
+    outage: they are published, not queued)."""
+    port, secret = free_port(), tmp_path / "flower-password"
+    secret.write_text("flower-test-pw\n")
+    secret.chmod(0o600)
+    env = {
+        **os.environ,
+        "SANDGRID_REDIS_URL": sentinels.url("flower"),
+        "SANDGRID_FLOWER_PASSWORD_FILE": str(secret),
+    }
+    args = ["-A", "sandgrid.wire.celery_app:app", "flower", "--address=127.0.0.1"]
+    with (tmp_path / "flower.log").open("ab") as log:
+        flower = subprocess.Popen(
+            [sys.executable, "-m", "scheduler.flower", *args, f"--port={port}"],
+            env=env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+    try:
+        tasks = _flower_tasks(port)
+        wait_for(lambda: tasks() is not None, "Flower", 60)
+        old = sentinels.kill_primary()
+        sentinels.wait_promoted(old)
+        app = make_celery(Settings(redis_url=sentinels.url("api")))
+
+        def seen() -> bool:  # events are PUBLISHed: one sent before Flower is back is missed
+            task_id = f"flower-failover-{uuid.uuid4().hex[:8]}"
+            app.send_task(names.TASK_PING, args=[1], queue="flower-failover-check", task_id=task_id)
+            time.sleep(0.5)
+            return task_id in (tasks() or {})
+
+        wait_for(seen, "a task sent after the failover in Flower", 60)
+    finally:
+        os.killpg(flower.pid, signal.SIGTERM)
+        flower.wait(30)
+
+
+def _flower_tasks(port: int) -> Callable[[], dict[str, object] | None]:
+    def tasks() -> dict[str, object] | None:
+        try:
+            got = httpx.get(
+                f"http://127.0.0.1:{port}/api/tasks", auth=("admin", "flower-test-pw"), timeout=5
+            )
+        except httpx.HTTPError:
+            return None
+        return got.json() if got.is_success else None
+
+    return tasks
