@@ -52,5 +52,6 @@ bench:         ## benchmarks; each prints its figures and ratios
 	$(PY) bench/bench_ports.py
 	$(PY) bench/bench_browser.py
 	$(PY) bench/bench_memory.py
+	$(PY) bench/bench_scale.py
 
 ci: services lint typecheck compose-check test

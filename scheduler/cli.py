@@ -99,13 +99,14 @@ def admin_rebuild() -> None:
     """
     import redis
 
+    from sandgrid.wire import redis_connect
     from sandgrid.wire.objects import open_objects
     from sandgrid.wire.settings import get_settings
     from scheduler.registry.records import SessionRecords
     from scheduler.registry.sessions import SessionRegistry
 
     settings = get_settings()
-    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    client = redis_connect.connect(settings.redis_url, decode_responses=True)
     registry = SessionRegistry(
         client,
         lease_ttl_s=settings.lease_ttl_s,

@@ -42,15 +42,13 @@ __all__ = [
 
 def _store(*, with_file: bool = True) -> TenantStore:
     """The token store of the settings' Redis (and tenants file)."""
-    import redis
-
-    from sandgrid.wire import catalog
+    from sandgrid.wire import catalog, redis_connect
     from sandgrid.wire.settings import get_settings
     from sandgrid.wire.type_store import TypeStore
     from scheduler.tenants import TenantStore
 
     settings = get_settings()
-    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    client = redis_connect.connect(settings.redis_url, decode_responses=True)
     catalog.install(catalog.CatalogView(TypeStore(client), cache_s=0))  # --types: the registry's
     return TenantStore(client, tenants_file=settings.tenants_file if with_file else None)
 

@@ -13,11 +13,9 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 
-import redis
-
 from sandgrid.models import Quotas
 from sandgrid.sandbox_types import SandboxTypeSpec, effective_quotas
-from sandgrid.wire import catalog
+from sandgrid.wire import catalog, redis_connect
 from sandgrid.wire.catalog import CatalogView, get_type
 from sandgrid.wire.celery_app import worker_queues
 from sandgrid.wire.ledger import SessionLedger
@@ -121,7 +119,7 @@ class Node:
         self.residency = Residency(name, self.ledger, self.sessions, self.pool, self.persistence)
         #: Streamed output and cancel of this node's running execs.
         self.control = TurnControl(
-            redis.Redis.from_url(
+            redis_connect.connect(
                 self.settings.redis_url,
                 decode_responses=True,
                 socket_timeout=5,  # a Redis outage must not hold a turn
@@ -337,7 +335,7 @@ def _port_server(
     if inbound is None:
         return None
     p, egress = settings.ports, settings.worker.egress
-    client = redis.Redis.from_url(
+    client = redis_connect.connect(
         settings.redis_url, decode_responses=True, socket_timeout=5, socket_connect_timeout=2
     )
     book = PortBook(client, max_len=egress.audit_max, ttl_s=egress.audit_ttl_s)
@@ -358,7 +356,7 @@ def _catalog_view(settings: Settings) -> CatalogView:
     from sandgrid.wire.objects import open_objects
     from sandgrid.wire.type_store import TypeStore
 
-    client = redis.Redis.from_url(
+    client = redis_connect.connect(
         settings.redis_url, decode_responses=True, socket_timeout=5, socket_connect_timeout=2
     )
     view = CatalogView(TypeStore(client, open_objects(settings)), cache_s=settings.types_poll_s)

@@ -104,9 +104,13 @@ SG_REDIS_URL_GIVEN="${SANDGRID_REDIS_URL:-}"
 
 # redis_url ROLE: the grid's Redis as ROLE (admin, api, worker, flower, metrics),
 # with the role's password once generated; SANDGRID_REDIS_URL, when given, wins.
+# SANDGRID_REDIS_SENTINEL=1: the sentinels of sentinel.sh instead (22.5).
 redis_url() {
   local pw="SG_REDIS_PW_${1^^}"
   if [ -n "$SG_REDIS_URL_GIVEN" ]; then echo "$SG_REDIS_URL_GIVEN"
+  elif [ "${SANDGRID_REDIS_SENTINEL:-}" = 1 ] && [ -n "${!pw:-}" ]; then
+    read -r _ _ s1 s2 s3 <<<"${SANDGRID_SENTINEL_PORTS:-6380 6381 26379 26380 26381}"
+    echo "sentinel://sg-$1:${!pw}@127.0.0.1:$s1,127.0.0.1:$s2,127.0.0.1:$s3/0?master=${SANDGRID_SENTINEL_MASTER:-sandgrid}"
   elif [ -n "${!pw:-}" ]; then echo "redis://sg-$1:${!pw}@127.0.0.1:$SG_REDIS_PORT/0"
   else echo "redis://127.0.0.1:$SG_REDIS_PORT/0"; fi
 }

@@ -24,12 +24,24 @@ from contextlib import contextmanager
 from typing import Any
 
 import kombu.transport
+import redis
 from kombu.transport import redis as kombu_redis
 
-__all__ = ["TRANSPORT", "Channel", "QoS", "Transport", "install"]
+__all__ = [
+    "SENTINEL_TRANSPORT",
+    "TRANSPORT",
+    "Channel",
+    "QoS",
+    "SentinelChannel",
+    "SentinelTransport",
+    "Transport",
+    "install",
+]
 
 #: Where kombu finds this transport (the ``redis`` alias, after ``install``).
 TRANSPORT = "sandgrid.wire.broker:Transport"
+#: The same over Sentinel (the ``sentinel`` alias, after ``install``; 22.5).
+SENTINEL_TRANSPORT = "sandgrid.wire.broker:SentinelTransport"
 
 
 class QoS(kombu_redis.QoS):
@@ -80,13 +92,29 @@ class Channel(kombu_redis.Channel):
             yield client
             return
         if self._shared_client is None:
+            if getattr(self.connection, "client", None) is None:
+                # let go of (a broker outage): kombu's own _create_client would
+                # raise an AttributeError here, which Celery takes for a crash
+                raise redis.ConnectionError("the broker connection is closed")
             self._shared_client = self._create_client()  # type: ignore[attr-defined]
         yield self._shared_client
 
     def close(self) -> None:
-        """Close the channel; its client goes with it (its pool is the channel's)."""
-        self._shared_client = None
-        super().close()
+        """Close the channel; its client goes with it (its pool is the channel's).
+
+        kombu's close puts the unacked messages back through ``conn_or_acquire``,
+        so the client is dropped after it, not before; when the connection was
+        already let go (a broker outage) and no client is left, that restore
+        raises a redis ``ConnectionError``, which Celery ignores on close, and
+        the messages come back by the visibility timeout instead. kombu's stock
+        channel raised an AttributeError there, which stopped a worker's Celery
+        consumer instead of reconnecting it (found by the Sentinel failover
+        chaos test, 22.5).
+        """
+        try:
+            super().close()
+        finally:
+            self._shared_client = None
 
 
 class Transport(kombu_redis.Transport):
@@ -95,10 +123,24 @@ class Transport(kombu_redis.Transport):
     Channel = Channel
 
 
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """kombu's Sentinel channel (the primary asked of the sentinels) with one
+    long-lived publish client; after a failover the pool's connections find the
+    new primary, so the client stays valid."""
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's Sentinel transport over ``SentinelChannel``."""
+
+    Channel = SentinelChannel
+
+
 def install() -> None:
-    """Make ``redis://`` broker URLs of this process use ``Transport`` (idempotent)."""
-    if kombu.transport.TRANSPORT_ALIASES.get("redis") != TRANSPORT:
-        kombu.transport.TRANSPORT_ALIASES["redis"] = TRANSPORT
-        # kombu caches what an alias resolved to; drop the stock class if it did.
-        cache: dict[str, Any] = getattr(kombu.transport, "_transport_cache", {})
-        cache.pop("redis", None)
+    """Make ``redis://`` and ``sentinel://`` broker URLs of this process use
+    ``Transport`` and ``SentinelTransport`` (idempotent)."""
+    for alias, path in (("redis", TRANSPORT), ("sentinel", SENTINEL_TRANSPORT)):
+        if kombu.transport.TRANSPORT_ALIASES.get(alias) != path:
+            kombu.transport.TRANSPORT_ALIASES[alias] = path
+            # kombu caches what an alias resolved to; drop the stock class if it did.
+            cache: dict[str, Any] = getattr(kombu.transport, "_transport_cache", {})
+            cache.pop(alias, None)

@@ -20,13 +20,15 @@ Why these settings:
       publish and ack (``sandgrid.wire.broker.install``).
     * Celery's Redis result backend storing a result in two commands, not five
       (``sandgrid.wire.results``).
+    * ``SANDGRID_REDIS_URL=sentinel://...`` becomes kombu's and Celery's Sentinel
+      form, ``master_name`` in both transport options (``redis_connect``, 22.5).
 """
 
 from __future__ import annotations
 
 from celery import Celery
 
-from sandgrid.wire import broker, names, results, task_events
+from sandgrid.wire import broker, names, redis_connect, results, task_events
 from sandgrid.wire.settings import Settings, get_settings
 
 __all__ = ["BROKER_POOL_LIMIT", "app", "make_celery", "worker_queues"]
@@ -46,8 +48,9 @@ def make_celery(settings: Settings | None = None) -> Celery:
     """
     s = settings or get_settings()
     broker.install()
-    celery = Celery("sandgrid", broker=s.redis_url, backend=s.redis_url)
-    celery.loader.override_backends = {"redis": results.RESULT_BACKEND}
+    url, sentinel = redis_connect.celery_broker(s.redis_url)  # 22.5: a Sentinel URL too
+    celery = Celery("sandgrid", broker=url, backend=url)
+    celery.loader.override_backends = {"redis": results.RESULT_BACKEND}  # redis:// only
     celery.conf.update(
         task_serializer="json",
         result_serializer="json",
@@ -57,7 +60,8 @@ def make_celery(settings: Settings | None = None) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        broker_transport_options={"visibility_timeout": s.visibility_timeout_s},
+        broker_transport_options={"visibility_timeout": s.visibility_timeout_s, **sentinel},
+        result_backend_transport_options=dict(sentinel),
         broker_connection_retry_on_startup=True,
         broker_pool_limit=BROKER_POOL_LIMIT,
         worker_send_task_events=True,

@@ -32,7 +32,7 @@ from redis.retry import Retry
 
 from sandgrid.errors import NotFound
 from sandgrid.models import SessionInfo
-from sandgrid.wire import names
+from sandgrid.wire import names, redis_connect
 from sandgrid.wire.ledger import NodeRecord, SessionLedger
 from sandgrid.wire.scripts import LuaScripts
 from sandgrid.wire.settings import Settings
@@ -103,7 +103,7 @@ class RedisLedger(SessionLedger):
             backoff = ExponentialBackoff(cap=OUTAGE_BACKOFF_CAP_S, base=0.05)
             options["retry"] = Retry(backoff, tries)
             options["retry_on_error"] = [redis.ConnectionError, redis.TimeoutError]
-        client = redis.Redis.from_url(settings.redis_url, decode_responses=True, **options)
+        client = redis_connect.connect(settings.redis_url, decode_responses=True, **options)
         return cls(client, lease_ttl_s=settings.lease_ttl_s)
 
     # ---- turns -------------------------------------------------------------------

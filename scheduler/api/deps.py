@@ -18,7 +18,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from sandgrid.models import EmptyBody
-from sandgrid.wire import catalog
+from sandgrid.wire import catalog, redis_connect
 from sandgrid.wire.catalog import CatalogView
 from sandgrid.wire.objects import ObjectStore, open_objects
 from sandgrid.wire.settings import Settings
@@ -88,7 +88,7 @@ class Services:
         """Wire the services; ``dispatcher``, ``client``, ``capacity`` (the workers'
         batch limits) and ``objects`` (the store of session records, by default the
         snapshot store the settings name) are injectable for tests."""
-        client = client or redis_lib.Redis.from_url(
+        client = client or redis_connect.connect(
             settings.redis_url, decode_responses=True, max_connections=settings.api_threads + 16
         )
         registry = SessionRegistry(
@@ -102,7 +102,7 @@ class Services:
             from sandgrid.wire.celery_app import app as default_app
             from sandgrid.wire.celery_app import make_celery
 
-            same = settings.redis_url == default_app.conf.broker_url
+            same = redis_connect.celery_broker(settings.redis_url)[0] == default_app.conf.broker_url
             dispatcher = CeleryDispatcher(default_app if same else make_celery(settings))
         audit = AuditLog(client, objects, settings.audit.command_chars)
         activity = InteractiveActivity()

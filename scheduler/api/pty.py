@@ -45,7 +45,7 @@ from sandgrid.terminal import (
     parse_client_message,
     stdout_message,
 )
-from sandgrid.wire import names
+from sandgrid.wire import names, redis_connect
 from scheduler.api.deps import Services
 from scheduler.api.stream_slots import Slot, StreamSlots
 from scheduler.tenants import Tenant
@@ -80,7 +80,7 @@ async def pty_socket(websocket: WebSocket, session_id: str) -> None:
     svc: Services = websocket.app.state.services
     offered = list(websocket.scope.get("subprotocols") or [])
     await websocket.accept(subprotocol=SUBPROTOCOL if SUBPROTOCOL in offered else None)
-    client: aioredis.Redis[str] = aioredis.Redis.from_url(
+    client: aioredis.Redis[str] = redis_connect.connect_async(
         svc.settings.redis_url, decode_responses=True
     )
     slots = StreamSlots(svc.settings.streams)

@@ -32,7 +32,7 @@ from fastapi.responses import StreamingResponse
 from sandgrid.errors import NotFound, SandgridError
 from sandgrid.models import ExecRequest
 from sandgrid.streaming import EVENT_STREAM, LAST_EVENT_ID_HEADER, TURN_ID_HEADER, TurnCancel
-from sandgrid.wire import turnstream
+from sandgrid.wire import redis_connect, turnstream
 from scheduler.api.deps import NO_BODY, CurrentTenant, Services, Svc
 from scheduler.api.stream_slots import Slot, StreamSlots
 from scheduler.registry.sessions import new_turn_id
@@ -170,7 +170,7 @@ async def _events(
 ) -> AsyncIterator[str]:
     """The SSE text of a turn's events after ``after``, until its final event; the slot
     is released however the stream ends (its last event, or the client gone)."""
-    client: aioredis.Redis[str] = aioredis.Redis.from_url(
+    client: aioredis.Redis[str] = redis_connect.connect_async(
         svc.settings.redis_url, decode_responses=True
     )
     slots = StreamSlots(svc.settings.streams)

@@ -14,7 +14,9 @@ same thread (the API's sync handlers do).
 
 Redis unreachable, as the broker on ``send`` or as the result backend on
 ``wait``, is 503 ``registry_unavailable``; on ``send`` its context says
-``turn_sent: false`` (no worker can run that turn).
+``turn_sent: false`` (no worker can run that turn), unless the task message had
+gone out before the failure (Celery's ``after_task_publish``): then
+``turn_sent: true`` and nothing about running.
 
 ``handle_of`` gives a handle on a turn that another request sent: a retried exec
 with the same idempotency key waits for the outcome of the first one's turn
@@ -24,6 +26,7 @@ instead of sending it again (``scheduler.turns.idempotency``).
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -33,6 +36,7 @@ from celery import Celery
 from celery.backends.asynchronous import Drainer
 from celery.exceptions import TimeoutError as CeleryTimeout
 from celery.result import AsyncResult
+from celery.signals import after_task_publish
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 
@@ -210,6 +214,7 @@ class CeleryDispatcher:
         self.drain_interval_s = drain_interval_s
 
     def send(self, job: TurnJob, queue: str, *, expires: float) -> AsyncResult[Any]:
+        _published.task_id = None
         try:
             result: AsyncResult[Any] = self.app.send_task(
                 names.TASK_TURN,
@@ -224,6 +229,8 @@ class CeleryDispatcher:
         except _SEND_ERRORS as exc:
             if not _registry_down(exc):
                 raise
+            if _published.task_id == task_id_of(job):
+                raise _sent_unanswered(job, exc) from exc
             raise unavailable(
                 ErrorCode.REGISTRY_UNAVAILABLE,
                 f"the broker (Redis) is unavailable: {type(exc).__name__}: {exc}; the turn "
@@ -276,6 +283,36 @@ def result_key(dispatcher: Dispatcher, handle: Any, client: Any) -> str | None:
         return None
     key = backend.get_key_for_task(handle.id)
     return key.decode() if isinstance(key, bytes) else str(key)
+
+
+class _Published(threading.local):
+    """The task id this thread's last task message went out with (22.5)."""
+
+    task_id: str | None = None
+
+
+_published = _Published()
+
+
+@after_task_publish.connect(weak=False)
+def _mark_published(headers: dict[str, Any] | None = None, **_: Any) -> None:
+    _published.task_id = (headers or {}).get("id")
+
+
+def _sent_unanswered(job: TurnJob, exc: BaseException) -> SandgridError:
+    """The broker failed after the task message went out (its ``task-sent`` event,
+    published next, did not): a worker may run the turn, so the error must not
+    say it did not run, and its idempotency key must be kept for a retry to wait
+    on (found by the Sentinel failover chaos test, 22.5: the key was released,
+    the retry answered ``session_busy`` while the first copy ran)."""
+    return unavailable(
+        ErrorCode.REGISTRY_UNAVAILABLE,
+        f"the broker (Redis) failed after turn {job.turn_id} was sent: "
+        f"{type(exc).__name__}: {exc}; it may run: retry with the same "
+        "Idempotency-Key for its outcome",
+        operation="turn.send",
+        context={"turn": job.turn_id, "turn_sent": True},
+    )
 
 
 def _registry_down(exc: BaseException) -> bool:

@@ -26,6 +26,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,6 +174,34 @@ class ChaosGrid:
             self.dockerd.remove_containers(f"{LABEL_WORKER}={node}")
 
 
+def local_grid(
+    tmp_path: Path,
+    redis_url: str,
+    minio: PrivateMinio,
+    dockerd: PrivateDockerd,
+    env: dict[str, str] | None = None,
+) -> LocalGrid:
+    """The chaos grid's processes (not started) on ``redis_url`` and the suite's
+    MinIO and Docker engine (started here if down); ``env`` adds settings."""
+    if not minio.ready():
+        minio.start()
+    dockerd.start()
+    settings = {
+        **GRID_ENV,
+        **(env or {}),
+        "DOCKER_HOST": dockerd.host,
+        "SANDGRID_MINIO__ENDPOINT": minio.endpoint,
+        "SANDGRID_MINIO__BUCKET": minio.bucket,
+    }
+    return LocalGrid(
+        tmp_path / "grid",
+        port=free_port(),
+        redis_url=redis_url,
+        tenants={"chaos": TOKEN},
+        env=settings,
+    )
+
+
 @pytest.fixture
 def chaos_grid(
     chaos_redis: PrivateRedis,
@@ -182,32 +211,23 @@ def chaos_grid(
 ) -> Iterator[ChaosGrid]:
     """A fresh grid on the suite's services, all of them up and its database empty."""
     chaos_redis.start()
-    if not chaos_minio.ready():
-        chaos_minio.start()
-    chaos_dockerd.start()
     flush: redis.Redis[bytes] = redis.Redis.from_url(chaos_redis.url())
     flush.flushall()
     flush.close()
-    env = {
-        **GRID_ENV,
-        "DOCKER_HOST": chaos_dockerd.host,
-        "SANDGRID_MINIO__ENDPOINT": chaos_minio.endpoint,
-        "SANDGRID_MINIO__BUCKET": chaos_minio.bucket,
-    }
-    local = LocalGrid(
-        tmp_path / "grid",
-        port=free_port(),
-        redis_url=chaos_redis.url(),
-        tenants={"chaos": TOKEN},
-        env=env,
-    )
-    grid = ChaosGrid(local, chaos_redis, chaos_minio, chaos_dockerd)
+    local = local_grid(tmp_path, chaos_redis.url(), chaos_minio, chaos_dockerd)
+    with running(ChaosGrid(local, chaos_redis, chaos_minio, chaos_dockerd)) as grid:
+        yield grid
+
+
+@contextmanager
+def running(grid: ChaosGrid) -> Iterator[ChaosGrid]:
+    """The grid's API and nodes started and serving; stopped, their containers gone, after."""
     try:
-        local.start(list(NODES), concurrency=2)
-        local.wait(lambda: grid.serving() >= set(NODES), "the workers in /v1/types")
+        grid.local.start(list(NODES), concurrency=2)
+        grid.local.wait(lambda: grid.serving() >= set(NODES), "the workers in /v1/types")
         yield grid
     finally:
-        local.stop()
+        grid.local.stop()
         grid.remove_containers()
 
 

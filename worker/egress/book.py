@@ -15,10 +15,8 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 
-import redis.asyncio as aioredis
-
 from sandgrid.models import EgressLimits, NetworkAttempt, NetworkPolicy
-from sandgrid.wire import names
+from sandgrid.wire import names, redis_connect
 
 __all__ = ["EgressBook", "RedisBook", "Usage"]
 
@@ -69,7 +67,7 @@ class RedisBook(EgressBook):
     """
 
     def __init__(self, url: str, *, max_len: int = 1000, ttl_s: int = 7 * 86400) -> None:
-        self.redis = aioredis.Redis.from_url(url, decode_responses=True)
+        self.redis = redis_connect.connect_async(url, decode_responses=True)
         self.max_len = max_len
         self.ttl_s = ttl_s
 

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from sandgrid.netaddr import IPAddress, unembed
 from sandgrid.network import Guard
+from sandgrid.wire import redis_connect
 from sandgrid.wire.settings import Settings
 
 __all__ = ["HostGuard", "interface_addresses"]
@@ -129,20 +130,20 @@ class HostGuard:
     @classmethod
     def from_settings(cls, settings: Settings) -> HostGuard:
         """The guard of a node with these settings."""
-        redis = urlsplit(settings.redis_url)
+        redis = redis_connect.endpoints(settings.redis_url, servers=True)  # sentinels' too (22.5)
         minio = urlsplit(f"//{settings.minio.endpoint}")
         egress = settings.worker.egress
         ports = {
-            redis.port or 6379,
+            *(port for _, port in redis),
             minio.port or (443 if settings.minio.secure else 80),
             settings.api_port,
             settings.worker.metrics_port,
             *egress.service_ports,
             *_registry_port(settings.images.registry),  # 25.2: builds must not push or pull
         }
-        endpoints = _endpoint(redis.hostname, redis.port or 6379) | _endpoint(
-            minio.hostname, minio.port
-        )
+        endpoints = _endpoint(minio.hostname, minio.port)
+        for host, port in redis:
+            endpoints |= _endpoint(host, port)
         return cls(ports, endpoints, egress.host_refresh_s)
 
     def add_port(self, port: int) -> None:

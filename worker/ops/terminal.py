@@ -30,7 +30,7 @@ import redis
 
 from sandgrid.errors import SandboxError, SandgridError
 from sandgrid.ops.terminal import PtyOp, PtyResult
-from sandgrid.wire import names
+from sandgrid.wire import names, redis_connect
 from sandgrid.wire.settings import Settings
 from worker.agent_client.client import TURN_TAG, AgentClient
 from worker.ops.base import SandboxContext, SandboxHandler
@@ -85,7 +85,7 @@ class TerminalBridge:
     @classmethod
     def from_settings(cls, settings: Settings) -> TerminalBridge:
         """A bridge on its own connection pool to the grid's Redis."""
-        return cls(redis.Redis.from_url(settings.redis_url, decode_responses=True))
+        return cls(redis_connect.connect(settings.redis_url, decode_responses=True))
 
     def run(self, backend: SandboxManager, sbx: Sandbox, op: PtyOp) -> PtyResult:
         """Serve one terminal until the agent answers; the turn's result.

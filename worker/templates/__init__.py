@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from sandgrid.wire import redis_connect
 from worker.templates.build import BuildFailed, TemplateBuilder
 
 if TYPE_CHECKING:
@@ -29,14 +30,13 @@ def node_builder(node: Node) -> TemplateBuilder:
     with _lock:
         if _builder is None:
             import docker
-            import redis
 
             from sandgrid.wire.objects import open_objects
             from sandgrid.wire.type_store import TypeStore
             from worker.images import ImagePuller
 
             settings = node.settings
-            client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+            client = redis_connect.connect(settings.redis_url, decode_responses=True)
             puller = ImagePuller.from_settings(settings, node.name)
             _builder = TemplateBuilder(
                 node.name,

@@ -3,6 +3,11 @@ ack emulation without transactions (issue 22.1)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
 import redis
 
 from sandgrid.wire import names
@@ -66,3 +71,40 @@ def test_an_unacked_message_is_still_restored(redis_client: redis.Redis[str]) ->
         queue.close()
     assert redis_client.llen("broker-restore-test") == 1
     assert redis_client.hlen("unacked") == 0 and redis_client.zcard("unacked_index") == 0
+
+
+@contextmanager
+def _delivered(redis_client: redis.Redis[str], queue: str) -> Iterator[tuple[Any, Any]]:
+    """A connection and a channel that holds one message of ``queue`` unacked."""
+    app = make_celery(Settings(redis_url=TEST_REDIS_URL))
+    redis_client.delete(queue)
+    app.send_task(names.TASK_PING, args=[1], queue=queue)
+    with app.connection_for_write() as conn:
+        channel = conn.channel()
+        assert channel.basic_get(queue, no_ack=False) is not None
+        yield conn, channel
+
+
+def test_a_channel_closed_with_unacked_messages_after_its_connection_went_puts_them_back(
+    redis_client: redis.Redis[str],
+) -> None:
+    """kombu's close restores the unacked messages through ``conn_or_acquire``;
+    a client made anew there, once the connection was let go, raised an
+    AttributeError that stopped a worker's consumer in a broker outage (22.5)."""
+    queue = names.node_queue("broker-close-test")
+    with _delivered(redis_client, queue) as (_, channel):
+        channel.connection.client = None  # what kombu's Connection._close leaves behind
+        channel.close()
+    assert redis_client.llen(queue) == 1
+
+
+def test_closing_with_unacked_messages_and_no_client_left_is_a_connection_error(
+    redis_client: redis.Redis[str],
+) -> None:
+    """Celery ignores a connection error on close and reconnects; an AttributeError
+    stopped its consumer (the Sentinel failover chaos test, 22.5)."""
+    with _delivered(redis_client, names.node_queue("broker-close-test2")) as (conn, channel):
+        channel._shared_client = None
+        channel.connection.client = None
+        with pytest.raises(tuple(conn.connection_errors)):
+            channel.close()
