@@ -63,7 +63,14 @@ def test_a_view_follows_the_version_and_falls_back_on_the_file(
 ) -> None:
     store = TypeStore(redis_client, None)
     view = CatalogView(store, cache_s=0)
-    assert set(view.current().types) == {"python", "python-gvisor", "bfcl", "appworld"}
+    assert set(view.current().types) == {
+        "python",
+        "python-gvisor",
+        "node",
+        "devbox",
+        "bfcl",
+        "appworld",
+    }
     store.seed([_spec("python")])
     assert set(view.current().types) == {"python"}
     store.put(_spec("python-small", source="api"))
