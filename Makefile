@@ -51,5 +51,6 @@ bench:         ## benchmarks; each prints its figures and ratios
 	$(PY) bench/bench_integrations.py
 	$(PY) bench/bench_ports.py
 	$(PY) bench/bench_memory.py
+	$(PY) bench/bench_templates.py
 
 ci: services lint typecheck compose-check test
