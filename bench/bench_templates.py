@@ -90,7 +90,7 @@ def grid(work: Path) -> Iterator[LocalGrid]:
             redis_url=REDIS_URL,
             tenants={},
             nodes=["bt-w1"],
-            types="python-gvisor,tplb-build-*,tplb-hit",
+            types="python-gvisor,tplb-build-*,tplb-hit*",
             env=env,
         ) as g,
     ):
