@@ -200,6 +200,10 @@ def pool_hits(kind: str, hits: int) -> list[float]:
     to its reaper, which sees them as gone: a known gap, docs/performance.md)."""
     body = {"name": kind, "image": BASE, "runtime": "runc", "pool_size": 1}
     assert call("POST", "/v1/types", ADMIN, body).status_code == 201
+    deadline = time.monotonic() + 120
+    while not call("GET", f"/v1/types/{kind}").json().get("nodes"):  # served, then warm
+        assert time.monotonic() < deadline, f"no node serves {kind}"
+        time.sleep(0.1)
     out = []
     for _ in range(hits):
         deadline = time.monotonic() + 60
