@@ -53,5 +53,6 @@ bench:         ## benchmarks; each prints its figures and ratios
 	$(PY) bench/bench_browser.py
 	$(PY) bench/bench_memory.py
 	$(PY) bench/bench_scale.py
+	$(PY) bench/bench_templates.py
 
 ci: services lint typecheck compose-check test

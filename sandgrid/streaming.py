@@ -49,6 +49,9 @@ class TurnEvent(WireModel):
     session: str = ""
     result: ExecResult | None = None
     error: dict[str, Any] | None = None
+    template: dict[str, Any] | None = Field(
+        None, description="a template build's final event: its record, log left out (25.2)"
+    )
 
     @property
     def final(self) -> bool:

@@ -17,7 +17,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from sandgrid.models import NetworkPolicy, WireModel
-from sandgrid.sandbox_types import TYPE_NAME_PATTERN
+from sandgrid.sandbox_types import IMAGE_PATTERN, TYPE_NAME_PATTERN
 
 __all__ = [
     "MAX_COPY_BYTES",
@@ -102,7 +102,8 @@ class TemplateSpec(WireModel):
 
     Attributes:
         name: the template's name, which is also its sandbox type's.
-        from_: the base (JSON ``from``): a sandbox type the tenant may use.
+        from_: the base (JSON ``from``): a sandbox type the tenant may use, or an image
+            reference (``repo:tag``, a ``/`` or ``:`` in it) already in the grid's registry.
         steps: run in order; the first failing one ends the build.
         network: the build's egress policy (None: no network at all).
         quotas: the build sandbox's CPU, memory, time and the image's size.
@@ -112,7 +113,7 @@ class TemplateSpec(WireModel):
 
     v: Literal[1] = 1
     name: str = Field(pattern=TYPE_NAME_PATTERN)
-    from_: str = Field(alias="from", pattern=TYPE_NAME_PATTERN)
+    from_: str = Field(alias="from", pattern=IMAGE_PATTERN)
     steps: list[Step] = Field(min_length=1, max_length=MAX_STEPS)
     network: NetworkPolicy | None = None
     quotas: BuildQuotas = Field(default_factory=BuildQuotas)

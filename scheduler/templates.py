@@ -13,6 +13,12 @@ The build goes to the direct queue of one live node that runs gVisor (it
 serves a runsc type). The record is written before the job is sent, and its
 deadline (the build's time quota plus a margin) lets a build whose node died
 be answered ``failed`` rather than ``building`` forever.
+
+``DELETE /v1/templates/{name}`` removes a template: its type (409 with the
+count while sessions of it are open, as ``DELETE /v1/types``), its manifest in
+the grid's registry (the blobs go at the next ``make registry-gc``; nodes drop
+their copies in their image collection) and its record. An operator's
+``publish`` makes a ready template's type every tenant's.
 """
 
 from __future__ import annotations
@@ -23,16 +29,30 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sandgrid.errors import CapacityError, InvalidInput, NotFound
+from sandgrid.errors import (
+    CapacityError,
+    Conflict,
+    ErrorCode,
+    InvalidInput,
+    NotFound,
+)
+from sandgrid.sandbox_types import SandboxTypeSpec
 from sandgrid.templates import TemplateInfo, TemplateSpec
 from sandgrid.wire import names
 from sandgrid.wire.builds import BuildJob, TemplateStore
 from scheduler.network import check_policy
 from scheduler.registry.nodes import NodeDirectory
 from scheduler.registry.types import TypeCatalog
+from scheduler.template_images import drop_manifest, image_base, is_image_reference
 from scheduler.tenants import Tenant
 
-__all__ = ["LOST_MARGIN_S", "BuildSender", "TemplateService", "celery_sender"]
+__all__ = [
+    "LOST_MARGIN_S",
+    "BuildSender",
+    "ManifestDropper",
+    "TemplateService",
+    "celery_sender",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +73,10 @@ def celery_sender(app: Any) -> BuildSender:
     return send
 
 
+ManifestDropper = Callable[[str, str], None]
+"""Deletes an image's manifest (``image``, ``digest``) from its registry (``drop_manifest``)."""
+
+
 def _invalid(field: str, rule: str, message: str) -> InvalidInput:
     return InvalidInput(
         f"{field}: {message}", operation="templates.build", context={"field": field, "rule": rule}
@@ -67,15 +91,22 @@ class TemplateService:
         types: the catalog (names taken, the base, the built type).
         nodes: the live nodes (where a build can run).
         send: sends the build job to a node's queue (``celery_sender``).
+        registry: the grid's image registry (``host:port``), where a ``from`` image must be.
     """
 
     def __init__(
-        self, store: TemplateStore, types: TypeCatalog, nodes: NodeDirectory, send: BuildSender
+        self,
+        store: TemplateStore,
+        types: TypeCatalog,
+        nodes: NodeDirectory,
+        send: BuildSender,
+        registry: str = "",
     ) -> None:
         self.store = store
         self.types = types
         self.nodes = nodes
         self.send = send
+        self.registry = registry
 
     def build(self, tenant: Tenant, spec: TemplateSpec) -> TemplateInfo:
         """Check ``spec``, record it ``building`` and send its build.
@@ -84,13 +115,7 @@ class TemplateService:
             InvalidInput: the field and rule broken (422).
             CapacityError: no live node runs gVisor (503).
         """
-        base = self.types.current().get(spec.from_)
-        if base is None or not base.visible_to(tenant.name):
-            raise _invalid("from", "a sandbox type you may use", f"no sandbox type {spec.from_!r}")
-        if tenant.limits.types is not None and base.name not in tenant.limits.types:
-            raise _invalid(
-                "from", "a type the tenant may use", f"type {base.name!r} is not allowed"
-            )
+        base = self._base(tenant, spec)
         spec = _within_image_ceiling(tenant, spec)
         _check_quotas(tenant, spec)
         if spec.network is not None:
@@ -105,7 +130,7 @@ class TemplateService:
         info = TemplateInfo(
             name=spec.name,
             tenant=tenant.name,
-            base=base.name,
+            base=spec.from_,
             build_id=secrets.token_hex(8),
             state="building",
             created=now,
@@ -142,6 +167,66 @@ class TemplateService:
             self.store.put(lost)
             return lost
         return info
+
+    def _base(self, tenant: Tenant, spec: TemplateSpec) -> SandboxTypeSpec:
+        """The base: a type the tenant may use, or an image already in the grid's registry."""
+        if is_image_reference(spec.from_):
+            return image_base(spec.from_, self.registry, spec.name)
+        base = self.types.current().get(spec.from_)
+        if base is None or not base.visible_to(tenant.name):
+            raise _invalid("from", "a sandbox type you may use", f"no sandbox type {spec.from_!r}")
+        if tenant.limits.types is not None and base.name not in tenant.limits.types:
+            raise _invalid(
+                "from", "a type the tenant may use", f"type {base.name!r} is not allowed"
+            )
+        return base
+
+    def remove(
+        self, caller: str | None, name: str, drop: ManifestDropper = drop_manifest
+    ) -> TemplateInfo:
+        """Remove the template ``name``: its type, its registry manifest, its record.
+
+        Raises:
+            NotFound: no such template of the caller's.
+            Conflict: it is still building, or sessions of its type are open (the count).
+        """
+        info = self.get(caller, name)
+        if info.state == "building":
+            raise Conflict(
+                f"template {name!r} is still building; wait for its end",
+                code=ErrorCode.TYPE_IN_USE,
+                operation="templates.remove",
+                context={"template": name, "state": info.state},
+            )
+        if name in self.types.view.refresh():
+            self.types.remove(name)  # 409 with the count while sessions of it are open
+        if info.image and info.digest:
+            drop(info.image, info.digest)
+        self.store.delete(name)
+        log.info("template %s of %s removed", name, info.tenant)
+        return info
+
+    def publish(self, name: str) -> SandboxTypeSpec:
+        """Make the ready template ``name``'s type usable by every tenant (the operator).
+
+        Raises:
+            NotFound: no such template, or its type is gone.
+            Conflict: it is not ready.
+        """
+        info = self.get(None, name)
+        if info.state != "ready":
+            raise Conflict(
+                f"template {name!r} is {info.state}, not ready: nothing to publish",
+                code=ErrorCode.TYPE_IN_USE,
+                operation="templates.publish",
+                context={"template": name, "state": info.state},
+            )
+        kind = self.types.get(name, None)
+        public = kind.model_copy(update={"tenant": None})
+        self.types.store.put(public)
+        self.types.view.refresh()
+        log.info("template %s of %s published to every tenant", name, info.tenant)
+        return public
 
     def _check_name(self, tenant: Tenant, name: str) -> None:
         if name in self.types.view.refresh():

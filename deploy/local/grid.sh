@@ -15,10 +15,10 @@ WORKERS="${SANDGRID_WORKERS:-w1 w2}"
 # here; the benchmarks' types run batches (docs/batch.md).
 if [ -z "${SANDGRID_WORKER_TYPES:-}" ]; then
   if "$(dirname "$0")/runsc-check.sh"; then
-    SANDGRID_WORKER_TYPES="python,python-gvisor,bfcl,appworld"
+    SANDGRID_WORKER_TYPES="python,python-gvisor,node,devbox,bfcl,appworld"
   else
     log "grid: runsc does not run here: the workers do not serve python-gvisor"
-    SANDGRID_WORKER_TYPES="python,bfcl,appworld"
+    SANDGRID_WORKER_TYPES="python,node,devbox,bfcl,appworld"
   fi
 fi
 WORKER_TYPES="$SANDGRID_WORKER_TYPES"

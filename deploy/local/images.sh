@@ -76,6 +76,16 @@ for dir in "$SG_ROOT"/images/sandbox-*/; do
   build_image "sandgrid/$name:latest" "$dir" "$dir/Dockerfile" "$dir"
   push_image "sandgrid/$name:latest"
 done
+# The shipped templates (25.4): [[type]] entries of the types file with a
+# template table (node, devbox), rendered as Dockerfiles and built here with
+# the host's network (our own steps: Debian's archive), parents first.
+SHIPPED="$SG_STATE/images/shipped"
+for name in $("$SG_PY" "$SG_ROOT/deploy/local/shipped_templates.py" "$SG_ROOT/deploy/types.toml"); do
+  read -r tag ctx < <("$SG_PY" "$SG_ROOT/deploy/local/shipped_templates.py" \
+    "$SG_ROOT/deploy/types.toml" "$SHIPPED" "$name") || die "shipped template $name: not rendered"
+  build_image "$tag" "$ctx" "$ctx/Dockerfile" "$ctx"
+  push_image "$tag"
+done
 # {"sandgrid/sandbox-python:latest": {"reference": "REGISTRY/REPO@sha256:...", "digest": ...}}
 printf '%s\n' "${pushed[@]}" | python3 -c '
 import json, sys

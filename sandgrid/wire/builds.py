@@ -23,7 +23,31 @@ from sandgrid.wire import names
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["BuildJob", "TemplateStore"]
+__all__ = ["BuildJob", "TemplateStore", "build_events", "final_event"]
+
+
+def build_events(build_id: str) -> str:
+    """The id of a build's event stream (``sandgrid.wire.turnstream``, as an exec turn's):
+    ``stdout`` chunks of its log as they come, then ``result`` (ready) or ``error`` (failed)."""
+    return f"build-{build_id}"
+
+
+def final_event(info: TemplateInfo) -> dict[str, object]:
+    """The last event of a build's stream: its record without the log (already streamed);
+    a failed build's ``error`` names its step and exit code."""
+    template = info.model_dump(mode="json", exclude={"log"})
+    if info.state == "ready":
+        return {"type": "result", "template": template}
+    error = {
+        "code": "build_failed",
+        "message": info.error or "the build failed",
+        "context": {
+            "template": info.name,
+            "failed_step": info.failed_step,
+            "exit_code": info.exit_code,
+        },
+    }
+    return {"type": "error", "error": error, "template": template}
 
 
 class BuildJob(WireModel):

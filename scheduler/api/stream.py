@@ -40,7 +40,16 @@ from scheduler.tenants import Tenant
 from scheduler.turns.admission import check_exec
 from scheduler.turns.idempotency import turn_id_for
 
-__all__ = ["IDLE_LIMIT_S", "READ_BLOCK_MS", "cancel_turn", "exec_events", "router", "turn_events"]
+__all__ = [
+    "IDLE_LIMIT_S",
+    "READ_BLOCK_MS",
+    "cancel_turn",
+    "events_response",
+    "exec_events",
+    "frame",
+    "router",
+    "turn_events",
+]
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +164,17 @@ def cancel_turn(session_id: str, turn_id: str, svc: Svc, tenant: CurrentTenant) 
     ``cancelled: true``; a finished turn is left alone (``state: finished``)."""
     session = svc.registry.get(tenant.name, session_id)
     return svc.runner.cancels.cancel(session, turn_id)
+
+
+def events_response(svc: Services, stream_id: str, after: str, slot: Slot) -> StreamingResponse:
+    """Serve the events of stream ``stream_id`` after ``after`` as SSE, until its final event
+    (a template build's log, ``scheduler.api.templates``, is such a stream)."""
+    return _response(svc, stream_id, after, "", slot)
+
+
+def frame(event_id: str, event: dict[str, Any]) -> str:
+    """One event as SSE text (``id:`` omitted when empty)."""
+    return _frame(event_id, event)
 
 
 def _response(svc: Services, turn_id: str, after: str, head: str, slot: Slot) -> StreamingResponse:

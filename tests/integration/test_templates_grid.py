@@ -10,9 +10,14 @@ Builds always run under gVisor, so the whole module is marked ``runsc``.
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 import os
+import subprocess
+import tarfile
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +27,7 @@ import pytest
 import redis
 
 from sandgrid.localgrid import LocalGrid
+from sandgrid.streaming import SSEParser
 from sandgrid.wire import names
 from scheduler.tenants import Tenant, TenantLimits, hash_token
 from tests.support.egress_servers import build_wheel, pypi_server
@@ -293,3 +299,116 @@ def test_a_tenant_without_network_gets_422_for_a_build_policy(grid: LocalGrid) -
     body = {"name": "tpl-g2", "from": "python", "steps": [{"run": "true"}], "network": PIP_POLICY}
     resp = call("POST", "/v1/templates", GLOBEX, body)
     assert resp.status_code == 422 and "network" in resp.text, resp.text
+
+
+def test_a_builds_log_streams_as_it_runs_and_a_failure_ends_with_its_exit_code(
+    grid: LocalGrid,
+) -> None:
+    steps = [{"run": "echo first-line; sleep 3; echo second-line; exit 4"}]
+    resp = call(
+        "POST", "/v1/templates", body={"name": "tpl-stream", "from": "python", "steps": steps}
+    )
+    assert resp.status_code == 202, resp.text
+    parser, events, seen_at = SSEParser(), [], {}
+    headers = {"Authorization": f"Bearer {ACME}"}
+    url = f"http://127.0.0.1:{PORT}/v1/templates/tpl-stream/logs?follow=1"
+    with httpx.stream("GET", url, headers=headers, timeout=300) as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        for line in stream.iter_lines():
+            event = parser.feed(line)
+            if event is None:
+                continue
+            events.append(event)
+            for word in ("first-line", "second-line"):
+                if event.data.startswith(word):  # the output, not the step header
+                    seen_at.setdefault(word, time.monotonic())
+            if event.final:
+                break
+    assert seen_at["second-line"] - seen_at["first-line"] > 2  # live, not all at the end
+    last = events[-1]
+    assert last.type == "error" and last.error is not None, last
+    assert last.error["context"]["exit_code"] == 4 and last.error["context"]["failed_step"] == 0
+    assert last.template is not None and last.template["state"] == "failed"
+    text = call("GET", "/v1/templates/tpl-stream/logs")
+    assert "first-line" in text.text and "second-line" in text.text
+    assert leftovers("tpl-stream") == ([], [])
+    assert call("GET", "/v1/templates/tpl-stream/logs", GLOBEX).status_code == 404
+
+
+def test_publish_then_delete_a_template_409_while_in_use(grid: LocalGrid) -> None:
+    if call("GET", "/v1/templates/tpl-demo").json().get("state") != "ready":
+        build(
+            grid,
+            {"name": "tpl-demo", "from": "python", "steps": [{"run": PIP}], "network": PIP_POLICY},
+        )
+    info = call("GET", "/v1/templates/tpl-demo").json()
+    assert call("POST", "/v1/templates/tpl-demo/publish", ACME).status_code == 401
+    published = call("POST", "/v1/templates/tpl-demo/publish", ADMIN)
+    assert published.status_code == 200 and published.json()["tenant"] is None, published.text
+    assert call("GET", "/v1/types/tpl-demo", GLOBEX).status_code == 200  # now every tenant's
+    grid.wait(lambda: call("GET", "/v1/types/tpl-demo").json()["nodes"] == [NODE], "node serves it")
+    sid = call("POST", "/v1/sessions", GLOBEX, {"type": "tpl-demo"}).json()["id"]
+    refused = call("DELETE", "/v1/templates/tpl-demo")
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["error"]["context"]["sessions"] == 1
+    assert call("DELETE", f"/v1/sessions/{sid}", GLOBEX).status_code == 200
+    assert call("DELETE", "/v1/templates/tpl-demo", GLOBEX).status_code == 404  # not its own
+    gone = call("DELETE", "/v1/templates/tpl-demo")
+    assert gone.status_code == 200, gone.text
+    assert call("GET", "/v1/templates/tpl-demo").status_code == 404
+    assert call("GET", "/v1/types/tpl-demo").status_code == 404
+    assert call("POST", "/v1/sessions", body={"type": "tpl-demo"}).status_code == 404
+    host, _, rest = info["image"].partition("/")
+    repo = rest.rsplit(":", 1)[0]
+    head = httpx.head(f"http://{host}/v2/{repo}/manifests/{info['digest']}", timeout=10)
+    assert head.status_code == 404, head.status_code  # the registry's tag is gone too
+
+
+def test_a_template_from_an_image_of_the_registry(grid: LocalGrid) -> None:
+    ref = "127.0.0.1:5000/sandgrid/sandbox-python:latest"
+    body = {"name": "tpl-fromimg", "from": ref, "steps": [{"run": "echo built > /built"}]}
+    done = build(grid, body)
+    assert done["state"] == "ready" and done["base"] == ref, done
+    grid.wait(lambda: call("GET", "/v1/types/tpl-fromimg").json()["nodes"] == [NODE], "served")
+    sid = call("POST", "/v1/sessions", body={"type": "tpl-fromimg"}).json()["id"]
+    out = call("POST", f"/v1/sessions/{sid}/exec", body={"shell": "cat /built"}).json()
+    assert out["stdout"] == "built\n", out
+    call("DELETE", f"/v1/sessions/{sid}")
+    assert call("DELETE", "/v1/templates/tpl-fromimg").status_code == 200
+
+    missing = {**body, "name": "tpl-noimg", "from": "sandgrid/no-such-image:v9"}
+    refused = call("POST", "/v1/templates", body=missing)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["context"]["field"] == "from"
+    assert "no image sandgrid/no-such-image:v9 in the grid's registry" in refused.text
+
+
+def test_a_registry_image_without_python3_is_refused_saying_so(grid: LocalGrid) -> None:
+    repo, digest = _bare_image()
+    try:
+        body = {"name": "tpl-bareimg", "from": f"{repo}:v1", "steps": [{"run": "true"}]}
+        done = build(grid, body)
+        assert done["state"] == "failed", done
+        assert "the base image has no python3: the in-sandbox agent needs python3" in done["error"]
+        assert leftovers("tpl-bareimg") == ([], [])
+    finally:
+        httpx.delete(f"http://127.0.0.1:5000/v2/{repo}/manifests/{digest}", timeout=30)
+        pulled = f"127.0.0.1:5000/{repo}@{digest}"  # the build's node pulled it
+        subprocess.run(["docker", "rmi", "-f", pulled], capture_output=True, check=False)
+
+
+def _bare_image() -> tuple[str, str]:
+    """A one-file image with no python3, pushed to the grid's registry: (repository, digest)."""
+    repo = f"sandgrid/tpl-bare-{uuid.uuid4().hex[:8]}"
+    ref = f"127.0.0.1:5000/{repo}:v1"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo("hello.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    run = functools.partial(subprocess.run, check=True, capture_output=True, timeout=120)
+    run(["docker", "import", "-", ref], input=buf.getvalue())
+    run(["docker", "push", "-q", ref])
+    digests = run(["docker", "image", "inspect", "-f", "{{json .RepoDigests}}", ref], text=True)
+    run(["docker", "rmi", ref])
+    return repo, json.loads(digests.stdout)[0].split("@", 1)[1]

@@ -5,7 +5,8 @@ Issue 25, item 2.
 The flow (each part in its own module): book the build's egress policy under
 its pseudo-session and open its proxy socket; make the build sandbox of the
 base image (``sandbox.py``: runsc, no network, the build's quotas); run the
-steps in order, the log written into the template's record as it comes; on
+steps in order, the log written into the template's record and appended to
+the build's event stream (``build_events``) as it comes; on
 the first failing step (or the deadline) stop: the record says which step,
 its exit code and the log, and nothing is left (container, image, socket,
 booking). On success take gVisor's upper layer (``runsc tar rootfs-upper``),
@@ -31,8 +32,8 @@ import redis
 
 from sandgrid.sandbox_types import SandboxTypeSpec
 from sandgrid.templates import MAX_LOG_BYTES, CopyStep, EnvStep, RunStep, TemplateInfo, WorkdirStep
-from sandgrid.wire import names
-from sandgrid.wire.builds import BuildJob, TemplateStore
+from sandgrid.wire import names, turnstream
+from sandgrid.wire.builds import BuildJob, TemplateStore, build_events, final_event
 from sandgrid.wire.type_store import TypeStore
 from worker.egress.proxy import EgressProxy
 from worker.templates.image import image_config, load_archive
@@ -56,15 +57,18 @@ class BuildFailed(Exception):
 
 
 class _Log:
-    """The build log's tail, written into the record at most every ``_FLUSH_S``."""
+    """The build log's tail, written into the record at most every ``_FLUSH_S``, and each
+    chunk appended to the build's event stream as it comes (``GET .../logs?follow=1``)."""
 
-    def __init__(self, save: Callable[[str], None]) -> None:
+    def __init__(self, save: Callable[[str], None], stream: Callable[[str], None]) -> None:
         self.text = ""
         self._save = save
+        self._stream = stream
         self._last = 0.0
 
     def __call__(self, chunk: str) -> None:
         self.text = (self.text + chunk)[-MAX_LOG_BYTES:]
+        self._stream(chunk)
         if time.monotonic() - self._last >= _FLUSH_S:
             self._last = time.monotonic()
             self._save(self.text)
@@ -114,7 +118,11 @@ class TemplateBuilder:
         info = self.records.get(job.tenant, job.spec.name)
         if info is None or info.build_id != job.build_id or info.state != "building":
             raise BuildFailed("the template's record is gone or belongs to another build")
-        logbook = _Log(lambda text: self._save(info.model_copy(update={"log": text})))
+        events = build_events(job.build_id)
+        logbook = _Log(
+            lambda text: self._save(info.model_copy(update={"log": text})),
+            lambda chunk: self._event(events, {"type": "stdout", "data": chunk}),
+        )
         work = Path(tempfile.mkdtemp(prefix=f"sg-build-{job.build_id}-"))
         try:
             tag, digest = self._run(job, info, logbook, work)
@@ -138,10 +146,19 @@ class TemplateBuilder:
             shutil.rmtree(work, ignore_errors=True)
         done = done.model_copy(update={"finished": time.time()})
         self.records.put(done)
+        self._event(events, final_event(done))  # after the record: a follower then reads it
         log.info(
             "template %s of %s: %s (build %s)", done.name, done.tenant, done.state, job.build_id
         )
         return done
+
+    def _event(self, events: str, event: dict[str, object]) -> None:
+        """Append to the build's stream; a Redis error loses the event, not the build
+        (the record keeps the log)."""
+        try:
+            turnstream.append(self.redis, events, [event])
+        except redis.RedisError as exc:
+            log.warning("template build stream %s: %s", events, type(exc).__name__)
 
     def _save(self, info: TemplateInfo) -> None:
         current = self.records.get(info.tenant, info.name)

@@ -158,9 +158,14 @@ class BuildSandbox:
         return self.run(["python3", "-I", "-c", _WRITE, arg], log)
 
     def _kill(self) -> None:
+        """The deadline: kill and remove the container. Removing it is what ends a step's
+        exec stream: under runsc a killed sandbox's exec attach could stay open, and the
+        build then hung past its deadline with its container left behind."""
         self._killed.set()
         with contextlib.suppress(Exception):  # gone already: nothing to do
             self.container.kill()
+        with contextlib.suppress(Exception):
+            self.container.remove(force=True)
 
     def stop(self) -> None:
         """Stop the deadline timer and PID 1 (the container stays for the commit)."""

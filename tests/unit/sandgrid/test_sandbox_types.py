@@ -20,6 +20,11 @@ SHIPPED = {
     "appworld": ("sandgrid/sandbox-appworld:latest", "runc"),
     "browser": ("sandgrid/sandbox-browser:latest", "runsc"),
 }
+#: The shipped templates (25.4): types of the file built from its template tables.
+SHIPPED_TEMPLATES = {
+    "node": ("sandgrid/sandbox-node:latest", "runc"),
+    "devbox": ("sandgrid/sandbox-devbox:latest", "runc"),
+}
 
 
 def _spec(**kw: object) -> SandboxTypeSpec:
@@ -28,8 +33,10 @@ def _spec(**kw: object) -> SandboxTypeSpec:
 
 def test_the_shipped_types_are_the_files_entries_as_they_were_in_code() -> None:
     found = file_catalog().types
-    assert {n: (t.image, t.runtime) for n, t in found.items()} == SHIPPED
-    for t in found.values():  # nothing of what a session of them got changes
+    assert {n: (t.image, t.runtime) for n, t in found.items()} == SHIPPED | SHIPPED_TEMPLATES
+    for t in (found[n] for n in SHIPPED_TEMPLATES):  # one warm sandbox per node
+        assert t.pool_size == 1 and t.tenant is None and not t.network_allowed
+    for t in (found[n] for n in SHIPPED):  # nothing of what a session of them got changes
         assert t.quotas == {} and t.ceilings == {} and t.pool_size is None
         assert t.tenant is None and not t.network_allowed and t.default_network is None
         assert t.source == "file"

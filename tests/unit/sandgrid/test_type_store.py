@@ -63,7 +63,15 @@ def test_a_view_follows_the_version_and_falls_back_on_the_file(
 ) -> None:
     store = TypeStore(redis_client, None)
     view = CatalogView(store, cache_s=0)
-    assert set(view.current().types) == {"python", "python-gvisor", "bfcl", "appworld", "browser"}
+    assert set(view.current().types) == {
+        "python",
+        "python-gvisor",
+        "node",
+        "devbox",
+        "bfcl",
+        "appworld",
+        "browser",
+    }
     store.seed([_spec("python")])
     assert set(view.current().types) == {"python"}
     store.put(_spec("python-small", source="api"))

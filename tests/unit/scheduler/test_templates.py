@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from sandgrid.errors import CapacityError, InvalidInput, NotFound
+from sandgrid.errors import CapacityError, Conflict, InvalidInput, NotFound
 from sandgrid.sandbox_types import SandboxTypeSpec
 from sandgrid.templates import TemplateSpec
 from sandgrid.wire import names
@@ -144,3 +144,56 @@ def test_no_gvisor_node_is_503(service: TemplateService) -> None:
     with pytest.raises(CapacityError):
         service.build(ACME, _spec())
     assert service.store.get(None, "tpl") is None
+
+
+def _ready(service: TemplateService) -> None:
+    """Make ``tpl`` a ready template of acme with its private type, as a node would."""
+    info = service.build(ACME, _spec())
+    image = "127.0.0.1:5000/sandgrid/tpl-acme-tpl:" + info.build_id
+    digest = "sha256:" + "b" * 64
+    service.store.put(info.model_copy(update={"state": "ready", "image": image, "digest": digest}))
+    kind = _type("tpl", "runsc", tenant="acme").model_copy(update={"image": image})
+    service.types.store.put(kind)
+    service.types.view.refresh()
+
+
+def test_removing_a_template_drops_its_type_its_manifest_and_its_record(
+    service: TemplateService,
+) -> None:
+    _ready(service)
+    dropped: list[tuple[str, str]] = []
+    with pytest.raises(NotFound):  # another tenant's is as unknown
+        service.remove("globex", "tpl", lambda i, d: dropped.append((i, d)))
+    gone = service.remove("acme", "tpl", lambda i, d: dropped.append((i, d)))
+    assert dropped == [(gone.image, gone.digest)]
+    assert "tpl" not in service.types.view.refresh()
+    assert service.store.get(None, "tpl") is None
+
+
+def test_a_template_in_use_or_building_is_409_and_stays(
+    service: TemplateService, redis_client: redis.Redis[str]
+) -> None:
+    service.build(ACME, _spec())
+    with pytest.raises(Conflict, match="still building"):
+        service.remove("acme", "tpl", lambda i, d: None)
+    service.store.delete("tpl")
+    _ready(service)
+    redis_client.sadd(names.tenant_sessions_key("acme"), "s1")
+    redis_client.hset(names.session_key("s1"), "type", '"tpl"')
+    with pytest.raises(Conflict) as err:
+        service.remove("acme", "tpl", lambda i, d: None)
+    assert err.value.http_status == 409 and err.value.context["sessions"] == 1
+    assert service.store.get(None, "tpl") is not None and "tpl" in service.types.view.refresh()
+
+
+def test_publishing_makes_a_ready_templates_type_every_tenants(service: TemplateService) -> None:
+    service.build(ACME, _spec())
+    with pytest.raises(Conflict, match="not ready"):
+        service.publish("tpl")
+    service.store.delete("tpl")
+    _ready(service)
+    assert service.types.get("tpl", "acme").tenant == "acme"
+    with pytest.raises(NotFound):
+        service.types.get("tpl", "globex")
+    assert service.publish("tpl").tenant is None
+    assert service.types.get("tpl", "globex").name == "tpl"
