@@ -85,8 +85,10 @@ class Node:
         #: the same name is a new incarnation.
         self.incarnation = INCARNATION
         self.settings = settings or get_settings()
-        #: The ``--types`` entries; a name must be in the catalog, a pattern may match none.
-        self.selector = [t if is_pattern(t) else get_type(t).name for t in types]
+        #: The ``--types`` entries: a name not in the catalog yet (the API seeds the
+        #: types file when it starts, maybe after this node) is served once it is
+        #: there, as a pattern that matches none yet is.
+        self.selector = _selector(name, types)
         self.types = selected(self.selector, catalog.current())
         self.ledger = ledger or RedisLedger.from_settings(
             self.settings, outage_wait_s=WORKER_OUTAGE_WAIT_S
@@ -397,3 +399,14 @@ def stop_node() -> None:
         if _node is not None:
             _node.stop()
             _node = None
+
+
+def _selector(node: str, types: list[str]) -> list[str]:
+    """The ``--types`` entries, each name not in the catalog now logged (a typo shows)."""
+    known = catalog.current()
+    for t in types:
+        if not is_pattern(t) and t not in known:
+            log.warning(
+                "node %s: type %r is not in the catalog yet; served once it is added", node, t
+            )
+    return list(types)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from sandgrid.models import Quotas
 from sandgrid.sandbox_types import SandboxTypeSpec
 from sandgrid.wire.catalog import Catalog, CatalogView
@@ -92,6 +94,29 @@ def test_the_watch_starts_added_types_updates_changed_ones_and_stops_removed_one
     source.set(python)
     watch.sync()
     assert node.log[2:] == ["-python-small"] and set(node.served) == {"python"}
+
+
+def test_a_named_type_not_in_the_catalog_yet_is_served_once_it_is() -> None:
+    """A worker may start before the API seeds the types file: ``--types python,node``
+    on a registry that knows only python serves python, then node when it appears."""
+    python, node_type = _spec("python"), _spec("node")
+    source, node = Source(python), Node({"python": python})
+    watch = _watch(source, node, ["python", "node"])
+    watch.sync()
+    assert set(node.served) == {"python"}
+    source.set(python, node_type)
+    watch.sync()
+    assert node.log == ["+node"] and set(node.served) == {"python", "node"}
+
+
+def test_a_node_started_with_a_name_the_catalog_lacks_warns_and_keeps_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from worker.node import _selector
+
+    with caplog.at_level("WARNING", logger="worker.node"):
+        assert _selector("w9", ["python", "nodex-*", "nodex"]) == ["python", "nodex-*", "nodex"]
+    assert "'nodex' is not in the catalog yet" in caplog.text and "nodex-*" not in caplog.text
 
 
 def test_a_type_the_node_cannot_serve_is_left_out_until_it_can() -> None:
