@@ -120,11 +120,9 @@ class Persistence:
             )
         if ref is None:
             return None
-        log.debug(
-            "snapshot of %s: %s",
-            local.session_id,
-            " ".join(f"{k}={v:.1f}" for k, v in ref.stats.items() if k.endswith("_ms")),
-        )
+        if log.isEnabledFor(logging.DEBUG):  # the phases joined only when they are logged
+            phases = " ".join(f"{k}={v:.1f}" for k, v in ref.stats.items() if k.endswith("_ms"))
+            log.debug("snapshot of %s: %s", local.session_id, phases)
         if ref.manifest is not None:
             metrics.SNAPSHOT_BYTES.labels(direction="save").inc(sum(ref.manifest.blobs.values()))
         return ref.name, ref.manifest
