@@ -74,18 +74,33 @@ def lending() -> Iterator[list[tuple[str, int]]]:
 def listing(path: str, lent: list[tuple[str, int]]) -> list[tuple[str, os.stat_result]]:
     """Each entry of a directory with its lstat. A directory the user closed to
     themselves (no r or no x for the owner) is opened to them for the rest of
-    the walk and noted in ``lent``: a snapshot must see inside it."""
+    the walk and noted in ``lent``: a snapshot must see inside it.
+
+    The user's processes run while it walks: a directory or an entry removed
+    or renamed meanwhile is not there, and is left out."""
     try:
-        with os.scandir(path) as it:
-            return [(e.path, e.stat(follow_symlinks=False)) for e in it]
-    except PermissionError:
-        mode = stat.S_IMODE(os.lstat(path).st_mode)
-        if mode & 0o500 == 0o500:
-            raise
-        os.chmod(path, mode | 0o500)
-        lent.append((path, mode))
-        with os.scandir(path) as it:
-            return [(e.path, e.stat(follow_symlinks=False)) for e in it]
+        try:
+            return _entries(path)
+        except PermissionError:
+            mode = stat.S_IMODE(os.lstat(path).st_mode)
+            if mode & 0o500 == 0o500:
+                raise
+            os.chmod(path, mode | 0o500)
+            lent.append((path, mode))
+            return _entries(path)
+    except FileNotFoundError:
+        return []
+
+
+def _entries(path: str) -> list[tuple[str, os.stat_result]]:
+    found: list[tuple[str, os.stat_result]] = []
+    with os.scandir(path) as it:
+        for entry in it:
+            try:
+                found.append((entry.path, entry.stat(follow_symlinks=False)))
+            except FileNotFoundError:
+                continue  # gone between the listing and its lstat
+    return found
 
 
 def passable(path: str, lent: list[tuple[str, int]], roots: tuple[str, ...] | None = None) -> None:

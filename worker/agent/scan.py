@@ -51,7 +51,8 @@ def scan_diff(
     own) is not read again, and if its mode is as before its row is not even
     rebuilt. Symlinks are recorded, never followed; devices,
     fifos and sockets are skipped. Entries are those under each root, not the
-    root itself.
+    root itself. The user's processes run meanwhile: an entry removed or renamed
+    while it is walked is left out, as if the walk had come after.
     """
     changed: list[ScanRow] = []
     keys: list[list[int] | None] = []
@@ -76,9 +77,13 @@ def scan_diff(
                                 continue  # unchanged: PID 1 keeps the row it has
                             digest = hit[4]
                         else:
-                            digest = sha256_of(path)
-                            if not mode & 0o400:  # open_own's chmod moved ctime
-                                ctime = settled_ctime(path, size, mtime, ino, ctime)
+                            try:
+                                digest = sha256_of(path)
+                                if not mode & 0o400:  # open_own's chmod moved ctime
+                                    ctime = settled_ctime(path, size, mtime, ino, ctime)
+                            except FileNotFoundError:  # removed or renamed while walked
+                                seen.discard(path)
+                                continue
                         changed.append((path, "file", mode, size, digest, None))
                         keys.append([mtime, ctime, ino])
                         continue
@@ -86,7 +91,10 @@ def scan_diff(
                         stack.append(path)
                         row: ScanRow = (path, "dir", mode, 0, None, None)
                     elif is_link(fmt):
-                        row = (path, "symlink", mode, 0, None, os.readlink(path))
+                        try:
+                            row = (path, "symlink", mode, 0, None, os.readlink(path))
+                        except FileNotFoundError:
+                            continue
                     else:
                         continue
                     see(path)

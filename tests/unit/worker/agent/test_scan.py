@@ -336,3 +336,44 @@ def test_a_rewrite_that_keeps_size_and_mtime_is_seen(agent: ModuleType, ws: Path
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))  # same mtime (as `cp -p` does)
     delta = scan(agent, roots, since=token)
     assert [r[4] for r in delta["changed"] if r[0] == str(path)] == [sha("\na")]
+
+
+def test_entries_removed_while_walked_are_left_out(
+    agent: ModuleType, ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The user's processes run during a scan: a file renamed after its directory
+    was listed, a symlink and a directory removed likewise, are not rows, and the
+    rest of the walk goes on (it raised ``NotFound`` on the file before)."""
+    roots = list(limits.ROOTS)
+    w = limits.ROOTS[0]
+    before = by_path(scan(agent, roots)["entries"])
+    (ws / "a.txt").write_text("rewritten\n")  # read again by the next scan
+    real_sha, real_listing = agent.sha256_of, agent.listing
+
+    def vanishing_sha(path: str) -> str:
+        if path.endswith("/a.txt"):
+            os.rename(path, path + ".moved")
+        return str(real_sha(path))
+
+    def vanishing_listing(path: str, lent: list[tuple[str, int]]) -> Any:
+        found = real_listing(path, lent)
+        if path == w:
+            (ws / "link").unlink()
+            shutil.rmtree(ws / "d" / "e")
+        return found
+
+    monkeypatch.setattr(agent, "sha256_of", vanishing_sha)
+    monkeypatch.setattr(agent, "listing", vanishing_listing)
+    scan_module.HASHES.clear()  # every file is read again
+    rows = by_path(scan(agent, roots)["entries"])
+    gone = {f"{w}/a.txt", f"{w}/link", f"{w}/d/e", f"{w}/d/e/c.txt"}
+    assert set(rows) == set(before) - gone
+    assert rows[f"{w}/d/b.txt"] == before[f"{w}/d/b.txt"]
+
+
+def test_a_listing_skips_what_is_gone(tmp_path: Path) -> None:
+    from worker.agent.access import listing
+
+    (tmp_path / "kept").write_text("k")
+    assert listing(str(tmp_path / "no-such-dir"), []) == []
+    assert [Path(p).name for p, _ in listing(str(tmp_path), [])] == ["kept"]
