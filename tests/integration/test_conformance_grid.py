@@ -79,8 +79,11 @@ def test_schemathesis_cli_finds_no_server_error_and_no_undocumented_status(
         str(SEED),
         "--request-timeout",
         "60",
+        # One worker: hypothesis keeps the parsed source of filter lambdas in an
+        # LRUCache that is not thread-safe, and with two workers st's coverage phase
+        # once died in CI on its KeyError (a failure of the tool, not of the API).
         "--workers",
-        "2",
+        "1",
         "--no-color",
         "--report",
         "junit",
