@@ -161,6 +161,8 @@ class SessionRegistry(SessionTurns):
 
         Raises:
             LimitExceeded: the tenant already has ``max_sessions`` live sessions.
+            NotFound: the type was removed after admission read it (checked
+                atomically with the insert; see ``TypeCatalog.remove``).
         """
         now = datetime.now(UTC)
         info = SessionInfo(
@@ -182,7 +184,14 @@ class SessionRegistry(SessionTurns):
             network=spec.network,
             on_idle=spec.on_idle,
         )
-        if self._insert(info, max_sessions) != 1:
+        inserted = self._insert(info, max_sessions, check_type=True)
+        if inserted == -2:
+            raise NotFound(
+                f"type: no sandbox type {spec.type!r} (it was removed)",
+                operation="sessions.create",
+                context={"field": "type", "rule": "a type in the catalog"},
+            )
+        if inserted != 1:
             metrics.reject("max_sessions")
             raise LimitExceeded(
                 f"tenant {tenant!r} has {max_sessions} live sessions, its ceiling; close one first",
@@ -192,14 +201,20 @@ class SessionRegistry(SessionTurns):
             )
         return info
 
-    def _insert(self, info: SessionInfo, max_sessions: int) -> int:
+    def _insert(self, info: SessionInfo, max_sessions: int, *, check_type: bool = False) -> int:
         """Store a new record: 1 done, 0 the tenant is at ``max_sessions``, -1 the
-        session is there already (see ``lua/create_session.lua``)."""
+        session is there already, -2 (``check_type``) its type is no longer in the
+        catalog (see ``lua/create_session.lua``)."""
         fields = info.model_dump(mode="json", exclude=set(DERIVED_FIELDS))
-        args: builtins.list[Any] = [max_sessions, info.id]
+        args: builtins.list[Any] = [max_sessions, info.id, info.type if check_type else ""]
         for key, value in fields.items():
             args += [key, json.dumps(value)]
-        keys = [names.session_key(info.id), names.tenant_sessions_key(info.tenant)]
+        keys = [
+            names.session_key(info.id),
+            names.tenant_sessions_key(info.tenant),
+            names.types_key(),
+            names.types_version_key(),
+        ]
         return int(self.scripts.run("create_session", keys, args))
 
     def get(self, tenant: str, session_id: str, *, brief: bool = False) -> SessionInfo:

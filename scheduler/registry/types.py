@@ -103,6 +103,15 @@ class TypeCatalog:
         """
         found = self.view.refresh().find(name, None, "types.remove")
         in_use = self.sessions_of(name)
+        if not in_use:
+            # Deleted first, counted again after: a session created meanwhile is either
+            # counted then or refused by the create script, which checks the type
+            # atomically with its insert (lua/create_session.lua); never both missed.
+            self.store.delete(name)
+            in_use = self.sessions_of(name)
+            if in_use:
+                self.store.put(found)  # put back as it was; creates refused meanwhile
+        self.view.refresh()
         if in_use:
             raise Conflict(
                 code=ErrorCode.TYPE_IN_USE,
@@ -110,8 +119,6 @@ class TypeCatalog:
                 operation="types.remove",
                 context={"type": name, "sessions": in_use},
             )
-        self.store.delete(name)
-        self.view.refresh()
         log.info("catalog: type %s removed", name)
         return found
 

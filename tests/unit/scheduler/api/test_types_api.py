@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from sandgrid.errors import Conflict, ErrorCode, NotFound
+from sandgrid.models import SessionCreate
 from tests.support.fakes import Grid
 
 ADMIN = "tok-admin-" + "z" * 24
@@ -131,6 +132,50 @@ def test_a_type_in_use_is_409_with_the_count_then_removed(grid: Grid, admin: str
             client.get_type("python-x")
     r = grid.http.post("/v1/sessions", json={"type": "python-x"}, headers=grid.headers())
     assert r.status_code == 404 and r.json()["error"]["context"]["field"] == "type"
+
+
+def test_a_session_is_not_made_of_a_type_removed_after_its_admission(
+    grid: Grid, admin: str
+) -> None:
+    """Another API process's view may still hold a removed type: the create
+    script checks the catalog atomically with the insert and answers 404."""
+    assert _add(grid, admin, name="python-x").status_code == 201
+    types = grid.services.types
+    assert types is not None
+    types.store.delete("python-x")  # as another process would; this view not refreshed
+    with pytest.raises(NotFound) as gone:
+        grid.services.registry.create("acme", SessionCreate(type="python-x"))
+    assert gone.value.context == {"field": "type", "rule": "a type in the catalog"}
+    assert types.sessions_of("python-x") == 0
+
+
+def test_a_session_created_while_its_type_is_removed_keeps_the_type(
+    grid: Grid, admin: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the removal closes: a session made between the count and the
+    delete is counted after the delete, and the type is put back (409)."""
+    assert _add(grid, admin, name="python-x").status_code == 201
+    types = grid.services.types
+    assert types is not None
+    real_count = types.sessions_of
+    counts: list[int] = []
+
+    def racing_count(name: str) -> int:
+        if not counts:  # the first count, then a create lands before the delete
+            counts.append(real_count(name))
+            grid.services.registry.create("acme", SessionCreate(type=name))
+            return counts[0]
+        counts.append(real_count(name))
+        return counts[-1]
+
+    monkeypatch.setattr(types, "sessions_of", racing_count)
+    with grid.client(admin) as client:
+        with pytest.raises(Conflict) as busy:
+            client.remove_type("python-x")
+        assert busy.value.context["sessions"] == 1 and counts == [0, 1]
+        assert client.get_type("python-x").name == "python-x"
+    r = grid.http.post("/v1/sessions", json={"type": "python-x"}, headers=grid.headers())
+    assert r.status_code == 201, r.text
 
 
 def test_the_sdk_adds_and_reads_a_type(grid: Grid, admin: str) -> None:
