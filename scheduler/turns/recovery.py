@@ -17,6 +17,7 @@ runner waits for that attempt's result instead of answering "did not run".
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -27,6 +28,8 @@ from scheduler.registry.sessions import SessionRegistry
 from scheduler.turns.watch import Lost
 
 __all__ = ["MAX_ATTEMPTS", "MAX_RUNS", "Earlier", "TurnRecovery", "timeout_of"]
+
+log = logging.getLogger(__name__)
 
 #: Runs of one turn at most: the first, and one more after its worker died.
 MAX_RUNS = 2
@@ -110,6 +113,9 @@ class TurnRecovery:
         if verdict != "requeued" or fresh is None:
             self.registry.abandon_turn(job.turn_id)
             raise _lost(job, node, completed, unsaved, overlapped)
+        log.info(
+            "turn %s: node %s taken for lost; attempt %d sent", job.turn_id, node, job.attempt + 1
+        )
         return job.model_copy(update={"attempt": job.attempt + 1, "session": fresh})
 
     def on_refused(self, retry: TurnJob, outcome: TurnOutcome, lost: Lost) -> bool:
@@ -143,9 +149,18 @@ class TurnRecovery:
         record = self.registry.node_record(lost.node)
         if record is None or record.inc != lost.holder:
             return False  # the holder is gone, or restarted: its attempt died with it
-        return self.registry.reclaim_turn(
+        if not self.registry.reclaim_turn(
             retry.turn_id, retry.attempt, outcome.node, lost.node, lost.holder
+        ):
+            return False
+        log.warning(
+            "turn %s: attempt %d refused by the lease of node %s, which lives (taken for "
+            "lost): waiting for its earlier attempt",
+            retry.turn_id,
+            retry.attempt,
+            lost.node,
         )
+        return True
 
     def on_turn_timeout(self, job: TurnJob, ttl: float) -> NoReturn:
         """No outcome within the deadline plus margin: abandon the turn, answer 503.
