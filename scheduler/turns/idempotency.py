@@ -53,7 +53,7 @@ from sandgrid.wire.redis_ledger import millis
 from scheduler.registry import lua_source
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.turns.dispatch import Dispatcher
-from scheduler.turns.recovery import TurnRecovery
+from scheduler.turns.recovery import TurnRecovery, refused_by_lease
 
 __all__ = [
     "IDEMPOTENCY_TTL_S",
@@ -234,7 +234,9 @@ class IdempotencyStore:
             attempt = int(registry.turn_state(job.turn_id).get("attempt") or 1)
             handle = dispatcher.handle_of(job.model_copy(update={"attempt": attempt}))
             outcome = dispatcher.wait(handle, min(poll_s, left))
-            if outcome is not None:
+            # A resend refused by a lease may not be the answer: its sender decides
+            # (``TurnRecovery.on_refused``) and keeps the answer under the key.
+            if outcome is not None and not (attempt > 1 and refused_by_lease(outcome)):
                 self.settle(job.turn_id, outcome)
                 return outcome
         # As the sender's own wait ends (22.5: a task message lost with a Redis primary

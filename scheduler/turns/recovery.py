@@ -27,7 +27,14 @@ from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.turns.watch import Lost
 
-__all__ = ["MAX_ATTEMPTS", "MAX_RUNS", "Earlier", "TurnRecovery", "timeout_of"]
+__all__ = [
+    "MAX_ATTEMPTS",
+    "MAX_RUNS",
+    "Earlier",
+    "TurnRecovery",
+    "refused_by_lease",
+    "timeout_of",
+]
 
 log = logging.getLogger(__name__)
 
@@ -137,14 +144,8 @@ class TurnRecovery:
             outcome: its answer.
             lost: the process the attempt before it depended on.
         """
-        error = outcome.error or {}
-        context = error.get("context") or {}
-        refused = (
-            not outcome.ok
-            and error.get("code") == ErrorCode.SESSION_BUSY.value
-            and context.get("owner") == lost.node
-        )
-        if not refused or not lost.holder or retry.attempt < 2:
+        owner = refused_by_lease(outcome)
+        if not owner or owner != lost.node or not lost.holder or retry.attempt < 2:
             return False
         record = self.registry.node_record(lost.node)
         if record is None or record.inc != lost.holder:
@@ -192,6 +193,14 @@ class TurnRecovery:
             context=context,
             retryable=False,
         )
+
+
+def refused_by_lease(outcome: TurnOutcome) -> str:
+    """The node whose lease refused the turn (``session_busy`` naming its owner), or ''."""
+    error = outcome.error or {}
+    if outcome.ok or error.get("code") != ErrorCode.SESSION_BUSY.value:
+        return ""
+    return str((error.get("context") or {}).get("owner") or "")
 
 
 def timeout_of(job: TurnJob) -> float | None:

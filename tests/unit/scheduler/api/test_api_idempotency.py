@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from sandgrid.errors import InfrastructureError
+from sandgrid.errors import Conflict, ErrorCode, InfrastructureError
 from sandgrid.models import ExecRequest
 from sandgrid.ops.exec import ExecOp
-from sandgrid.wire.jobs import TurnJob
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from scheduler.turns.idempotency import fingerprint, turn_id_for
 from tests.support.fakes import Grid
 
@@ -187,3 +187,26 @@ def test_a_retry_that_waits_in_vain_for_a_started_turn_does_not_say_it_did_not_r
     with pytest.raises(InfrastructureError) as err:
         store.attach(_Silent(), grid.services.registry, job, 0.3, 0.05)
     assert err.value.code == "turn_timeout" and "ran" not in err.value.context
+
+
+def test_a_retry_does_not_take_a_resends_lease_refusal_for_the_answer(grid: Grid) -> None:
+    """22.5: while the sender decides whether the refusal of its resend stands
+    (``TurnRecovery.on_refused``), a retry waiting beside it keeps waiting, and
+    gets the answer the sender keeps under the key."""
+    from scheduler.turns.recovery import refused_by_lease
+
+    job, store = _pending(grid, claimed=True)
+    reg = grid.services.registry
+    assert reg.requeue_turn(job.turn_id, 1, "inc-a") == "requeued"
+    busy = Conflict("held by node w1", code=ErrorCode.SESSION_BUSY, context={"owner": "w1"})
+    refusal = TurnOutcome(turn_id=job.turn_id, node="w2", ok=False, error=busy.to_body()["error"])
+    assert refused_by_lease(refusal) == "w1"
+    answer = TurnOutcome(turn_id=job.turn_id, node="w1", ok=True)
+
+    class Refusing(_Silent):
+        def wait(self, handle: Any, timeout: float) -> Any:
+            time.sleep(min(timeout, 0.02))
+            return refusal if handle.attempt == 2 else None
+
+    threading.Timer(0.2, lambda: store.settle(job.turn_id, answer)).start()
+    assert store.attach(Refusing(), reg, job, 5, 0.05) == answer
