@@ -68,6 +68,7 @@ def create_app(
             svc.audit_exporter.start()
         if svc.types is not None:  # 25.1: the types file, seeded into the registry
             types.seed_types(svc.types, s.types_file)
+        svc.registry.serving.prime()  # 22.5: the primary as the API starts
         expiry.start()
         token_watch.start()
         async with mcp_lifespan():  # the MCP transport's task group lives as long as the app

@@ -47,6 +47,7 @@ from sandgrid.wire.scripts import LuaScripts
 from scheduler import metrics
 from scheduler.registry import LUA_DIR
 from scheduler.registry.records import SessionRecords
+from scheduler.registry.serving import ServingClock
 from scheduler.registry.turns import SessionTurns
 
 __all__ = [
@@ -105,11 +106,14 @@ class SessionRegistry(SessionTurns):
         self.scripts = LuaScripts(client, LUA_DIR)
         self.closed_ttl_s = closed_ttl_s
         self.records = records
+        self.serving = ServingClock(client)
 
     def uptime_s(self) -> float:
-        """Seconds since Redis started (``INFO server``): heartbeats that lapsed while
-        it was down say nothing of a node until it has had time to beat again."""
-        return float(self.redis.info("server")["uptime_in_seconds"])
+        """Seconds Redis has served as this process's primary, at most since it
+        started (``scheduler.registry.serving``): heartbeats that lapsed while it was
+        down, or while Sentinel promoted a replica, say nothing of a node until it
+        has had time to beat again."""
+        return self.serving.served_s()
 
     # ---- the ledger's operations the API uses ------------------------------------
 

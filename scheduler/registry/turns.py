@@ -97,6 +97,20 @@ class SessionTurns:
         """API side: nobody waits for this turn any more; a late claim is refused."""
         return bool(self.scripts.run("set_turn_state", [names.turn_key(turn_id)], ["abandoned"]))
 
+    def reclaim_turn(
+        self, turn_id: str, attempt: int, refuser: str, holder_node: str, holder_inc: str
+    ) -> bool:
+        """API side: attempt ``attempt``, claimed by ``refuser`` and refused there
+        (the session's lease is the earlier holder's), is the earlier holder's again
+        (``lua/reclaim_turn.lua``; issue 22.5).
+
+        Returns:
+            True when taken back; False when the record moved on, or no earlier
+            attempt was ever claimed (the refusal is the turn's answer).
+        """
+        args = [attempt, refuser, holder_node, holder_inc]
+        return bool(self.scripts.run("reclaim_turn", [names.turn_key(turn_id)], args))
+
     def turn_state(self, turn_id: str) -> dict[str, str]:
         """The turn record: ``state`` (queued, running, done, abandoned), ``node``..."""
         record: dict[str, str] = self.redis.hgetall(names.turn_key(turn_id))

@@ -42,7 +42,6 @@ from pydantic import ValidationError
 
 from sandgrid.errors import (
     ErrorCode,
-    InfrastructureError,
     InvalidInput,
     SandboxError,
     SandgridError,
@@ -54,6 +53,7 @@ from sandgrid.wire.redis_ledger import millis
 from scheduler.registry import lua_source
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.turns.dispatch import Dispatcher
+from scheduler.turns.recovery import TurnRecovery, refused_by_lease
 
 __all__ = [
     "IDEMPOTENCY_TTL_S",
@@ -218,7 +218,8 @@ class IdempotencyStore:
             TakeOver: the reservation was released (the turn did not run) or its
                 request died before sending the turn; this caller now holds it.
             InvalidInput: the released key was taken by a different request.
-            InfrastructureError: ``turn_timeout``, no outcome within ``ttl``.
+            InfrastructureError: ``turn_timeout``, no outcome within ``ttl`` (the
+                turn is abandoned; ``ran: false`` when no worker ever claimed it).
         """
         fp, pending_s = fingerprint(job.op), ttl + self.take_over_s
         deadline = time.monotonic() + ttl
@@ -233,17 +234,15 @@ class IdempotencyStore:
             attempt = int(registry.turn_state(job.turn_id).get("attempt") or 1)
             handle = dispatcher.handle_of(job.model_copy(update={"attempt": attempt}))
             outcome = dispatcher.wait(handle, min(poll_s, left))
-            if outcome is not None:
+            # A resend refused by a lease may not be the answer: its sender decides
+            # (``TurnRecovery.on_refused``) and keeps the answer under the key.
+            if outcome is not None and not (attempt > 1 and refused_by_lease(outcome)):
                 self.settle(job.turn_id, outcome)
                 return outcome
-        raise InfrastructureError(
-            f"no outcome for turn {job.turn_id} (sent by a request with the same idempotency "
-            f"key) within {ttl:.1f}s; it was not run again",
-            code=ErrorCode.TURN_TIMEOUT,
-            operation="exec",
-            context={"turn": job.turn_id, "session": job.session.id, "waited_s": ttl},
-            retryable=False,
-        )
+        # As the sender's own wait ends (22.5: a task message lost with a Redis primary
+        # killed as it was sent left a retry silent on whether its turn ran): the turn
+        # is abandoned, so the answer can say it did not run when no worker took it.
+        TurnRecovery(registry).on_turn_timeout(job, ttl)
 
     def _take_over(self, turn_id: str, ttl: float) -> bool:
         keys = [names.idempotency_key(turn_id), names.turn_key(turn_id)]

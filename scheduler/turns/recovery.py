@@ -6,24 +6,61 @@ registry's records, what becomes of such a turn: the next attempt to send when
 that cannot run it twice on one workspace, else a clear 503 that says whether
 it ran. It sends nothing and waits for nothing: the runner does both, so the
 two never call back into each other.
+
+A resend is not always the last word (``on_refused``, issue 22.5): when Redis
+fails over for longer than the node TTL, a live node's heartbeat lapses, the
+turn it runs is sent again, and the copy is refused by that node's lease
+(``session_busy``, ``ran: false``) while the first copy runs on. The refusal
+then proves the node lives: the turn is its earlier attempt again, and the
+runner waits for that attempt's result instead of answering "did not run".
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from sandgrid.errors import ErrorCode, InfrastructureError
 from sandgrid.ops.exec import ExecOp
-from sandgrid.wire.jobs import TurnJob
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from scheduler.registry.sessions import SessionRegistry
+from scheduler.turns.watch import Lost
 
-__all__ = ["MAX_ATTEMPTS", "MAX_RUNS", "TurnRecovery", "timeout_of"]
+__all__ = [
+    "MAX_ATTEMPTS",
+    "MAX_RUNS",
+    "Earlier",
+    "TurnRecovery",
+    "refused_by_lease",
+    "timeout_of",
+]
+
+log = logging.getLogger(__name__)
 
 #: Runs of one turn at most: the first, and one more after its worker died.
 MAX_RUNS = 2
 #: Sends of one turn at most: a message held by a process that died before it
 #: ran the turn is sent again without counting as a run.
 MAX_ATTEMPTS = 4
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """The attempt before a resend, kept until the resend answers (``on_refused``).
+
+    Attributes:
+        job: that attempt.
+        handle: the dispatcher's handle on its result (forgotten only once the
+            resend's answer stands).
+        queue: where it was sent.
+        lost: the process it depended on, taken for lost.
+    """
+
+    job: TurnJob
+    handle: Any
+    queue: str
+    lost: Lost
 
 
 class TurnRecovery:
@@ -83,7 +120,48 @@ class TurnRecovery:
         if verdict != "requeued" or fresh is None:
             self.registry.abandon_turn(job.turn_id)
             raise _lost(job, node, completed, unsaved, overlapped)
+        log.info(
+            "turn %s: node %s taken for lost; attempt %d sent", job.turn_id, node, job.attempt + 1
+        )
         return job.model_copy(update={"attempt": job.attempt + 1, "session": fresh})
+
+    def on_refused(self, retry: TurnJob, outcome: TurnOutcome, lost: Lost) -> bool:
+        """Whether the earlier attempt is the turn again, after ``retry`` (sent
+        because ``lost`` seemed gone) answered ``outcome``.
+
+        It is when ``retry`` was refused by the session's lease (``session_busy``
+        naming its owner) and that owner is the very process taken for lost: same
+        node, beating again with the same incarnation. That process holds the
+        session and claimed the earlier attempt, so it runs or ran it (a Redis
+        failover longer than the node TTL made its heartbeat lapse, not its
+        death). The refusal is then no answer ("did not run" would be false): the
+        refuser's claim is undone and the record names the holder again
+        (``reclaim_turn``), for the runner to wait on the earlier attempt's result
+        and watch the holder as before. Anything else is the turn's answer.
+
+        Args:
+            retry: the attempt that answered.
+            outcome: its answer.
+            lost: the process the attempt before it depended on.
+        """
+        owner = refused_by_lease(outcome)
+        if not owner or owner != lost.node or not lost.holder or retry.attempt < 2:
+            return False
+        record = self.registry.node_record(lost.node)
+        if record is None or record.inc != lost.holder:
+            return False  # the holder is gone, or restarted: its attempt died with it
+        if not self.registry.reclaim_turn(
+            retry.turn_id, retry.attempt, outcome.node, lost.node, lost.holder
+        ):
+            return False
+        log.warning(
+            "turn %s: attempt %d refused by the lease of node %s, which lives (taken for "
+            "lost): waiting for its earlier attempt",
+            retry.turn_id,
+            retry.attempt,
+            lost.node,
+        )
+        return True
 
     def on_turn_timeout(self, job: TurnJob, ttl: float) -> NoReturn:
         """No outcome within the deadline plus margin: abandon the turn, answer 503.
@@ -115,6 +193,14 @@ class TurnRecovery:
             context=context,
             retryable=False,
         )
+
+
+def refused_by_lease(outcome: TurnOutcome) -> str:
+    """The node whose lease refused the turn (``session_busy`` naming its owner), or ''."""
+    error = outcome.error or {}
+    if outcome.ok or error.get("code") != ErrorCode.SESSION_BUSY.value:
+        return ""
+    return str((error.get("context") or {}).get("owner") or "")
 
 
 def timeout_of(job: TurnJob) -> float | None:

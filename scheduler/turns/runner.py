@@ -19,7 +19,10 @@ and the runner sends the turn again, to the session's owner if it lives, else
 to its type's shared queue, where a worker restores the session's last
 snapshot: at most ``MAX_RUNS`` runs of a turn, never two on one workspace.
 When that is not safe, the turn is abandoned (a late redelivery is refused by
-``claim_turn``) and the caller gets 503 ``worker_lost``.
+``claim_turn``) and the caller gets 503 ``worker_lost``. A resend refused by
+the lease of the very process taken for lost (it only looked dead: a Redis
+failover outlasted its heartbeat) is no answer: the runner waits for the
+earlier attempt's result again (``TurnRecovery.on_refused``).
 
 An exec with an idempotency key runs as the turn whose id the key names
 (``scheduler.turns.idempotency``): a retry finds the first one's outcome, or
@@ -54,7 +57,7 @@ from scheduler.turns.admission import Admission, check_exec
 from scheduler.turns.cancel import TurnCancels
 from scheduler.turns.dispatch import Dispatcher, result_key
 from scheduler.turns.idempotency import IdempotencyStore, TakeOver, fingerprint, turn_id_for
-from scheduler.turns.recovery import TurnRecovery, timeout_of
+from scheduler.turns.recovery import Earlier, TurnRecovery, timeout_of
 from scheduler.turns.routing import route
 from scheduler.turns.slots import EXCLUSIVE_KINDS, SessionSlots
 from scheduler.turns.watch import RESTART_GRACE_S, Lost, TurnWatch
@@ -418,26 +421,39 @@ class TurnRunner:
                     return last
                 retry = self._after_lost(job, handle, lost)
                 if retry is not None:
-                    return self._resend(retry)
+                    return self._resend(retry, Earlier(job, handle, queue, lost))
 
     def _after_lost(self, job: TurnJob, handle: Any, lost: Lost) -> TurnJob | None:
-        """Ask ``recovery`` about a turn whose holder is gone; forget the old attempt
-        unless a live process took it meanwhile (None: keep waiting for it)."""
+        """Ask ``recovery`` about a turn whose holder is gone (None: a live process
+        took it meanwhile, keep waiting for it). The old attempt's result is kept
+        while the next one runs: it may be the turn's answer yet (``_resend``)."""
         try:
-            retry = self.recovery.on_worker_lost(job, lost.node, holder=lost.holder)
+            return self.recovery.on_worker_lost(job, lost.node, holder=lost.holder)
         except InfrastructureError:
             self.dispatcher.forget(handle)
             raise
-        if retry is not None:
-            self.dispatcher.forget(handle)
-        return retry
 
-    def _resend(self, retry: TurnJob) -> TurnOutcome:
+    def _resend(self, retry: TurnJob, earlier: Earlier) -> TurnOutcome:
         """Send the next attempt of a turn (to its session's owner if it lives, else
-        its type's queue) and wait for it like the first."""
+        its type's queue) and wait for it like the first; when the holder taken for
+        lost refused it with its lease, wait for the earlier attempt again
+        (``TurnRecovery.on_refused``, issue 22.5)."""
         queue = route(self.registry, retry.session, batch=retry.batch)
         ttl = (timeout_of(retry) or retry.session.quotas.timeout_s) + self.turn_margin_s
-        return self._wait(retry, self.dispatcher.send(retry, queue, expires=ttl), queue, ttl)
+        handle = self.dispatcher.send(retry, queue, expires=ttl)
+        try:
+            outcome = self._wait(retry, handle, queue, ttl)
+        except BaseException:
+            self.dispatcher.forget(earlier.handle)
+            raise
+        if not self.recovery.on_refused(retry, outcome, earlier.lost):
+            self.dispatcher.forget(earlier.handle)
+            return outcome
+        self.dispatcher.forget(handle)
+        # A fresh handle: its first wait reads the result key, which is the truth
+        # (a result stored while nobody listened is there).
+        again = self.dispatcher.handle_of(earlier.job)
+        return self._wait(retry, again, earlier.queue, ttl)
 
 
 def _busy(session_id: str, operation: str) -> Conflict:

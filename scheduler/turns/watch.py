@@ -38,8 +38,9 @@ __all__ = ["RESTART_GRACE_S", "UNHELD_GRACE_S", "Lost", "TurnRecords", "TurnWatc
 #: type's processes died, before it is sent again (s).
 UNHELD_GRACE_S = 1.0
 
-#: Heartbeat records lapse while Redis is down: until it has been up this long
-#: (3 beats of the default heartbeat), a missing record is no proof of death.
+#: Heartbeat records lapse while Redis is down or fails over: until it has served
+#: this long (3 beats of the default heartbeat; ``SessionRegistry.uptime_s``, which
+#: counts a promoted replica from its promotion), a missing record is no proof of death.
 RESTART_GRACE_S = 9.0
 
 
@@ -127,10 +128,10 @@ class TurnWatch:
     def _dead(self, node: str, inc: str) -> bool:
         """Confirm with an uncached read: the cached view may predate a new process.
 
-        A record that is missing because Redis restarted (it lapsed while Redis
-        was down) is no verdict until a live node had time to beat again: the
-        process may still be running the turn, and sending it again would run it
-        twice.
+        A record that is missing because Redis restarted or failed over (it
+        lapsed while Redis was away) is no verdict until a live node had time to
+        beat again: the process may still be running the turn, and sending it
+        again would run it twice.
         """
         record = self.records.node_record(node)
         if record is not None:

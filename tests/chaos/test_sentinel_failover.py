@@ -16,9 +16,11 @@ accounting as the other outages, ``tests/chaos/accounting.py``):
   (docs/reliability.md keeps the latest table).
 
 It runs with the grid's default heartbeat (a node is taken for lost after 9 s)
-and, expected to fail, with the other outages' 0.5 s one: there the failover
-outlasts the node TTL and a turn is answered ``session_busy`` (did not run)
-although its first copy ran (``PRESUMED_LOST``; docs/scale.md, Sentinel).
+and with the other outages' 0.5 s one: there the failover outlasts the node TTL,
+the API takes a live node for lost and sends its turn again, and the copy is
+refused by that node's lease; the API then waits for the first copy's result
+instead of answering ``session_busy`` (did not run) although it ran
+(``scheduler.turns.recovery.TurnRecovery.on_refused``; docs/scale.md, Sentinel).
 
 Security id 22.5 (docs/security.md): only sg-admin may reconfigure the sentinels.
 """
@@ -86,22 +88,15 @@ def sentinels(tmp_path: Path) -> Iterator[SentinelSet]:
 #: The grid's default heartbeat and lease (``sandgrid.wire.settings``): a node is
 #: taken for lost after 3 beats (9 s), well past a failover (~2.5 s here).
 PRODUCTION_BEATS = {"SANDGRID_HEARTBEAT_S": "3", "SANDGRID_LEASE_TTL_S": "15"}
-#: The other outages' beats: a node is taken for lost after 1.5 s, inside a failover.
+#: The other outages' beats: a node is taken for lost after 1.5 s, inside a failover
+#: (its turn is sent again, refused by its lease, and answered by its first copy).
 CHAOS_BEATS = {"SANDGRID_HEARTBEAT_S": GRID_ENV["SANDGRID_HEARTBEAT_S"]}
-#: What goes wrong when the failover outlasts the node TTL (reported; not fixed here).
-PRESUMED_LOST = (
-    "a failover longer than the node TTL: the API takes the turn's node for lost and sends "
-    "the turn again; the second copy finds the lease held by the live first node and answers "
-    "session_busy ran:false while the first copy ran (scheduler/turns recovery)"
-)
 
 
 @pytest.fixture(
     params=[
         pytest.param(PRODUCTION_BEATS, id="default-heartbeat"),
-        pytest.param(
-            CHAOS_BEATS, id="heartbeat-0.5s", marks=pytest.mark.xfail(reason=PRESUMED_LOST)
-        ),
+        pytest.param(CHAOS_BEATS, id="heartbeat-0.5s"),
     ]
 )
 def beats(request: pytest.FixtureRequest) -> dict[str, str]:

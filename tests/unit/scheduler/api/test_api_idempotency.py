@@ -7,8 +7,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
+from sandgrid.errors import Conflict, ErrorCode, InfrastructureError
 from sandgrid.models import ExecRequest
 from sandgrid.ops.exec import ExecOp
+from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from scheduler.turns.idempotency import fingerprint, turn_id_for
 from tests.support.fakes import Grid
 
@@ -134,3 +138,75 @@ def test_a_key_whose_request_died_before_sending_is_taken_over_once(grid: Grid) 
     answers = _together(2, lambda: _exec(grid, sid, {"shell": "late"}))
     assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
     assert _execs(grid) == [turn_id]  # one of the two ran it, the other got its result
+
+
+class _Silent:
+    """A dispatcher whose turns never answer (their message was lost)."""
+
+    def handle_of(self, job: Any) -> Any:
+        return job
+
+    def wait(self, handle: Any, timeout: float) -> None:
+        time.sleep(min(timeout, 0.02))
+
+
+def _pending(grid: Grid, claimed: bool) -> tuple[Any, Any]:
+    """A keyed turn reserved and recorded (queued; ``claimed``: a worker started it)."""
+    reg, store = grid.services.registry, grid.services.runner.idempotency
+    sid = _session(grid)
+    session = reg.get("acme", sid)
+    job = TurnJob(
+        turn_id=turn_id_for("acme", sid, KEY),
+        session=session,
+        op=ExecOp(request=ExecRequest(shell="x")),
+    )
+    assert store.reserve(job.turn_id, fingerprint(job.op), 30).state == "new"
+    assert reg.begin_turn(sid, job.turn_id, 30)
+    if claimed:
+        assert reg.ledger.claim_turn(job.turn_id, "w1", 1, "inc-a")
+    return job, store
+
+
+def test_a_retry_that_waits_in_vain_says_the_turn_did_not_run_when_no_worker_took_it(
+    grid: Grid,
+) -> None:
+    """22.5: a task message lost with a killed Redis primary; the retry's wait ends
+    in ``turn_timeout`` that says ``ran: false`` (it was silent), and the turn is
+    abandoned, so a late delivery runs nothing."""
+    job, store = _pending(grid, claimed=False)
+    with pytest.raises(InfrastructureError) as err:
+        store.attach(_Silent(), grid.services.registry, job, 0.3, 0.05)
+    assert err.value.code == "turn_timeout" and err.value.context["ran"] is False
+    assert not grid.services.registry.ledger.claim_turn(job.turn_id, "w2", 1, "inc-b")
+
+
+def test_a_retry_that_waits_in_vain_for_a_started_turn_does_not_say_it_did_not_run(
+    grid: Grid,
+) -> None:
+    job, store = _pending(grid, claimed=True)
+    with pytest.raises(InfrastructureError) as err:
+        store.attach(_Silent(), grid.services.registry, job, 0.3, 0.05)
+    assert err.value.code == "turn_timeout" and "ran" not in err.value.context
+
+
+def test_a_retry_does_not_take_a_resends_lease_refusal_for_the_answer(grid: Grid) -> None:
+    """22.5: while the sender decides whether the refusal of its resend stands
+    (``TurnRecovery.on_refused``), a retry waiting beside it keeps waiting, and
+    gets the answer the sender keeps under the key."""
+    from scheduler.turns.recovery import refused_by_lease
+
+    job, store = _pending(grid, claimed=True)
+    reg = grid.services.registry
+    assert reg.requeue_turn(job.turn_id, 1, "inc-a") == "requeued"
+    busy = Conflict("held by node w1", code=ErrorCode.SESSION_BUSY, context={"owner": "w1"})
+    refusal = TurnOutcome(turn_id=job.turn_id, node="w2", ok=False, error=busy.to_body()["error"])
+    assert refused_by_lease(refusal) == "w1"
+    answer = TurnOutcome(turn_id=job.turn_id, node="w1", ok=True)
+
+    class Refusing(_Silent):
+        def wait(self, handle: Any, timeout: float) -> Any:
+            time.sleep(min(timeout, 0.02))
+            return refusal if handle.attempt == 2 else None
+
+    threading.Timer(0.2, lambda: store.settle(job.turn_id, answer)).start()
+    assert store.attach(Refusing(), reg, job, 5, 0.05) == answer
