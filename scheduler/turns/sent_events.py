@@ -50,7 +50,7 @@ class SentEvents:
         event = self.dispatcher._prepare_event(type, fields)
         with self._lock:
             self._events.append(event)
-            if self._timer is None:
+            if self._timer is None or not self._timer.is_alive():  # none, or lost in a fork
                 self._timer = threading.Timer(self.flush_s, self.flush)
                 self._timer.daemon = True
                 self._timer.start()

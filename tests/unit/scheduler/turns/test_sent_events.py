@@ -62,3 +62,15 @@ def test_install_is_once_and_a_failed_publish_never_fails_a_send(
     first.publish("task-sent", {"uuid": "t-1.1"}, None)
     assert first.flush() == 1  # logged, not raised
     assert first.flush() == 0
+
+
+def test_a_timer_lost_in_a_fork_is_armed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process forked while a flush was armed has the timer's note, not its thread:
+    the next event arms a new one instead of waiting forever."""
+    app = make_celery(Settings(redis_url=TEST_REDIS_URL))
+    events = sent_events.SentEvents(app, flush_s=0.01)
+    flushed = threading.Event()
+    monkeypatch.setattr(events, "flush", lambda: flushed.set() or 0)
+    events._timer = threading.Timer(60, lambda: None)  # never started: as after a fork
+    events.publish("task-sent", {"uuid": "t-1.1"}, None)
+    assert flushed.wait(5)
