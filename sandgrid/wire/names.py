@@ -82,6 +82,7 @@ __all__ = [
     "ports_usage_key",
     "pty_in_key",
     "pty_out_key",
+    "reply_channel",
     "session_key",
     "session_seen_key",
     "session_turns_key",
@@ -171,6 +172,12 @@ def session_seen_key(session_id: str) -> str:
 
 def turn_key(turn_id: str) -> str:
     return f"{KEY_PREFIX}turn:{turn_id}"
+
+
+def reply_channel(reply_to: str) -> str:
+    """The pub/sub channel of the results of the tasks sent with ``reply_to`` (one API
+    thread's, issue 22.1): its consumer subscribes once, not once per task."""
+    return f"{KEY_PREFIX}reply:{reply_to}"
 
 
 def idempotency_key(turn_id: str) -> str:

@@ -181,14 +181,15 @@ class SessionTurns:
         tenant: str,
         *,
         result_key: str | None = None,
-        outcome_json: str = "",
+        settled: str = "",
         keep_s: float = 0.0,
         alone: bool = False,
     ) -> None:
         """``end_turn`` and ``release_turn_slot`` of a turn that answered, in one round
         trip (``lua/finish_turn.lua``), with the other writes of its end: delete its
-        Celery result at ``result_key`` (read already), and keep ``outcome_json``
-        under the turn's idempotency key for ``keep_s`` (a keyed exec's settle).
+        Celery result at ``result_key`` (read already), and keep ``settled`` (the
+        record of a keyed exec's outcome: ``scheduler.turns.idempotency.done_record``)
+        under the turn's idempotency key for ``keep_s``.
         ``alone``: the turn held the session alone (``begin_turn``), so its alone
         lock is released; a turn in a slot never holds it, and skips reading it."""
         keys = [
@@ -202,7 +203,7 @@ class SessionTurns:
         args = [
             turn_id,
             "1" if result_key else "0",
-            outcome_json,
+            settled,
             max(1, int(keep_s)),
             "1" if alone else "0",
         ]

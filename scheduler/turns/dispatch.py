@@ -43,6 +43,7 @@ from pydantic import ValidationError
 from sandgrid.errors import ErrorCode, SandboxError, SandgridError, unavailable
 from sandgrid.wire import names
 from sandgrid.wire.jobs import TurnJob, TurnOutcome
+from scheduler.turns import sent_events
 from scheduler.turns.task_repr import describe
 
 __all__ = [
@@ -208,6 +209,8 @@ class CeleryDispatcher:
         options = dict(app.conf.result_backend_transport_options or {})
         options.setdefault("retry_policy", RESULT_RETRY_POLICY)
         app.conf.result_backend_transport_options = options
+        if app.conf.task_send_sent_event:
+            sent_events.install(app)  # one PUBLISH per window, not per turn (22.1)
         #: How often a waiting thread drains the result consumer. Batch runners wait
         #: with a coarser interval: dozens of threads polling at 1 kHz would take
         #: the CPU (and the GIL) from interactive turns.

@@ -7,10 +7,18 @@ the turn's own dedupe holds across API processes and worker deaths: the turn
 record (``claim_turn`` refuses a second run of one turn) and the Celery task id
 (``turn_id.attempt``). Beside it, this module keeps one small record per key:
 
-    sg:idem:<turn id>   fp (the request's fingerprint), state (pending | done),
-                        outcome (the TurnOutcome JSON, once done)
+    sg:idem:<turn id>   a string: "<state>\\n<fp>\\n<rest>", state pending (rest: when
+                        it was reserved, ms) or done (rest: the TurnOutcome JSON); fp
+                        the request's fingerprint
 
-- ``reserve`` (one Lua script) either reserves the key (``new``: run the turn),
+  A string, not a hash (issue 22.1): ``SET ... NX PX ... GET`` reserves the key and
+  reads what it held in one command, and the end of the turn keeps the outcome with
+  one ``SET ... EX`` (``lua/finish_turn.lua``). A hash left by an earlier version is
+  still read (``_legacy``), never taken over, and lapses with its TTL.
+
+- ``reserve`` (one round trip: that SET and the turn record's EXISTS; no script:
+  only the holder of the reservation writes the turn record, so the two need not
+  be atomic) either reserves the key (``new``: run the turn),
   or finds it ``pending`` (a request with the key is in flight, or its turn was
   sent: wait for the same outcome), ``done`` (answer the stored outcome, never
   run again), or ``mismatch`` (the key was used for a different request: 422).
@@ -56,6 +64,7 @@ from scheduler.turns.dispatch import Dispatcher
 from scheduler.turns.recovery import TurnRecovery, refused_by_lease
 
 __all__ = [
+    "DONE",
     "IDEMPOTENCY_TTL_S",
     "NOT_RUN_CODES",
     "TAKE_OVER_S",
@@ -63,6 +72,7 @@ __all__ = [
     "Reservation",
     "TakeOver",
     "check_key",
+    "done_record",
     "fingerprint",
     "turn_id_for",
 ]
@@ -72,7 +82,8 @@ IDEMPOTENCY_TTL_S = 86400.0
 #: After how long a reservation without a turn record may be taken over (s).
 TAKE_OVER_S = 5.0
 _KEY = re.compile(r"^[A-Za-z0-9._:-]{8,128}$")
-_SCRIPTS = ("reserve_idempotency", "take_over_idempotency")
+#: The state of a key whose turn ended: its outcome is kept.
+DONE = "done"
 
 #: Errors that prove a keyed exec's turn did not run: its key is released, so a
 #: retry with it may run the turn (any other error is kept under the key).
@@ -153,17 +164,46 @@ class IdempotencyStore:
         self.redis = client
         self.ttl_s = ttl_s
         self.take_over_s = take_over_s
-        self._scripts = {n: client.register_script(lua_source(n)) for n in _SCRIPTS}
+        self._take_over_script = client.register_script(lua_source("take_over_idempotency"))
 
     def reserve(self, turn_id: str, fp: str, pending_s: float) -> Reservation:
         """Reserve the key of ``turn_id`` for ``pending_s`` seconds, or say what it holds."""
-        keys = [names.idempotency_key(turn_id), names.turn_key(turn_id)]
-        args = [fp, millis(pending_s), millis(time.time())]
-        found = self._scripts["reserve_idempotency"](keys=keys, args=args)
-        if found[0] == "done":
-            return Reservation("done", _stored(turn_id, found[1]))
-        state: Literal["new", "pending", "mismatch"] = found[0]
-        return Reservation(state)
+        key = names.idempotency_key(turn_id)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(
+            key,
+            _record("pending", fp, str(millis(time.time()))),
+            nx=True,
+            get=True,
+            px=millis(pending_s),
+        )
+        pipe.exists(names.turn_key(turn_id))
+        try:
+            held, sent = pipe.execute()
+        except redis.ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            return self._legacy(turn_id, fp)
+        if held is None:
+            # sent by a request whose reservation lapsed (its API process died): wait for it
+            return Reservation("pending" if sent else "new")
+        state, held_fp, rest = _parse(held)
+        if held_fp != fp:
+            return Reservation("mismatch")
+        if state == DONE:
+            return Reservation("done", _stored(turn_id, rest))
+        return Reservation("pending")
+
+    def _legacy(self, turn_id: str, fp: str) -> Reservation:
+        """What a key's hash record of an earlier version holds (never reserved anew)."""
+        old = self.redis.hgetall(names.idempotency_key(turn_id))
+        if not old:
+            return Reservation("pending")  # lapsed meanwhile: the next look reserves it
+        if old.get("fp") != fp:
+            return Reservation("mismatch")
+        if old.get("state") == DONE and old.get("outcome"):
+            return Reservation("done", _stored(turn_id, old["outcome"]))
+        return Reservation("pending")
 
     def mismatch(self, key: str) -> InvalidInput:
         """The 422 of a key reused with a different request."""
@@ -179,20 +219,25 @@ class IdempotencyStore:
             },
         )
 
-    def settle(self, turn_id: str, outcome: TurnOutcome) -> None:
+    def settle(self, turn_id: str, fp: str, outcome: TurnOutcome) -> None:
         """Keep the turn's outcome under its key for ``ttl_s``."""
-        key = names.idempotency_key(turn_id)
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(key, mapping={"state": "done", "outcome": outcome.model_dump_json()})
-        pipe.expire(key, int(self.ttl_s))
-        pipe.execute()
+        value = done_record(fp, outcome.model_dump_json())
+        self.redis.set(names.idempotency_key(turn_id), value, ex=int(self.ttl_s))
 
     def outcome(self, turn_id: str) -> TurnOutcome | None:
         """The stored outcome of a finished turn, if any."""
-        raw = self.redis.hget(names.idempotency_key(turn_id), "outcome")
-        return _stored(turn_id, raw) if raw else None
+        key = names.idempotency_key(turn_id)
+        try:
+            raw = self.redis.get(key)
+        except redis.ResponseError:  # an earlier version's hash
+            legacy = self.redis.hget(key, "outcome")
+            return _stored(turn_id, legacy) if legacy else None
+        if raw is None:
+            return None
+        state, _, rest = _parse(raw)
+        return _stored(turn_id, rest) if state == DONE else None
 
-    def failed(self, turn_id: str, exc: SandgridError) -> None:
+    def failed(self, turn_id: str, fp: str, exc: SandgridError) -> None:
         """A keyed turn ended in ``exc``: release the key when the turn did not run,
         keep the error under it otherwise. With the registry down, neither: the
         reservation lapses and a retry waits for the turn (it may have been sent)."""
@@ -200,7 +245,8 @@ class IdempotencyStore:
             self.release(turn_id)
         elif exc.code != ErrorCode.REGISTRY_UNAVAILABLE:
             error = exc.to_body()["error"]
-            self.settle(turn_id, TurnOutcome(turn_id=turn_id, node="", ok=False, error=error))
+            outcome = TurnOutcome(turn_id=turn_id, node="", ok=False, error=error)
+            self.settle(turn_id, fp, outcome)
 
     def attach(
         self,
@@ -237,7 +283,7 @@ class IdempotencyStore:
             # A resend refused by a lease may not be the answer: its sender decides
             # (``TurnRecovery.on_refused``) and keeps the answer under the key.
             if outcome is not None and not (attempt > 1 and refused_by_lease(outcome)):
-                self.settle(job.turn_id, outcome)
+                self.settle(job.turn_id, fp, outcome)
                 return outcome
         # As the sender's own wait ends (22.5: a task message lost with a Redis primary
         # killed as it was sent left a retry silent on whether its turn ran): the turn
@@ -248,12 +294,30 @@ class IdempotencyStore:
         keys = [names.idempotency_key(turn_id), names.turn_key(turn_id)]
         grace = self.take_over_s
         args = [millis(time.time()), millis(grace), millis(ttl + grace)]
-        return bool(self._scripts["take_over_idempotency"](keys=keys, args=args))
+        return bool(self._take_over_script(keys=keys, args=args))
 
     def release(self, turn_id: str) -> None:
         """Forget a key whose turn did not run, with its turn record: the same key
         may run it later. Only for a turn that was refused or never sent."""
         self.redis.delete(names.idempotency_key(turn_id), names.turn_key(turn_id))
+
+
+def _record(state: str, fp: str, rest: str) -> str:
+    """A key's record: its state, the request's fingerprint, and the state's datum."""
+    return f"{state}\n{fp}\n{rest}"
+
+
+def done_record(fp: str, outcome_json: str) -> str:
+    """The record of a key whose turn ended in ``outcome_json`` (the turn's end writes
+    it: ``SessionRegistry.finish_turn``)."""
+    return _record(DONE, fp, outcome_json)
+
+
+def _parse(raw: str) -> tuple[str, str, str]:
+    """A record's state, fingerprint and datum (a record cut short reads as pending)."""
+    state, _, tail = raw.partition("\n")
+    fp, _, rest = tail.partition("\n")
+    return state, fp, rest
 
 
 def _stored(turn_id: str, raw: str) -> TurnOutcome:

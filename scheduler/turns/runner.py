@@ -56,7 +56,13 @@ from scheduler.tenants import Tenant
 from scheduler.turns.admission import Admission, check_exec
 from scheduler.turns.cancel import TurnCancels
 from scheduler.turns.dispatch import Dispatcher, result_key
-from scheduler.turns.idempotency import IdempotencyStore, TakeOver, fingerprint, turn_id_for
+from scheduler.turns.idempotency import (
+    IdempotencyStore,
+    TakeOver,
+    done_record,
+    fingerprint,
+    turn_id_for,
+)
 from scheduler.turns.recovery import Earlier, TurnRecovery, timeout_of
 from scheduler.turns.routing import route
 from scheduler.turns.slots import EXCLUSIVE_KINDS, SessionSlots
@@ -213,7 +219,7 @@ class TurnRunner:
                 settle=True,
             )
         except SandgridError as exc:
-            self.idempotency.failed(turn_id, exc)
+            self.idempotency.failed(turn_id, fingerprint(op), exc)
             raise
         return done  # its outcome was kept under the key as the turn ended (_end)
 
@@ -389,7 +395,11 @@ class TurnRunner:
             job.turn_id,
             tenant.name,
             result_key=key,
-            outcome_json=settle.model_dump_json() if settle is not None else "",
+            settled=(
+                done_record(fingerprint(job.op), settle.model_dump_json())
+                if settle is not None
+                else ""
+            ),
             keep_s=self.idempotency.ttl_s,
             alone=job.op.kind in EXCLUSIVE_KINDS,
         )

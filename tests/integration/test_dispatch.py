@@ -21,12 +21,20 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from sandgrid.models import ExecRequest
+from sandgrid.ops.exec import ExecOp
 from sandgrid.wire import names
+from sandgrid.wire.celery_app import make_celery
+from sandgrid.wire.jobs import TurnJob
 from sandgrid.wire.redis_ledger import RedisLedger
 from sandgrid.wire.settings import Settings
 from scheduler.api import create_app
 from scheduler.registry.nodes import NODES_CACHE_S
+from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from scheduler.tenants import TenantStore
+from scheduler.turns.dispatch import CeleryDispatcher, task_id_of
+from tests.conftest import TEST_REDIS_URL
+from tests.support.redis_monitor import names_of, recorded
 
 pytestmark = pytest.mark.integration
 
@@ -149,3 +157,38 @@ def test_no_worker_taking_it_is_turn_timeout(
         f"/v1/sessions/{sid}/exec", json={"shell": "x", "timeout_s": 0.2}, headers=headers
     )
     assert r.status_code == 503 and r.json()["error"]["code"] == "turn_timeout"
+
+
+def test_results_come_on_one_subscription_and_wait_for_the_waiter(
+    node: Any, api: Any, redis_client: redis.Redis[str], test_settings: Settings
+) -> None:
+    """22.1: the API thread subscribes to its reply channel once, not once per turn
+    (a SUBSCRIBE and an UNSUBSCRIBE each), and a result the worker published while
+    the sender was between its send and its wait is delivered by the subscription
+    (a wait on a turn this thread sent does not read the key first)."""
+    http, headers = api
+    sid = _session(http, headers)
+    session = SessionRegistry(redis_client).get("acme", sid)
+    dispatcher = CeleryDispatcher(make_celery(test_settings))
+
+    def send() -> tuple[TurnJob, Any]:
+        op = ExecOp(request=ExecRequest(shell="x"))
+        job = TurnJob(turn_id=new_turn_id(), session=session, op=op)
+        return job, dispatcher.send(job, names.node_queue("fake-a"), expires=30)
+
+    _, first = send()
+    assert dispatcher.wait(first, 10) is not None  # subscribed, connections up
+    with recorded(TEST_REDIS_URL) as seen:
+        for _ in range(5):
+            job, handle = send()
+            key = f"celery-task-meta-{task_id_of(job)}"
+            deadline = time.monotonic() + 10
+            while not redis_client.exists(key):  # published before anyone waits
+                assert time.monotonic() < deadline, "the fake node never answered"
+                time.sleep(0.01)
+            t0 = time.monotonic()
+            outcome = dispatcher.wait(handle, 5)
+            assert outcome is not None and outcome.ok and outcome.turn_id == job.turn_id
+            assert time.monotonic() - t0 < 1
+    sent = names_of(seen)
+    assert "SUBSCRIBE" not in sent and "UNSUBSCRIBE" not in sent, sent

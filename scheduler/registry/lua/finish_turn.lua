@@ -1,11 +1,12 @@
 -- End a turn that answered, in one round trip: end_turn (mark its record done unless
 -- abandoned, give back its session slot, release the session's alone lock if this op
 -- holds it), give back the tenant's slot, drop the Celery result the API has read, and keep a keyed exec's
--- outcome under its idempotency key.
+-- outcome under its idempotency key (one SET of its record: issue 22.1).
 -- KEYS[1] the session's alone lock, KEYS[2] turn record, KEYS[3] tenant's in-flight set,
 -- KEYS[4] the turn's Celery result, KEYS[5] the idempotency key,
 -- KEYS[6] the session's turns in flight
--- ARGV[1] turn id, ARGV[2] '1': delete KEYS[4], ARGV[3] outcome JSON ('' for none),
+-- ARGV[1] turn id, ARGV[2] '1': delete KEYS[4], ARGV[3] the key's record, its outcome
+-- kept ('' for none: scheduler.turns.idempotency.done_record),
 -- ARGV[4] how long the outcome is kept (s), ARGV[5] '1': the op held the session alone
 -- (only then is the alone lock read: issue 22.1)
 local state = redis.call('HGET', KEYS[2], 'state')
@@ -21,7 +22,6 @@ if ARGV[2] == '1' then
   redis.call('DEL', KEYS[4])
 end
 if ARGV[3] ~= '' then
-  redis.call('HSET', KEYS[5], 'state', 'done', 'outcome', ARGV[3])
-  redis.call('EXPIRE', KEYS[5], ARGV[4])
+  redis.call('SET', KEYS[5], ARGV[3], 'EX', ARGV[4])
 end
 return 1

@@ -16,6 +16,8 @@ from sandgrid.wire.objects.local import LocalObjects
 from scheduler.audit.export import AuditExporter
 from scheduler.audit.log import AuditLog
 from scheduler.audit.network import NetworkCollector, network_record
+from tests.conftest import TEST_REDIS_URL
+from tests.support.redis_monitor import names_of, recorded
 
 
 @pytest.fixture
@@ -150,3 +152,38 @@ def test_the_cursor_outlives_the_stream_it_follows(
     _attempt(redis_client, "s-1", 82)
     log.network.collect("s-1")
     assert redis_client.ttl(cursor) > 90 * 86400
+
+
+def test_a_turns_look_after_the_first_reads_the_streams_end_only(
+    log: AuditLog, redis_client: redis.Redis[str]
+) -> None:
+    """Issue 22.1: the cursor's HGET went with every turn's look; once this process has
+    seen the stream end at an attempt moved (or empty), the end alone tells."""
+    _own(redis_client, "s-1")
+    _own(redis_client, "s-2")
+    _attempt(redis_client, "s-1", 80)
+    log.collect_network("s-1", "acme")  # moved
+    log.collect_network("s-1", "acme")  # nothing new: the end noted
+    log.collect_network("s-2", "acme")  # no stream: noted empty
+    for sid in ("s-1", "s-2"):
+        with recorded(TEST_REDIS_URL) as seen:
+            log.collect_network(sid, "acme")
+        assert names_of(seen) == ["XREVRANGE"], sid
+    assert [r.detail["port"] for r in _network(log)] == [80]
+
+
+def test_attempts_after_a_noted_end_are_collected_whoever_moved_the_others(
+    log: AuditLog, redis_client: redis.Redis[str]
+) -> None:
+    """The noted end only says nothing came after it: a new attempt is moved by the
+    next look, and one another process moved meanwhile is not moved twice."""
+    _own(redis_client, "s-1")
+    log.collect_network("s-1", "acme")  # noted empty
+    _attempt(redis_client, "s-1", 80)
+    log.collect_network("s-1", "acme")
+    _attempt(redis_client, "s-1", 82)
+    assert NetworkCollector(redis_client).collect("s-1") == 1  # another API process
+    log.collect_network("s-1", "acme")  # its note (80) is stale: the cursor is read
+    _attempt(redis_client, "s-1", 84)
+    log.collect_network("s-1", "acme")
+    assert [r.detail["port"] for r in _network(log)] == [80, 82, 84]

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import redis
 
+from sandgrid.errors import NotFound
 from sandgrid.models import SessionCreate
 from sandgrid.wire import names
 from sandgrid.wire.redis_ledger import RedisLedger
@@ -63,10 +65,27 @@ def test_a_finished_turns_session_record_is_one_hset(redis_client: redis.Redis[s
     ledger.record_turn("s-1", snapshot="snap-0", turn_id="t-0")  # the script loaded
     with recorded(TEST_REDIS_URL) as seen:
         ledger.record_turn("s-1", snapshot="snap-1", turn_id="t-1", unsaved=True)
-    assert names_of(seen, "lua") == ["EXISTS", "HSET", "HINCRBY"]
+    assert names_of(seen, "lua") == ["HINCRBY", "HSET"]  # the count is the existence check
     stored = redis_client.hgetall(names.session_key("s-1"))
     assert stored["turns"] == "2" and stored["snapshot"] == '"snap-1"'
     assert stored["last_turn"] == '"t-1"' and stored["unsaved"] == "true"
+
+
+def test_a_turn_never_recreates_a_session_record_that_is_gone(
+    redis_client: redis.Redis[str],
+) -> None:
+    """The count of a gone record answers 1 like a first turn's: the record's id tells
+    them apart, and the gone one is deleted again in the same script."""
+    ledger = RedisLedger(redis_client)
+    with pytest.raises(NotFound):
+        ledger.record_turn("s-gone", snapshot="snap-1", turn_id="t-1")
+    assert not redis_client.exists(names.session_key("s-gone"))
+    with pytest.raises(NotFound):
+        ledger.update("s-gone", unsaved=True)  # no count: EXISTS still guards it
+    assert not redis_client.exists(names.session_key("s-gone"))
+    redis_client.hset(names.session_key("s-new"), mapping={"id": '"s-new"'})
+    ledger.record_turn("s-new", snapshot="snap-1", turn_id="t-1")  # a first turn, no count yet
+    assert redis_client.hget(names.session_key("s-new"), "turns") == "1"
 
 
 def test_the_end_of_a_turn_in_a_slot_does_not_read_the_alone_lock(

@@ -11,7 +11,7 @@ from sandgrid.wire.jobs import TurnOutcome
 from sandgrid.wire.settings import Settings
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.turns.dispatch import CeleryDispatcher, result_key
-from scheduler.turns.idempotency import IdempotencyStore
+from scheduler.turns.idempotency import IdempotencyStore, done_record
 from tests.conftest import TEST_REDIS_URL
 
 
@@ -27,7 +27,7 @@ def test_finish_turn_releases_lock_slot_result_and_keeps_the_outcome(
         "t-1",
         "acme",
         result_key="celery-task-meta-t-1.1",
-        outcome_json=outcome.model_dump_json(),
+        settled=done_record("fp-1", outcome.model_dump_json()),
         keep_s=60,
     )
     assert redis_client.get(names.turnlock_key("s-1")) is None
