@@ -50,7 +50,8 @@ __all__ = [
     "sandbox_spec",
 ]
 
-AGENT_COMMAND = ("python3", "-I", AGENT_MOUNT)
+AGENT_COMMAND = ("python3", "-I", "-S", AGENT_MOUNT)
+"""The agent is stdlib-only: ``-S`` skips ``site`` (~15 ms of its start under gVisor)."""
 
 LABEL_MANAGED = "sandgrid.managed"
 LABEL_WORKER = "sandgrid.worker"

@@ -110,7 +110,7 @@ def test_a_timed_out_exec_leaves_no_launcher_until_the_next_command(
     assert run(backend, shared, argv=["sleep", "10"], timeout_s=0.5).timed_out
     backend.ping(shared)  # a request that starts no command starts no host either
     ps = run(backend, shared, argv=["ps", "-e", "-o", "args="]).stdout.splitlines()
-    assert ps == ["python3 -I /opt/sandgrid/agent.py", "ps -e -o args="]
+    assert ps == ["python3 -I -S /opt/sandgrid/agent.py", "ps -e -o args="]
     host_parent(backend, shared)  # and then it is back
 
 

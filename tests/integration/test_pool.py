@@ -91,6 +91,28 @@ def test_unhealthy_warm_container_is_skipped(pool: WarmPool, docker_client: Any)
     pool.release(sbx)
 
 
+def test_a_fresh_warm_take_needs_no_ping_and_a_killed_one_is_still_caught(
+    pool: WarmPool, backend: SandboxManager, docker_client: Any, monkeypatch: Any
+) -> None:
+    """Issue 22.3: the take trusts a recent warm answer on a quiet channel (one poll),
+    and a container killed just before the take has already closed its stream."""
+    pool.fill()
+    pings: list[str] = []
+    real_ping = backend.ping
+    monkeypatch.setattr(
+        backend, "ping", lambda sbx, **kw: pings.append(sbx.id) or real_ping(sbx, **kw)
+    )
+    sbx = pool.acquire("python", session_id="s-nopingaaaaaaaaa", tenant="t")
+    assert pings == [] and exec_command(backend, sbx, ExecRequest(argv=["true"])).exit_code == 0
+    victim = pool._warm["python"][0]
+    docker_client.api.kill(victim.id)
+    other = pool.acquire("python", session_id="s-nopingbbbbbbbbb", tenant="t")
+    assert other.id != victim.id and pings == [victim.id]
+    assert exec_command(backend, other, ExecRequest(argv=["true"])).exit_code == 0
+    pool.release(sbx)
+    pool.release(other)
+
+
 def test_other_quotas_are_created_cold_and_labelled(
     pool: WarmPool, backend: SandboxManager, docker_client: Any
 ) -> None:

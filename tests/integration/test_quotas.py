@@ -45,7 +45,7 @@ def test_fork_bomb_is_contained(backend: SandboxManager, sandbox_factory: Any) -
     assert "fork" in r.stderr.lower()  # fork failed inside: the pids limit held
     backend.ping(limited)
     ps = run(backend, limited, argv=["ps", "-e", "-o", "args="]).stdout.splitlines()
-    assert ps == ["python3 -I /opt/sandgrid/agent.py", "ps -e -o args="]
+    assert ps == ["python3 -I -S /opt/sandgrid/agent.py", "ps -e -o args="]
 
 
 def test_memory_hog_is_oom_killed(backend: SandboxManager, limited: Sandbox) -> None:

@@ -11,12 +11,14 @@ import contextlib
 import errno
 import io
 import os
-import shutil
 import stat
-import tarfile
+from typing import TYPE_CHECKING
 
 from .errors import AgentError
 from .limits import inside
+
+if TYPE_CHECKING:
+    import tarfile
 
 __all__ = [
     "Blocked",
@@ -159,6 +161,8 @@ def extract(
     """Extract after checking every member first, so a bad tar changes nothing.
     ``root_fds``: a root already opened (``tar_put``'s directory, resolved beneath
     the workspace); a root not in it is opened by its path, never through a link."""
+    import tarfile  # here: tarfile loads shutil, bz2 and lzma, ~10 ms of the agent's start
+
     fds = root_fds or {}
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as tar:
@@ -249,6 +253,8 @@ def _write_at(tar: tarfile.TarFile, m: tarfile.TarInfo, fd: int, name: str) -> i
 
 def write_member(tar: tarfile.TarFile, m: tarfile.TarInfo, dir_fd: int, name: str) -> None:
     """Write one regular member afresh (``O_NOFOLLOW``), with its mode and mtime."""
+    import shutil  # here: shutil loads bz2 and lzma, ~8 ms of the agent's start
+
     src = tar.extractfile(m)
     assert src is not None
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -263,6 +269,8 @@ def write_member(tar: tarfile.TarFile, m: tarfile.TarInfo, dir_fd: int, name: st
 def clear_dir(root: str) -> None:
     """Empty a root before a full restore, closed directories included; every
     entry reached relative to its parent's fd, no link ever followed."""
+    import shutil  # here: shutil loads bz2 and lzma, ~8 ms of the agent's start
+
     fd = os.open(root, os.O_RDONLY | _DIR_NOPATH)
     try:
         with os.scandir(fd) as it:

@@ -17,7 +17,6 @@ remembered.
 from __future__ import annotations
 
 import os
-import secrets
 import stat
 import threading
 from typing import cast
@@ -130,7 +129,8 @@ def update(
             hashes.pop(row[0], None)
         else:
             hashes[row[0]] = (row[3], key[0], key[1], key[2], cast(str, row[4]))
-    since, state.token, state.roots = state.token, secrets.token_hex(8), roots
+    # os.urandom as secrets.token_hex does, without its imports (hmac, random) at start
+    since, state.token, state.roots = state.token, os.urandom(8).hex(), roots
     if not delta:
         return {"token": state.token, "entries": list(state.rows.values())}
     return {

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import platform
+import os
 import struct
 
 __all__ = ["CLONE_NEWUSER", "SYSCALLS", "deny_user_namespaces", "filter_program"]
@@ -65,7 +65,7 @@ class _Fprog(ctypes.Structure):
 
 def deny_user_namespaces() -> bool:
     """Install the filter on this process and all it will start; False if it could not."""
-    program = filter_program(platform.machine())
+    program = filter_program(os.uname().machine)  # platform.machine(), without importing it
     if not program:
         return False
     code = b"".join(struct.pack("=HBBI", *ins) for ins in program)

@@ -21,7 +21,6 @@ import functools
 import io
 import os
 import stat
-import tarfile
 from typing import Any
 
 from . import limits
@@ -61,6 +60,8 @@ def pack_tar(files: list[str], roots: tuple[str, ...] | None = None, base: str =
     which compresses what it stores (``format.blobs.encode``); gzip here cost
     ~30 ms a MiB of the turn's snapshot, more under gVisor, for nothing.
     """
+    import tarfile  # here: tarfile loads shutil, bz2 and lzma, ~10 ms of the agent's start
+
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for path in files:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import select
 import socket
 import threading
 import time
@@ -88,6 +89,23 @@ class AgentClient:
     @property
     def alive(self) -> bool:
         return self.broken is None
+
+    def quiet(self) -> bool:
+        """Whether the channel is open with nothing to read and nothing in flight.
+
+        One ``poll`` of the stream, no round trip: a container that exits closes
+        its stream (readable at EOF by the time ``docker kill`` returns), so an
+        idle channel that is not readable still has its agent. The pool's
+        cheap proof that a warm sandbox it pinged lately is still there.
+        """
+        if self.broken is not None or self._waiting:
+            return False
+        try:
+            poller = select.poll()
+            poller.register(self._stream.fileno(), select.POLLIN | select.POLLPRI)
+            return not poller.poll(0)
+        except (OSError, ValueError):  # closed meanwhile
+            return False
 
     @property
     def in_flight(self) -> dict[int, tuple[str, str | None]]:

@@ -44,6 +44,10 @@ class ByteStream(Protocol):
 
     def close(self) -> None: ...
 
+    def fileno(self) -> int:
+        """The descriptor to ``poll``: readable once the agent wrote or the stream ended."""
+        ...
+
 
 class Runtime(ABC):
     """One way of running sandboxes (Docker with runc, Docker with gVisor, ...).

@@ -106,6 +106,9 @@ class AttachStream:
     def close(self) -> None:
         self._sock.close()
 
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
     def _pump(self, bufsize: int) -> bool:
         """One read of the socket, sorted by stream; False at EOF."""
         data = self._sock.recv(bufsize)

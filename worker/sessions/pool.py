@@ -17,12 +17,20 @@ session.
 Thread-safe: the Celery worker runs turns in a thread pool, all sharing one
 ``WarmPool``. A background thread refills each type to its target; creating,
 pinging and destroying containers happen outside the lock.
+
+A take does not ping a sandbox whose warm ping answered less than
+``HEALTH_TRUST_S`` ago and whose channel is quiet (``AgentClient.quiet``: one
+``poll``, no round trip); a container that died has closed its stream, so the
+poll sees it and the sandbox gets the ping, fails it and is destroyed. An older
+one is pinged as before, which also catches an agent that hangs (issue 22.3:
+the ping was a round trip on every pool hit, ~1 ms under gVisor).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +42,7 @@ from worker.sandboxes import Sandbox, SandboxManager
 
 __all__ = [
     "HEALTH_PING_S",
+    "HEALTH_TRUST_S",
     "REFILL_RETRY_S",
     "BackendFor",
     "PoolStats",
@@ -45,6 +54,8 @@ log = logging.getLogger(__name__)
 
 REFILL_RETRY_S = 2.0
 HEALTH_PING_S = 2.0
+HEALTH_TRUST_S = 30.0
+"""A warm ping this recent, on a quiet channel, stands for the ping of a take."""
 
 #: The backend that runs a sandbox type (the node maps types to runtimes once).
 BackendFor = Callable[[str], SandboxManager]
@@ -91,6 +102,7 @@ class WarmPool:
         quotas: the quotas warm containers of a type are made with (default
             ``Quotas()``); a lease asking for other quotas is created cold.
         refill_retry_s: the pause after a failed refill before trying again.
+        trust_s: how long a warm sandbox's last answer spares it the take's ping.
     """
 
     def __init__(
@@ -100,6 +112,7 @@ class WarmPool:
         *,
         quotas: dict[str, Quotas] | None = None,
         refill_retry_s: float = REFILL_RETRY_S,
+        trust_s: float = HEALTH_TRUST_S,
     ) -> None:
         if isinstance(backend_for, SandboxManager):
             backend = backend_for
@@ -109,6 +122,8 @@ class WarmPool:
         self.targets = dict(targets)
         self._quotas = dict(quotas or {})
         self._retry = refill_retry_s
+        self._trust_s = trust_s
+        self._answered: dict[str, float] = {}  # warm sandbox id -> monotonic time of its ping
         self._lock = threading.Lock()
         self._warm: dict[str, deque[Sandbox]] = {t: deque() for t in self.targets}
         self._leased: dict[str, Sandbox] = {}
@@ -189,7 +204,8 @@ class WarmPool:
             tenant: that session's tenant.
 
         Returns:
-            A ``leased`` sandbox (a warm one answered a ping just now).
+            A ``leased`` sandbox (a warm one answered lately and its channel is
+            quiet, or it answered a ping just now).
 
         Raises:
             CapacityError: the pool is closed, or no container could be made.
@@ -272,13 +288,17 @@ class WarmPool:
     # ---- internals -------------------------------------------------------------
 
     def _take_warm(self, sandbox_type: str) -> Sandbox | None:
-        """Pop warm sandboxes until one answers a ping; the dead are destroyed."""
+        """Pop warm sandboxes until one is alive: its answer recent and its channel
+        quiet, or else a ping answered now; the dead are destroyed."""
         while True:
             with self._lock:
                 queue = self._warm.get(sandbox_type)
                 if not queue:
                     return None
                 sbx = queue.popleft()
+                answered = self._answered.pop(sbx.id, None)
+            if self._trusted(sbx, answered):
+                return sbx
             try:
                 self.backend_for(sandbox_type).ping(sbx, timeout=HEALTH_PING_S)
                 return sbx
@@ -287,6 +307,12 @@ class WarmPool:
                 self._count(sandbox_type, "unhealthy")
                 sbx.state = "error"
                 self._destroy(sbx)
+
+    def _trusted(self, sbx: Sandbox, answered: float | None) -> bool:
+        """Whether a warm sandbox may skip the take's ping (see the module docstring)."""
+        if answered is None or time.monotonic() - answered >= self._trust_s:
+            return False
+        return sbx.channel is not None and sbx.channel.quiet()
 
     def _deficit(self) -> str | None:
         """A type below its target, with one creation reserved for it."""
@@ -333,6 +359,7 @@ class WarmPool:
             keep = not self._stop.is_set() and len(warm) < self.targets.get(sandbox_type, 0)
             if keep:
                 warm.append(sbx)
+                self._answered[sbx.id] = time.monotonic()
         if not keep:
             self._destroy(sbx)
         return True
@@ -343,6 +370,8 @@ class WarmPool:
             setattr(st, field, getattr(st, field) + 1)
 
     def _destroy(self, sbx: Sandbox) -> None:
+        with self._lock:
+            self._answered.pop(sbx.id, None)
         try:
             self.backend_for(sbx.sandbox_type).destroy(sbx)
         except Exception:  # the reaper removes what could not be removed here

@@ -58,12 +58,12 @@ def test_the_default_path_is_a_current_build() -> None:
 
 @pytest.mark.parametrize("name", ["agent.py", "agent.pyz"])
 def test_python_runs_the_archive_whatever_its_name(tmp_path: Path, name: str) -> None:
-    """As the image's CMD does (``python3 -I /opt/sandgrid/agent.py``): a ping round trip."""
+    """As the worker starts it (``python3 -I -S /opt/sandgrid/agent.py``): a ping round trip."""
     path = tmp_path / name
     path.write_bytes(zipapp_bytes())
     body = json.dumps({"id": 7, "op": "ping"}).encode()
     done = subprocess.run(
-        [sys.executable, "-I", str(path)],
+        [sys.executable, "-I", "-S", str(path)],
         input=struct.pack(">I", len(body)) + body,
         capture_output=True,
         timeout=30,

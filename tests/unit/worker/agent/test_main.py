@@ -35,3 +35,16 @@ def test_a_warm_ping_asks_for_the_launcher_host_and_a_plain_one_does_not(
     assert "launcher" not in handle({"id": 1, "op": "ping"})["result"] and asked == []
     assert handle({"id": 2, "op": "ping", "warm": True})["result"]["launcher"] is True
     assert asked == [True]
+
+
+def test_a_warm_ping_spawns_one_command_before_the_session_and_a_plain_one_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 22.3: the sandbox's first spawn (slower under gVisor) happens in the pool."""
+    ran: list[object] = []
+    monkeypatch.setattr(main.LAUNCHER, "warm", lambda: True)
+    monkeypatch.setattr(main, "op_exec", lambda req: ran.append(req) or {"exit_code": 0})
+    handle({"id": 1, "op": "ping"})
+    assert ran == []
+    assert handle({"id": 2, "op": "ping", "warm": True})["ok"]
+    assert ran == [{**main.WARM_EXEC, "id": 2}] and main.WARM_EXEC["argv"][0] == "/bin/sh"

@@ -27,7 +27,7 @@ def test_hardened_by_default() -> None:
     assert hc["security_opt"] == ["no-new-privileges"] and hc["read_only"] is True
     assert hc["network_mode"] == "none" and hc["log_config"]["Type"] == "none"
     assert kw["stdin_open"] is True and kw["detach"] is False and kw["tty"] is False
-    assert kw["command"] == ["python3", "-I", AGENT_MOUNT]
+    assert kw["command"] == ["python3", "-I", "-S", AGENT_MOUNT]
     mount = hc["mounts"][0]
     assert mount["Target"] == AGENT_MOUNT and mount["Source"] == str(agent_path())
     assert mount["ReadOnly"] is True

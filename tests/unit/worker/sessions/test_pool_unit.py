@@ -142,3 +142,65 @@ def test_every_pooled_sandbox_was_warmed_and_one_that_fails_it_is_not_pooled(
     assert pool.warm_count("python") == 2
     taken = {pool.acquire("python", session_id=f"s{i}", tenant="t").id for i in range(2)}
     assert taken <= set(fake.warmed)
+
+
+class QuietChannel:
+    """A channel whose ``quiet`` the test sets (the real one polls its stream)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.is_quiet = quiet
+
+    def quiet(self) -> bool:
+        return self.is_quiet
+
+
+class CountingBackend(FakeBackend):
+    """Gives each sandbox a quiet channel and counts the pings after the warm one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pings = 0
+
+    def create(self, sandbox_type: str, quotas: Quotas, **kw: Any) -> Sandbox:
+        sbx = super().create(sandbox_type, quotas, **kw)
+        sbx.channel = QuietChannel(True)  # type: ignore[assignment]
+        return sbx
+
+    def ping(self, sbx: Sandbox, timeout: float = 1.0) -> float:
+        self.pings += 1
+        return super().ping(sbx, timeout)
+
+    def warm(self, sbx: Sandbox) -> None:
+        super().ping(sbx)
+        self.warmed.append(sbx.id)
+
+
+def test_a_recent_answer_on_a_quiet_channel_spares_the_take_its_ping() -> None:
+    fake = CountingBackend()
+    pool = WarmPool(lambda _t: fake, {"python": 1})  # type: ignore[arg-type,return-value]
+    pool.fill()
+    sbx = pool.acquire("python", session_id="s1", tenant="t")
+    assert fake.pings == 0 and sbx.state == "leased"
+    pool.close()
+
+
+def test_a_channel_that_is_not_quiet_gets_the_ping_and_a_dead_one_is_not_handed_out() -> None:
+    fake = CountingBackend()
+    pool = WarmPool(lambda _t: fake, {"python": 2})  # type: ignore[arg-type,return-value]
+    pool.fill()
+    dead = pool._warm["python"][0]
+    dead.channel.is_quiet = False  # type: ignore[union-attr]  # its stream ended
+    fake.dead.add(dead.id)
+    sbx = pool.acquire("python", session_id="s1", tenant="t")
+    assert sbx.id != dead.id and dead.id in fake.destroyed and fake.pings == 1
+    assert pool.stats()["python"]["unhealthy"] == 1
+    pool.close()
+
+
+def test_an_old_answer_gets_the_ping() -> None:
+    fake = CountingBackend()
+    pool = WarmPool(lambda _t: fake, {"python": 1}, trust_s=0.0)  # type: ignore[arg-type,return-value]
+    pool.fill()
+    pool.acquire("python", session_id="s1", tenant="t")
+    assert fake.pings == 1
+    pool.close()

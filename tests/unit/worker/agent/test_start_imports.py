@@ -1,0 +1,50 @@
+"""The agent's start imports only what its first ping and exec need (issue 22.3).
+
+Under gVisor every module the agent imports costs the start of each sandbox
+(``python3 -X importtime`` in a runsc sandbox, docs/performance.md): the
+modules below are imported by the functions that use them, never at start.
+Each check runs the zipapp in a fresh interpreter, as the worker starts it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from worker.agent_client.bundle import PACKAGE, build_zipapp
+from worker.quotas import AGENT_COMMAND
+
+DEFERRED = {
+    "dataclasses": "background's Proc is a plain class",
+    "inspect": "loaded by dataclasses",
+    "shutil": "rmtree, copyfileobj and which import it where they run",
+    "tarfile": "tar_get, tar_put, pack and unpack import it",
+    "bz2": "loaded by shutil and tarfile",
+    "lzma": "loaded by shutil and tarfile",
+    "secrets": "a scan token is os.urandom(8).hex()",
+    "hmac": "loaded by secrets",
+    "random": "loaded by secrets",
+    "platform": "seccomp reads os.uname().machine",
+    "site": "the agent runs with -S (AGENT_COMMAND)",
+}
+
+
+def test_the_agent_starts_without_the_deferred_modules(tmp_path: Path) -> None:
+    archive = build_zipapp(tmp_path)
+    code = (
+        f"import sys; sys.path.insert(0, {str(archive)!r}); import {PACKAGE}.main; "
+        "import json; print(json.dumps(sorted(sys.modules)))"
+    )
+    flags = [f for f in AGENT_COMMAND[1:] if f.startswith("-")]
+    out = subprocess.run(
+        [sys.executable, *flags, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    loaded = set(json.loads(out))
+    assert f"{PACKAGE}.main" in loaded
+    assert sorted(loaded & set(DEFERRED)) == []
+
+
+def test_the_agent_runs_without_site() -> None:
+    assert AGENT_COMMAND[:3] == ("python3", "-I", "-S")
