@@ -25,6 +25,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -195,23 +196,27 @@ def arrive(
         return None
     ledger.update(info.id, memory_image=None)  # taken: never restored twice
     images = memory_store(store)
-    try:
-        sbx = _restore(images, backend, info, sha)
-    except SandgridError as exc:
-        log.warning("session %s: memory image not restored: %s", info.id, exc)
-        ledger.update(info.id, memory_restored=False, memory_reason=str(exc))
-        return None
-    finally:
-        images.discard(info.tenant, info.id, sha)
-    local = LocalSession.serving(info, sbx)
-    local.snapshot = info.snapshot
-    try:
-        if info.snapshot:
-            local.manifest = store.load(info.tenant, info.id, info.snapshot)
-        ledger.update(info.id, memory_restored=True, memory_reason=None)
-    except BaseException:
-        backend.destroy(sbx)
-        raise
+    with ThreadPoolExecutor(1, thread_name_prefix="memload") as aside:
+        # The workspace manifest (the next snapshot's base) is read while the image
+        # is fetched and restored: off the resume's path, and the same as before.
+        snap = info.snapshot
+        manifest = aside.submit(store.load, info.tenant, info.id, snap) if snap else None
+        try:
+            sbx = _restore(images, backend, info, sha)
+        except SandgridError as exc:
+            log.warning("session %s: memory image not restored: %s", info.id, exc)
+            ledger.update(info.id, memory_restored=False, memory_reason=str(exc))
+            return None
+        finally:
+            images.discard(info.tenant, info.id, sha)
+        local = LocalSession.serving(info, sbx)
+        local.snapshot = info.snapshot
+        try:
+            local.manifest = manifest.result() if manifest is not None else None
+            ledger.update(info.id, memory_restored=True, memory_reason=None)
+        except BaseException:
+            backend.destroy(sbx)
+            raise
     return local
 
 
