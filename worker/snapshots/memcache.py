@@ -40,10 +40,11 @@ from worker.snapshots.memchunks import Chunk
 
 __all__ = ["STATS", "ChunkCache"]
 
-STATS = ("hits", "fetched", "refused", "evicted")
+STATS = ("hits", "fetched", "kept", "refused", "evicted")
 """The counters of ``ChunkCache.stats``: chunks read from the cache (verified), fetched
-from the store (a miss or a refused entry), entries refused (their bytes no longer
-verified: dropped and fetched again), entries evicted to keep within the bound."""
+from the store (a miss or a refused entry), kept from this node's own checkpoint (a
+fork's source), entries refused (their bytes no longer verified: dropped and fetched
+again), entries evicted to keep within the bound."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,23 @@ class ChunkCache:
                 self.stats["fetched"] += 1
             self._put(key, raw)
             return raw
+        finally:
+            with self._lock:
+                self._pending.pop(key).set()
+
+    def keep(self, tenant: str, chunk: Chunk, raw: bytes) -> None:
+        """Hold ``raw`` as ``tenant``'s ``chunk``, which this node just packed and named
+        from its own checkpoint (a fork's source: its forks restored here fetch
+        nothing); a chunk held or being fetched already is left as it is."""
+        key = (keys.check_id("tenant", tenant), chunk.sha256)
+        with self._lock:
+            if key in self._index or key in self._pending:
+                return
+            self._pending[key] = threading.Event()
+        try:
+            self._put(key, raw)
+            with self._lock:
+                self.stats["kept"] += 1
         finally:
             with self._lock:
                 self._pending.pop(key).set()

@@ -63,6 +63,10 @@ class ChunkSource(Protocol):
         """``chunk``'s unpacked bytes, from ``fetch`` when not held (and verified)."""
         ...
 
+    def keep(self, tenant: str, chunk: Chunk, raw: bytes) -> None:
+        """Hold ``raw``, which this node packed as ``chunk`` itself."""
+        ...
+
 
 class ChunkRefused(ValueError):
     """A chunk that is missing, changed or not what its manifest says."""
@@ -116,9 +120,13 @@ def _pieces(path: Path) -> Iterator[tuple[Path, int]]:
 
 
 def put_chunks(
-    objects: ObjectStore, tenant: str, files: list[Path]
+    objects: ObjectStore, tenant: str, files: list[Path], cache: ChunkSource | None = None
 ) -> tuple[dict[str, list[Chunk]], int]:
     """Store the pieces of ``files`` that the tenant's store lacks.
+
+    Args:
+        cache: the node's unpacked chunks, given each piece as well (a fork's source:
+            the forks this node restores then fetch none of them).
 
     Returns:
         Per file name its chunks in order, and how many stored bytes were new
@@ -137,7 +145,10 @@ def put_chunks(
         if not objects.exists(key):
             objects.put(key, data)
             new = len(data)
-        return Chunk(sha, len(data), len(raw)), new
+        chunk = Chunk(sha, len(data), len(raw))
+        if cache is not None:
+            cache.keep(tenant, chunk, raw)
+        return chunk, new
 
     pieces = [p for path in files for p in _pieces(path)]
     done = parallel(one, pieces)

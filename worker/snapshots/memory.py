@@ -117,7 +117,9 @@ class MemoryStore:
                 operation="pause",
                 context={"bytes": raw, "limit": self.max_bytes},
             )
-        chunks, new = put_chunks(self.objects, metas[0].tenant, files)
+        # A fork's forks restore its pages, some on this node: keep them here (24.4).
+        seed = self.cache if len(metas) > 1 else None
+        chunks, new = put_chunks(self.objects, metas[0].tenant, files, seed)
         return [self._manifest(meta, chunks, new if i == 0 else 0) for i, meta in enumerate(metas)]
 
     def _manifest(self, meta: MemoryMeta, chunks: dict[str, list[Chunk]], new: int) -> StoredImage:

@@ -145,9 +145,10 @@ def _image(tmp_path: Path) -> Path:
 
 def test_forks_restored_on_one_node_fetch_each_chunk_once(tmp_path: Path) -> None:
     objects = LocalObjects(tmp_path / "objects")
+    source = MemoryStore(objects, max_bytes=1 << 30)  # the fork's source: another node
     store = MemoryStore(objects, max_bytes=1 << 30, cache=ChunkCache(tmp_path / "c", 1 << 30))
     metas = [MemoryMeta("acme", f"f-{i}", None, "python-gvisor", "runsc") for i in range(3)]
-    stored = store.put_many(_image(tmp_path), metas)
+    stored = source.put_many(_image(tmp_path), metas)
     counts = []
     for i, (meta, image) in enumerate(zip(metas, stored, strict=True)):
         out = tmp_path / f"out-{i}"
@@ -167,3 +168,19 @@ def test_a_chunk_changed_in_the_store_is_still_refused_with_a_cache(tmp_path: Pa
     out.mkdir()
     with pytest.raises(MemoryRefused, match="fails verification"):
         store.fetch(META, stored.sha256, out)
+
+
+def test_a_forks_source_node_keeps_the_pages_it_packed(tmp_path: Path) -> None:
+    objects = LocalObjects(tmp_path / "objects")
+    cache = ChunkCache(tmp_path / "c", 1 << 30)
+    store = MemoryStore(objects, max_bytes=1 << 30, cache=cache)
+    metas = [MemoryMeta("acme", f"f-{i}", None, "python-gvisor", "runsc") for i in range(2)]
+    stored = store.put_many(_image(tmp_path), metas)
+    assert cache.stats["kept"] == 3
+    out = tmp_path / "out"
+    out.mkdir()
+    assert store.fetch_counted(metas[1], stored[1].sha256, out)[1] == 0  # all from here
+    assert (out / "pages.img").read_bytes() == (tmp_path / "image" / "pages.img").read_bytes()
+    other = ChunkCache(tmp_path / "c2", 1 << 30)
+    MemoryStore(objects, max_bytes=1 << 30, cache=other).put(tmp_path / "image", META)
+    assert other.stats["kept"] == 0 and other.size == 0  # a pause (one session) keeps nothing
