@@ -32,7 +32,8 @@ import shutil
 import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandgrid.wire.objects import keys
@@ -45,6 +46,14 @@ STATS = ("hits", "fetched", "kept", "refused", "evicted")
 from the store (a miss or a refused entry), kept from this node's own checkpoint (a
 fork's source), entries refused (their bytes no longer verified: dropped and fetched
 again), entries evicted to keep within the bound."""
+
+
+@dataclass
+class _Pending:
+    """A chunk on its way in: its bytes, once fetched, until its file is written."""
+
+    done: threading.Event = field(default_factory=threading.Event)
+    raw: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -72,13 +81,20 @@ class ChunkCache:
         """What the cache did since the node started (``STATS``; the log of each restore)."""
         self._lock = threading.Lock()
         self._index: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
-        self._pending: dict[tuple[str, str], threading.Event] = {}
+        self._pending: dict[tuple[str, str], _Pending] = {}
         self._bytes = 0
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="memcache")
+        """Entries are written behind the restores: the bytes are handed on from memory
+        until their file is on disk, so no restore waits for the cache's disk."""
 
     @property
     def size(self) -> int:
         """Bytes held on disk now."""
         return self._bytes
+
+    def flush(self) -> None:
+        """Wait until every entry handed to the writer is on disk (or given up)."""
+        self._writer.submit(lambda: None).result()
 
     def get(self, tenant: str, chunk: Chunk, fetch: Callable[[], bytes]) -> bytes:
         """The unpacked bytes of ``tenant``'s ``chunk``: from the cache when a verified
@@ -91,15 +107,18 @@ class ChunkCache:
         key = (keys.check_id("tenant", tenant), chunk.sha256)
         while True:
             with self._lock:
-                entry = self._index.get(key)
+                entry, pending = self._index.get(key), self._pending.get(key)
                 if entry is not None:
                     self._index.move_to_end(key)
                     break
-                waiting = self._pending.get(key)
-                if waiting is None:
-                    self._pending[key] = threading.Event()
+                if pending is None:
+                    mine = self._pending[key] = _Pending()
                     break
-            waiting.wait()  # another restore fetches it: take its copy when done
+            pending.done.wait()  # another restore fetches it: take its copy when done
+            if pending.raw is not None and len(pending.raw) == chunk.raw:
+                with self._lock:
+                    self.stats["hits"] += 1
+                return pending.raw
         if entry is not None:
             raw = self._read(key, entry, chunk.raw)
             if raw is not None:
@@ -107,13 +126,14 @@ class ChunkCache:
             return self.get(tenant, chunk, fetch)  # dropped: fetched again (once)
         try:
             raw = fetch()
+        except BaseException:
             with self._lock:
-                self.stats["fetched"] += 1
-            self._put(key, raw)
-            return raw
-        finally:
-            with self._lock:
-                self._pending.pop(key).set()
+                self._pending.pop(key).done.set()
+            raise
+        with self._lock:
+            self.stats["fetched"] += 1
+        self._hand_on(key, mine, raw)
+        return raw
 
     def keep(self, tenant: str, chunk: Chunk, raw: bytes) -> None:
         """Hold ``raw`` as ``tenant``'s ``chunk``, which this node just packed and named
@@ -123,14 +143,22 @@ class ChunkCache:
         with self._lock:
             if key in self._index or key in self._pending:
                 return
-            self._pending[key] = threading.Event()
+            mine = self._pending[key] = _Pending()
+            self.stats["kept"] += 1
+        self._hand_on(key, mine, raw)
+
+    def _hand_on(self, key: tuple[str, str], pending: _Pending, raw: bytes) -> None:
+        """Give ``raw`` to the restores waiting for it now, and to the writer."""
+        pending.raw = raw
+        pending.done.set()
+        self._writer.submit(self._settle, key, raw)
+
+    def _settle(self, key: tuple[str, str], raw: bytes) -> None:
         try:
             self._put(key, raw)
-            with self._lock:
-                self.stats["kept"] += 1
         finally:
             with self._lock:
-                self._pending.pop(key).set()
+                self._pending.pop(key, None)
 
     def _path(self, key: tuple[str, str]) -> Path:
         return self.root / key[0] / key[1]
@@ -154,7 +182,7 @@ class ChunkCache:
         if len(raw) > self.max_bytes:
             return
         entry = _Entry(hashlib.sha256(raw).hexdigest(), len(raw))
-        path = self._path(key)  # not in the index: only its one fetcher writes it
+        path = self._path(key)  # not in the index: only its one writer writes it
         path.parent.mkdir(exist_ok=True)
         part = path.with_name(f".{path.name}.{threading.get_ident()}")
         try:

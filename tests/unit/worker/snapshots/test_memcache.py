@@ -46,15 +46,19 @@ def test_a_corrupt_entry_is_refused_and_fetched_again(tmp_path: Path) -> None:
     cache, store = ChunkCache(tmp_path / "c", 1 << 20), _Store()
     chunk = _chunk(RAW[0])
     cache.get("acme", chunk, lambda: store.fetch(RAW[0]))
+    cache.flush()
     (entry,) = (p for p in (tmp_path / "c" / "acme").iterdir())
     entry.write_bytes(b"\xff" * len(RAW[0]))  # same length, other bytes
     assert cache.get("acme", chunk, lambda: store.fetch(RAW[0])) == RAW[0]
     assert len(store.calls) == 2 and cache.stats["refused"] == 1
+    cache.flush()
     entry.write_bytes(RAW[0][:10])  # truncated
     assert cache.get("acme", chunk, lambda: store.fetch(RAW[0])) == RAW[0]
+    cache.flush()
     entry.unlink()  # gone
     assert cache.get("acme", chunk, lambda: store.fetch(RAW[0])) == RAW[0]
     assert len(store.calls) == 4 and cache.stats["refused"] == 3
+    cache.flush()
     assert cache.get("acme", chunk, lambda: store.fetch(RAW[0])) == RAW[0]
     assert len(store.calls) == 4  # the refetched copy is kept and verifies
 
@@ -65,14 +69,17 @@ def test_the_cache_holds_at_most_its_bound_evicting_the_least_recently_used(
     cache, store = ChunkCache(tmp_path / "c", 2500), _Store()
     for raw in RAW[:2]:
         cache.get("acme", _chunk(raw), lambda raw=raw: store.fetch(raw))
+    cache.flush()
     cache.get("acme", _chunk(RAW[0]), lambda: store.fetch(RAW[0]))  # 0 used last: 1 goes
     cache.get("acme", _chunk(RAW[2]), lambda: store.fetch(RAW[2]))
+    cache.flush()
     on_disk = sum(p.stat().st_size for p in (tmp_path / "c").rglob("*") if p.is_file())
     assert cache.size == on_disk == 2000 and cache.stats["evicted"] == 1
     store.calls.clear()
     cache.get("acme", _chunk(RAW[0]), lambda: store.fetch(RAW[0]))
     cache.get("acme", _chunk(RAW[1]), lambda: store.fetch(RAW[1]))
     assert store.calls == [RAW[1]]  # 0 was kept, 1 was evicted
+    cache.flush()
     assert cache.size <= 2500
 
 
@@ -80,6 +87,7 @@ def test_a_chunk_larger_than_the_bound_is_not_kept(tmp_path: Path) -> None:
     cache, store = ChunkCache(tmp_path / "c", 500), _Store()
     for _ in range(2):
         assert cache.get("acme", _chunk(RAW[0]), lambda: store.fetch(RAW[0])) == RAW[0]
+        cache.flush()
     assert len(store.calls) == 2 and cache.size == 0
 
 
@@ -120,6 +128,7 @@ def test_a_failed_fetch_is_not_kept_and_the_next_restore_fetches(tmp_path: Path)
     with pytest.raises(ValueError, match="refused"):
         cache.get("acme", _chunk(RAW[0]), broken)
     assert cache.get("acme", _chunk(RAW[0]), lambda: store.fetch(RAW[0])) == RAW[0]
+    cache.flush()
     assert store.calls == [RAW[0]] and cache.size == len(RAW[0])
 
 
@@ -184,3 +193,19 @@ def test_a_forks_source_node_keeps_the_pages_it_packed(tmp_path: Path) -> None:
     other = ChunkCache(tmp_path / "c2", 1 << 30)
     MemoryStore(objects, max_bytes=1 << 30, cache=other).put(tmp_path / "image", META)
     assert other.stats["kept"] == 0 and other.size == 0  # a pause (one session) keeps nothing
+
+
+def test_no_restore_waits_for_the_cache_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache, store = ChunkCache(tmp_path / "c", 1 << 20), _Store()
+    disk = threading.Event()
+    real_put = cache._put
+    monkeypatch.setattr(cache, "_put", lambda key, raw: (disk.wait(5), real_put(key, raw)))
+    chunk = _chunk(RAW[0])
+    for _ in range(2):  # the disk holds nothing yet: the second takes the first's bytes
+        assert cache.get("acme", chunk, lambda: store.fetch(RAW[0])) == RAW[0]
+    assert len(store.calls) == 1 and cache.size == 0 and cache.stats["hits"] == 1
+    disk.set()
+    cache.flush()
+    assert cache.size == len(RAW[0])
