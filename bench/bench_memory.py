@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import re
 import signal
 import sys
 import tempfile
@@ -143,6 +144,7 @@ def _measure(grid: LocalGrid, client: Client, mb: int, args_settle: float) -> No
         f"(kernel_restarted={cold.kernel_restarted}) + setup again {rebuild_s * 1000:.0f} ms"
         f" = {cold_s * 1000:.0f} ms"
     )  # type: ignore[attr-defined]
+    print(f"  the resume's restore: {_restores(grid, {a.id})}")
     print(f"resume vs rebuild: {cold_s / resume_s:.2f}x faster (target >= 3x)")
     new = again.memory_new_bytes or 0  # type: ignore[attr-defined]
     print(
@@ -153,6 +155,33 @@ def _measure(grid: LocalGrid, client: Client, mb: int, args_settle: float) -> No
     )
     b.close()
     _fork(grid, client, a, mb)
+
+
+_RESTORED = re.compile(
+    r"session (\S+): memory image fetched in (\d+) ms(?: \((\d+) chunks from the store)?"
+    r".*?restored in (\d+) ms"
+)
+
+
+def _restores(grid: LocalGrid, sessions: set[str]) -> str:
+    """Where the restores of ``sessions`` spent their time, per node (the nodes' logs)."""
+    rows = []
+    for node in NODES:
+        path = grid.workdir / f"{node}.log"
+        text = path.read_text(errors="replace") if path.exists() else ""
+        found = [m for m in _RESTORED.finditer(text) if m.group(1) in sessions]
+        if not found:
+            continue
+        fetch = sorted(int(m.group(2)) for m in found)
+        restore = sorted(int(m.group(4)) for m in found)
+        chunks = [int(m.group(3)) for m in found if m.group(3) is not None]
+        store = f", chunks from the store {sum(chunks)}" if chunks else ""
+        rows.append(
+            f"{node}: {len(found)} restores, fetch {fetch[len(fetch) // 2]} ms median "
+            f"(max {fetch[-1]}), restore {restore[len(restore) // 2]} ms median "
+            f"(max {restore[-1]}){store}"
+        )
+    return "; ".join(rows) or "no restore in the nodes' logs"
 
 
 def _answer(s: Session) -> None:
@@ -185,6 +214,7 @@ def _fork(grid: LocalGrid, client: Client, a: Session, mb: int, n: int = 8) -> N
         f"fork x{n} with memory: {fork_s * 1000:.0f} ms to {n} answering sessions "
         f"(the fork call {fork_call_s * 1000:.0f} ms; restored on {sorted(map(str, nodes))})"
     )
+    print(f"  the forks' restores: {_restores(grid, {f.id for f in forks})}")
     print(f"{n} cold sessions running the setup: {cold_s * 1000:.0f} ms")
     print(f"fork vs cold: {cold_s / fork_s:.2f}x faster (target >= 3x)")
 

@@ -264,6 +264,14 @@ class MemorySettings(BaseModel):
         description="SANDGRID_WORKER__MEMORY__RESTORE_BACKGROUND: runsc restore --background "
         "(the sandbox runs while its pages load; the image is uncompressed on disk)",
     )
+    # 24.4 (resume speed, memcache): the node's cache of unpacked chunks.
+    cache_mb: int = Field(
+        2048,
+        ge=0,
+        description="SANDGRID_WORKER__MEMORY__CACHE_MB: the most a node keeps on its disk of "
+        "unpacked, verified memory chunks, so forks restored on it fetch each chunk once "
+        "(least recently used evicted first; 0: no cache)",
+    )
 
 
 class WorkerSettings(BaseModel):

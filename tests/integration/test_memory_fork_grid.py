@@ -8,13 +8,16 @@ with memory: every fork finds all three, on whichever node restores it, while
 the source keeps running; a write in one fork (a variable, a file) is seen in
 no other. Another tenant cannot fork it; a count above the tenant's ceiling and
 memory on a runc type are 422. A checkpoint with memory brings the processes
-back at its restore, again after they were changed.
+back at its restore, again after they were changed. Forks restored on one node
+fetch each chunk of their image from MinIO once (the node's chunk cache).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,7 +28,8 @@ import pytest
 from sandgrid.client import Client, Session
 from sandgrid.errors import InvalidInput, NotFound
 from sandgrid.localgrid import LocalGrid
-from tests.support.memory_grid import memory_grid, store_env
+from sandgrid.wire.objects import keys
+from tests.support.memory_grid import memory_grid, minio_objects, store_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.runsc]
 
@@ -176,3 +180,38 @@ def test_a_checkpoint_with_memory_brings_the_processes_back(grid: LocalGrid) -> 
                 globex.restore(s.id, "warm")
         assert s.run_code("x").result == "41" and s.refresh().memory_image is None
         s.close()
+
+
+def _fetched_from_store(grid: LocalGrid, node: str, sessions: set[str]) -> list[int]:
+    """Per restore of ``sessions`` on ``node``, the chunks it took from the store (its log)."""
+    line = re.compile(r"session (\S+): memory image fetched in \d+ ms \((\d+) chunks from the")
+    text = (grid.workdir / f"{node}.log").read_text(errors="replace")
+    return [int(n) for sid, n in line.findall(text) if sid in sessions]
+
+
+def test_forks_restored_on_one_node_fetch_each_chunk_once(grid: LocalGrid) -> None:
+    with _client(grid) as acme:
+        s = acme.session(type="python-gvisor")
+        setup = "import os\nblob = os.urandom(24 << 20)\nmark = blob[:8].hex()"
+        assert s.run_code(setup).error is None  # pages of its own: no other test's chunks
+        mark = s.run_code("mark").result
+        forks = s.fork(4, memory=True)
+        objects = minio_objects(BUCKET)
+        (manifest,) = objects.list(keys.memory_prefix("acme", forks[0].id))
+        files = json.loads(objects.get(manifest))["files"]
+        chunks = {row[0] for rows in files.values() for row in rows}
+        assert len(chunks) >= 4, files  # 24 MiB of random pages: several chunks
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(lambda f: f.run_code("mark"), forks))
+        assert {a.result for a in answers} == {mark}, answers
+        assert all(a.kernel_restarted is False for a in answers), answers
+        ids = {f.id for f in forks}
+        per_node = {node: _fetched_from_store(grid, node, ids) for node in NODES}
+        assert sum(len(r) for r in per_node.values()) == 4, per_node  # every restore logged
+        assert max(len(r) for r in per_node.values()) >= 2, per_node  # a node restored two
+        for node, restores in per_node.items():
+            # Without the cache each restore fetches every chunk: len(restores) * len(chunks).
+            assert sum(restores) <= len(chunks), (node, restores, len(chunks))
+        for f in (*forks, s):
+            f.close()

@@ -134,6 +134,7 @@ class SandboxManager:
         session_id: str | None = None,
         tenant: str | None = None,
         restore_image: Path | None = None,
+        before_start: Callable[[], object] | None = None,
     ) -> Sandbox:
         """Create and start a sandbox, and wait until its agent answers.
 
@@ -146,6 +147,9 @@ class SandboxManager:
             restore_image: a memory image to restore instead of booting
                 (``Runtime.can_checkpoint``; docs/memory.md): its agent answers
                 on the new container's stdio, its processes carry on.
+            before_start: called once the container exists, before it starts: a
+                restore waits there for its image, fetched meanwhile (24.4); what
+                it raises removes the container and is raised as is.
 
         Returns:
             A ``warm`` sandbox.
@@ -181,6 +185,13 @@ class SandboxManager:
         if self.inbound is not None and self.egress is not None:
             self.inbound.open(spec.name, self.egress.directory(spec.name))
         sbx.timings["create_ms"] = (time.perf_counter() - t0) * 1000
+        if before_start is not None:
+            try:
+                before_start()
+            except BaseException:
+                sbx.state = "error"
+                self.destroy(sbx)
+                raise
         self._bring_up(sbx)
         return sbx
 

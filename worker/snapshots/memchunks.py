@@ -27,7 +27,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
 from sandgrid.errors import SnapshotError
 from sandgrid.wire.objects import keys
@@ -37,6 +37,7 @@ __all__ = [
     "CHUNK_BYTES",
     "Chunk",
     "ChunkRefused",
+    "ChunkSource",
     "compress",
     "decompress",
     "fetch_chunks",
@@ -53,6 +54,18 @@ _ZSTD = shutil.which("zstd")
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class ChunkSource(Protocol):
+    """Where a restore may find a chunk before the store (``memcache.ChunkCache``)."""
+
+    def get(self, tenant: str, chunk: Chunk, fetch: Callable[[], bytes]) -> bytes:
+        """``chunk``'s unpacked bytes, from ``fetch`` when not held (and verified)."""
+        ...
+
+    def keep(self, tenant: str, chunk: Chunk, raw: bytes) -> None:
+        """Hold ``raw``, which this node packed as ``chunk`` itself."""
+        ...
 
 
 class ChunkRefused(ValueError):
@@ -107,9 +120,13 @@ def _pieces(path: Path) -> Iterator[tuple[Path, int]]:
 
 
 def put_chunks(
-    objects: ObjectStore, tenant: str, files: list[Path]
+    objects: ObjectStore, tenant: str, files: list[Path], cache: ChunkSource | None = None
 ) -> tuple[dict[str, list[Chunk]], int]:
     """Store the pieces of ``files`` that the tenant's store lacks.
+
+    Args:
+        cache: the node's unpacked chunks, given each piece as well (a fork's source:
+            the forks this node restores then fetch none of them).
 
     Returns:
         Per file name its chunks in order, and how many stored bytes were new
@@ -128,7 +145,10 @@ def put_chunks(
         if not objects.exists(key):
             objects.put(key, data)
             new = len(data)
-        return Chunk(sha, len(data), len(raw)), new
+        chunk = Chunk(sha, len(data), len(raw))
+        if cache is not None:
+            cache.keep(tenant, chunk, raw)
+        return chunk, new
 
     pieces = [p for path in files for p in _pieces(path)]
     done = parallel(one, pieces)
@@ -139,9 +159,20 @@ def put_chunks(
 
 
 def fetch_chunks(
-    objects: ObjectStore, tenant: str, dest: Path, files: dict[str, list[Chunk]]
-) -> None:
+    objects: ObjectStore,
+    tenant: str,
+    dest: Path,
+    files: dict[str, list[Chunk]],
+    cache: ChunkSource | None = None,
+) -> int:
     """Write each file of ``files`` into ``dest`` from its verified chunks, in parallel.
+
+    Args:
+        cache: the node's unpacked chunks (``worker.snapshots.memcache``): a chunk
+            it holds, verified, is not fetched again.
+
+    Returns:
+        How many chunks came from the store (the rest from ``cache``).
 
     Raises:
         ChunkRefused: a chunk is missing, does not hash to its name, or does not
@@ -157,22 +188,18 @@ def fetch_chunks(
         for chunk in chunks:
             work.append((path, at, chunk))
             at += chunk.raw
+    fetched: list[Chunk] = []
+
+    def from_store(chunk: Chunk) -> bytes:
+        fetched.append(chunk)  # list.append is atomic: the threads share it
+        return _fetch_one(objects, tenant, chunk)
 
     def one(item: tuple[Path, int, Chunk]) -> None:
         path, at, chunk = item
-        try:
-            data = objects.get(keys.memory_chunk_key(tenant, chunk.sha256))
-        except KeyError:
-            raise ChunkRefused(f"chunk {chunk.sha256[:12]} is not in the store") from None
-        if hashlib.sha256(data).hexdigest() != chunk.sha256:
-            # A chunk is named by its bytes, so these are never any image's: delete them,
-            # or the next pause that holds the same pages would count on them again.
-            with contextlib.suppress(SnapshotError):
-                objects.delete(keys.memory_chunk_key(tenant, chunk.sha256))
-            raise ChunkRefused(f"chunk {chunk.sha256[:12]} fails verification")
-        raw = decompress(data)
-        if len(raw) != chunk.raw:
-            raise ChunkRefused(f"chunk {chunk.sha256[:12]} unpacks to {len(raw)} bytes")
+        if cache is None:
+            raw = from_store(chunk)
+        else:
+            raw = cache.get(tenant, chunk, lambda: from_store(chunk))
         fd = os.open(path, os.O_WRONLY)
         try:
             os.pwrite(fd, raw, at)
@@ -180,3 +207,22 @@ def fetch_chunks(
             os.close(fd)
 
     parallel(one, work)
+    return len(fetched)
+
+
+def _fetch_one(objects: ObjectStore, tenant: str, chunk: Chunk) -> bytes:
+    """One chunk's unpacked bytes from the store, verified against its name and length."""
+    try:
+        data = objects.get(keys.memory_chunk_key(tenant, chunk.sha256))
+    except KeyError:
+        raise ChunkRefused(f"chunk {chunk.sha256[:12]} is not in the store") from None
+    if hashlib.sha256(data).hexdigest() != chunk.sha256:
+        # A chunk is named by its bytes, so these are never any image's: delete them,
+        # or the next pause that holds the same pages would count on them again.
+        with contextlib.suppress(SnapshotError):
+            objects.delete(keys.memory_chunk_key(tenant, chunk.sha256))
+        raise ChunkRefused(f"chunk {chunk.sha256[:12]} fails verification")
+    raw = decompress(data)
+    if len(raw) != chunk.raw:
+        raise ChunkRefused(f"chunk {chunk.sha256[:12]} unpacks to {len(raw)} bytes")
+    return raw

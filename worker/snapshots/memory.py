@@ -33,6 +33,7 @@ from worker.snapshots.memchunks import (
     CHUNK_BYTES,
     Chunk,
     ChunkRefused,
+    ChunkSource,
     fetch_chunks,
     put_chunks,
 )
@@ -88,9 +89,13 @@ class MemoryStore:
         max_bytes: the largest checkpoint (unpacked) it takes or restores.
     """
 
-    def __init__(self, objects: ObjectStore, *, max_bytes: int) -> None:
+    def __init__(
+        self, objects: ObjectStore, *, max_bytes: int, cache: ChunkSource | None = None
+    ) -> None:
         self.objects = objects
         self.max_bytes = max_bytes
+        self.cache = cache
+        """The node's unpacked chunks (``worker.snapshots.memcache``), or none."""
 
     def put(self, image_dir: Path, meta: MemoryMeta) -> StoredImage:
         """Store ``image_dir`` as ``meta``'s image; its name and sizes (``put_many``)."""
@@ -112,7 +117,9 @@ class MemoryStore:
                 operation="pause",
                 context={"bytes": raw, "limit": self.max_bytes},
             )
-        chunks, new = put_chunks(self.objects, metas[0].tenant, files)
+        # A fork's forks restore its pages, some on this node: keep them here (24.4).
+        seed = self.cache if len(metas) > 1 else None
+        chunks, new = put_chunks(self.objects, metas[0].tenant, files, seed)
         return [self._manifest(meta, chunks, new if i == 0 else 0) for i, meta in enumerate(metas)]
 
     def _manifest(self, meta: MemoryMeta, chunks: dict[str, list[Chunk]], new: int) -> StoredImage:
@@ -133,7 +140,14 @@ class MemoryStore:
         )
 
     def fetch(self, want: MemoryMeta, sha256: str, dest: Path) -> MemoryMeta:
-        """Verify image ``sha256`` of ``want``'s session and unpack it into ``dest``.
+        """Verify image ``sha256`` of ``want``'s session and unpack it into ``dest``
+        (``fetch_counted`` without the count)."""
+        return self.fetch_counted(want, sha256, dest)[0]
+
+    def fetch_counted(self, want: MemoryMeta, sha256: str, dest: Path) -> tuple[MemoryMeta, int]:
+        """Verify image ``sha256`` of ``want``'s session and unpack it into ``dest``;
+        its record and how many of its chunks came from the store (the others from
+        the node's cache).
 
         Raises:
             MemoryRefused: no such image of this tenant's session, the manifest or
@@ -143,14 +157,14 @@ class MemoryStore:
         """
         meta, files = self._read(want, sha256)
         try:
-            fetch_chunks(self.objects, want.tenant, dest, files)
+            fetched = fetch_chunks(self.objects, want.tenant, dest, files, self.cache)
         except (ChunkRefused, OSError, ValueError) as exc:
             raise MemoryRefused(
                 f"memory image {sha256[:12]} fails verification ({exc})",
                 operation="resume",
                 context={"image": sha256},
             ) from exc
-        return meta
+        return meta, fetched
 
     def clone(self, want: MemoryMeta, sha256: str, to: MemoryMeta) -> StoredImage:
         """A manifest of ``to``'s session (same tenant) over image ``sha256``'s chunks:

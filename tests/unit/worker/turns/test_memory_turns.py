@@ -52,6 +52,7 @@ class _Backend:
         self.made: list[dict[str, Any]] = []
 
     def create(self, sandbox_type: str, quotas: Quotas, **kw: Any) -> Sandbox:
+        kw["before_start"]()  # the container exists; it starts once its image is whole
         assert (kw["restore_image"] / "checkpoint.img").exists()
         self.made.append(kw)
         return Sandbox("new", "sandgrid-x", sandbox_type, self.runtime, quotas, {})
