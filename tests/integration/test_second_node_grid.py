@@ -10,9 +10,11 @@ pulls one from the grid's registry (127.0.0.1:5000, ``make services``).
   or it takes every warm sandbox for gone at each pass (the "warm sandbox ... is
   gone" of docs/performance.md).
 - A template built on the main node (a step that pip-installs from a local index
-  on 127.0.0.27 through the egress proxy) runs on the main node and then on the
-  second engine's node, which pulls its image from the registry, on runc (a type
-  an operator adds with the template's image) and on runsc (the template's own).
+  on 127.0.0.27 through the egress proxy) runs on the main node, then (the main
+  node stopped) on a node of the second engine emptied of every image, which
+  pulls the template's image from the registry and logs that pull; on runc (a
+  type an operator adds with the template's image) and on runsc (the template's
+  own runtime). Sessions go through the SDK (``client.templates``).
 """
 
 from __future__ import annotations
@@ -30,12 +32,16 @@ from typing import Any
 import httpx
 import pytest
 
+from sandgrid import Client
 from sandgrid.localgrid import LocalGrid
+from sandgrid.templates import TemplateInfo
 from sandgrid.wire import names
 from scheduler.tenants import Tenant, TenantLimits, hash_token
 from tests.chaos.services import PrivateDockerd, free_port
-from tests.integration.test_image_registry_grid import engine2, registry_up  # noqa: F401
+from tests.integration.test_image_registry_grid import _clean, engine2, registry_up  # noqa: F401
 from tests.integration.test_logs_grid import GRID_ENV, REDIS_URL, _empty_db
+from tests.integration.test_templates_grid import _drop_images
+from tests.support.egress_servers import build_wheel, pypi_server
 from worker.quotas import LABEL_WORKER
 
 pytestmark = pytest.mark.integration
@@ -45,6 +51,7 @@ ACME = "tok-acme-" + "e" * 24
 ADMIN = "tok-admin-" + "f" * 24
 IMAGE = "sandgrid/sandbox-python:latest"
 PYPI = "127.0.0.27"
+PIP_POLICY = {"allow": ["pypi.test", PYPI]}
 PIP = "pip install -q --trusted-host pypi.test --index-url http://pypi.test/simple demo-pkg"
 REAP_S = 1.0
 RUNTIMES = [
@@ -149,3 +156,83 @@ def test_a_second_engine_node_keeps_its_warm_pool_across_reaper_passes(
     finally:
         grid.kill(SECOND, signal.SIGTERM)
         _drop_second(engine2)
+
+
+def _ready(client: Client, grid: LocalGrid, definition: dict[str, Any]) -> TemplateInfo:
+    """Build ``definition`` through the SDK and follow it to its end."""
+    assert client.templates.build(definition).state == "building"
+    seen: list[TemplateInfo] = []
+
+    def ended() -> bool:
+        seen.append(client.templates.get(definition["name"]))
+        return seen[-1].state in ("ready", "failed")
+
+    grid.wait(ended, f"template {definition['name']} built", timeout=600)
+    assert seen[-1].state == "ready", seen[-1].model_dump_json()
+    return seen[-1]
+
+
+def _imports_the_package(client: Client, kind: str, node: str) -> None:
+    """A session of ``kind`` runs on ``node`` and imports what the build installed."""
+    with client.session(type=kind) as session:
+        out = session.exec(shell="python3 -c 'import demo_pkg; print(demo_pkg.HELLO)'")
+    assert (out.exit_code, out.stdout, out.node) == (0, "from the index\n", node), out
+
+
+@pytest.mark.runsc  # builds run under gVisor
+@pytest.mark.timeout(1800)
+def test_a_template_runs_on_each_node_and_the_second_engine_pulls_it_from_the_registry(
+    grid: LocalGrid,
+    engine2: PrivateDockerd,  # noqa: F811 - the fixture imported above
+) -> None:
+    kind, on_runc = "sntpl-demo", "sntpl-demo-runc"
+    packages = grid.workdir / "packages"
+    build_wheel(packages)
+    client = Client(grid.api_url, ACME, timeout=300)
+    try:
+        grid.start_worker(MAIN, types="python,python-gvisor,sntpl-*", concurrency=2)
+        grid.wait(lambda: "python-gvisor" in serves(grid, MAIN), f"{MAIN} serving gVisor")
+        with pypi_server(PYPI, 80, packages, grid.workdir / "pypi.log"):
+            body = {"name": kind, "from": "python", "steps": [{"run": PIP}], "network": PIP_POLICY}
+            info = _ready(client, grid, body)
+        image, digest = info.image or "", info.digest or ""
+        assert image.startswith("127.0.0.1:5000/") and digest.startswith("sha256:")
+        runc = {"name": on_runc, "image": image, "digest": digest, "runtime": "runc"}
+        added = call(grid, "POST", "/v1/types", ADMIN, {**runc, "pool_size": 0, "tenant": "acme"})
+        assert added.status_code == 201, added.text
+        grid.wait(lambda: {kind, on_runc} <= serves(grid, MAIN), f"{MAIN} serving both")
+        for name in (on_runc, kind):  # runc, then runsc (the template's own runtime)
+            _imports_the_package(client, name, MAIN)
+
+        grid.kill(MAIN, signal.SIGTERM)  # from now on only the second engine's node serves them
+        engine = engine2.client()
+        try:
+            _clean(engine)  # no image at all there: the template's comes from the registry
+            grid.start_worker(
+                SECOND, types="sntpl-*", concurrency=2, env={"DOCKER_HOST": engine2.host}
+            )
+            grid.wait(
+                lambda: {kind, on_runc} <= serves(grid, SECOND),
+                f"{SECOND} serving both",
+                timeout=600,
+            )
+            for name in (on_runc, kind):
+                _imports_the_package(client, name, SECOND)
+            pulled = [
+                ln
+                for ln in (grid.workdir / f"{SECOND}.log").read_text().splitlines()
+                if "image pull: " in ln
+            ]
+            assert len(pulled) == 1, pulled  # one pull, for both types: by the template's digest
+            assert f"reference={image.rsplit(':', 1)[0]}" in pulled[0], pulled
+            assert "outcome=ok" in pulled[0] and f"node={SECOND}" in pulled[0], pulled
+        finally:
+            engine.close()
+    finally:
+        client.close()
+        if SECOND in grid.procs:
+            grid.kill(SECOND, signal.SIGTERM)
+        _drop_second(engine2)
+        call(grid, "DELETE", f"/v1/types/{on_runc}", ADMIN)
+        call(grid, "DELETE", f"/v1/templates/{kind}")
+        _drop_images()  # the main engine's tags of the template
