@@ -38,7 +38,12 @@ from sandgrid.templates import TemplateInfo
 from sandgrid.wire import names
 from scheduler.tenants import Tenant, TenantLimits, hash_token
 from tests.chaos.services import PrivateDockerd, free_port
-from tests.integration.test_image_registry_grid import _clean, engine2, registry_up  # noqa: F401
+from tests.integration.test_image_registry_grid import (  # noqa: F401
+    _clean,
+    _pulls,
+    engine2,
+    registry_up,
+)
 from tests.integration.test_logs_grid import GRID_ENV, REDIS_URL, _empty_db
 from tests.integration.test_templates_grid import _drop_images
 from tests.support.egress_servers import build_wheel, pypi_server
@@ -97,13 +102,15 @@ def call(grid: LocalGrid, method: str, path: str, token: str = ACME, body: Any =
     return httpx.request(method, grid.api_url + path, json=body, headers=auth, timeout=180)
 
 
+def node_row(grid: LocalGrid, node: str) -> dict[str, Any]:
+    """``node``'s row of ``GET /v1/nodes`` (its private types shown: the operator's token)."""
+    rows = call(grid, "GET", "/v1/nodes", ADMIN).json()["nodes"]
+    return next((row for row in rows if row["name"] == node), {})
+
+
 def serves(grid: LocalGrid, node: str) -> set[str]:
     """The types ``node``'s last heartbeat says it serves."""
-    nodes = call(grid, "GET", "/v1/nodes", ADMIN).json()["nodes"]  # private types: the operator
-    for row in nodes:
-        if row["name"] == node:
-            return set(row.get("types") or [])
-    return set()
+    return set(node_row(grid, node).get("types") or [])
 
 
 def warm_ids(engine: PrivateDockerd, kind: str) -> set[str]:
@@ -226,6 +233,9 @@ def test_a_template_runs_on_each_node_and_the_second_engine_pulls_it_from_the_re
             assert len(pulled) == 1, pulled  # one pull, for both types: by the template's digest
             assert f"reference={image.rsplit(':', 1)[0]}" in pulled[0], pulled
             assert "outcome=ok" in pulled[0] and f"node={SECOND}" in pulled[0], pulled
+            exposed = httpx.get(node_row(grid, SECOND)["metrics_url"], timeout=10).text
+            repository = image.split("/", 1)[1].rsplit(":", 1)[0]  # sandgrid/tpl-acme-...
+            assert _pulls(repository, exposed) == 1, exposed  # its /metrics reports it too
         finally:
             engine.close()
     finally:
