@@ -153,12 +153,18 @@ class Node:
             name,
             self.sessions,
             self.pool,
-            list(self.backends.values()),
+            self.all_backends,
             self.residency,
             self.persistence,
             idle_ttl_s=worker.idle_ttl_s,
             interval_s=worker.reap_interval_s,
         )
+
+    def all_backends(self) -> list[SandboxManager]:
+        """Every backend the node has now; one made later (a runtime first served at
+        runtime) is in the next answer, so the reaper lists its containers too."""
+        with self._serving_lock:
+            return list(self.backends.values())
 
     def backend_for(self, sandbox_type: str) -> SandboxManager:
         """The sandbox manager of a sandbox type: the one of its runtime."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sandgrid.errors import SandgridError
 from sandgrid.wire.periodic import Periodic
@@ -54,7 +54,9 @@ class Reaper:
         node: the node's name (the label of its containers).
         sessions: the node's session table.
         pool: the node's pool (its containers are not orphans).
-        backends: every backend of the node (where orphans are looked for).
+        backends: every backend of the node now (where containers are listed): asked at
+            each use, since a node makes a runtime's backend when it first serves a type
+            of that runtime (one added at runtime, or matched by a ``--types`` pattern).
         residency: releases an idle session.
         persistence: collects snapshots when due.
         idle_ttl_s: a session idle this long is released.
@@ -66,7 +68,7 @@ class Reaper:
         node: str,
         sessions: SessionTable,
         pool: SandboxPool,
-        backends: Sequence[SandboxManager],
+        backends: Callable[[], Sequence[SandboxManager]],
         residency: Residency,
         persistence: Persistence,
         *,
@@ -96,7 +98,7 @@ class Reaper:
                 if local.on_idle == "memory" and self._pause_with_memory(local):
                     count += 1
                     continue
-                if keeps_resident(self.backends, local):
+                if keeps_resident(self.backends(), local):
                     continue  # a background process runs in it: it stays on this node
                 log.info("session %s: idle, releasing", local.session_id)
                 if self.residency.release(local, snapshot=True, keep_on_failure=True):
@@ -108,7 +110,7 @@ class Reaper:
     def _pause_with_memory(self, local: LocalSession) -> bool:
         """Pause an idle ``on_idle: memory`` session with its processes (the caller holds
         its gate alone); False when it cannot be (then it is treated as any other)."""
-        backend = next(b for b in self.backends if b.runtime == local.sandbox.runtime)
+        backend = next(b for b in self.backends() if b.runtime == local.sandbox.runtime)
         try:
             memory.check_savable(backend, local.sandbox)
             self.persistence.on_release(local)
@@ -132,7 +134,7 @@ class Reaper:
         # What existed before the listing: a container made after it is not judged.
         sessions, warm = list(self.sessions), self.pool.container_ids()
         running: set[str] = set()
-        for backend in self.backends:
+        for backend in self.backends():
             running |= {c["id"] for c in backend.list_managed(self.node) if c.get("running")}
         dropped = self.pool.prune(warm - running)
         for local in sessions:
@@ -157,7 +159,7 @@ class Reaper:
         """Remove this node's containers that no live session or pool holds."""
         held = self.sessions.container_ids() | self.pool.container_ids()
         removed = 0
-        for backend in self.backends:
+        for backend in self.backends():
             for c in backend.list_managed(self.node):
                 young = time.time() - float(c.get("created", 0)) < ORPHAN_GRACE_S
                 if c["id"] in held or (young and not startup):

@@ -79,7 +79,7 @@ def _node(backend: VanishingBackend) -> tuple[Reaper, SessionTable, WarmPool, Di
         "n",
         sessions,
         pool,
-        [cast(SandboxManager, backend)],
+        lambda: [cast(SandboxManager, backend)],
         cast(Residency, residency),
         cast(Persistence, None),
         idle_ttl_s=60,
@@ -154,3 +154,50 @@ def test_a_container_made_during_the_pass_is_not_judged() -> None:
     backend.list_managed = list_then_create  # type: ignore[method-assign]
     reaper.reconcile()
     assert "late" in sessions.ids()
+
+
+def test_a_backend_the_node_makes_later_is_listed_by_its_reaper(
+    redis_client: Any, tmp_path: Any
+) -> None:
+    """25.3: a node whose ``--types`` pattern matched nothing at start makes a runtime's
+    backend when a type of it is added; its reaper lists that backend's containers too,
+    so the type's warm sandboxes are not taken for gone at every pass."""
+    from types import SimpleNamespace
+
+    from sandgrid.wire import catalog
+    from sandgrid.wire.catalog import CatalogView
+    from sandgrid.wire.objects.local import LocalObjects
+    from sandgrid.wire.redis_ledger import RedisLedger
+    from sandgrid.wire.settings import Settings, WorkerSettings
+    from tests.unit.worker.serving.test_serving import Source, _spec
+    from worker.node import Node
+    from worker.snapshots import SnapshotStore
+
+    backend = VanishingBackend()
+    backend.runtime = "runc"  # type: ignore[attr-defined]
+    backend.images = None  # type: ignore[attr-defined]
+    backend.engine = SimpleNamespace(has_image=lambda image: True, available=lambda: True)  # type: ignore[attr-defined]
+    source = Source(_spec("python"))
+    view = CatalogView(source, cache_s=0)
+    catalog.install(view)
+    node = Node(
+        "n",
+        ["late-*"],  # no type of the catalog yet: no backend at start
+        Settings(worker=WorkerSettings(pool_size=0)),
+        RedisLedger(redis_client),
+        SnapshotStore(LocalObjects(tmp_path)),
+        backends={},
+    )
+    node._own_backends = True  # as a node that makes its own, made here without Docker
+    node._new_backend = lambda runtime: cast(SandboxManager, backend)  # type: ignore[method-assign]
+    try:
+        source.set(_spec("python"), _spec("late-one", pool_size=1))
+        node.watch_catalog(view).sync()
+        node.pool.fill()  # type: ignore[attr-defined]
+        warm = node.pool.container_ids()
+        assert len(warm) == 1
+        for _ in range(3):  # reaper passes
+            assert node.reaper.reconcile() == 0
+        assert node.pool.container_ids() == warm
+    finally:
+        node.pool.close()  # type: ignore[attr-defined]
