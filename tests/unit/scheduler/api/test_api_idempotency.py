@@ -208,5 +208,5 @@ def test_a_retry_does_not_take_a_resends_lease_refusal_for_the_answer(grid: Grid
             time.sleep(min(timeout, 0.02))
             return refusal if handle.attempt == 2 else None
 
-    threading.Timer(0.2, lambda: store.settle(job.turn_id, answer)).start()
+    threading.Timer(0.2, lambda: store.settle(job.turn_id, fingerprint(job.op), answer)).start()
     assert store.attach(Refusing(), reg, job, 5, 0.05) == answer
