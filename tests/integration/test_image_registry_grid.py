@@ -201,10 +201,10 @@ def test_a_node_without_the_image_pulls_it_from_the_registry_and_runs_sessions(
 
         pulls = [ln for ln in log.read_text().splitlines() if "image pull: " in ln]
         assert len(pulls) == 1, pulls  # one pull, for both types
-        # Known gap (issue 25.3 note): since the pull moved into the node's first look
-        # at its types, the node's /metrics showed no ``sandgrid_worker_image_pull_seconds``
-        # sample for it, although the same process logged it; the unit tests hold the
-        # metric (tests/unit/worker/images). Here the log line is the report.
+        nodes = httpx.get(f"{grid.api_url}/v1/nodes", timeout=10).json()["nodes"]
+        url = next(n["metrics_url"] for n in nodes if n["name"] == NODE)
+        exposed = httpx.get(url, timeout=10).text  # the node's /metrics reports it too
+        assert _pulls("sandgrid/sandbox-python", exposed) == 1, exposed
 
         grid.stop()  # the node's containers go with it; then GC on its engine
         for c in client.api.containers(all=True, filters={"label": f"{LABEL_WORKER}={NODE}"}):
