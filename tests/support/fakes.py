@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -44,6 +45,7 @@ from sandgrid.ops.files import (
 )
 from sandgrid.ops.lifecycle import LIFECYCLE_OPS, PauseOp
 from sandgrid.ops.session import CloseOp, CloseResult, ForkOp, ForkResult
+from sandgrid.wire import names
 from sandgrid.wire.builds import BuildJob
 from sandgrid.wire.jobs import TurnJob, TurnOutcome, TurnResult
 from sandgrid.wire.ledger import NodeRecord, SessionLedger
@@ -192,6 +194,32 @@ class FakeWorker:
 
 #: The node that ``FakeNodes`` adds: it serves every type and never holds a turn.
 CAPACITY_NODE = "fake-capacity"
+
+
+class LapsingHolder(FakeWorker):
+    """Attempt 1 is held by ``node``/``inc-a``; on the 2nd poll the node's record
+    lapses and Redis changes under the API (``lapse``: a restart or a failover),
+    the node beats again on the 6th poll, and attempt 1 is answered on the 8th:
+    the holder never died."""
+
+    polls = 0
+
+    def lapse(self) -> None:
+        raise NotImplementedError
+
+    def wait(self, job: TurnJob, timeout: float) -> TurnOutcome | None:
+        self.polls += 1
+        if self.polls == 1:
+            self.registry.receive_turn(job.turn_id, self.node, 1, "inc-a")
+        if self.polls == 2:
+            self.registry.redis.delete(names.node_key(self.node))
+            self.lapse()
+        if self.polls == 6:
+            self.registry.heartbeat(self.node, 30, incarnation="inc-a", types=["python"])
+        if self.polls >= 8:
+            return super().wait(job, timeout)
+        time.sleep(min(timeout, 0.05))
+        return None
 
 
 class FakeNodes:

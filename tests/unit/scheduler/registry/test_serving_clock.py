@@ -8,15 +8,12 @@ again.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 
-from sandgrid.wire import names
-from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from scheduler.registry.serving import ServingClock
-from tests.support.fakes import FakeWorker, Grid
+from tests.support.fakes import Grid, LapsingHolder
 
 
 class FakeInfo:
@@ -90,29 +87,16 @@ def test_prime_rides_over_redis_away() -> None:
     ServingClock(Down()).prime()  # type: ignore[arg-type]
 
 
-class FailoverHolder(FakeWorker):
-    """Attempt 1 is held by ``node``/``inc-a``; on the 2nd poll Sentinel promotes
-    a replica (a new run id and replication id, a long uptime; the node's record
-    lapsed meanwhile), the node beats again on the 6th poll, and attempt 1 is
-    answered on the 8th: the holder never died."""
+class FailoverHolder(LapsingHolder):
+    """The lapse is a Sentinel failover: a replica is promoted (a new run id and
+    replication id, a long uptime)."""
 
     def __init__(self, grid: Grid, node: str, server: FakeInfo) -> None:
         super().__init__(grid.services.registry.ledger, node=node)
-        self.polls, self.server = 0, server
+        self.server = server
 
-    def wait(self, job: TurnJob, timeout: float) -> TurnOutcome | None:
-        self.polls += 1
-        if self.polls == 1:
-            self.registry.receive_turn(job.turn_id, self.node, 1, "inc-a")
-        if self.polls == 2:
-            self.registry.redis.delete(names.node_key(self.node))
-            self.server.run_id, self.server.replid, self.server.uptime = "r2", "b", 9000
-        if self.polls == 6:
-            self.registry.heartbeat(self.node, 30, incarnation="inc-a", types=["python"])
-        if self.polls >= 8:
-            return super().wait(job, timeout)
-        time.sleep(min(timeout, 0.05))
-        return None
+    def lapse(self) -> None:
+        self.server.run_id, self.server.replid, self.server.uptime = "r2", "b", 9000
 
 
 def test_a_record_lapsed_in_a_failover_is_no_death_within_the_grace(

@@ -13,7 +13,7 @@ from typing import Any
 from sandgrid.wire import names
 from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from scheduler.registry.nodes import NodeDirectory
-from tests.support.fakes import FakeNodes, FakeWorker, Grid
+from tests.support.fakes import FakeNodes, FakeWorker, Grid, LapsingHolder
 
 
 class DyingHolder(FakeWorker):
@@ -174,28 +174,15 @@ def test_types_lists_the_catalog_and_its_live_nodes(grid: Grid) -> None:
     assert "w4" in types["python-gvisor"].nodes and "w4" not in types["python"].nodes
 
 
-class OutageHolder(FakeWorker):
-    """Attempt 1 is held by ``node``/``inc-a``; Redis "restarts" on the 2nd poll (the
-    node's record lapsed while it was down), the node beats again on the 6th, and
-    attempt 1 is answered on the 8th: the holder never died."""
+class OutageHolder(LapsingHolder):
+    """The lapse is a Redis restart: its uptime starts again from 0."""
 
     def __init__(self, grid: Grid, node: str, uptime: list[float]) -> None:
         super().__init__(grid.services.registry.ledger, node=node)
-        self.polls, self.uptime = 0, uptime
+        self.uptime = uptime
 
-    def wait(self, job: TurnJob, timeout: float) -> TurnOutcome | None:
-        self.polls += 1
-        if self.polls == 1:
-            self.registry.receive_turn(job.turn_id, self.node, 1, "inc-a")
-        if self.polls == 2:
-            self.registry.redis.delete(names.node_key(self.node))
-            self.uptime[0] = 0.0
-        if self.polls == 6:
-            self.registry.heartbeat(self.node, 30, incarnation="inc-a", types=["python"])
-        if self.polls >= 8:
-            return super().wait(job, timeout)
-        time.sleep(min(timeout, 0.05))
-        return None
+    def lapse(self) -> None:
+        self.uptime[0] = 0.0
 
 
 def test_a_record_lapsed_in_a_redis_restart_is_no_death_within_the_grace(
