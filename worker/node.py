@@ -115,7 +115,12 @@ class Node:
         self.sessions = SessionTable()
         targets = {t: self._pool_size(self.specs[t]) for t in self.types}
         warm_quotas = {t: self._warm_quotas(s) for t, s in self.specs.items() if s.quotas}
-        self.pool = pool or WarmPool(self.backend_for, targets, quotas=warm_quotas)
+        self.pool = pool or WarmPool(
+            self.backend_for,
+            targets,
+            quotas=warm_quotas,
+            ceiling=self.settings.worker.pool_max,  # demand's ceiling per type (22.3)
+        )
         worker = self.settings.worker
         self.persistence = Persistence(self.ledger, self.store, self.backend_for, worker.snapshots)
         self.residency = Residency(name, self.ledger, self.sessions, self.pool, self.persistence)
