@@ -270,12 +270,14 @@ class WarmPool:
         if self._stop.is_set():
             raise CapacityError("the warm pool is closed", operation="acquire")
         wanted = quotas or self.quotas_for(sandbox_type)
-        with self._lock:
-            self._demand.took(sandbox_type)
-        sbx = self._take_warm(sandbox_type) if wanted == self.quotas_for(sandbox_type) else None
+        poolable = wanted == self.quotas_for(sandbox_type)  # else no warm one could serve it
+        if poolable:
+            with self._lock:
+                self._demand.took(sandbox_type)
+        sbx = self._take_warm(sandbox_type) if poolable else None
         self._count(sandbox_type, "misses" if sbx is None else "hits")
         if sbx is None:
-            sbx = self._create_cold(sandbox_type, wanted, session_id, tenant)
+            sbx = self._create_cold(sandbox_type, wanted, session_id, tenant, poolable)
         sbx.state, sbx.session_id, sbx.tenant = "leased", session_id, tenant
         with self._lock:
             closed = self._stop.is_set()
@@ -367,16 +369,18 @@ class WarmPool:
                 self._destroy(sbx)
 
     def _create_cold(
-        self, sandbox_type: str, quotas: Quotas, session_id: str, tenant: str
+        self, sandbox_type: str, quotas: Quotas, session_id: str, tenant: str, poolable: bool
     ) -> Sandbox:
-        """A miss: create the session's sandbox now; its time hides no demand (``Demand``)."""
+        """A miss: create the session's sandbox now; a poolable one's time hides no
+        demand (``Demand``)."""
         t0 = self._clock()
         try:
             backend = self.backend_for(sandbox_type)
             return backend.create(sandbox_type, quotas, session_id=session_id, tenant=tenant)
         finally:
-            with self._lock:
-                self._demand.missed(sandbox_type, t0, self._clock())
+            if poolable:
+                with self._lock:
+                    self._demand.missed(sandbox_type, t0, self._clock())
 
     def _trusted(self, sbx: Sandbox, answered: float | None) -> bool:
         """Whether a warm sandbox may skip the take's ping (see the module docstring)."""

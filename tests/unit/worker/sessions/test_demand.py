@@ -174,6 +174,16 @@ def test_surplus_warm_sandboxes_are_trimmed_as_demand_falls() -> None:
     pool.close()
 
 
+def test_creates_with_other_quotas_are_no_demand_for_the_warm_pool() -> None:
+    clock = Clock()
+    pool = make_pool(clock, SlowBackend(clock))
+    for i in range(6):
+        pool.acquire("python", Quotas(memory_mb=999), session_id=f"s-q{i}", tenant="t")
+    pool.fill()
+    assert pool.target("python") == 1 and pool.warm_count("python") == 1
+    pool.close()
+
+
 def test_a_fixed_pool_without_a_ceiling_stays_at_its_floor() -> None:
     clock = Clock()
     pool = make_pool(clock, SlowBackend(clock), ceiling=0)
