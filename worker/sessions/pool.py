@@ -22,9 +22,9 @@ The target follows demand (issue 22.3, ``worker.sessions.demand``): the pool
 counts each type's takes (hits and misses) over a sliding window and measures
 its create+ready time, and keeps ahead the takes expected during one refill,
 never below the type's configured size (its floor, ``pool_size``) nor above its
-ceiling (``SANDGRID_WORKER__POOL_MAX``); when the takes stop it decays to the
-floor, the refill thread destroying the surplus. The node's metrics show it
-(``sandgrid_pool_target``).
+ceiling (its ``pool_max``, else ``SANDGRID_WORKER__POOL_MAX``); once the window
+holds none of its takes it is back at the floor, the refill thread destroying
+the surplus. The node's metrics show it (``sandgrid_pool_target``).
 
 A take does not ping a sandbox whose warm ping answered less than
 ``HEALTH_TRUST_S`` ago and whose channel is quiet (``AgentClient.quiet``: one
