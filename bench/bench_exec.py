@@ -197,14 +197,17 @@ def bursts(backend: SandboxManager, args: argparse.Namespace) -> None:
         figures = {}
         for mode, g in got.items():
             share = sum(g[f"hit_{part}"]) / len(g[f"hit_{part}"])
-            figures[mode] = (share, pct(g[part], 50))
+            figures[mode] = (share, pct(g[part], 50), statistics.mean(g[part]))
             print(
                 f"    {part} bursts, {mode:<13} hits {share:6.1%}   create p50 "
-                f"{figures[mode][1]:8.2f} ms   n={len(g[part])}"
+                f"{figures[mode][1]:8.2f} ms   mean {figures[mode][2]:8.2f} ms   n={len(g[part])}"
             )
-        (fs, fp), (ds, dp) = figures.values()
+        (fs, fp, fm), (ds, dp, dm) = figures.values()
         hit_ratio = f"{ds / fs:.2f}x" if fs else "inf"
-        print(f"    {part} bursts, demand / fixed: hits {hit_ratio}, create p50 {dp / fp:.3g}x")
+        print(
+            f"    {part} bursts, demand / fixed: hits {hit_ratio}, create p50 {dp / fp:.3g}x,"
+            f" mean {dm / fm:.3g}x"
+        )
 
 
 def main() -> int:
