@@ -9,7 +9,11 @@ Prints, per runtime:
   (p50/p99 over ``--runs`` runs each, and the ratio);
 - pool-hit session start to first result (acquire a warm sandbox + exec
   ``true``) against ``docker run --rm ... true``;
-- cold create (create + attach + start + first ping), network ``none``.
+- cold create (create + attach + start + first ping), network ``none``;
+- bursts of session creates of one type, pool floor 1 (issue 22.3): the share
+  of creates that were pool hits and the p50 create time, a pool fixed at its
+  floor (main's before 22.3: ``ceiling=0``) against one that follows demand
+  (``ceiling=POOL_MAX``), the two alternating in one run, as ratios.
 
 Targets: warm exec p50 <= 10 ms and >= 5x faster than exec_run (>= 3x under
 runsc, issue 15: a fork is expensive there, see ``worker/agent/launcher.py``);
@@ -35,6 +39,7 @@ import docker
 from _stats import pct
 
 from sandgrid.models import ExecRequest
+from sandgrid.wire.settings import DEFAULT_POOL_MAX
 from worker.ops.exec import exec_command
 from worker.runtimes import runtime_for
 from worker.sandboxes import SandboxManager
@@ -151,11 +156,70 @@ def cold_create(backend: SandboxManager, runtime: str, runs: int) -> None:
     )
 
 
+def burst_run(
+    backend: SandboxManager, ceiling: int, args: argparse.Namespace
+) -> dict[str, list[float]]:
+    """``args.bursts`` bursts of ``args.burst`` creates one after another, a pause between."""
+    pool = WarmPool(backend, {"python": 1}, ceiling=ceiling)
+    out: dict[str, list[float]] = {"first": [], "later": [], "hit_first": [], "hit_later": []}
+    try:
+        pool.start()
+        deadline = time.monotonic() + 60
+        while pool.warm_count("python") < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for b in range(args.bursts):
+            leased, part = [], "first" if b == 0 else "later"
+            for i in range(args.burst):
+                hits = pool.stats()["python"]["hits"]
+                t0 = time.perf_counter()
+                sbx = pool.acquire("python", session_id=f"s-burst{b:04d}{i:08d}", tenant="bench")
+                out[part].append((time.perf_counter() - t0) * 1000)
+                out[f"hit_{part}"].append(float(pool.stats()["python"]["hits"] > hits))
+                leased.append(sbx)
+            for sbx in leased:  # the sessions end; the pool refills meanwhile
+                pool.release(sbx)
+            time.sleep(args.pause)
+    finally:
+        pool.close()
+    return out
+
+
+def bursts(backend: SandboxManager, args: argparse.Namespace) -> None:
+    """The fixed pool and the demand pool, alternating ``args.reps`` times each."""
+    modes = {"fixed (main)": 0, "demand": DEFAULT_POOL_MAX}
+    got: dict[str, dict[str, list[float]]] = {m: {} for m in modes}
+    for rep in range(args.reps):
+        for mode in list(modes)[:: 1 if rep % 2 == 0 else -1]:
+            for k, v in burst_run(backend, modes[mode], args).items():
+                got[mode].setdefault(k, []).extend(v)
+    print(f"  bursts of {args.burst} creates, pool floor 1, {args.pause:.0f} s apart, x{args.reps}")
+    for part in ("first", "later"):
+        figures = {}
+        for mode, g in got.items():
+            share = sum(g[f"hit_{part}"]) / len(g[f"hit_{part}"])
+            figures[mode] = (share, pct(g[part], 50), statistics.mean(g[part]))
+            print(
+                f"    {part} bursts, {mode:<13} hits {share:6.1%}   create p50 "
+                f"{figures[mode][1]:8.2f} ms   mean {figures[mode][2]:8.2f} ms   n={len(g[part])}"
+            )
+        (fs, fp, fm), (ds, dp, dm) = figures.values()
+        hit_ratio = f"{ds / fs:.2f}x" if fs else "inf"
+        print(
+            f"    {part} bursts, demand / fixed: hits {hit_ratio}, create p50 {dp / fp:.3g}x,"
+            f" mean {dm / fm:.3g}x"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtimes", default="runc,runsc")
     parser.add_argument("--runs", type=int, default=200, help="warm exec runs per method")
     parser.add_argument("--starts", type=int, default=20, help="pool-hit and cold-create runs")
+    parser.add_argument("--parts", default="exec,cold,burst", help="of exec,cold,burst")
+    parser.add_argument("--bursts", type=int, default=4, help="bursts per pool run")
+    parser.add_argument("--burst", type=int, default=8, help="creates per burst")
+    parser.add_argument("--pause", type=float, default=4.0, help="seconds between bursts")
+    parser.add_argument("--reps", type=int, default=2, help="runs of each pool, alternating")
     args = parser.parse_args()
     client = docker.from_env(timeout=120)
     available = client.info().get("Runtimes", {})
@@ -165,9 +229,14 @@ def main() -> int:
             continue
         backend = SandboxManager(runtime_for(runtime, client=client), node="bench")
         print(f"== runtime {runtime}")
-        warm = warm_exec(backend, client, runtime, args.runs)
-        pool_hit(backend, args.starts, warm)
-        cold_create(backend, runtime, args.starts)
+        parts = args.parts.split(",")
+        if "exec" in parts:
+            warm = warm_exec(backend, client, runtime, args.runs)
+            pool_hit(backend, args.starts, warm)
+        if "cold" in parts:
+            cold_create(backend, runtime, args.starts)
+        if "burst" in parts:
+            bursts(backend, args)
     return 0
 
 

@@ -63,7 +63,10 @@ class SandboxTypeSpec(WireModel):
             set (the rest are ``Quotas``' defaults); its warm pool is made with them.
         ceilings: the most a session of the type may ask per quota field, unless
             its tenant's ``type_ceilings`` say otherwise.
-        pool_size: warm sandboxes per node (None: the node's ``SANDGRID_WORKER__POOL_SIZE``).
+        pool_size: warm sandboxes per node (None: the node's ``SANDGRID_WORKER__POOL_SIZE``),
+            the fewest: demand raises it (22.3, ``worker.sessions.demand``).
+        pool_max: the most warm sandboxes per node demand may raise it to (None: the
+            node's ``SANDGRID_WORKER__POOL_MAX``); not below ``pool_size``.
         tenant: the one tenant that may use it (a private type), or None: every tenant.
         source: ``file`` (an entry of the types file) or ``api`` (added by ``POST /v1/types``).
     """
@@ -78,6 +81,7 @@ class SandboxTypeSpec(WireModel):
     quotas: dict[str, int | float] = Field(default_factory=dict)
     ceilings: dict[str, int | float] = Field(default_factory=dict)
     pool_size: int | None = Field(None, ge=0, le=MAX_POOL_SIZE)
+    pool_max: int | None = Field(None, ge=0, le=MAX_POOL_SIZE)
     tenant: str | None = Field(None, pattern=_TENANT_PATTERN)
     source: Literal["file", "api"] = "api"
 
@@ -107,6 +111,11 @@ class SandboxTypeSpec(WireModel):
                     f"quotas.{key}: the default {getattr(defaults, key)} is above the "
                     f"type's ceiling {ceiling}"
                 )
+        floor, most = self.pool_size, self.pool_max
+        if floor is not None and most is not None and most < floor:
+            raise ValueError(
+                f"pool_max: {self.pool_max} is below pool_size {self.pool_size} (the floor)"
+            )
         if self.default_network is not None and not self.network_allowed:
             raise ValueError("default_network: a type with network_allowed = false has none")
         return self

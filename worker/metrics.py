@@ -103,7 +103,8 @@ class PoolCollector(Collector):
 
     Args:
         node: the node's name (a label, so a dashboard sums nodes).
-        stats: the pool's counters per type, with ``warm``, ``leased``, ``creating``.
+        stats: the pool's counters per type, with ``warm``, ``leased``, ``creating``
+            and ``target``.
         containers: how many containers the node holds.
     """
 
@@ -123,10 +124,20 @@ class PoolCollector(Collector):
             "Sandboxes of the node's pool by type and state (warm, leased, creating).",
             labels=["node", "type", "state"],
         )
-        for sandbox_type, st in sorted(self.stats().items()):
+        stats = sorted(self.stats().items())
+        for sandbox_type, st in stats:
             for state in ("warm", "leased", "creating"):
                 pool.add_metric([self.node, sandbox_type, state], float(st.get(state, 0)))
         yield pool
+        target = GaugeMetricFamily(
+            "sandgrid_pool_target",
+            "Warm sandboxes the node's pool keeps ahead now, by type: the type's pool size "
+            "raised by observed demand, up to SANDGRID_WORKER__POOL_MAX (22.3).",
+            labels=["node", "type"],
+        )
+        for sandbox_type, st in stats:
+            target.add_metric([self.node, sandbox_type], float(st.get("target", 0)))
+        yield target
         containers = GaugeMetricFamily(
             "sandgrid_node_containers",
             "Containers the node holds (warm and leased).",

@@ -115,7 +115,13 @@ class Node:
         self.sessions = SessionTable()
         targets = {t: self._pool_size(self.specs[t]) for t in self.types}
         warm_quotas = {t: self._warm_quotas(s) for t, s in self.specs.items() if s.quotas}
-        self.pool = pool or WarmPool(self.backend_for, targets, quotas=warm_quotas)
+        self.pool = pool or WarmPool(
+            self.backend_for,
+            targets,
+            quotas=warm_quotas,
+            ceiling=self.settings.worker.pool_max,  # demand's ceiling per type (22.3)
+            ceilings={t: self._pool_max(s) for t, s in self.specs.items()},
+        )
         worker = self.settings.worker
         self.persistence = Persistence(self.ledger, self.store, self.backend_for, worker.snapshots)
         self.residency = Residency(name, self.ledger, self.sessions, self.pool, self.persistence)
@@ -191,6 +197,9 @@ class Node:
     def _pool_size(self, spec: SandboxTypeSpec) -> int:
         return self.settings.worker.pool_size if spec.pool_size is None else spec.pool_size
 
+    def _pool_max(self, spec: SandboxTypeSpec) -> int:
+        return self.settings.worker.pool_max if spec.pool_max is None else spec.pool_max
+
     @staticmethod
     def _warm_quotas(spec: SandboxTypeSpec) -> Quotas:
         """What a session of the type asking for nothing gets: its warm pool's quotas."""
@@ -232,7 +241,7 @@ class Node:
                 spec.quotas,
             ):
                 set_target(spec.name, 0)  # the warm ones are of the old definition
-            set_target(spec.name, self._pool_size(spec), quotas)
+            set_target(spec.name, self._pool_size(spec), quotas, ceiling=self._pool_max(spec))
         self.queues.consume(worker_queues([spec.name], self.name)[1:])
         self.heartbeat.types = tuple(self.types)
 

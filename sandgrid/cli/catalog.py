@@ -107,7 +107,8 @@ def types_show(name: str) -> None:
 @click.option("--digest", default="", help="the image's digest (default: the grid resolves it)")
 @click.option("--quota", "quotas", multiple=True, help="a default quota: key=number")
 @click.option("--ceiling", "ceilings", multiple=True, help="a quota's ceiling: key=number")
-@click.option("--pool-size", type=int, default=None, help="warm sandboxes per node")
+@click.option("--pool-size", type=int, default=None, help="fewest warm sandboxes per node")
+@click.option("--pool-max", type=int, default=None, help="most warm sandboxes per node")
 @click.option("--tenant", default=None, help="private to this tenant (default: every tenant)")
 @click.option("--network-allowed", is_flag=True, help="sessions may ask for network")
 @_ADMIN
@@ -121,6 +122,7 @@ def types_add(
     quotas: tuple[str, ...],
     ceilings: tuple[str, ...],
     pool_size: int | None,
+    pool_max: int | None,
     tenant: str | None,
     network_allowed: bool,
     admin_token_file: Path | None,
@@ -140,6 +142,7 @@ def types_add(
                 "quotas": _pairs("--quota", quotas),
                 "ceilings": _pairs("--ceiling", ceilings),
                 "pool_size": pool_size,
+                "pool_max": pool_max,
                 "tenant": tenant,
                 "network_allowed": network_allowed,
             }

@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_LOST_CHECK_S",
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MINIO_ENDPOINT",
+    "DEFAULT_POOL_MAX",
     "DEFAULT_PORT_MAX_BYTES",
     "DEFAULT_PORT_MAX_CONNECTIONS",
     "DEFAULT_PORT_URL_MAX_TTL_S",
@@ -78,6 +79,8 @@ DEFAULT_HEARTBEAT_S = 3.0
 DEFAULT_VISIBILITY_TIMEOUT_S = 3900
 DEFAULT_IDLE_TTL_S = 300.0
 DEFAULT_REAP_INTERVAL_S = 5.0
+#: The most warm sandboxes of one type demand may raise a node's pool to (22.3).
+DEFAULT_POOL_MAX = 8
 DEFAULT_SNAPSHOT_GC_INTERVAL_S = 600.0
 DEFAULT_SNAPSHOT_KEEP = 5
 DEFAULT_SNAPSHOT_GC_GRACE_S = 3600.0
@@ -281,6 +284,14 @@ class WorkerSettings(BaseModel):
     )
     pool_size: int = Field(
         2, ge=0, description="SANDGRID_WORKER__POOL_SIZE warm containers per type"
+    )
+    pool_max: int = Field(
+        DEFAULT_POOL_MAX,
+        ge=0,
+        le=64,
+        description="SANDGRID_WORKER__POOL_MAX: the most warm containers of one type the "
+        "pool keeps when demand raises its target above the type's pool size (its floor; "
+        "a floor above it is its own ceiling; 0: the pool size, fixed)",
     )
     idle_ttl_s: float = Field(
         DEFAULT_IDLE_TTL_S,

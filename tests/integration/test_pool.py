@@ -133,3 +133,20 @@ def test_close_destroys_everything(backend: SandboxManager, docker_client: Any) 
     assert all(gone(docker_client, s) for s in [leased, *warm])
     with pytest.raises(Exception, match="closed"):
         pool.acquire("python", session_id="s-closed0000000000", tenant="t")
+
+
+def test_a_burst_raises_the_pool_to_its_ceiling_and_no_further(backend: SandboxManager) -> None:
+    """22.3: demand, not a fixed size: a burst of 5 with floor 1 and ceiling 3."""
+    pool = WarmPool(backend, {"python": 1}, ceiling=3)
+    try:
+        pool.fill()
+        got = [pool.acquire("python", session_id=f"s-burst{i:011d}", tenant="t") for i in range(5)]
+        assert pool.target("python") == 3
+        pool.fill()
+        assert pool.warm_count("python") == 3
+        pool.fill()
+        assert pool.warm_count("python") == 3 and len({s.id for s in got}) == 5
+        for sbx in got:
+            pool.release(sbx)
+    finally:
+        pool.close()

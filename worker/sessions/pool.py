@@ -18,6 +18,14 @@ Thread-safe: the Celery worker runs turns in a thread pool, all sharing one
 ``WarmPool``. A background thread refills each type to its target; creating,
 pinging and destroying containers happen outside the lock.
 
+The target follows demand (issue 22.3, ``worker.sessions.demand``): the pool
+counts each type's takes (hits and misses) over a sliding window and measures
+its create+ready time, and keeps ahead the takes expected during one refill,
+never below the type's configured size (its floor, ``pool_size``) nor above its
+ceiling (its ``pool_max``, else ``SANDGRID_WORKER__POOL_MAX``); once the window
+holds none of its takes it is back at the floor, the refill thread destroying
+the surplus. The node's metrics show it (``sandgrid_pool_target``).
+
 A take does not ping a sandbox whose warm ping answered less than
 ``HEALTH_TRUST_S`` ago and whose channel is quiet (``AgentClient.quiet``: one
 ``poll``, no round trip); a container that died has closed its stream, so the
@@ -39,11 +47,13 @@ from typing import Any, Protocol
 from sandgrid.errors import CapacityError, SandgridError
 from sandgrid.models import Quotas
 from worker.sandboxes import Sandbox, SandboxManager
+from worker.sessions.demand import DEMAND_WINDOW_S, Demand
 
 __all__ = [
     "HEALTH_PING_S",
     "HEALTH_TRUST_S",
     "REFILL_RETRY_S",
+    "TRIM_TICK_S",
     "BackendFor",
     "PoolStats",
     "SandboxPool",
@@ -56,6 +66,8 @@ REFILL_RETRY_S = 2.0
 HEALTH_PING_S = 2.0
 HEALTH_TRUST_S = 30.0
 """A warm ping this recent, on a quiet channel, stands for the ping of a take."""
+TRIM_TICK_S = 1.0
+"""How often the idle refill thread looks again (a target falls as takes leave the window)."""
 
 #: The backend that runs a sandbox type (the node maps types to runtimes once).
 BackendFor = Callable[[str], SandboxManager]
@@ -91,6 +103,7 @@ class PoolStats:
     created: int = 0
     create_failures: int = 0
     creating: int = 0
+    target: int = 0
 
 
 class WarmPool:
@@ -98,37 +111,49 @@ class WarmPool:
 
     Args:
         backend_for: the backend that runs a sandbox type, or one backend for all.
-        targets: warm containers to keep per sandbox type.
+        floors: the fewest warm containers to keep per sandbox type (its ``pool_size``).
         quotas: the quotas warm containers of a type are made with (default
             ``Quotas()``); a lease asking for other quotas is created cold.
         refill_retry_s: the pause after a failed refill before trying again.
         trust_s: how long a warm sandbox's last answer spares it the take's ping.
+        ceiling: the most warm containers demand may raise a type to (never
+            below its floor; 0: the target stays at the floor).
+        ceilings: a ceiling per type, over ``ceiling``.
+        window_s: how far back takes count; clock: monotonic seconds (tests).
     """
 
     def __init__(
         self,
         backend_for: Callable[[str], SandboxManager] | SandboxManager,
-        targets: dict[str, int],
+        floors: dict[str, int],
         *,
         quotas: dict[str, Quotas] | None = None,
         refill_retry_s: float = REFILL_RETRY_S,
         trust_s: float = HEALTH_TRUST_S,
+        ceiling: int = 0,
+        ceilings: dict[str, int] | None = None,
+        window_s: float = DEMAND_WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if isinstance(backend_for, SandboxManager):
             backend = backend_for
             self.backend_for: Callable[[str], SandboxManager] = lambda _type: backend
         else:
             self.backend_for = backend_for
-        self.targets = dict(targets)
+        self.floors = dict(floors)
+        self.ceiling = ceiling
+        self._ceilings = dict(ceilings or {})
+        self._demand = Demand(window_s, clock)
+        self._clock = clock
         self._quotas = dict(quotas or {})
         self._retry = refill_retry_s
         self._trust_s = trust_s
         self._answered: dict[str, float] = {}  # warm sandbox id -> monotonic time of its ping
         self._lock = threading.Lock()
-        self._warm: dict[str, deque[Sandbox]] = {t: deque() for t in self.targets}
+        self._warm: dict[str, deque[Sandbox]] = {t: deque() for t in self.floors}
         self._leased: dict[str, Sandbox] = {}
-        self._creating: dict[str, int] = dict.fromkeys(self.targets, 0)
-        self._stats: dict[str, PoolStats] = {t: PoolStats() for t in self.targets}
+        self._creating: dict[str, int] = dict.fromkeys(self.floors, 0)
+        self._stats: dict[str, PoolStats] = {t: PoolStats() for t in self.floors}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -164,22 +189,53 @@ class WarmPool:
         for sbx in owned:
             self._destroy(sbx)
 
-    def set_target(self, sandbox_type: str, target: int, quotas: Quotas | None = None) -> None:
-        """Keep ``target`` warm sandboxes of a type from now on (a type the node starts
-        or stops serving at runtime, 25.1); the surplus warm ones are destroyed."""
+    def set_target(
+        self,
+        sandbox_type: str,
+        target: int,
+        quotas: Quotas | None = None,
+        *,
+        ceiling: int | None = None,
+    ) -> None:
+        """Keep at least ``target`` warm sandboxes of a type from now on (its floor: a
+        type the node starts or stops serving at runtime, 25.1; 0 keeps none), and
+        at most ``ceiling`` (default: the pool's); the surplus warm ones are destroyed."""
         with self._lock:
-            self.targets[sandbox_type] = target
+            self.floors[sandbox_type] = target
+            if ceiling is not None:
+                self._ceilings[sandbox_type] = ceiling
             self._warm.setdefault(sandbox_type, deque())
             self._creating.setdefault(sandbox_type, 0)
             self._stats.setdefault(sandbox_type, PoolStats())
             if quotas is not None:
                 self._quotas[sandbox_type] = quotas
             surplus = []
-            while len(self._warm[sandbox_type]) > target:
+            while len(self._warm[sandbox_type]) > self._target(sandbox_type):
                 surplus.append(self._warm[sandbox_type].pop())
         for sbx in surplus:
             self._destroy(sbx)
         self._wake.set()
+
+    def target(self, sandbox_type: str) -> int:
+        """The warm sandboxes of a type the pool keeps ahead now (see the module docstring)."""
+        with self._lock:
+            return self._target(sandbox_type)
+
+    def trim(self) -> int:
+        """Destroy the warm sandboxes above each type's target now (demand fell); how many.
+
+        The oldest go first: the take would have pinged them.
+        """
+        with self._lock:
+            surplus = []
+            for t, warm in self._warm.items():
+                while len(warm) > self._target(t):
+                    sbx = warm.popleft()
+                    self._answered.pop(sbx.id, None)
+                    surplus.append(sbx)
+        for sbx in surplus:
+            self._destroy(sbx)
+        return len(surplus)
 
     # ---- leasing ---------------------------------------------------------------
 
@@ -214,11 +270,14 @@ class WarmPool:
         if self._stop.is_set():
             raise CapacityError("the warm pool is closed", operation="acquire")
         wanted = quotas or self.quotas_for(sandbox_type)
-        sbx = self._take_warm(sandbox_type) if wanted == self.quotas_for(sandbox_type) else None
+        poolable = wanted == self.quotas_for(sandbox_type)  # else no warm one could serve it
+        if poolable:
+            with self._lock:
+                self._demand.took(sandbox_type)
+        sbx = self._take_warm(sandbox_type) if poolable else None
         self._count(sandbox_type, "misses" if sbx is None else "hits")
         if sbx is None:
-            backend = self.backend_for(sandbox_type)
-            sbx = backend.create(sandbox_type, wanted, session_id=session_id, tenant=tenant)
+            sbx = self._create_cold(sandbox_type, wanted, session_id, tenant, poolable)
         sbx.state, sbx.session_id, sbx.tenant = "leased", session_id, tenant
         with self._lock:
             closed = self._stop.is_set()
@@ -282,6 +341,7 @@ class WarmPool:
                 st.warm = len(self._warm.get(t, ()))
                 st.leased = sum(1 for s in self._leased.values() if s.sandbox_type == t)
                 st.creating = self._creating.get(t, 0)
+                st.target = self._target(t)
                 out[t] = dict(vars(st))
             return out
 
@@ -308,19 +368,39 @@ class WarmPool:
                 sbx.state = "error"
                 self._destroy(sbx)
 
+    def _create_cold(
+        self, sandbox_type: str, quotas: Quotas, session_id: str, tenant: str, poolable: bool
+    ) -> Sandbox:
+        """A miss: create the session's sandbox now; a poolable one's time hides no
+        demand (``Demand``)."""
+        t0 = self._clock()
+        try:
+            backend = self.backend_for(sandbox_type)
+            return backend.create(sandbox_type, quotas, session_id=session_id, tenant=tenant)
+        finally:
+            if poolable:
+                with self._lock:
+                    self._demand.missed(sandbox_type, t0, self._clock())
+
     def _trusted(self, sbx: Sandbox, answered: float | None) -> bool:
         """Whether a warm sandbox may skip the take's ping (see the module docstring)."""
         if answered is None or time.monotonic() - answered >= self._trust_s:
             return False
         return sbx.channel is not None and sbx.channel.quiet()
 
+    def _target(self, sandbox_type: str) -> int:
+        """The type's target now; the caller holds the lock."""
+        floor = self.floors.get(sandbox_type, 0)
+        ceiling = self._ceilings.get(sandbox_type, self.ceiling)
+        return self._demand.target(sandbox_type, floor, ceiling)
+
     def _deficit(self) -> str | None:
         """A type below its target, with one creation reserved for it."""
         with self._lock:
             if self._stop.is_set():
                 return None
-            for t, target in self.targets.items():
-                if len(self._warm[t]) + self._creating[t] < target:
+            for t in self.floors:
+                if len(self._warm[t]) + self._creating[t] < self._target(t):
                     self._creating[t] += 1
                     return t
         return None
@@ -329,13 +409,15 @@ class WarmPool:
         while not self._stop.is_set():
             sandbox_type = self._deficit()
             if sandbox_type is None:
-                self._wake.wait()
+                self.trim()
+                self._wake.wait(TRIM_TICK_S)  # a target may fall with time alone
                 self._wake.clear()
             elif not self._refill_one(sandbox_type):
                 self._stop.wait(self._retry)
 
     def _refill_one(self, sandbox_type: str) -> bool:
         """Create one warm sandbox (its creation was reserved by ``_deficit``)."""
+        t0 = self._clock()
         try:
             backend = self.backend_for(sandbox_type)
             sbx = backend.create(sandbox_type, self.quotas_for(sandbox_type))
@@ -355,8 +437,9 @@ class WarmPool:
             self._destroy(sbx)
             return False
         with self._lock:  # a target lowered meanwhile (the type stopped, 25.1) keeps none
+            self._demand.created(sandbox_type, self._clock() - t0)
             warm = self._warm[sandbox_type]
-            keep = not self._stop.is_set() and len(warm) < self.targets.get(sandbox_type, 0)
+            keep = not self._stop.is_set() and len(warm) < self._target(sandbox_type)
             if keep:
                 warm.append(sbx)
                 self._answered[sbx.id] = time.monotonic()

@@ -37,13 +37,15 @@ def cli(grid: Grid, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_add_show_ls_rm(grid: Grid, cli: Path) -> None:
     add = [
         "types", "add", "python-small", "--image", "sandgrid/sandbox-python:latest",
-        "--quota", "memory_mb=256", "--pool-size", "1", "--admin-token-file", str(cli),
+        "--quota", "memory_mb=256", "--pool-size", "1", "--pool-max", "4",
+        "--admin-token-file", str(cli),
     ]  # fmt: skip
     out = CliRunner().invoke(main, add)
     assert out.exit_code == 0, out.output
     assert f"python-small added (sandgrid/sandbox-python:latest {DIGEST})" in out.stdout
     shown = CliRunner().invoke(main, ["types", "show", "python-small"])
     assert shown.exit_code == 0 and '"memory_mb": 256' in shown.stdout
+    assert '"pool_max": 4' in shown.stdout
     listed = CliRunner().invoke(main, ["types", "ls"])
     assert listed.exit_code == 0 and "python-small" in listed.stdout
     rm = CliRunner().invoke(main, ["types", "rm", "python-small", "--admin-token-file", str(cli)])

@@ -51,6 +51,7 @@ def test_the_shipped_types_are_the_files_entries_as_they_were_in_code() -> None:
         ({"quotas": {"memory_mb": 8}}, "memory_mb", "greater than or equal to 32"),
         ({"quotas": {"memory_mb": 900}, "ceilings": {"memory_mb": 512}}, "", "above the type's"),
         ({"pool_size": 65}, "pool_size", "less than or equal to 64"),
+        ({"pool_size": 3, "pool_max": 2}, "pool_max", "below pool_size 3 (the floor)"),
         ({"digest": "sha256:xyz"}, "digest", "String should match pattern"),
         ({"default_network": {"allow": ["pypi.org:443"]}}, "", "network_allowed = false"),
         ({"tenant": "A B"}, "tenant", "String should match pattern"),

@@ -15,12 +15,13 @@ from worker import metrics
 
 
 def test_pool_gauges_are_read_at_scrape_time() -> None:
-    stats = {"python": {"warm": 2, "leased": 1, "creating": 0}}
+    stats = {"python": {"warm": 2, "leased": 1, "creating": 0, "target": 1}}
     registry = CollectorRegistry()
     registry.register(metrics.PoolCollector("n1", lambda: stats, lambda: 3))
-    stats["python"]["warm"] = 1
+    stats["python"]["warm"], stats["python"]["target"] = 1, 4
     text = generate_latest(registry).decode()
     assert 'sandgrid_pool_sandboxes{node="n1",state="warm",type="python"} 1.0' in text
+    assert 'sandgrid_pool_target{node="n1",type="python"} 4.0' in text
     assert 'sandgrid_node_containers{node="n1"} 3.0' in text
 
 

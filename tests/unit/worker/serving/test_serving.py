@@ -204,7 +204,7 @@ def test_a_node_serves_an_added_type_and_lets_a_removed_one_go(
     watch = node.watch_catalog(view)
     watch.sync()
     assert node.types == ["python"] and node.heartbeat.types == ("python",)
-    source.set(python, _spec("python-small", pool_size=1, quotas={"memory_mb": 256}))
+    source.set(python, _spec("python-small", pool_size=1, pool_max=2, quotas={"memory_mb": 256}))
     watch.sync()
     assert node.heartbeat.types == ("python", "python-small")
     assert ("add", "sbx.python-small") in consumer.ran
@@ -212,6 +212,7 @@ def test_a_node_serves_an_added_type_and_lets_a_removed_one_go(
     node.pool.fill()  # type: ignore[attr-defined]
     assert node.pool.warm_count("python-small") == 1  # type: ignore[attr-defined]
     assert fake.created[-1].quotas.memory_mb == 256  # the type's default quotas
+    assert node.pool._ceilings["python-small"] == 2  # type: ignore[attr-defined]  # its pool_max
     source.set(python)
     watch.sync()
     assert node.heartbeat.types == ("python",) and ("cancel", "sbx.python-small") in consumer.ran
