@@ -41,7 +41,8 @@ from worker.sandboxes import SandboxManager
 from worker.sandboxes.manager import INCARNATION
 from worker.serving import QueueControl, TypeWatch, can_serve
 from worker.serving.watch import is_pattern, selected
-from worker.sessions.pool import SandboxPool, WarmPool
+from worker.sessions.pool import WarmPool
+from worker.sessions.pool_protocol import SandboxPool
 from worker.sessions.table import SessionTable
 from worker.snapshots import SnapshotStore, open_store
 from worker.turns import memory

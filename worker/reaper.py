@@ -28,7 +28,7 @@ from sandgrid.errors import SandgridError
 from sandgrid.wire.periodic import Periodic
 from worker.ops.processes import keeps_resident
 from worker.sandboxes import SandboxManager
-from worker.sessions.pool import SandboxPool
+from worker.sessions.pool_protocol import SandboxPool
 from worker.sessions.table import LocalSession, SessionTable
 from worker.turns import memory
 from worker.turns.residency import Residency

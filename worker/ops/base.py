@@ -30,7 +30,7 @@ from sandgrid.ops.terminal import PtyOp, PtyResult
 from sandgrid.wire.jobs import TurnJob, TurnResult
 from sandgrid.wire.ledger import SessionLedger
 from worker.sandboxes import Sandbox, SandboxManager
-from worker.sessions.pool import BackendFor
+from worker.sessions.pool_protocol import BackendFor
 from worker.sessions.table import SessionTable
 from worker.turns.interactive import TurnControl
 from worker.turns.residency import Residency

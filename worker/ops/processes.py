@@ -31,7 +31,7 @@ from sandgrid.wire.jobs import TurnJob
 from worker.ops.base import NodeHandler, SandboxContext, SandboxHandler, TurnContext
 from worker.ops.exec import exec_fields
 from worker.sandboxes import Sandbox, SandboxManager
-from worker.sessions.pool import BackendFor
+from worker.sessions.pool_protocol import BackendFor
 from worker.sessions.table import LocalSession, SessionTable
 
 __all__ = [

@@ -42,21 +42,20 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from sandgrid.errors import CapacityError, SandgridError
 from sandgrid.models import Quotas
 from worker.sandboxes import Sandbox, SandboxManager
 from worker.sessions.demand import DEMAND_WINDOW_S, Demand
+from worker.sessions.pool_protocol import BackendFor
 
 __all__ = [
     "HEALTH_PING_S",
     "HEALTH_TRUST_S",
     "REFILL_RETRY_S",
     "TRIM_TICK_S",
-    "BackendFor",
     "PoolStats",
-    "SandboxPool",
     "WarmPool",
 ]
 
@@ -68,27 +67,6 @@ HEALTH_TRUST_S = 30.0
 """A warm ping this recent, on a quiet channel, stands for the ping of a take."""
 TRIM_TICK_S = 1.0
 """How often the idle refill thread looks again (a target falls as takes leave the window)."""
-
-#: The backend that runs a sandbox type (the node maps types to runtimes once).
-BackendFor = Callable[[str], SandboxManager]
-
-
-class SandboxPool(Protocol):
-    """What the node's components need of a pool (``WarmPool`` is the real one)."""
-
-    def start(self) -> None: ...
-
-    def close(self) -> None: ...
-
-    def acquire(
-        self, sandbox_type: str, quotas: Quotas | None = None, *, session_id: str, tenant: str
-    ) -> Sandbox: ...
-
-    def discard(self, sbx: Sandbox) -> None: ...
-
-    def container_ids(self) -> set[str]: ...
-
-    def prune(self, gone: set[str]) -> int: ...
 
 
 @dataclass
@@ -124,7 +102,7 @@ class WarmPool:
 
     def __init__(
         self,
-        backend_for: Callable[[str], SandboxManager] | SandboxManager,
+        backend_for: BackendFor | SandboxManager,
         floors: dict[str, int],
         *,
         quotas: dict[str, Quotas] | None = None,
@@ -137,7 +115,7 @@ class WarmPool:
     ) -> None:
         if isinstance(backend_for, SandboxManager):
             backend = backend_for
-            self.backend_for: Callable[[str], SandboxManager] = lambda _type: backend
+            self.backend_for: BackendFor = lambda _type: backend
         else:
             self.backend_for = backend_for
         self.floors = dict(floors)

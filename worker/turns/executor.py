@@ -39,7 +39,7 @@ from worker.agent_client.client import TURN_TAG
 from worker.ops.base import NodeHandler, NodeParts, SandboxContext, SandboxHandler, TurnContext
 from worker.ops.registry import OPS, OpRegistry
 from worker.sessions.gate import Share
-from worker.sessions.pool import SandboxPool
+from worker.sessions.pool_protocol import SandboxPool
 from worker.sessions.table import LocalSession
 from worker.turns import memory
 from worker.turns.ran import RanTurns

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sandgrid.errors import SandgridError
 from sandgrid.wire.ledger import SessionLedger
-from worker.sessions.pool import SandboxPool
+from worker.sessions.pool_protocol import SandboxPool
 from worker.sessions.table import LocalSession, SessionTable
 from worker.turns.snapshot_policy import Persistence
 

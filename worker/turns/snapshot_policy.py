@@ -60,7 +60,7 @@ from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.settings import SnapshotSettings
 from worker import metrics
 from worker.sandboxes import Sandbox
-from worker.sessions.pool import BackendFor
+from worker.sessions.pool_protocol import BackendFor
 from worker.sessions.table import LocalSession
 from worker.snapshots import GcReport, Manifest, SnapshotStore, restore_sandbox, snapshot_sandbox
 from worker.snapshots.checkpoints import checkpoint_id, drop_all, owner_of
