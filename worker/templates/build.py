@@ -38,6 +38,7 @@ from sandgrid.wire.type_store import TypeStore
 from worker.egress.proxy import EgressProxy
 from worker.templates.image import image_config, load_archive
 from worker.templates.layer import docker_layer
+from worker.templates.phases import Phases
 from worker.templates.sandbox import BuildSandbox
 
 __all__ = ["BuildFailed", "TemplateBuilder"]
@@ -124,8 +125,9 @@ class TemplateBuilder:
             lambda chunk: self._event(events, {"type": "stdout", "data": chunk}),
         )
         work = Path(tempfile.mkdtemp(prefix=f"sg-build-{job.build_id}-"))
+        phases = Phases()
         try:
-            tag, digest = self._run(job, info, logbook, work)
+            tag, digest = self._run(job, info, logbook, work, phases)
             done = info.model_copy(
                 update={"state": "ready", "log": logbook.text, "image": tag, "digest": digest}
             )
@@ -147,6 +149,7 @@ class TemplateBuilder:
         done = done.model_copy(update={"finished": time.time()})
         self.records.put(done)
         self._event(events, final_event(done))  # after the record: a follower then reads it
+        log.debug("template build %s: %s", job.build_id, phases.line())
         log.info(
             "template %s of %s: %s (build %s)", done.name, done.tenant, done.state, job.build_id
         )
@@ -169,35 +172,46 @@ class TemplateBuilder:
         ):
             self.records.put(info)
 
-    def _run(self, job: BuildJob, info: TemplateInfo, logbook: _Log, work: Path) -> tuple[str, str]:
-        base = self._base_image(job.base)
+    def _run(
+        self, job: BuildJob, info: TemplateInfo, logbook: _Log, work: Path, phases: Phases
+    ) -> tuple[str, str]:
+        with phases("base"):
+            base = self._base_image(job.base)
         sid = names.template_build_session(job.build_id)
         cname = f"sandgrid-build-{job.build_id}"
         egress_dir = self._book(sid, cname, job, info.deadline)
         sandbox: BuildSandbox | None = None
         try:
-            sandbox = BuildSandbox(
-                self.client,
-                cname,
-                base,
-                job.spec.quotas,
-                egress_dir=egress_dir,
-                egress_port=self.egress_port,
-                deadline=info.deadline,
-                labels={"sandgrid.build": job.build_id, "sandgrid.build-node": self.node},
-            )
-            refused = sandbox.start()
+            with phases("create"):
+                sandbox = BuildSandbox(
+                    self.client,
+                    cname,
+                    base,
+                    job.spec.quotas,
+                    egress_dir=egress_dir,
+                    egress_port=self.egress_port,
+                    deadline=info.deadline,
+                    labels={"sandgrid.build": job.build_id, "sandgrid.build-node": self.node},
+                )
+            with phases("start"):
+                refused = sandbox.start()
+            if not refused:
+                with phases("probe"):
+                    refused = sandbox.probe()
             if refused:
                 raise BuildFailed(refused)
-            env = self._steps(job, sandbox, logbook)
+            with phases("steps"):
+                env = self._steps(job, sandbox, logbook)
             sandbox.stop()
             upper = work / "upper.tar"
-            self._upper(sandbox.container.id, upper)
+            with phases("upper"):
+                self._upper(sandbox.container.id, upper)
         finally:
-            if sandbox is not None:
-                sandbox.remove()
-            self._unbook(sid, cname)
-        return self._commit(job, base, upper, env, work)
+            with phases("remove"):
+                if sandbox is not None:
+                    sandbox.remove()
+                self._unbook(sid, cname)
+        return self._commit(job, base, upper, env, work, phases)
 
     def _base_image(self, base: SandboxTypeSpec) -> str:
         """The base's image on this node: here already (by tag, that digest or image id),
@@ -294,10 +308,17 @@ class TemplateBuilder:
             )
 
     def _commit(
-        self, job: BuildJob, base: str, upper: Path, env: dict[str, str], work: Path
+        self,
+        job: BuildJob,
+        base: str,
+        upper: Path,
+        env: dict[str, str],
+        work: Path,
+        phases: Phases,
     ) -> tuple[str, str]:
         """Layer, size check, load, push: the image's reference and digest."""
-        layer = docker_layer(upper, work / "layer.tar")
+        with phases("layer"):
+            layer = docker_layer(upper, work / "layer.tar")
         base_info = self.client.api.inspect_image(base)
         size = int(base_info.get("Size", 0)) + layer.size
         ceiling = job.spec.quotas.image_mb << 20
@@ -310,12 +331,16 @@ class TemplateBuilder:
         if self.registry:
             repo = f"{self.registry}/{repo}"
         tag = f"{repo}:{job.build_id}"
-        archive = load_archive(image_config(base_info, layer, env), layer, tag, work / "image.tar")
+        with phases("archive"):
+            config = image_config(base_info, layer, env)
+            archive = load_archive(config, layer, tag, work / "image.tar")
         try:
-            with archive.open("rb") as f:
+            with phases("load"), archive.open("rb") as f:
                 self.client.images.load(f)
-            digest = self._push(repo, job.build_id, tag)
-            self.types.put(_template_type(job, tag, digest))
+            with phases("push"):
+                digest = self._push(repo, job.build_id, tag)
+            with phases("register"):
+                self.types.put(_template_type(job, tag, digest))
         except BaseException:
             self._drop_image(tag)  # a failed push or registration leaves no image
             raise

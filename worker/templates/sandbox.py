@@ -123,6 +123,12 @@ class BuildSandbox:
         except docker.errors.APIError as exc:
             return NO_PYTHON if "python3" in str(exc) else f"the build sandbox did not start: {exc}"
         self._timer.start()
+        return None
+
+    def probe(self) -> str | None:
+        """Check that the base's python3 runs (the agent needs it): NO_PYTHON, or None."""
+        import docker.errors
+
         probe = self.client.api.exec_create(self.container.id, ["python3", "-c", ""], user="0:0")
         try:
             self.client.api.exec_start(probe["Id"])
