@@ -39,7 +39,7 @@ from worker.egress.proxy import EgressProxy
 from worker.templates.image import image_config, load_archive
 from worker.templates.layer import docker_layer
 from worker.templates.phases import Phases
-from worker.templates.sandbox import BuildSandbox
+from worker.templates.sandbox import BuildSandbox, SandboxEnded
 
 __all__ = ["BuildFailed", "TemplateBuilder"]
 
@@ -195,9 +195,6 @@ class TemplateBuilder:
                 )
             with phases("start"):
                 refused = sandbox.start()
-            if not refused:
-                with phases("probe"):
-                    refused = sandbox.probe()
             if refused:
                 raise BuildFailed(refused)
             with phases("steps"):
@@ -205,7 +202,9 @@ class TemplateBuilder:
             sandbox.stop()
             upper = work / "upper.tar"
             with phases("upper"):
-                self._upper(sandbox.container.id, upper)
+                self._upper(sandbox, upper)
+        except SandboxEnded as exc:
+            raise BuildFailed(str(exc)) from None
         finally:
             with phases("remove"):
                 if sandbox is not None:
@@ -288,8 +287,12 @@ class TemplateBuilder:
                 raise BuildFailed(f"steps[{i}]: exited with {ran.exit_code}", i, ran.exit_code)
         return env
 
-    def _upper(self, container_id: str, out: Path) -> None:
-        """gVisor's upper layer of the stopped-at-the-end sandbox (``runsc tar rootfs-upper``)."""
+    def _upper(self, sandbox: BuildSandbox, out: Path) -> None:
+        """gVisor's upper layer of the stopped-at-the-end sandbox (``runsc tar rootfs-upper``).
+
+        Raises:
+            SandboxEnded: PID 1 had ended (no step ran an exec to find it out).
+        """
         runsc = self.client.info().get("Runtimes", {}).get("runsc", {}).get("path", "runsc")
         cmd = [
             runsc,
@@ -299,10 +302,13 @@ class TemplateBuilder:
             "rootfs-upper",
             "--file",
             str(out),
-            container_id,
+            sandbox.container.id,
         ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
         if done.returncode != 0:
+            why = sandbox.ended()
+            if why is not None:
+                raise SandboxEnded(why)
             raise BuildFailed(
                 f"the build's layer could not be read (runsc tar: {done.stderr[-300:]})"
             )

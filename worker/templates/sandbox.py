@@ -31,7 +31,7 @@ from worker.agent_client.bundle import AGENT_MOUNT, agent_path
 from worker.egress.env import MOUNT as EGRESS_MOUNT
 from worker.egress.env import proxy_env
 
-__all__ = ["NO_PYTHON", "BuildSandbox", "Log", "StepRun"]
+__all__ = ["NO_PYTHON", "BuildSandbox", "Log", "SandboxEnded", "StepRun"]
 
 NO_PYTHON = (
     "the base image has no python3: the in-sandbox agent needs python3, "
@@ -49,6 +49,10 @@ _WRITE = (
     "    with open(path, 'wb') as f: f.write(base64.b64decode(data))\n"
 )
 Log = Callable[[str], None]
+
+
+class SandboxEnded(Exception):
+    """PID 1 of the build sandbox ended before the steps did: the reason, for the record."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ class BuildSandbox:
             self.env.update(proxy_env(egress_port), PIP_NO_INDEX="0")
         self.workdir = "/"
         self._killed = threading.Event()
+        self._execs = 0
         mounts = [f"{agent_path()}:{AGENT_MOUNT}:ro"]
         if egress_dir is not None:
             mounts.append(f"{egress_dir}:{EGRESS_MOUNT}:ro")
@@ -115,7 +120,13 @@ class BuildSandbox:
         self._timer.daemon = True
 
     def start(self) -> str | None:
-        """Start PID 1; the reason it cannot run (no python3), or None."""
+        """Start PID 1; the reason it cannot run (no python3), or None.
+
+        No separate python3 check: PID 1 is python3, so a base without it fails
+        the start itself ("error finding executable "python3"" under runsc), and
+        one whose python3 cannot run the relay has ended by the first exec
+        (``SandboxEnded``, from ``run`` or ``ended``).
+        """
         import docker.errors
 
         try:
@@ -125,25 +136,38 @@ class BuildSandbox:
         self._timer.start()
         return None
 
-    def probe(self) -> str | None:
-        """Check that the base's python3 runs (the agent needs it): NO_PYTHON, or None."""
-        import docker.errors
-
-        probe = self.client.api.exec_create(self.container.id, ["python3", "-c", ""], user="0:0")
+    def ended(self) -> str | None:
+        """Why PID 1 is no longer running (python3 could not run the agent's relay), or None."""
         try:
-            self.client.api.exec_start(probe["Id"])
-            code = self.client.api.exec_inspect(probe["Id"])["ExitCode"]
-        except docker.errors.APIError:
-            code = 127
-        return NO_PYTHON if code != 0 else None
+            self.container.reload()
+            state = self.container.attrs.get("State") or {}
+        except Exception:
+            return None  # gone: the deadline's kill, or the engine; the caller's error stands
+        if state.get("Running"):
+            return None
+        code, oom = state.get("ExitCode"), " (out of memory)" if state.get("OOMKilled") else ""
+        if self._execs == 0 and not oom:
+            return f"{NO_PYTHON} (its python3 ended at the start with {code})"
+        return f"the build sandbox ended during the steps with {code}{oom}"
 
     def run(self, command: list[str], log: Log) -> StepRun:
         """Run ``command`` as root in the sandbox, its output to ``log``, until its end
         or the deadline."""
+        import docker.errors
+
         api = self.client.api
-        made = api.exec_create(
-            self.container.id, command, user="0:0", environment=self.env, workdir=self.workdir
-        )
+        try:
+            made = api.exec_create(
+                self.container.id, command, user="0:0", environment=self.env, workdir=self.workdir
+            )
+        except docker.errors.APIError:
+            if self._killed.is_set():
+                return StepRun(-9, True)
+            why = self.ended()
+            if why is not None:
+                raise SandboxEnded(why) from None
+            raise
+        self._execs += 1
         for chunk in api.exec_start(made["Id"], stream=True):
             log(chunk[-MAX_LOG_BYTES:].decode("utf-8", "replace"))
             if self._killed.is_set():

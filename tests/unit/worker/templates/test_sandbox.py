@@ -1,0 +1,66 @@
+"""The build sandbox says why a base cannot run the agent (25.2), without a python3 probe of
+its own: a base without python3 fails the start, one whose python3 ends fails the first exec."""
+
+from __future__ import annotations
+
+import time
+from unittest import mock
+
+import docker.errors
+import pytest
+
+from sandgrid.templates import BuildQuotas
+from worker.templates.sandbox import NO_PYTHON, BuildSandbox, SandboxEnded
+
+
+def _sandbox(state: dict[str, object]) -> BuildSandbox:
+    client = mock.Mock()
+    client.containers.create.return_value.attrs = {"State": state}
+    with mock.patch("worker.templates.sandbox.agent_path", return_value="/agent.pyz"):
+        return BuildSandbox(
+            client, "sandgrid-build-x", "img", BuildQuotas(), egress_dir=None, egress_port=3128,
+            deadline=time.time() + 60, labels={},
+        )  # fmt: skip
+
+
+def test_a_base_without_python3_is_refused_at_the_start() -> None:
+    sbx = _sandbox({})
+    sbx.container.start.side_effect = docker.errors.APIError(
+        'starting sandbox: error finding executable "python3" in PATH'
+    )
+    assert sbx.start() == NO_PYTHON
+    sbx.client.api.exec_create.assert_not_called()  # no probe exec
+
+
+def test_a_start_that_runs_makes_no_exec() -> None:
+    sbx = _sandbox({"Running": True})
+    assert sbx.start() is None
+    sbx.client.api.exec_create.assert_not_called()
+    sbx.remove()
+
+
+def test_python3_that_ended_at_the_start_fails_the_first_step_saying_so() -> None:
+    sbx = _sandbox({"Running": False, "ExitCode": 1})
+    sbx.client.api.exec_create.side_effect = docker.errors.APIError("container is not running")
+    with pytest.raises(SandboxEnded, match="needs python3"):
+        sbx.shell("true", lambda _: None)
+
+
+def test_a_sandbox_that_ends_after_a_step_is_not_called_a_missing_python3() -> None:
+    sbx = _sandbox({"Running": True})
+    sbx.client.api.exec_create.return_value = {"Id": "e1"}
+    sbx.client.api.exec_start.return_value = iter([b"ok\n"])
+    sbx.client.api.exec_inspect.return_value = {"ExitCode": 0}
+    assert sbx.shell("true", lambda _: None).exit_code == 0
+    sbx.container.attrs = {"State": {"Running": False, "ExitCode": 137, "OOMKilled": True}}
+    sbx.client.api.exec_create.side_effect = docker.errors.APIError("container is not running")
+    with pytest.raises(SandboxEnded, match="out of memory") as ended:
+        sbx.shell("true", lambda _: None)
+    assert "python3" not in str(ended.value)
+
+
+def test_an_engine_error_with_pid_1_running_is_raised_as_it_is() -> None:
+    sbx = _sandbox({"Running": True})
+    sbx.client.api.exec_create.side_effect = docker.errors.APIError("engine busy")
+    with pytest.raises(docker.errors.APIError):
+        sbx.shell("true", lambda _: None)
