@@ -97,6 +97,7 @@ class BuildSandbox:
         self.workdir = "/"
         self._killed = threading.Event()
         self._execs = 0
+        self._stream: Any = None  # the running step's exec output (CancellableStream)
         mounts = [f"{agent_path()}:{AGENT_MOUNT}:ro"]
         if egress_dir is not None:
             mounts.append(f"{egress_dir}:{EGRESS_MOUNT}:ro")
@@ -168,10 +169,15 @@ class BuildSandbox:
                 raise SandboxEnded(why) from None
             raise
         self._execs += 1
-        for chunk in api.exec_start(made["Id"], stream=True):
-            log(chunk[-MAX_LOG_BYTES:].decode("utf-8", "replace"))
-            if self._killed.is_set():
-                break
+        self._stream = api.exec_start(made["Id"], stream=True)
+        try:
+            for chunk in self._stream:
+                log(chunk[-MAX_LOG_BYTES:].decode("utf-8", "replace"))
+                if self._killed.is_set():
+                    break
+        except Exception:
+            if not self._killed.is_set():
+                raise  # the deadline's close of the stream may raise as it ends it
         if self._killed.is_set():
             return StepRun(-9, True)
         code = api.exec_inspect(made["Id"])["ExitCode"]
@@ -188,10 +194,13 @@ class BuildSandbox:
         return self.run(["python3", "-I", "-c", _WRITE, arg], log)
 
     def _kill(self) -> None:
-        """The deadline: kill and remove the container. Removing it is what ends a step's
-        exec stream: under runsc a killed sandbox's exec attach could stay open, and the
-        build then hung past its deadline with its container left behind."""
+        """The deadline: end the step's exec stream, kill and remove the container. Under
+        runsc a killed sandbox's exec attach could stay open, and the build then hung past
+        its deadline with its container left behind: the stream is closed from here
+        (``CancellableStream.close``), before the kill, which could be slow as well."""
         self._killed.set()
+        with contextlib.suppress(Exception):  # no step running, or closed already
+            self._stream.close()
         with contextlib.suppress(Exception):  # gone already: nothing to do
             self.container.kill()
         with contextlib.suppress(Exception):

@@ -64,3 +64,20 @@ def test_an_engine_error_with_pid_1_running_is_raised_as_it_is() -> None:
     sbx.client.api.exec_create.side_effect = docker.errors.APIError("engine busy")
     with pytest.raises(docker.errors.APIError):
         sbx.shell("true", lambda _: None)
+
+
+def test_the_deadline_closes_the_running_steps_stream() -> None:
+    sbx = _sandbox({"Running": True})
+    sbx.client.api.exec_create.return_value = {"Id": "e1"}
+    stream = mock.MagicMock()
+
+    def chunks() -> object:
+        sbx._kill()  # the deadline, while the step runs
+        raise ValueError("I/O operation on closed file")  # what a closed stream may raise
+
+    stream.__iter__.side_effect = chunks
+    sbx.client.api.exec_start.return_value = stream
+    ran = sbx.shell("sleep 300", lambda _: None)
+    assert ran.timed_out and ran.exit_code == -9
+    stream.close.assert_called_once()
+    sbx.container.remove.assert_called()
