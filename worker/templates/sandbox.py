@@ -40,8 +40,11 @@ NO_PYTHON = (
 #: PID 1: the agent's egress relay (its loopback port to the proxy's socket), then sleep.
 _RELAY = (
     "import sys, time; sys.path.insert(0, sys.argv[1]); "
-    "from sandgrid_agent.egress import start_egress; start_egress(); time.sleep(1e9)"
+    "from sandgrid_agent.egress import start_egress; start_egress(); "
+    "print('sandgrid-relay-listening', flush=True); time.sleep(1e9)"
 )
+_LISTENING = b"sandgrid-relay-listening"
+_RELAY_WAIT_S = 60.0
 _WRITE = (
     "import base64, json, os, sys\n"
     "for path, data in json.loads(base64.b64decode(sys.argv[1])).items():\n"
@@ -98,6 +101,7 @@ class BuildSandbox:
         self._killed = threading.Event()
         self._execs = 0
         self._stream: Any = None  # the running step's exec output (CancellableStream)
+        self._listening = egress_dir is None  # no network: no relay to wait for
         mounts = [f"{agent_path()}:{AGENT_MOUNT}:ro"]
         if egress_dir is not None:
             mounts.append(f"{egress_dir}:{EGRESS_MOUNT}:ro")
@@ -126,7 +130,8 @@ class BuildSandbox:
         No separate python3 check: PID 1 is python3, so a base without it fails
         the start itself ("error finding executable "python3"" under runsc), and
         one whose python3 cannot run the relay has ended by the first exec
-        (``SandboxEnded``, from ``run`` or ``ended``).
+        (``SandboxEnded``, from ``run`` or ``ended``). With network, the first
+        step waits for PID 1's word that the relay listens (its first line).
         """
         import docker.errors
 
@@ -156,6 +161,10 @@ class BuildSandbox:
         or the deadline."""
         import docker.errors
 
+        if not self._listening:
+            self._await_relay()
+            if self._killed.is_set():
+                return StepRun(-9, True)
         api = self.client.api
         try:
             made = api.exec_create(
@@ -182,6 +191,31 @@ class BuildSandbox:
             return StepRun(-9, True)
         code = api.exec_inspect(made["Id"])["ExitCode"]
         return StepRun(int(code if code is not None else -1), self._killed.is_set())
+
+    def _await_relay(self) -> None:
+        """Until PID 1 says its relay listens: a step's first connection must find it there.
+
+        Raises:
+            SandboxEnded: PID 1 ended (or was silent for a minute) without saying so.
+        """
+        self._stream = self.container.logs(stream=True, follow=True, stdout=True, stderr=False)
+        silent = threading.Timer(_RELAY_WAIT_S, self._stream.close)
+        silent.start()
+        seen = b""
+        try:
+            for chunk in self._stream:
+                seen = (seen + chunk)[-256:]
+                if _LISTENING in seen:
+                    self._listening = True
+                    break
+        except Exception:
+            pass  # closed: the deadline, or the minute without a word
+        finally:
+            silent.cancel()
+            with contextlib.suppress(Exception):
+                self._stream.close()
+        if not self._listening and not self._killed.is_set():
+            raise SandboxEnded(self.ended() or "the build sandbox's egress relay did not start")
 
     def shell(self, script: str, log: Log) -> StepRun:
         return self.run(["sh", "-c", script], log)

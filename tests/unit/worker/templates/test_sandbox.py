@@ -13,13 +13,20 @@ from sandgrid.templates import BuildQuotas
 from worker.templates.sandbox import NO_PYTHON, BuildSandbox, SandboxEnded
 
 
-def _sandbox(state: dict[str, object]) -> BuildSandbox:
+class _Logs(list[bytes]):
+    """A container's followed logs, as the SDK's ``CancellableStream`` (closable)."""
+
+    def close(self) -> None:
+        pass
+
+
+def _sandbox(state: dict[str, object], egress_dir: str | None = None) -> BuildSandbox:
     client = mock.Mock()
     client.containers.create.return_value.attrs = {"State": state}
     with mock.patch("worker.templates.sandbox.agent_path", return_value="/agent.pyz"):
         return BuildSandbox(
-            client, "sandgrid-build-x", "img", BuildQuotas(), egress_dir=None, egress_port=3128,
-            deadline=time.time() + 60, labels={},
+            client, "sandgrid-build-x", "img", BuildQuotas(), egress_dir=egress_dir,
+            egress_port=3128, deadline=time.time() + 60, labels={},
         )  # fmt: skip
 
 
@@ -81,3 +88,22 @@ def test_the_deadline_closes_the_running_steps_stream() -> None:
     assert ran.timed_out and ran.exit_code == -9
     stream.close.assert_called_once()
     sbx.container.remove.assert_called()
+
+
+def test_with_network_the_first_step_waits_for_the_relay_to_listen() -> None:
+    sbx = _sandbox({"Running": True}, egress_dir="/run/egress/x")
+    sbx.container.logs.return_value = _Logs([b"sandgrid-relay-", b"listening\n"])
+    sbx.client.api.exec_create.return_value = {"Id": "e1"}
+    sbx.client.api.exec_start.return_value = iter([b"ok\n"])
+    sbx.client.api.exec_inspect.return_value = {"ExitCode": 0}
+    assert sbx.shell("true", lambda _: None).exit_code == 0
+    assert sbx.shell("true", lambda _: None).exit_code == 0
+    sbx.container.logs.assert_called_once()  # waited once, before the first step
+
+
+def test_a_relay_that_ends_silent_fails_the_first_step_saying_python3() -> None:
+    sbx = _sandbox({"Running": False, "ExitCode": 1}, egress_dir="/run/egress/x")
+    sbx.container.logs.return_value = _Logs([b"Traceback (most recent call last):\n"])
+    with pytest.raises(SandboxEnded, match="needs python3"):
+        sbx.shell("true", lambda _: None)
+    sbx.client.api.exec_create.assert_not_called()
