@@ -182,6 +182,8 @@ class TemplateBuilder:
                 refused = sandbox.start()
             if refused:
                 raise BuildFailed(refused)
+            with phases("relay"):
+                sandbox.await_relay()
             with phases("steps"):
                 env = self._steps(job, sandbox, logbook)
             sandbox.stop()

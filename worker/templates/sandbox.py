@@ -161,10 +161,9 @@ class BuildSandbox:
         or the deadline."""
         import docker.errors
 
-        if not self._listening:
-            self._await_relay()
-            if self._killed.is_set():
-                return StepRun(-9, True)
+        self.await_relay()
+        if self._killed.is_set():
+            return StepRun(-9, True)
         api = self.client.api
         try:
             made = api.exec_create(
@@ -192,12 +191,15 @@ class BuildSandbox:
         code = api.exec_inspect(made["Id"])["ExitCode"]
         return StepRun(int(code if code is not None else -1), self._killed.is_set())
 
-    def _await_relay(self) -> None:
-        """Until PID 1 says its relay listens: a step's first connection must find it there.
+    def await_relay(self) -> None:
+        """Until PID 1 says its relay listens: a step's first connection must find it there
+        (at once without network, or once it has said so).
 
         Raises:
             SandboxEnded: PID 1 ended (or was silent for a minute) without saying so.
         """
+        if self._listening or self._killed.is_set():
+            return
         self._stream = self.container.logs(stream=True, follow=True, stdout=True, stderr=False)
         silent = threading.Timer(_RELAY_WAIT_S, self._stream.close)
         silent.start()
