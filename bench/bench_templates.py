@@ -3,7 +3,8 @@
 1. A template build of the python base + one small package (a wheel from a local
    index on 127.0.0.27, through the build's egress proxy, in gVisor, committed and
    pushed to the grid's registry) against ``docker build --no-cache --network host``
-   of the same Dockerfile on the same engine (target <= 1.5x).
+   of the same Dockerfile on the same engine (target <= 1.5x), then the build's phases
+   (median ms of each, from the node's debug line ``template build <id>: base_ms= ...``).
 2. The first session of a type on a node without its image (a second engine,
    ``deploy/local/docker2.sh``, emptied first): from the type's ``POST /v1/types``
    to the first exec's answer (the node's pull from the registry, its cold create),
@@ -21,6 +22,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -57,6 +59,7 @@ STEP = (
     f"PIP_NO_INDEX=0 pip install -q --trusted-host {PYPI} --index-url http://{PYPI}/simple demo-pkg"
 )
 TARGETS = {"build": 1.5, "first": 1.2, "hit_ms": 15.0}
+PHASES = re.compile(r"template build (\w+): ((?:\w+_ms=[\d.]+ ?)+)")
 
 
 def call(method: str, path: str, token: str = TOKEN, body: Any = None) -> httpx.Response:
@@ -79,6 +82,7 @@ def grid(work: Path) -> Iterator[LocalGrid]:
         "SANDGRID_HEARTBEAT_S": "0.5",
         "SANDGRID_TYPES_POLL_S": "0.5",
         "SANDGRID_API_PORT": str(PORT),
+        "SANDGRID_LOG_LEVEL": "DEBUG",  # the build's phases line (worker.templates.phases)
     }
     limits = TenantLimits(allow_network=True, network_ceiling=[PYPI], max_image_mb=4096)
     tenant = Tenant(name="bench", limits=limits).model_dump_json()
@@ -100,8 +104,8 @@ def grid(work: Path) -> Iterator[LocalGrid]:
         yield g
 
 
-def grid_build(g: LocalGrid, name: str) -> float:
-    """Seconds from ``POST /v1/templates`` to its ``ready`` record."""
+def grid_build(g: LocalGrid, name: str) -> tuple[float, str]:
+    """Seconds from ``POST /v1/templates`` to its ``ready`` record, and its build id."""
     body = {
         "name": name,
         "from": "python",
@@ -120,7 +124,25 @@ def grid_build(g: LocalGrid, name: str) -> float:
     assert info["state"] == "ready", json.dumps(info)[:2000]
     call("DELETE", f"/v1/templates/{name}")
     subprocess.run(["docker", "rmi", "-f", info["image"]], capture_output=True, check=False)
-    return took
+    return took, str(info["build_id"])
+
+
+def build_phases(g: LocalGrid, build_ids: list[str]) -> dict[str, list[float]]:
+    """Each phase's milliseconds over the builds ``build_ids``, from the node's log."""
+    text = (g.workdir / "bt-w1.log").read_text(errors="replace")
+    out: dict[str, list[float]] = {}
+    for build_id, fields in PHASES.findall(text):
+        if build_id in build_ids:
+            for item in fields.split():
+                key, value = item.split("=", 1)
+                out.setdefault(key.removesuffix("_ms"), []).append(float(value))
+    return out
+
+
+def print_phases(phases: dict[str, list[float]]) -> None:
+    """One line: each phase's median in ms, in the build's order."""
+    figures = "  ".join(f"{k} {statistics.median(v):.0f}" for k, v in phases.items())
+    print(f"{'  build phases, median ms':<40} {figures or '(no phases line in the log)'}")
 
 
 def docker_build(work: Path) -> float:
@@ -238,12 +260,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--hits", type=int, default=20)
+    parser.add_argument(
+        "--builds-only", action="store_true", help="only the template build and its phases"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-tpl-") as tmp, grid(Path(tmp)) as g:
-        builds, dockers = [], []
+        builds, dockers, ids = [], [], []
         for i in range(args.rounds):  # alternated, so load from elsewhere skews both alike
             dockers.append(docker_build(Path(tmp)))
-            builds.append(grid_build(g, f"tplb-build-{i}"))
+            took, build_id = grid_build(g, f"tplb-build-{i}")
+            builds.append(took)
+            ids.append(build_id)
         line(
             "template build (base + 1 package)",
             statistics.median(builds),
@@ -251,6 +278,10 @@ def main() -> int:
             "s",
             TARGETS["build"],
         )
+        time.sleep(1)  # the phases line follows the record
+        print_phases(build_phases(g, ids))
+        if args.builds_only:
+            return 0
         engine = PrivateDockerd(DOCKER2_DIR, ())
         engine.start()
         try:

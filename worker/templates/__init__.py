@@ -2,9 +2,11 @@
 
 ``TemplateBuilder`` (``build.py``) runs a ``BuildJob``: the build sandbox
 (``sandbox.py``: gVisor, no network but the egress proxy, the build's quotas),
-gVisor's upper layer made a Docker layer (``layer.py``), the image assembled
-over the base's layers (``image.py``), pushed and registered as a type.
-``node_builder`` makes this process's builder from the node's parts.
+gVisor's upper layer read out of it (``upper.py``) and made a Docker layer
+(``layer.py``) as it comes, the image assembled over the base's layers
+(``image.py``), pushed and registered as a type; the log (``buildlog.py``),
+the phases' times (``phases.py``). ``node_builder`` makes this process's
+builder from the node's parts.
 """
 
 from __future__ import annotations

@@ -9,8 +9,9 @@ steps in order, the log written into the template's record and appended to
 the build's event stream (``build_events``) as it comes; on
 the first failing step (or the deadline) stop: the record says which step,
 its exit code and the log, and nothing is left (container, image, socket,
-booking). On success take gVisor's upper layer (``runsc tar rootfs-upper``),
-make it a Docker layer (``layer.py``), check the image's size against the
+booking). On success read gVisor's upper layer (``runsc tar rootfs-upper``)
+as a Docker layer straight into the load archive (``upper.py``, ``layer.py``),
+remove the sandbox beside the rest, check the image's size against the
 build's ``image_mb``, load the image over the base's layers (``image.py``),
 push it to the grid's registry and register the type, private to the tenant.
 """
@@ -21,8 +22,8 @@ import contextlib
 import json
 import logging
 import shutil
-import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,19 +32,21 @@ from typing import Any
 import redis
 
 from sandgrid.sandbox_types import SandboxTypeSpec
-from sandgrid.templates import MAX_LOG_BYTES, CopyStep, EnvStep, RunStep, TemplateInfo, WorkdirStep
+from sandgrid.templates import CopyStep, EnvStep, RunStep, TemplateInfo, WorkdirStep
 from sandgrid.wire import names, turnstream
 from sandgrid.wire.builds import BuildJob, TemplateStore, build_events, final_event
 from sandgrid.wire.type_store import TypeStore
 from worker.egress.proxy import EgressProxy
-from worker.templates.image import image_config, load_archive
-from worker.templates.layer import docker_layer
-from worker.templates.sandbox import BuildSandbox
+from worker.templates.buildlog import BuildLog
+from worker.templates.image import finish_archive, image_config
+from worker.templates.layer import Layer
+from worker.templates.phases import Phases
+from worker.templates.sandbox import BuildSandbox, SandboxEnded
+from worker.templates.upper import UpperFailed, read_upper
 
 __all__ = ["BuildFailed", "TemplateBuilder"]
 
 log = logging.getLogger(__name__)
-_FLUSH_S = 0.5
 
 
 class BuildFailed(Exception):
@@ -54,24 +57,6 @@ class BuildFailed(Exception):
         self.reason = reason
         self.step = step
         self.exit_code = exit_code
-
-
-class _Log:
-    """The build log's tail, written into the record at most every ``_FLUSH_S``, and each
-    chunk appended to the build's event stream as it comes (``GET .../logs?follow=1``)."""
-
-    def __init__(self, save: Callable[[str], None], stream: Callable[[str], None]) -> None:
-        self.text = ""
-        self._save = save
-        self._stream = stream
-        self._last = 0.0
-
-    def __call__(self, chunk: str) -> None:
-        self.text = (self.text + chunk)[-MAX_LOG_BYTES:]
-        self._stream(chunk)
-        if time.monotonic() - self._last >= _FLUSH_S:
-            self._last = time.monotonic()
-            self._save(self.text)
 
 
 class TemplateBuilder:
@@ -112,6 +97,7 @@ class TemplateBuilder:
         self.registry = registry
         self.runsc_root = runsc_root
         self.ensure_image = ensure_image
+        self._runsc: str | None = None  # the engine's runsc, asked on the first build
 
     def build(self, job: BuildJob) -> TemplateInfo:
         """Run ``job`` to its end; the record's final state is returned (and stored)."""
@@ -119,13 +105,14 @@ class TemplateBuilder:
         if info is None or info.build_id != job.build_id or info.state != "building":
             raise BuildFailed("the template's record is gone or belongs to another build")
         events = build_events(job.build_id)
-        logbook = _Log(
+        logbook = BuildLog(
             lambda text: self._save(info.model_copy(update={"log": text})),
             lambda chunk: self._event(events, {"type": "stdout", "data": chunk}),
         )
         work = Path(tempfile.mkdtemp(prefix=f"sg-build-{job.build_id}-"))
+        phases = Phases()
         try:
-            tag, digest = self._run(job, info, logbook, work)
+            tag, digest = self._run(job, info, logbook, work, phases)
             done = info.model_copy(
                 update={"state": "ready", "log": logbook.text, "image": tag, "digest": digest}
             )
@@ -147,6 +134,7 @@ class TemplateBuilder:
         done = done.model_copy(update={"finished": time.time()})
         self.records.put(done)
         self._event(events, final_event(done))  # after the record: a follower then reads it
+        log.debug("template build %s: %s", job.build_id, phases.line())
         log.info(
             "template %s of %s: %s (build %s)", done.name, done.tenant, done.state, job.build_id
         )
@@ -169,35 +157,64 @@ class TemplateBuilder:
         ):
             self.records.put(info)
 
-    def _run(self, job: BuildJob, info: TemplateInfo, logbook: _Log, work: Path) -> tuple[str, str]:
-        base = self._base_image(job.base)
+    def _run(
+        self, job: BuildJob, info: TemplateInfo, logbook: BuildLog, work: Path, phases: Phases
+    ) -> tuple[str, str]:
+        with phases("base"):
+            base = self._base_image(job.base)
         sid = names.template_build_session(job.build_id)
         cname = f"sandgrid-build-{job.build_id}"
         egress_dir = self._book(sid, cname, job, info.deadline)
         sandbox: BuildSandbox | None = None
         try:
-            sandbox = BuildSandbox(
-                self.client,
-                cname,
-                base,
-                job.spec.quotas,
-                egress_dir=egress_dir,
-                egress_port=self.egress_port,
-                deadline=info.deadline,
-                labels={"sandgrid.build": job.build_id, "sandgrid.build-node": self.node},
-            )
-            refused = sandbox.start()
+            with phases("create"):
+                sandbox = BuildSandbox(
+                    self.client,
+                    cname,
+                    base,
+                    job.spec.quotas,
+                    egress_dir=egress_dir,
+                    egress_port=self.egress_port,
+                    deadline=info.deadline,
+                    labels={"sandgrid.build": job.build_id, "sandgrid.build-node": self.node},
+                )
+            with phases("start"):
+                refused = sandbox.start()
             if refused:
                 raise BuildFailed(refused)
-            env = self._steps(job, sandbox, logbook)
+            with phases("relay"):
+                sandbox.await_relay()
+            with phases("steps"):
+                env = self._steps(job, sandbox, logbook)
             sandbox.stop()
-            upper = work / "upper.tar"
-            self._upper(sandbox.container.id, upper)
+            archive = work / "image.tar"
+            with phases("upper"):
+                layer = self._upper(sandbox, archive)
+        except BaseException as exc:
+            self._release(sandbox, sid, cname, phases)
+            if isinstance(exc, SandboxEnded):
+                raise BuildFailed(str(exc)) from None
+            raise
+        # The sandbox's removal (~0.3 s under runsc) beside the commit, done before the record.
+        release = threading.Thread(
+            target=self._release, args=(sandbox, sid, cname, phases), daemon=True
+        )
+        release.start()
+        try:
+            return self._commit(job, base, layer, archive, env, phases)
         finally:
+            release.join()
+
+    def _release(self, sandbox: BuildSandbox | None, sid: str, cname: str, phases: Phases) -> None:
+        """Remove the build sandbox and its egress booking; an error is logged (the booking
+        expires with the build's deadline)."""
+        with phases("remove"):
             if sandbox is not None:
                 sandbox.remove()
-            self._unbook(sid, cname)
-        return self._commit(job, base, upper, env, work)
+            try:
+                self._unbook(sid, cname)
+            except Exception as exc:
+                log.warning("template build %s: unbook: %s", cname, type(exc).__name__)
 
     def _base_image(self, base: SandboxTypeSpec) -> str:
         """The base's image on this node: here already (by tag, that digest or image id),
@@ -240,7 +257,7 @@ class TemplateBuilder:
             self.egress.close(cname, sid)
         self.redis.delete(names.session_key(sid))
 
-    def _steps(self, job: BuildJob, sandbox: BuildSandbox, logbook: _Log) -> dict[str, str]:
+    def _steps(self, job: BuildJob, sandbox: BuildSandbox, logbook: BuildLog) -> dict[str, str]:
         """Run every step; the variables ``env`` steps set.
 
         Raises:
@@ -274,30 +291,33 @@ class TemplateBuilder:
                 raise BuildFailed(f"steps[{i}]: exited with {ran.exit_code}", i, ran.exit_code)
         return env
 
-    def _upper(self, container_id: str, out: Path) -> None:
-        """gVisor's upper layer of the stopped-at-the-end sandbox (``runsc tar rootfs-upper``)."""
-        runsc = self.client.info().get("Runtimes", {}).get("runsc", {}).get("path", "runsc")
-        cmd = [
-            runsc,
-            "--root",
-            str(self.runsc_root),
-            "tar",
-            "rootfs-upper",
-            "--file",
-            str(out),
-            container_id,
-        ]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-        if done.returncode != 0:
-            raise BuildFailed(
-                f"the build's layer could not be read (runsc tar: {done.stderr[-300:]})"
-            )
+    def _upper(self, sandbox: BuildSandbox, archive: Path) -> Layer:
+        """gVisor's upper layer of the sandbox, begun as the load archive (``upper.py``).
+
+        Raises:
+            SandboxEnded: PID 1 had ended (no step ran an exec to find it out).
+        """
+        if self._runsc is None:
+            runtimes = self.client.info().get("Runtimes", {})
+            self._runsc = str(runtimes.get("runsc", {}).get("path", "runsc"))
+        try:
+            return read_upper(self._runsc, self.runsc_root, sandbox.container.id, archive)
+        except UpperFailed as exc:
+            why = sandbox.ended()
+            if why is not None:
+                raise SandboxEnded(why) from None
+            raise BuildFailed(f"the build's layer could not be read (runsc tar: {exc})") from None
 
     def _commit(
-        self, job: BuildJob, base: str, upper: Path, env: dict[str, str], work: Path
+        self,
+        job: BuildJob,
+        base: str,
+        layer: Layer,
+        archive: Path,
+        env: dict[str, str],
+        phases: Phases,
     ) -> tuple[str, str]:
-        """Layer, size check, load, push: the image's reference and digest."""
-        layer = docker_layer(upper, work / "layer.tar")
+        """Size check, load, push: the image's reference and digest."""
         base_info = self.client.api.inspect_image(base)
         size = int(base_info.get("Size", 0)) + layer.size
         ceiling = job.spec.quotas.image_mb << 20
@@ -310,12 +330,15 @@ class TemplateBuilder:
         if self.registry:
             repo = f"{self.registry}/{repo}"
         tag = f"{repo}:{job.build_id}"
-        archive = load_archive(image_config(base_info, layer, env), layer, tag, work / "image.tar")
+        with phases("archive"):
+            finish_archive(image_config(base_info, layer, env), tag, archive)
         try:
-            with archive.open("rb") as f:
+            with phases("load"), archive.open("rb") as f:
                 self.client.images.load(f)
-            digest = self._push(repo, job.build_id, tag)
-            self.types.put(_template_type(job, tag, digest))
+            with phases("push"):
+                digest = self._push(repo, job.build_id, tag)
+            with phases("register"):
+                self.types.put(_template_type(job, tag, digest))
         except BaseException:
             self._drop_image(tag)  # a failed push or registration leaves no image
             raise

@@ -6,8 +6,10 @@ the build's layer (``worker.templates.layer``) appended to the base's layers.
 It is handed to the engine as a ``docker save`` archive that carries only the
 new layer: the engine already holds the base's layers (the build sandbox ran
 on them), and ``docker load`` reads a layer's file only when it lacks the
-layer. The image is then pushed to the grid's registry, whose manifest digest
-is what the template's type names.
+layer. The new layer is written straight into that archive, first, as it is
+read out of the sandbox: one write of its bytes, no copy. The image is then
+pushed to the grid's registry, whose manifest digest is what the template's
+type names.
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ import io
 import json
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from worker.templates.layer import Layer
 
-__all__ = ["image_config", "load_archive"]
+__all__ = ["LAYER", "finish_archive", "image_config", "write_layer"]
+
+#: The build's layer in the load archive (any path will do: the manifest names it).
+LAYER = "layer.tar"
 
 
 def image_config(base: dict[str, Any], layer: Layer, env: dict[str, str]) -> dict[str, Any]:
@@ -47,20 +53,40 @@ def image_config(base: dict[str, Any], layer: Layer, env: dict[str, str]) -> dic
     }
 
 
-def load_archive(config: dict[str, Any], layer: Layer, tag: str, out: Path) -> Path:
-    """Write the ``docker load`` archive of the image: manifest, config, the new layer only.
+def write_layer(out: Path, fill: Callable[[IO[bytes]], Layer]) -> Layer:
+    """Begin the ``docker load`` archive ``out`` with the build's layer, written by ``fill``.
+
+    The layer is the archive's first member (``layer.tar``), written in place: its
+    header, which needs its size, goes into the block kept for it at the start once
+    ``fill`` is done. No copy of the layer is made. ``finish_archive`` adds the rest.
+    """
+    with out.open("wb") as f:
+        f.seek(tarfile.BLOCKSIZE)
+        layer = fill(f)
+        f.write(b"\0" * (-layer.size % tarfile.BLOCKSIZE))
+        f.seek(0)
+        info = tarfile.TarInfo(LAYER)
+        info.size, info.mode, info.mtime = layer.size, 0o644, int(time.time())
+        f.write(info.tobuf(format=tarfile.USTAR_FORMAT))
+    return layer
+
+
+def finish_archive(config: dict[str, Any], tag: str, out: Path) -> Path:
+    """End the archive ``write_layer`` began: config and manifest after the new layer.
 
     The base's layers are named in the manifest (``<diff id>/layer.tar``) but not
     carried: the engine has them and does not read them.
     """
     raw = json.dumps(config, sort_keys=True).encode()
     config_name = hashlib.sha256(raw).hexdigest() + ".json"
-    layers = [f"{d.split(':', 1)[1]}/layer.tar" for d in config["rootfs"]["diff_ids"]]
+    base = config["rootfs"]["diff_ids"][:-1]
+    layers = [*(f"{d.split(':', 1)[1]}/layer.tar" for d in base), LAYER]
     manifest = [{"Config": config_name, "RepoTags": [tag], "Layers": layers}]
-    with tarfile.open(out, "w:") as tar:
-        _add(tar, config_name, raw)
-        _add(tar, "manifest.json", json.dumps(manifest).encode())
-        tar.add(layer.path, arcname=layers[-1])
+    with out.open("r+b") as f:
+        f.seek(0, io.SEEK_END)
+        with tarfile.open(fileobj=f, mode="w:") as tar:  # appends from here: f.tell()
+            _add(tar, config_name, raw)
+            _add(tar, "manifest.json", json.dumps(manifest).encode())
     return out
 
 

@@ -9,15 +9,17 @@ writes them (a character device 0/0, an ``opaque`` directory xattr). This
 module rewrites that tar into the layer format Docker and the OCI image spec
 read (``.wh.<name>``, ``.wh..wh..opq``), leaves out the paths the grid itself
 mounted into the build sandbox, and counts its size and diff id on the way.
-Pure: files in, files out.
+Pure: a stream in, a stream out.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import tarfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
+from typing import IO, Any
 
 __all__ = ["SKIPPED", "Layer", "docker_layer"]
 
@@ -39,12 +41,29 @@ _OPAQUE = ("SCHILY.xattr.trusted.overlay.opaque", "SCHILY.xattr.user.overlay.opa
 
 @dataclass(frozen=True)
 class Layer:
-    """A layer ready to load: its tar, its diff id (sha256 of the tar), its size."""
+    """A layer written: its diff id (sha256 of the tar), its size, its entries."""
 
-    path: Path
     diff_id: str
     size: int
     entries: int
+
+
+class _Hashing(io.RawIOBase):
+    """A write-only stream that hashes and counts what it passes on to ``dst``."""
+
+    def __init__(self, dst: IO[bytes]) -> None:
+        self.dst = dst
+        self.sha = hashlib.sha256()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        self.dst.write(data)
+        return len(data)
 
 
 def _skipped(name: str) -> bool:
@@ -56,20 +75,24 @@ def _whiteout(member: tarfile.TarInfo) -> bool:
     return member.ischr() and member.devmajor == 0 and member.devminor == 0
 
 
-def docker_layer(upper: Path, out: Path) -> Layer:
-    """Rewrite ``runsc tar rootfs-upper``'s tar ``upper`` into the Docker layer ``out``.
+def docker_layer(upper: IO[bytes], out: IO[bytes]) -> Layer:
+    """Rewrite ``runsc tar rootfs-upper``'s tar, read as a stream, into the Docker layer ``out``.
+
+    One pass: runsc's output is read as it comes (a pipe), and the layer's diff id
+    and size are counted as it is written.
 
     Args:
-        upper: the upper layer as runsc wrote it.
-        out: where the layer goes (created or replaced).
+        upper: the upper layer as runsc writes it (read in order, never sought).
+        out: where the layer's bytes go (written in order).
 
     Returns:
         The layer with its diff id and size (bytes of the uncompressed tar).
     """
     entries = 0
+    sink = _Hashing(out)
     with (
-        tarfile.open(upper, "r:") as src,
-        tarfile.open(out, "w:", format=tarfile.PAX_FORMAT) as dst,
+        tarfile.open(fileobj=upper, mode="r|") as src,
+        tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as dst,
     ):
         for member in src:
             name = str(PurePosixPath("/", member.name))[1:]
@@ -87,11 +110,7 @@ def docker_layer(upper: Path, out: Path) -> Layer:
             dst.addfile(member, fileobj)
             if opaque:
                 dst.addfile(_empty(f"{name}/.wh..wh..opq", member))
-    digest = hashlib.sha256()
-    with out.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return Layer(out, f"sha256:{digest.hexdigest()}", out.stat().st_size, entries)
+    return Layer(f"sha256:{sink.sha.hexdigest()}", sink.size, entries)
 
 
 def _empty(name: str, like: tarfile.TarInfo) -> tarfile.TarInfo:

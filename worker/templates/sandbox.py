@@ -31,7 +31,7 @@ from worker.agent_client.bundle import AGENT_MOUNT, agent_path
 from worker.egress.env import MOUNT as EGRESS_MOUNT
 from worker.egress.env import proxy_env
 
-__all__ = ["NO_PYTHON", "BuildSandbox", "Log", "StepRun"]
+__all__ = ["NO_PYTHON", "BuildSandbox", "Log", "SandboxEnded", "StepRun"]
 
 NO_PYTHON = (
     "the base image has no python3: the in-sandbox agent needs python3, "
@@ -40,8 +40,11 @@ NO_PYTHON = (
 #: PID 1: the agent's egress relay (its loopback port to the proxy's socket), then sleep.
 _RELAY = (
     "import sys, time; sys.path.insert(0, sys.argv[1]); "
-    "from sandgrid_agent.egress import start_egress; start_egress(); time.sleep(1e9)"
+    "from sandgrid_agent.egress import start_egress; start_egress(); "
+    "print('sandgrid-relay-listening', flush=True); time.sleep(1e9)"
 )
+_LISTENING = b"sandgrid-relay-listening"
+_RELAY_WAIT_S = 60.0
 _WRITE = (
     "import base64, json, os, sys\n"
     "for path, data in json.loads(base64.b64decode(sys.argv[1])).items():\n"
@@ -49,6 +52,10 @@ _WRITE = (
     "    with open(path, 'wb') as f: f.write(base64.b64decode(data))\n"
 )
 Log = Callable[[str], None]
+
+
+class SandboxEnded(Exception):
+    """PID 1 of the build sandbox ended before the steps did: the reason, for the record."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,9 @@ class BuildSandbox:
             self.env.update(proxy_env(egress_port), PIP_NO_INDEX="0")
         self.workdir = "/"
         self._killed = threading.Event()
+        self._execs = 0
+        self._stream: Any = None  # the running step's exec output (CancellableStream)
+        self._listening = egress_dir is None  # no network: no relay to wait for
         mounts = [f"{agent_path()}:{AGENT_MOUNT}:ro"]
         if egress_dir is not None:
             mounts.append(f"{egress_dir}:{EGRESS_MOUNT}:ro")
@@ -115,7 +125,14 @@ class BuildSandbox:
         self._timer.daemon = True
 
     def start(self) -> str | None:
-        """Start PID 1; the reason it cannot run (no python3), or None."""
+        """Start PID 1; the reason it cannot run (no python3), or None.
+
+        No separate python3 check: PID 1 is python3, so a base without it fails
+        the start itself ("error finding executable "python3"" under runsc), and
+        one whose python3 cannot run the relay has ended by the first exec
+        (``SandboxEnded``, from ``run`` or ``ended``). With network, the first
+        step waits for PID 1's word that the relay listens (its first line).
+        """
         import docker.errors
 
         try:
@@ -123,29 +140,84 @@ class BuildSandbox:
         except docker.errors.APIError as exc:
             return NO_PYTHON if "python3" in str(exc) else f"the build sandbox did not start: {exc}"
         self._timer.start()
-        probe = self.client.api.exec_create(self.container.id, ["python3", "-c", ""], user="0:0")
+        return None
+
+    def ended(self) -> str | None:
+        """Why PID 1 is no longer running (python3 could not run the agent's relay), or None."""
         try:
-            self.client.api.exec_start(probe["Id"])
-            code = self.client.api.exec_inspect(probe["Id"])["ExitCode"]
-        except docker.errors.APIError:
-            code = 127
-        return NO_PYTHON if code != 0 else None
+            self.container.reload()
+            state = self.container.attrs.get("State") or {}
+        except Exception:
+            return None  # gone: the deadline's kill, or the engine; the caller's error stands
+        if state.get("Running"):
+            return None
+        code, oom = state.get("ExitCode"), " (out of memory)" if state.get("OOMKilled") else ""
+        if self._execs == 0 and not oom:
+            return f"{NO_PYTHON} (its python3 ended at the start with {code})"
+        return f"the build sandbox ended during the steps with {code}{oom}"
 
     def run(self, command: list[str], log: Log) -> StepRun:
         """Run ``command`` as root in the sandbox, its output to ``log``, until its end
         or the deadline."""
+        import docker.errors
+
+        self.await_relay()
+        if self._killed.is_set():
+            return StepRun(-9, True)
         api = self.client.api
-        made = api.exec_create(
-            self.container.id, command, user="0:0", environment=self.env, workdir=self.workdir
-        )
-        for chunk in api.exec_start(made["Id"], stream=True):
-            log(chunk[-MAX_LOG_BYTES:].decode("utf-8", "replace"))
+        try:
+            made = api.exec_create(
+                self.container.id, command, user="0:0", environment=self.env, workdir=self.workdir
+            )
+        except docker.errors.APIError:
             if self._killed.is_set():
-                break
+                return StepRun(-9, True)
+            why = self.ended()
+            if why is not None:
+                raise SandboxEnded(why) from None
+            raise
+        self._execs += 1
+        self._stream = api.exec_start(made["Id"], stream=True)
+        try:
+            for chunk in self._stream:
+                log(chunk[-MAX_LOG_BYTES:].decode("utf-8", "replace"))
+                if self._killed.is_set():
+                    break
+        except Exception:
+            if not self._killed.is_set():
+                raise  # the deadline's close of the stream may raise as it ends it
         if self._killed.is_set():
             return StepRun(-9, True)
         code = api.exec_inspect(made["Id"])["ExitCode"]
         return StepRun(int(code if code is not None else -1), self._killed.is_set())
+
+    def await_relay(self) -> None:
+        """Until PID 1 says its relay listens: a step's first connection must find it there
+        (at once without network, or once it has said so).
+
+        Raises:
+            SandboxEnded: PID 1 ended (or was silent for a minute) without saying so.
+        """
+        if self._listening or self._killed.is_set():
+            return
+        self._stream = self.container.logs(stream=True, follow=True, stdout=True, stderr=False)
+        silent = threading.Timer(_RELAY_WAIT_S, self._stream.close)
+        silent.start()
+        seen = b""
+        try:
+            for chunk in self._stream:
+                seen = (seen + chunk)[-256:]
+                if _LISTENING in seen:
+                    self._listening = True
+                    break
+        except Exception:
+            pass  # closed: the deadline, or the minute without a word
+        finally:
+            silent.cancel()
+            with contextlib.suppress(Exception):
+                self._stream.close()
+        if not self._listening and not self._killed.is_set():
+            raise SandboxEnded(self.ended() or "the build sandbox's egress relay did not start")
 
     def shell(self, script: str, log: Log) -> StepRun:
         return self.run(["sh", "-c", script], log)
@@ -158,10 +230,13 @@ class BuildSandbox:
         return self.run(["python3", "-I", "-c", _WRITE, arg], log)
 
     def _kill(self) -> None:
-        """The deadline: kill and remove the container. Removing it is what ends a step's
-        exec stream: under runsc a killed sandbox's exec attach could stay open, and the
-        build then hung past its deadline with its container left behind."""
+        """The deadline: end the step's exec stream, kill and remove the container. Under
+        runsc a killed sandbox's exec attach could stay open, and the build then hung past
+        its deadline with its container left behind: the stream is closed from here
+        (``CancellableStream.close``), before the kill, which could be slow as well."""
         self._killed.set()
+        with contextlib.suppress(Exception):  # no step running, or closed already
+            self._stream.close()
         with contextlib.suppress(Exception):  # gone already: nothing to do
             self.container.kill()
         with contextlib.suppress(Exception):

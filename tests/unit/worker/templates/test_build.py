@@ -3,6 +3,8 @@ record left ``building``; a job whose record is gone or another build's is refus
 
 from __future__ import annotations
 
+import logging
+import re
 import time
 from pathlib import Path
 from unittest import mock
@@ -47,8 +49,9 @@ def _record(redis_client: redis.Redis[str], build_id: str = "ab" * 8) -> None:
 
 
 def test_an_engine_error_ends_the_build_failed_in_its_record(
-    redis_client: redis.Redis[str],
+    redis_client: redis.Redis[str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="worker.templates.build")
     client = mock.Mock()
     client.containers.create.side_effect = RuntimeError("engine gone")
     _record(redis_client)
@@ -56,6 +59,8 @@ def test_an_engine_error_ends_the_build_failed_in_its_record(
     assert done.state == "failed" and done.error == "the build failed on the node (RuntimeError)"
     stored = TemplateStore(redis_client).get("acme", "tpl")
     assert stored is not None and stored.state == "failed" and stored.finished is not None
+    debug = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert re.fullmatch(rf"template build {'ab' * 8}: (\w+_ms=[\d.]+ ?)+", debug[-1]), debug
 
 
 def test_a_job_of_another_build_is_refused(redis_client: redis.Redis[str]) -> None:
