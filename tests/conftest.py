@@ -51,6 +51,11 @@ def _use_generated_credentials() -> None:
 
 
 _use_generated_credentials()
+# The grids the tests start count their containers against each type's pool size
+# (warm pools, nothing left behind), so their pools stay at that size: demand's
+# sizing (22.3) is tested on its own, tests/unit/worker/sessions/test_demand.py
+# and tests/integration/test_pool.py, which set their ceilings themselves.
+os.environ.setdefault("SANDGRID_WORKER__POOL_MAX", "0")
 TEST_REDIS_URL = os.environ.get(
     "SANDGRID_TEST_REDIS_URL", TEST_REDIS_URLS["SANDGRID_TEST_REDIS_URL"]
 )
