@@ -32,12 +32,14 @@ class Fake:
         self.awake = False
         self.wakes = 0
 
-    def lookup(self, registry: Any, tenant: str, session_id: str, port: int) -> tuple[str, int]:
+    def lookup(
+        self, registry: Any, tenant: str, session_id: str, port: int, admit: Any
+    ) -> tunnel.Owner:
         if not self.awake:
             raise self.asleep
         if self.after_wake is not None:
             raise self.after_wake
-        return ("127.0.0.1", 1)
+        return tunnel.Owner(("127.0.0.1", 1), {})
 
     async def wake(self) -> None:
         self.wakes += 1
