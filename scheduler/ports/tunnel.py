@@ -16,7 +16,8 @@ answers "not here"), and that answer drops the entry, so a stale one costs a
 retry, never a request to the wrong session. The session's preview-URL
 epochs (``SessionInfo.port_url_epochs``) come with the same read and are kept
 with the address, so that a preview's revocation check (``admit``) costs no
-round trip of its own: it is exact on the API that revoked (``forget``), and
+round trip of its own: it holds on the API that revoked from its next lookup
+(``forget``; a lookup it overtook serves its own request and is not kept), and
 at most ``OWNER_CACHE_S`` late on another API process.
 
 A session that runs nowhere now (idle-released, paused, or its worker died) is
@@ -83,6 +84,8 @@ _CLOSED = ("closed", "expired")
 OWNER_CACHE_S = 2.0
 _CACHE_MAX = 4096
 _owners: dict[tuple[str, str], tuple[Owner, float]] = {}
+#: ``forget`` calls so far: a lookup that a ``forget`` overtook is used once, not kept.
+_forgets = [0]
 _waking: dict[tuple[str, str], asyncio.Future[None]] = {}
 
 
@@ -101,6 +104,7 @@ def _remember(tenant: str, session_id: str, owner: Owner) -> None:
 
 def forget(tenant: str, session_id: str) -> None:
     """Drop what this process keeps of the session (its URL epochs changed)."""
+    _forgets[0] += 1
     _owners.pop((tenant, session_id), None)
 
 
@@ -244,8 +248,10 @@ async def open_tunnel(
         try:
             owner = _cached(tenant, session_id)
             if owner is None:
+                forgets = _forgets[0]
                 owner = await run_in_threadpool(_lookup, registry, tenant, session_id, port, admit)
-                _remember(tenant, session_id, owner)
+                if forgets == _forgets[0]:
+                    _remember(tenant, session_id, owner)
             elif admit is not None:
                 admit(owner.url_epochs)
             return await _connect(owner.addr, Hello.make(session_id, port).line(key), timeout)
