@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socketserver
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,11 +13,11 @@ from starlette.websockets import WebSocketDisconnect
 
 from sandgrid.errors import InvalidInput
 from sandgrid.wire.portkeys import port_key
-from sandgrid.wire.portlink import answer_line
 from sandgrid.wire.preview import verify
 from scheduler.ports import tunnel
 from scheduler.registry import sessions
 from tests.support.fakes import Grid
+from tests.support.port_listener import PortListener
 
 
 def _session(grid: Grid) -> str:
@@ -106,33 +104,6 @@ def test_a_closed_sessions_url_is_404(grid: Grid) -> None:
 
 
 # ---- revocation: DELETE /v1/sessions/{id}/ports/urls -------------------------------
-
-
-class PortListener(socketserver.ThreadingTCPServer):
-    """A worker's port listener that serves every port: it answers the hello ok, then
-    ``200 port <port>`` to one HTTP request; ``hellos`` counts the connections it took
-    (a refused URL never makes one)."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Relay)
-        self.addr = f"127.0.0.1:{self.server_address[1]}"
-        self.hellos = 0
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-
-class _Relay(socketserver.StreamRequestHandler):
-    server: PortListener
-
-    def handle(self) -> None:
-        hello = json.loads(self.rfile.readline())
-        self.server.hellos += 1
-        self.wfile.write(answer_line())
-        while self.rfile.readline() not in (b"\r\n", b""):
-            pass
-        body = f"port {hello['p']}".encode()
-        self.wfile.write(f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
 
 
 @pytest.fixture
