@@ -35,6 +35,7 @@ from sandgrid.errors import SandgridError
 from sandgrid.models import ExecRequest
 from sandgrid.ops.ports import MAX_PORT, MIN_PORT, PortUrl, PortUrlRequest, PortUrlsRevoked
 from sandgrid.wire.portkeys import port_key
+from sandgrid.wire.preview import ALL_PORTS
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.api.pty import ws_tenant
 from scheduler.ports.forward import forward_http
@@ -130,6 +131,9 @@ def revoke_port_urls(
     info = live_session(svc.registry, tenant.name, session_id)
     epochs = svc.registry.revoke_port_urls(session_id, port)
     forget(tenant.name, session_id)
+    if svc.audit is not None:
+        detail = {"port": ALL_PORTS if port is None else port}
+        svc.audit.event(tenant.name, session_id, "port_urls_revoke", detail=detail)
     svc.registry.save_record(info.model_copy(update={"port_url_epochs": epochs}))
     return PortUrlsRevoked(session=session_id, port=port, epochs=epochs)
 

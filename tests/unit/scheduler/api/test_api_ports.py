@@ -174,6 +174,9 @@ def test_revoking_one_port_leaves_the_others(grid: Grid, listener: PortListener)
     assert {grid.http.get(u).status_code for u in (a, b, again)} == {403}
     info = grid.http.get(f"/v1/sessions/{sid}", headers=grid.headers()).json()
     assert info["port_url_epochs"] == {"*": 1}
+    page = grid.http.get("/v1/audit", params={"session": sid}, headers=grid.headers()).json()
+    revoked = [r["detail"] for r in page["records"] if r["action"] == "port_urls_revoke"]
+    assert revoked == [{"port": "*"}, {"port": 8000}]  # newest first
     records = grid.services.registry.records
     assert records is not None  # a registry that lost its data re-learns the revocation
     stored = records.load("acme", sid)
