@@ -29,7 +29,8 @@ __all__ = [
 #: Sessions (create, fork, pause, resume, close), code (exec, background start,
 #: kill and stdin of a process, run_code, terminal open and close), files (write,
 #: read, delete, move, mkdir, tar upload and download), the lifecycle (checkpoint,
-#: drop, restore), network policy changes, and the egress proxy's decisions.
+#: drop, restore), network policy changes, the egress proxy's decisions, and a
+#: revocation of preview URLs.
 AuditAction = Literal[
     "session_create",
     "session_close",
@@ -55,6 +56,7 @@ AuditAction = Literal[
     "restore",
     "network_policy",
     "network",
+    "port_urls_revoke",
 ]
 AUDIT_ACTIONS: tuple[str, ...] = get_args(AuditAction)
 #: The order of a page: ``desc`` newest first (the default), ``asc`` oldest first.

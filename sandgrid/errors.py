@@ -9,7 +9,7 @@ returns it inside its result so that nothing is pickled.
     SandgridError
     ├── InvalidInput            422  bad spec, path leaving the workspace (413: oversized payload)
     ├── AuthError               401  missing or unknown token
-    ├── Forbidden               403  a preview URL forged, expired, or read-only for this method
+    ├── Forbidden               403  a preview URL forged, expired, revoked, or read-only (a method)
     ├── NotFound                404  unknown session (or another tenant's: same answer)
     ├── Conflict                409  session busy with a turn, or closed; a type in use
     ├── LimitExceeded           429  tenant ceiling or queue backpressure (Retry-After)
@@ -90,6 +90,7 @@ class ErrorCode(StrEnum):
     FORBIDDEN = "forbidden"
     SIGNATURE_INVALID = "signature_invalid"
     URL_EXPIRED = "url_expired"
+    URL_REVOKED = "url_revoked"  # the session revoked its preview URLs since this one was made
     METHOD_NOT_ALLOWED = "method_not_allowed"
     PORT_NOT_LISTENING = "port_not_listening"
     PORT_LIMIT = "port_limit"

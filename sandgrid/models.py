@@ -541,6 +541,11 @@ class SessionInfo(WireModel):
     )
     memory_reason: str | None = Field(None, description="why memory_restored is false")
     on_idle: IdleAction = "release"
+    port_url_epochs: dict[str, int] = Field(
+        default_factory=dict,
+        description="preview URLs' revocation epochs ('*': every port, else by port): "
+        "DELETE /v1/sessions/{id}/ports/urls raises one, and URLs made before answer 403",
+    )
 
 
 class SessionList(WireModel):

@@ -129,6 +129,7 @@ class BaseClient(Generic[Transport]):
     set_network = Op(net.set_network)
     # exposed ports (issue 21.1)
     port_url = Op(ports.port_url)
+    revoke_port_urls = Op(ports.revoke_port_urls)
     cdp = Op(browser.cdp)  # issue 21.3
     # batches
     create_batch = Op(batches.create_batch)
@@ -172,6 +173,7 @@ class SessionHandle(_Handle[C]):
     network = BoundOp(net.network)
     set_network = BoundOp(net.set_network)
     port_url = BoundOp(ports.port_url)
+    revoke_port_urls = BoundOp(ports.revoke_port_urls)
     cdp = BoundOp(browser.cdp)  # issue 21.3
 
     @property

@@ -1,6 +1,7 @@
 """The requests of exposed ports (issue 21.1, docs/ports.md): the preview URL, the port's base.
 
-``port_url`` is one call (``POST /v1/sessions/{id}/ports/{port}/url``);
+``port_url`` is one call (``POST /v1/sessions/{id}/ports/{port}/url``), and so
+is ``revoke_port_urls`` (``DELETE /v1/sessions/{id}/ports/urls``);
 ``port_base`` is where ``Session.http(port)`` points its own httpx client: the
 port route, which takes the tenant's token like every call. Pure: no I/O.
 """
@@ -9,9 +10,9 @@ from __future__ import annotations
 
 from sandgrid.client._call import Call, parse_as
 from sandgrid.errors import InvalidInput
-from sandgrid.ops.ports import MAX_PORT, MIN_PORT, PortUrl, PortUrlRequest
+from sandgrid.ops.ports import MAX_PORT, MIN_PORT, PortUrl, PortUrlRequest, PortUrlsRevoked
 
-__all__ = ["check_port", "port_base", "port_url"]
+__all__ = ["check_port", "port_base", "port_url", "revoke_port_urls"]
 
 
 def check_port(port: int) -> int:
@@ -45,3 +46,12 @@ def port_url(
     return Call(
         "POST", path, parse_as(PortUrl), json=body.model_dump(exclude_none=True), idempotent=True
     )
+
+
+def revoke_port_urls(session_id: str, port: int | None = None) -> Call[PortUrlsRevoked]:
+    """Revoke every preview URL of the session made so far, of ``port`` only when given:
+    each answers 403 (``url_revoked``) from now on, without reaching the sandbox; a URL
+    made after works. Closing the session is not needed."""
+    params = None if port is None else {"port": check_port(port)}
+    path = f"/v1/sessions/{session_id}/ports/urls"
+    return Call("DELETE", path, parse_as(PortUrlsRevoked), params=params)

@@ -3,8 +3,8 @@
 A port route (``/v1/sessions/{id}/ports/{port}/{path}``) is not a turn: it
 forwards bytes to a TCP port on the sandbox's loopback through the worker that
 owns the session (docs/ports.md). What crosses the HTTP wire as JSON is only
-the preview URL's request and its answer; both are here, with the rule every
-port number follows.
+the preview URL's request and its answer, and the answer of a revocation;
+all are here, with the rule every port number follows.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ __all__ = [
     "WRITE_METHODS",
     "PortUrl",
     "PortUrlRequest",
+    "PortUrlsRevoked",
 ]
 
 MIN_PORT = 1
@@ -55,3 +56,15 @@ class PortUrl(WireModel):
     expires_at: float = Field(description="Unix time after which the URL answers 403")
     methods: tuple[str, ...] = Field(description="the HTTP methods it allows")
     mode: Literal["read_only", "read_write"]
+
+
+class PortUrlsRevoked(WireModel):
+    """Answer of ``DELETE /v1/sessions/{id}/ports/urls``: every preview URL of the
+    session made before (of ``port`` only, when it is set) now answers 403
+    ``url_revoked``; a URL made after works."""
+
+    session: str
+    port: int | None = Field(description="the port whose URLs were revoked; null: every port")
+    epochs: dict[str, int] = Field(
+        description="the session's revocation epochs now ('*': every port, else by port)"
+    )

@@ -4,8 +4,8 @@ It starts the session's Chromium when none answers (``scheduler.browser.launch``
 and answers where its DevTools WebSocket is reached through the port route
 (``/v1/sessions/{id}/ports/9222/devtools/browser/<id>``, the tenant's token
 in ``Authorization``), or with ``signed=true`` through a signed preview URL
-that needs no token and stops working at ``expires_in`` or when the session
-closes. A session of another type is 422 naming ``type``.
+that needs no token and stops working at ``expires_in``, when the session
+closes, or when its port URLs are revoked. A session of another type is 422 naming ``type``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
+from starlette.concurrency import run_in_threadpool
 
 from sandgrid.ops.browser import CdpEndpoint
 from sandgrid.ops.ports import PortUrlRequest
@@ -22,6 +23,7 @@ from scheduler.api.deps import CurrentTenant, Svc
 from scheduler.browser.cdp import browser_path
 from scheduler.browser.launch import ensure_browser
 from scheduler.ports.previews import make_url
+from scheduler.ports.tunnel import live_session
 
 __all__ = ["cdp_endpoint", "router"]
 
@@ -49,7 +51,8 @@ async def cdp_endpoint(
     base = str(request.base_url).rstrip("/")
     root = f"{base}/v1/sessions/{session_id}/ports/{CDP_PORT}"
     ws_url, expires_at = _ws(root + devtools), None
-    if signed:
+    if signed:  # under the session's URL epochs now (a revocation ends it too)
+        info = await run_in_threadpool(live_session, svc.registry, tenant.name, session_id)
         url = make_url(
             port_key(svc.settings, "preview"),
             svc.settings.ports,
@@ -58,6 +61,7 @@ async def cdp_endpoint(
             CDP_PORT,
             PortUrlRequest(expires_in=expires_in),
             base,
+            info.port_url_epochs,
         )
         ws_url, expires_at = _ws(url.url.rstrip("/") + devtools), url.expires_at
     return CdpEndpoint(

@@ -7,12 +7,15 @@
 - ``POST /v1/sessions/{id}/ports/{port}/url``: a signed preview URL
   (``PortUrlRequest`` -> ``PortUrl``). An app's own ``POST /url`` is reached
   through a preview URL.
+- ``DELETE /v1/sessions/{id}/ports/urls[?port=N]``: revoke every preview URL of
+  the session (of port N) made so far (``PortUrlsRevoked``); ``urls`` is no port
+  number, so no app's path is shadowed.
 - ``/p/{token}/{path}`` (HTTP and WebSocket): the same relay with no token but
   the signed one; ``/p/{token}`` redirects to ``/p/{token}/`` so that relative
   links resolve.
 
 Every error is the API's JSON body: 422 (a port outside 1-65535 or reserved),
-403 (a preview token forged, expired, or read-only), 404 (unknown, another
+403 (a preview token forged, expired, revoked, or read-only), 404 (unknown, another
 tenant's, closed), 429 (``port_limit``), 502 (``port_not_listening``), 503
 (the owner did not answer).
 """
@@ -23,25 +26,27 @@ import socket
 from typing import Annotated
 from urllib.parse import parse_qsl, urlencode
 
-from fastapi import APIRouter, Path, Request, WebSocket
+from fastapi import APIRouter, Path, Query, Request, WebSocket
 from fastapi.responses import RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sandgrid.errors import SandgridError
 from sandgrid.models import ExecRequest
-from sandgrid.ops.ports import PortUrl, PortUrlRequest
+from sandgrid.ops.ports import MAX_PORT, MIN_PORT, PortUrl, PortUrlRequest, PortUrlsRevoked
 from sandgrid.wire.portkeys import port_key
+from sandgrid.wire.preview import ALL_PORTS
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.api.pty import ws_tenant
 from scheduler.ports.forward import forward_http
-from scheduler.ports.previews import PREVIEW_PREFIX, QUERY_TOKEN, check, make_url
-from scheduler.ports.tunnel import Wake, check_port, live_session, open_tunnel
+from scheduler.ports.previews import PREVIEW_PREFIX, QUERY_TOKEN, admit, check, make_url
+from scheduler.ports.tunnel import Admit, Wake, check_port, forget, live_session, open_tunnel
 from scheduler.ports.websocket import refuse, relay_websocket
 
 __all__ = [
     "METHODS",
     "WAKE_SHELL",
+    "OnePort",
     "PortNumber",
     "PreviewQuery",
     "port_route",
@@ -50,6 +55,7 @@ __all__ = [
     "preview_root",
     "preview_route",
     "preview_socket",
+    "revoke_port_urls",
     "router",
 ]
 
@@ -58,6 +64,10 @@ METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 #: The wake turn's command: it does nothing; the turn itself brings the sandbox back.
 WAKE_SHELL = "true"
 PortNumber = Annotated[int, Path(ge=1, le=65535, description="a TCP port on the sandbox loopback")]
+OnePort = Annotated[
+    int | None,
+    Query(ge=MIN_PORT, le=MAX_PORT, description="revoke this port's URLs only (absent: all)"),
+]
 
 
 def _reserved(svc: Services) -> frozenset[int]:
@@ -65,10 +75,16 @@ def _reserved(svc: Services) -> frozenset[int]:
 
 
 async def _relay(
-    request: Request, svc: Services, tenant: str, session_id: str, port: int, prefix: str, path: str
+    request: Request,
+    svc: Services,
+    where: tuple[str, str, int],
+    prefix: str,
+    path: str,
+    admit: Admit | None = None,
 ) -> Response:
+    tenant, session_id, port = where
     check_port(port, _reserved(svc))
-    sock = await _tunnel(svc, tenant, session_id, port)
+    sock = await _tunnel(svc, tenant, session_id, port, admit)
     return await forward_http(request, sock, port, prefix, path)
 
 
@@ -96,12 +112,30 @@ def port_url(
     """A signed preview URL of the port: it works without the token until it expires
     or the session closes; ``read_only`` allows only GET and HEAD."""
     check_port(port, _reserved(svc))
-    live_session(svc.registry, tenant.name, session_id)
+    info = live_session(svc.registry, tenant.name, session_id)
     key = port_key(svc.settings, "preview")
     base = str(request.base_url)
-    return make_url(
-        key, svc.settings.ports, tenant.name, session_id, port, body or PortUrlRequest(), base
-    )
+    asked = body or PortUrlRequest()
+    epochs = info.port_url_epochs
+    return make_url(key, svc.settings.ports, tenant.name, session_id, port, asked, base, epochs)
+
+
+@router.delete("/v1/sessions/{session_id}/ports/urls", response_model=PortUrlsRevoked)
+def revoke_port_urls(
+    session_id: str, svc: Svc, tenant: CurrentTenant, port: OnePort = None
+) -> PortUrlsRevoked:
+    """Revoke every preview URL of the session made so far (of ``port`` only, when
+    given): each answers 403 ``url_revoked`` from now on; a URL made after works."""
+    if port is not None:
+        check_port(port, _reserved(svc))
+    info = live_session(svc.registry, tenant.name, session_id)
+    epochs = svc.registry.revoke_port_urls(session_id, port)
+    forget(tenant.name, session_id)
+    if svc.audit is not None:
+        detail = {"port": ALL_PORTS if port is None else port}
+        svc.audit.event(tenant.name, session_id, "port_urls_revoke", detail=detail)
+    svc.registry.save_record(info.model_copy(update={"port_url_epochs": epochs}))
+    return PortUrlsRevoked(session=session_id, port=port, epochs=epochs)
 
 
 async def port_route(
@@ -114,7 +148,7 @@ async def port_route(
 ) -> Response:
     """Relay the request to ``port`` on the session's sandbox loopback, streamed."""
     prefix = f"/v1/sessions/{session_id}/ports/{port}"
-    return await _relay(request, svc, tenant.name, session_id, port, prefix, path)
+    return await _relay(request, svc, (tenant.name, session_id, port), prefix, path)
 
 
 @router.websocket("/v1/sessions/{session_id}/ports/{port}/{path:path}")
@@ -132,7 +166,9 @@ async def port_socket(websocket: WebSocket, session_id: str, port: int, path: st
     await relay_websocket(websocket, sock, port, path)
 
 
-async def _tunnel(svc: Services, tenant: str, session_id: str, port: int) -> socket.socket:
+async def _tunnel(
+    svc: Services, tenant: str, session_id: str, port: int, admit: Admit | None = None
+) -> socket.socket:
     return await open_tunnel(
         svc.registry,
         tenant,
@@ -141,6 +177,7 @@ async def _tunnel(svc: Services, tenant: str, session_id: str, port: int) -> soc
         key=port_key(svc.settings, "link"),
         timeout=svc.settings.ports.connect_timeout_s,
         wake=_waker(svc, tenant, session_id),
+        admit=admit,
     )
 
 
@@ -154,7 +191,8 @@ async def preview_route(token: str, path: str, request: Request, svc: Svc) -> Re
     """Relay the request as the signed preview URL allows; no tenant token is read."""
     preview = check(port_key(svc.settings, "preview"), token, request.method)
     prefix = f"{PREVIEW_PREFIX}{token}"
-    return await _relay(request, svc, preview.tenant, preview.session, preview.port, prefix, path)
+    where = (preview.tenant, preview.session, preview.port)
+    return await _relay(request, svc, where, prefix, path, admit(preview))
 
 
 @router.websocket("/p/{token}/{path:path}")
@@ -163,7 +201,7 @@ async def preview_socket(websocket: WebSocket, token: str, path: str = "") -> No
     svc: Services = websocket.app.state.services
     try:
         preview = check(port_key(svc.settings, "preview"), token, "GET")
-        sock = await _tunnel(svc, preview.tenant, preview.session, preview.port)
+        sock = await _tunnel(svc, preview.tenant, preview.session, preview.port, admit(preview))
     except SandgridError as exc:
         await refuse(websocket, exc)
         return

@@ -40,7 +40,7 @@ _DESCRIPTIONS = {
     404: "not_found: no such resource of this tenant (another tenant's looks the same)",
     409: "a conflict: session_busy (a turn is in flight), session_closed, or type_in_use",
     403: "forbidden: a preview URL forged or tampered (signature_invalid), expired "
-    "(url_expired), or read-only for this method (method_not_allowed)",
+    "(url_expired), revoked (url_revoked), or read-only for this method (method_not_allowed)",
     410: "process_lost: the process's sandbox is gone (its node died, the session moved)",
     413: "payload_too_large: the request body is over the limit",
     422: "invalid_input: names the field (context.field) and the rule (context.rule)",

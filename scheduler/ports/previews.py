@@ -6,19 +6,23 @@ caller asked (``SANDGRID_PORTS__URL_TTL_S`` by default, at most
 token with the preview key and the request's method first (a forged,
 expired or read-only-refused token is 403 without a lookup and without
 touching the sandbox), then that the session is still open (a closed one is
-404: a URL stops working when its session closes).
+404: a URL stops working when its session closes) and has not revoked the URL
+since it was made (``admit``: 403 ``url_revoked``, from the session's epochs
+that the same lookup read, still without touching the sandbox).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from sandgrid.errors import InvalidInput
 from sandgrid.ops.ports import PortUrl, PortUrlRequest
-from sandgrid.wire.preview import Preview, sign, verify
+from sandgrid.wire.preview import Preview, check_epochs, epochs_of, sign, verify
 from sandgrid.wire.settings import PortSettings
+from scheduler.ports.tunnel import Admit
 
-__all__ = ["PREVIEW_PREFIX", "QUERY_TOKEN", "check", "make_url"]
+__all__ = ["PREVIEW_PREFIX", "QUERY_TOKEN", "admit", "check", "make_url"]
 
 #: Preview URLs are ``/p/<token>/<path>``.
 PREVIEW_PREFIX = "/p/"
@@ -35,8 +39,10 @@ def make_url(
     port: int,
     body: PortUrlRequest,
     base_url: str,
+    epochs: Mapping[str, int],
 ) -> PortUrl:
-    """A signed preview URL of ``port`` of ``session``.
+    """A signed preview URL of ``port`` of ``session``, under the session's revocation
+    ``epochs`` now (``SessionInfo.port_url_epochs``).
 
     Raises:
         InvalidInput: ``expires_in`` above ``SANDGRID_PORTS__URL_MAX_TTL_S``.
@@ -48,7 +54,8 @@ def make_url(
             operation="ports.url",
             context={"field": "expires_in", "rule": f"<= {settings.url_max_ttl_s}"},
         )
-    preview = Preview(tenant, session, port, int(time.time()) + ttl, body.read_only)
+    expires_at = int(time.time()) + ttl
+    preview = Preview(tenant, session, port, expires_at, body.read_only, epochs_of(epochs, port))
     token = sign(key, preview)
     path = f"{PREVIEW_PREFIX}{token}/"
     return PortUrl(
@@ -71,3 +78,13 @@ def check(key: bytes, token: str, method: str) -> Preview:
     """
     # A WebSocket open is a GET: a read-only URL allows it (its messages are the app's).
     return verify(key, token, method)
+
+
+def admit(preview: Preview) -> Admit:
+    """The tunnel's check that ``preview``'s session has not revoked it since it was
+    signed (``sandgrid.wire.preview.check_epochs``: 403 ``url_revoked``)."""
+
+    def check_revoked(epochs: Mapping[str, int]) -> None:
+        check_epochs(preview, epochs)
+
+    return check_revoked

@@ -13,7 +13,12 @@ The lookup's answer is kept ``OWNER_CACHE_S`` per tenant and session, so a
 page's burst of requests costs one: the worker is the authority on whether it
 serves the session (a closed or moved session is gone from its table and it
 answers "not here"), and that answer drops the entry, so a stale one costs a
-retry, never a request to the wrong session.
+retry, never a request to the wrong session. The session's preview-URL
+epochs (``SessionInfo.port_url_epochs``) come with the same read and are kept
+with the address, so that a preview's revocation check (``admit``) costs no
+round trip of its own: it holds on the API that revoked from its next lookup
+(``forget``; a lookup it overtook serves its own request and is not kept), and
+at most ``OWNER_CACHE_S`` late on another API process.
 
 A session that runs nowhere now (idle-released, paused, or its worker died) is
 woken by the caller's ``wake`` (a turn of the session, which brings it back on
@@ -27,7 +32,8 @@ import asyncio
 import contextlib
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
 
@@ -47,14 +53,29 @@ from scheduler.registry.sessions import SessionRegistry
 __all__ = [
     "OWNER_CACHE_S",
     "TUNNEL_ATTEMPTS",
+    "Admit",
+    "Owner",
     "Wake",
     "check_port",
+    "forget",
     "live_session",
     "open_tunnel",
 ]
 
 #: Brings a session that runs nowhere back into a sandbox (a turn of it).
 Wake = Callable[[], Awaitable[None]]
+#: Refuses the connection from the session's preview-URL epochs (raises), before the
+#: sandbox is touched or woken.
+Admit = Callable[[Mapping[str, int]], None]
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Where the session's owner listens for ports, and the session's URL epochs."""
+
+    addr: tuple[str, int]
+    url_epochs: Mapping[str, int]
+
 
 #: Lookups and connects per request: one more when the owner moved meanwhile.
 TUNNEL_ATTEMPTS = 2
@@ -62,21 +83,29 @@ _CLOSED = ("closed", "expired")
 #: How long a session's owner address is reused without a lookup (see the module doc).
 OWNER_CACHE_S = 2.0
 _CACHE_MAX = 4096
-_owners: dict[tuple[str, str], tuple[tuple[str, int], float]] = {}
+_owners: dict[tuple[str, str], tuple[Owner, float]] = {}
+#: ``forget`` calls so far: a lookup that a ``forget`` overtook is used once, not kept.
+_forgets = [0]
 _waking: dict[tuple[str, str], asyncio.Future[None]] = {}
 
 
-def _cached(tenant: str, session_id: str) -> tuple[str, int] | None:
+def _cached(tenant: str, session_id: str) -> Owner | None:
     hit = _owners.get((tenant, session_id))
     if hit is None or hit[1] < time.monotonic():
         return None
     return hit[0]
 
 
-def _remember(tenant: str, session_id: str, addr: tuple[str, int]) -> None:
+def _remember(tenant: str, session_id: str, owner: Owner) -> None:
     if len(_owners) >= _CACHE_MAX:
         _owners.clear()
-    _owners[(tenant, session_id)] = (addr, time.monotonic() + OWNER_CACHE_S)
+    _owners[(tenant, session_id)] = (owner, time.monotonic() + OWNER_CACHE_S)
+
+
+def forget(tenant: str, session_id: str) -> None:
+    """Drop what this process keeps of the session (its URL epochs changed)."""
+    _forgets[0] += 1
+    _owners.pop((tenant, session_id), None)
 
 
 def check_port(port: int, reserved: frozenset[int]) -> None:
@@ -116,9 +145,15 @@ def live_session(registry: SessionRegistry, tenant: str, session_id: str) -> Ses
     return info
 
 
-def _lookup(registry: SessionRegistry, tenant: str, session_id: str, port: int) -> tuple[str, int]:
-    """The session (open, the tenant's) and its owner's port listener, in one thread hop."""
-    return _owner_addr(registry, live_session(registry, tenant, session_id), port)
+def _lookup(
+    registry: SessionRegistry, tenant: str, session_id: str, port: int, admit: Admit | None
+) -> Owner:
+    """The session (open, the tenant's, admitted) and its owner's port listener, in one
+    thread hop."""
+    info = live_session(registry, tenant, session_id)
+    if admit is not None:
+        admit(info.port_url_epochs)
+    return Owner(_owner_addr(registry, info, port), dict(info.port_url_epochs))
 
 
 def _owner_addr(registry: SessionRegistry, info: SessionInfo, port: int) -> tuple[str, int]:
@@ -191,10 +226,15 @@ async def open_tunnel(
     key: bytes,
     timeout: float,
     wake: Wake | None = None,
+    admit: Admit | None = None,
 ) -> socket.socket:
     """A connected, non-blocking socket to ``port`` on the session's loopback.
 
+    ``admit`` (a preview URL's revocation check) sees the session's URL epochs
+    of the lookup, or of the cached one, before anything is connected or woken.
+
     Raises:
+        Forbidden: what ``admit`` raises.
         NotFound: the session is unknown, another tenant's, or closed.
         PortUnreachable: nothing listens there, or the session runs nowhere
             (after ``wake``, when given, brought it back).
@@ -206,11 +246,15 @@ async def open_tunnel(
     while attempts > 0:
         attempts -= 1
         try:
-            addr = _cached(tenant, session_id)
-            if addr is None:
-                addr = await run_in_threadpool(_lookup, registry, tenant, session_id, port)
-                _remember(tenant, session_id, addr)
-            return await _connect(addr, Hello.make(session_id, port).line(key), timeout)
+            owner = _cached(tenant, session_id)
+            if owner is None:
+                forgets = _forgets[0]
+                owner = await run_in_threadpool(_lookup, registry, tenant, session_id, port, admit)
+                if forgets == _forgets[0]:
+                    _remember(tenant, session_id, owner)
+            elif admit is not None:
+                admit(owner.url_epochs)
+            return await _connect(owner.addr, Hello.make(session_id, port).line(key), timeout)
         except (InfrastructureError, PortUnreachable) as exc:
             if not _asleep(exc) or (wake is None and isinstance(exc, PortUnreachable)):
                 raise

@@ -49,6 +49,7 @@ RECORD_FIELDS = frozenset(
         "created_at",
         "last_used",
         "forked_from",
+        "port_url_epochs",  # a revocation survives a registry that lost its data
     }
 )
 #: The pointer format (``worker.snapshots.pointer.POINTER_VERSION``) read here.

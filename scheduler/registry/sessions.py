@@ -38,10 +38,11 @@ from typing import Any
 
 import redis
 
-from sandgrid.errors import LimitExceeded, NotFound
+from sandgrid.errors import InvalidInput, LimitExceeded, NotFound
 from sandgrid.models import SessionCreate, SessionInfo
 from sandgrid.wire import names
 from sandgrid.wire.ledger import NodeRecord
+from sandgrid.wire.preview import ALL_PORTS
 from sandgrid.wire.redis_ledger import DERIVED_FIELDS, RedisLedger, Requeue
 from sandgrid.wire.scripts import LuaScripts
 from scheduler import metrics
@@ -51,11 +52,16 @@ from scheduler.registry.serving import ServingClock
 from scheduler.registry.turns import SessionTurns
 
 __all__ = [
+    "MAX_PORT_EPOCHS",
     "RebuildReport",
     "SessionRegistry",
     "new_session_id",
     "new_turn_id",
 ]
+
+
+#: Ports of one session that may have a revocation epoch of their own (the record's size).
+MAX_PORT_EPOCHS = 64
 
 
 def new_session_id() -> str:
@@ -268,6 +274,29 @@ class SessionRegistry(SessionTurns):
         pipe.srem(names.tenant_sessions_key(json.loads(raw_tenant)), session_id)
         pipe.expire(key, int(self.closed_ttl_s))
         pipe.execute()
+
+    def revoke_port_urls(self, session_id: str, port: int | None) -> dict[str, int]:
+        """Revoke the session's preview URLs of ``port`` (None: of every port) made so
+        far (``lua/revoke_port_urls.lua``); the session's epochs after.
+
+        Raises:
+            NotFound: the session is gone or closed.
+            InvalidInput: ``port`` would be one port more than ``MAX_PORT_EPOCHS``
+                with an epoch of its own (revoke every port instead).
+        """
+        scope = ALL_PORTS if port is None else str(port)
+        args = [scope, MAX_PORT_EPOCHS]
+        out = self.scripts.run("revoke_port_urls", [names.session_key(session_id)], args)
+        if out == "full":
+            raise InvalidInput(
+                f"port: {MAX_PORT_EPOCHS} ports of session {session_id!r} have their URLs "
+                "revoked apart already; revoke every port's (no port) instead",
+                operation="ports.revoke",
+                context={"field": "port", "rule": f"at most {MAX_PORT_EPOCHS} ports apart"},
+            )
+        if not out:
+            raise NotFound(f"session {session_id!r} is closed", operation="ports.revoke")
+        return {str(k): int(v) for k, v in json.loads(out).items()}
 
     # ---- records in the store -------------------------------------------------------
 

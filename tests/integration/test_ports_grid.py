@@ -27,6 +27,7 @@ from agents.sandbox.errors import ExposedPortUnavailableError
 from websockets.sync.client import connect
 
 from sandgrid.client import AsyncClient, Client, Session
+from sandgrid.errors import NotFound
 from sandgrid.integrations.openai_agents import SandgridSandboxClient, SandgridSandboxClientOptions
 from sandgrid.localgrid import LocalGrid
 from tests.integration.test_shell_tmux import close_when_free
@@ -194,6 +195,35 @@ def test_closed_session_stops_its_urls(client: Client, grid: LocalGrid) -> None:
     close_when_free(client, s.id)
     r = httpx.get(url, timeout=30)
     assert r.status_code == 404, r.text
+
+
+def _inbound(s: Session) -> int:
+    return sum(1 for a in s.network().attempts if a.protocol == "inbound")
+
+
+def test_a_revoked_url_is_403_and_a_new_one_works(grid: LocalGrid, session: Session) -> None:
+    """Security.md PORT-8: a revoked URL is 403 without a port connection (none in the
+    session's audit), a URL made after and another port's work; not another tenant's."""
+    http_server(session)
+    serve(session, "exec python3 /workspace/servers.py stream 8001", 8001)
+    old, kept = session.port_url(8000), session.port_url(8001)
+    assert httpx.get(old.url, timeout=30).status_code == 200
+    with Client(grid.api_url, OTHER_TOKEN) as other, pytest.raises(NotFound):
+        other.revoke_port_urls(session.id)
+    assert httpx.get(old.url, timeout=30).status_code == 200
+    assert session.revoke_port_urls(port=8000).port == 8000
+    time.sleep(1.0)  # the served requests' attempts are recorded as their connections end
+    before = _inbound(session)
+    for url in (old.url, f"{grid.api_url}/?sg_preview={old.token}"):
+        r = httpx.get(url, timeout=30)
+        assert r.status_code == 403 and r.json()["error"]["code"] == "url_revoked", r.text
+    assert _inbound(session) == before  # the worker never reached
+    assert httpx.get(kept.url + "headers", timeout=30).status_code == 200
+    new = session.port_url(8000)
+    assert httpx.get(new.url, timeout=30).status_code == 200
+    assert session.revoke_port_urls().port is None
+    for url in (new.url, kept.url + "headers"):
+        assert httpx.get(url, timeout=30).status_code == 403
 
 
 def test_caps_hold(session: Session) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 
 import pytest
@@ -9,7 +12,14 @@ import pytest
 from sandgrid.errors import Forbidden, LimitExceeded, PortUnreachable
 from sandgrid.wire.portkeys import port_key
 from sandgrid.wire.portlink import MAX_SKEW_S, Hello, answer_line, parse_answer, read_hello
-from sandgrid.wire.preview import MAX_TOKEN_CHARS, Preview, sign, verify
+from sandgrid.wire.preview import (
+    MAX_TOKEN_CHARS,
+    Preview,
+    check_epochs,
+    epochs_of,
+    sign,
+    verify,
+)
 from sandgrid.wire.settings import Settings
 
 KEY = b"k" * 32
@@ -92,7 +102,36 @@ def test_the_key_follows_the_grid_secret() -> None:
 def test_the_token_carries_no_credential() -> None:
     token = sign(KEY, _preview())
     body = json.loads(__import__("base64").urlsafe_b64decode(token.split(".")[0] + "=="))
-    assert set(body) == {"v", "t", "s", "p", "e", "m"}
+    assert set(body) == {"v", "t", "s", "p", "e", "m", "g"}
+
+
+def test_epochs_are_signed_and_a_raised_one_revokes() -> None:
+    """A token names the session's revocation epochs it was made under (every port's,
+    its port's); it holds while the session's are the same, and only then."""
+    epochs = {"*": 2, "8000": 5, "9000": 1}
+    token = sign(KEY, _preview(epochs=epochs_of(epochs, 8000)))
+    made = verify(KEY, token, "GET", now=NOW)
+    assert made.epochs == (2, 5)
+    check_epochs(made, epochs)
+    check_epochs(made, {**epochs, "9000": 2})  # another port's revocation
+    for raised in ({**epochs, "8000": 6}, {"*": 3}):
+        with pytest.raises(Forbidden) as info:
+            check_epochs(made, raised)
+        assert info.value.code == "url_revoked" and info.value.http_status == 403
+    tampered = sign(KEY, _preview(epochs=(2, 6))).split(".")[0]  # the epochs re-pointed
+    assert _code(f"{tampered}.{token.split('.')[1]}") == "signature_invalid"
+
+
+def test_a_token_made_before_epochs_is_of_epochs_zero() -> None:
+    body = {"v": 1, "t": "acme", "s": "s-abc", "p": 8000, "e": int(NOW) + 60, "m": "w"}
+    payload = base64.urlsafe_b64encode(json.dumps(body).encode()).rstrip(b"=").decode()
+    mac = hmac.new(KEY, payload.encode(), hashlib.sha256).digest()
+    token = payload + "." + base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
+    old = verify(KEY, token, "GET", now=NOW)
+    assert old.epochs == (0, 0)
+    check_epochs(old, {})
+    with pytest.raises(Forbidden):
+        check_epochs(old, {"*": 1})
 
 
 def test_hello_round_trip_and_refusals() -> None:

@@ -32,12 +32,14 @@ class Fake:
         self.awake = False
         self.wakes = 0
 
-    def lookup(self, registry: Any, tenant: str, session_id: str, port: int) -> tuple[str, int]:
+    def lookup(
+        self, registry: Any, tenant: str, session_id: str, port: int, admit: Any
+    ) -> tunnel.Owner:
         if not self.awake:
             raise self.asleep
         if self.after_wake is not None:
             raise self.after_wake
-        return ("127.0.0.1", 1)
+        return tunnel.Owner(("127.0.0.1", 1), {})
 
     async def wake(self) -> None:
         self.wakes += 1
@@ -104,3 +106,23 @@ def test_not_listening_is_never_a_wake(fake: Fake) -> None:
     with pytest.raises(PortUnreachable):
         asyncio.run(_open(fake))
     assert fake.wakes == 0
+
+
+def test_a_lookup_overtaken_by_a_forget_is_not_kept(
+    fake: Fake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A revocation (``forget``) between a lookup's read and its answer: that request
+    uses what it read, the next one reads again."""
+    fake.awake = True
+    lookups: list[str] = []
+
+    def lookup(*args: Any) -> tunnel.Owner:
+        lookups.append(args[2])
+        if len(lookups) == 1:
+            tunnel.forget("t", "s-1")
+        return tunnel.Owner(("127.0.0.1", 1), {})
+
+    monkeypatch.setattr(tunnel, "_lookup", lookup)
+    for _ in range(3):
+        asyncio.run(_open(fake)).close()
+    assert lookups == ["s-1", "s-1"]  # the second is kept for the third
