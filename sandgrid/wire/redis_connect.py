@@ -29,11 +29,12 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
-from redis.sentinel import Sentinel
+from redis.sentinel import Sentinel, SentinelManagedConnection
 
 __all__ = [
     "DEFAULT_MASTER",
     "SENTINEL_SCHEME",
+    "PrimaryFollowingConnection",
     "SentinelURL",
     "celery_broker",
     "connect",
@@ -121,6 +122,26 @@ def _sentinel_kwargs(target: SentinelURL, options: dict[str, Any]) -> dict[str, 
     return {"socket_timeout": _SENTINEL_TIMEOUT_S, **timeouts, **target.auth()}
 
 
+class PrimaryFollowingConnection(SentinelManagedConnection):
+    """A connection to the primary that asks the sentinels where it is whenever it
+    connects again, also on the send path.
+
+    redis-py 8 reconnects a dropped connection inside ``send_command`` through
+    ``connect_check_health``, which skips ``SentinelManagedConnection.connect`` and its
+    lookup of the primary: a command retried across a failover dialled the dead
+    primary until its retries ran out (a worker's turn record, 27 s, then an
+    ``internal`` error; the Sentinel chaos test in CI)."""
+
+    def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        if getattr(self, "_sock", None) is None and self.connection_pool.is_master:
+            self.host, self.port = self.connection_pool.get_master_address()
+        super().connect_check_health(  # type: ignore[misc]  # redis-py 8; the stubs are older
+            check_health=check_health, retry_socket_connect=retry_socket_connect
+        )
+
+
 def connect(url: str, **options: Any) -> redis.Redis[str]:
     """A client (``decode_responses``) for ``url``; a Sentinel URL's follows the primary.
 
@@ -134,7 +155,9 @@ def connect(url: str, **options: Any) -> redis.Redis[str]:
     target = parse_sentinel(url)
     sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target, options))
     kwargs: dict[str, Any] = {"db": target.db, **target.auth(), **options}
-    client: redis.Redis[str] = sentinel.master_for(target.master, **kwargs)
+    client: redis.Redis[str] = sentinel.master_for(
+        target.master, connection_class=PrimaryFollowingConnection, **kwargs
+    )
     return client
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import redis
 import redis.asyncio as aioredis
@@ -110,3 +112,30 @@ def test_the_sentinel_endpoints_are_every_sentinel_and_no_server_when_none_answe
     url = "sentinel://127.0.0.1:1,127.0.0.1:2/0"
     assert redis_connect.endpoints(url) == [("127.0.0.1", 1), ("127.0.0.1", 2)]
     assert redis_connect.endpoints(url, servers=True) == [("127.0.0.1", 1), ("127.0.0.1", 2)]
+
+
+def test_a_connection_to_the_primary_asks_where_it_is_on_every_reconnect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """22.5: redis-py 8 reconnects inside ``send_command`` through
+    ``connect_check_health``; the dropped connection must dial the primary the
+    sentinels name now, not the one it had (which a failover killed)."""
+    import redis.connection
+
+    from sandgrid.wire.redis_connect import PrimaryFollowingConnection
+
+    class Pool:
+        is_master = True
+
+        def get_master_address(self) -> tuple[str, int]:
+            return ("127.0.0.1", 6390)  # the promoted replica
+
+    dialled: list[tuple[str, int]] = []
+
+    def dial(self: Any, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+        dialled.append((self.host, self.port))
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "connect_check_health", dial)
+    conn = PrimaryFollowingConnection(connection_pool=Pool(), host="127.0.0.1", port=6389)
+    conn.connect_check_health(check_health=False)
+    assert dialled == [("127.0.0.1", 6390)]
