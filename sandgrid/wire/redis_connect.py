@@ -29,11 +29,13 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 import redis
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import Sentinel as AsyncSentinel
+from redis.asyncio.sentinel import SentinelManagedConnection as AsyncSentinelManagedConnection
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
 __all__ = [
     "DEFAULT_MASTER",
     "SENTINEL_SCHEME",
+    "AsyncPrimaryFollowingConnection",
     "PrimaryFollowingConnection",
     "SentinelURL",
     "celery_broker",
@@ -142,6 +144,21 @@ class PrimaryFollowingConnection(SentinelManagedConnection):
         )
 
 
+class AsyncPrimaryFollowingConnection(AsyncSentinelManagedConnection):
+    """The asyncio twin of ``PrimaryFollowingConnection`` (the same skip in
+    ``send_packed_command``)."""
+
+    async def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        pool: Any = self.connection_pool  # a SentinelConnectionPool (the stubs say less)
+        if not self.is_connected and pool.is_master:
+            self.host, self.port = await pool.get_master_address()
+        await super().connect_check_health(  # type: ignore[misc]  # redis-py 8; older stubs
+            check_health=check_health, retry_socket_connect=retry_socket_connect
+        )
+
+
 def connect(url: str, **options: Any) -> redis.Redis[str]:
     """A client (``decode_responses``) for ``url``; a Sentinel URL's follows the primary.
 
@@ -171,7 +188,9 @@ def connect_async(url: str, **options: Any) -> aioredis.Redis[str]:
         list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target, options)
     )
     kwargs: dict[str, Any] = {"db": target.db, **target.auth(), **options}
-    client: aioredis.Redis[str] = sentinel.master_for(target.master, **kwargs)
+    client: aioredis.Redis[str] = sentinel.master_for(
+        target.master, connection_class=AsyncPrimaryFollowingConnection, **kwargs
+    )
     return client
 
 

@@ -139,3 +139,27 @@ def test_a_connection_to_the_primary_asks_where_it_is_on_every_reconnect(
     conn = PrimaryFollowingConnection(connection_pool=Pool(), host="127.0.0.1", port=6389)
     conn.connect_check_health(check_health=False)
     assert dialled == [("127.0.0.1", 6390)]
+
+
+def test_the_asyncio_connection_to_the_primary_asks_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    import redis.asyncio.connection
+
+    from sandgrid.wire.redis_connect import AsyncPrimaryFollowingConnection
+
+    class Pool:
+        is_master = True
+
+        async def get_master_address(self) -> tuple[str, int]:
+            return ("127.0.0.1", 6390)
+
+    dialled: list[tuple[str, int]] = []
+
+    async def dial(self: Any, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+        dialled.append((self.host, self.port))
+
+    monkeypatch.setattr(redis.asyncio.connection.AbstractConnection, "connect_check_health", dial)
+    conn = AsyncPrimaryFollowingConnection(connection_pool=Pool(), host="127.0.0.1", port=6389)
+    asyncio.run(conn.connect_check_health(check_health=False))
+    assert dialled == [("127.0.0.1", 6390)]
