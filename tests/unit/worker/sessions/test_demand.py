@@ -3,13 +3,12 @@ holding it, its ceiling under a burst and its decay to the floor, on a fake cloc
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
 
 from sandgrid.models import Quotas
-from tests.unit.worker.sessions.test_pool_unit import FakeBackend
+from tests.unit.worker.sessions.test_pool_unit import FakeBackend, lease_from_threads
 from worker.sandboxes import Sandbox
 from worker.sessions.demand import DEFAULT_REFILL_S, Demand
 from worker.sessions.pool import WarmPool
@@ -207,20 +206,7 @@ def test_a_threaded_burst_never_shares_a_sandbox_nor_passes_the_ceiling() -> Non
 
     pool._refill_one = refill_and_watch  # type: ignore[method-assign]
     pool.start()
-    got: list[str] = []
-    lock = threading.Lock()
-
-    def lease(i: int) -> None:
-        for j in range(10):
-            sbx = pool.acquire("python", session_id=f"s{i}-{j}", tenant="t")
-            with lock:
-                got.append(sbx.id)
-
-    threads = [threading.Thread(target=lease, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    got = lease_from_threads(pool, each=10, release=False)
     pool.fill()
     assert len(got) == 80 and len(set(got)) == 80
     assert pool.warm_count("python") == 3 and most[0] <= 3

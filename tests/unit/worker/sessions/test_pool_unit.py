@@ -91,24 +91,32 @@ def test_dead_warm_sandbox_is_destroyed_not_handed_out(fake: FakeBackend) -> Non
     pool.close()
 
 
-def test_threads_never_share_a_sandbox(fake: FakeBackend) -> None:
-    pool = make_pool(fake, n=5)
-    pool.start()
+def lease_from_threads(pool: WarmPool, each: int, *, release: bool, threads: int = 8) -> list[str]:
+    """The ids of the sandboxes ``threads`` threads leased at once, ``each`` per thread
+    (each released after its lease when ``release``)."""
     got: list[str] = []
     lock = threading.Lock()
 
     def lease(i: int) -> None:
-        for j in range(20):
+        for j in range(each):
             sbx = pool.acquire("python", session_id=f"s{i}-{j}", tenant="t")
             with lock:
                 got.append(sbx.id)
-            pool.release(sbx)
+            if release:
+                pool.release(sbx)
 
-    threads = [threading.Thread(target=lease, args=(i,)) for i in range(8)]
-    for t in threads:
+    running = [threading.Thread(target=lease, args=(i,)) for i in range(threads)]
+    for t in running:
         t.start()
-    for t in threads:
+    for t in running:
         t.join()
+    return got
+
+
+def test_threads_never_share_a_sandbox(fake: FakeBackend) -> None:
+    pool = make_pool(fake, n=5)
+    pool.start()
+    got = lease_from_threads(pool, each=20, release=True)
     assert len(got) == 160 and len(set(got)) == 160
     pool.close()
     assert len(set(fake.destroyed)) == len(fake.created)
