@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MINIO_ENDPOINT",
     "DEFAULT_POOL_MAX",
+    "DEFAULT_POOL_TOTAL",
     "DEFAULT_PORT_MAX_BYTES",
     "DEFAULT_PORT_MAX_CONNECTIONS",
     "DEFAULT_PORT_URL_MAX_TTL_S",
@@ -81,6 +82,8 @@ DEFAULT_IDLE_TTL_S = 300.0
 DEFAULT_REAP_INTERVAL_S = 5.0
 #: The most warm sandboxes of one type demand may raise a node's pool to (22.3).
 DEFAULT_POOL_MAX = 8
+#: The most warm sandboxes a node keeps (made or being made) across all its types.
+DEFAULT_POOL_TOTAL = 16
 DEFAULT_SNAPSHOT_GC_INTERVAL_S = 600.0
 DEFAULT_SNAPSHOT_KEEP = 5
 DEFAULT_SNAPSHOT_GC_GRACE_S = 3600.0
@@ -292,6 +295,14 @@ class WorkerSettings(BaseModel):
         description="SANDGRID_WORKER__POOL_MAX: the most warm containers of one type the "
         "pool keeps when demand raises its target above the type's pool size (its floor; "
         "a floor above it is its own ceiling; 0: the pool size, fixed)",
+    )
+    pool_total: int = Field(
+        DEFAULT_POOL_TOTAL,
+        ge=0,
+        le=512,
+        description="SANDGRID_WORKER__POOL_TOTAL: the most warm containers the node keeps "
+        "across all its types, made or being made (each holds its memory quota while it "
+        "waits); the types' pool sizes are filled first, then what demand asks (0: no cap)",
     )
     idle_ttl_s: float = Field(
         DEFAULT_IDLE_TTL_S,

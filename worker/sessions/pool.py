@@ -22,7 +22,8 @@ The target follows demand (issue 22.3, ``worker.sessions.demand``): the pool
 counts each type's takes (hits and misses) over a sliding window and measures
 its create+ready time, and keeps ahead the takes expected during one refill,
 never below the type's configured size (its floor, ``pool_size``) nor above its
-ceiling (its ``pool_max``, else ``SANDGRID_WORKER__POOL_MAX``); once the window
+ceiling (its ``pool_max``, else ``SANDGRID_WORKER__POOL_MAX``), and at most
+``SANDGRID_WORKER__POOL_TOTAL`` across the node's types; once the window
 holds none of its takes it is back at the floor, the refill thread destroying
 the surplus. The node's metrics show it (``sandgrid_pool_target``).
 
@@ -47,7 +48,7 @@ from typing import Any
 from sandgrid.errors import CapacityError, SandgridError
 from sandgrid.models import Quotas
 from worker.sandboxes import Sandbox, SandboxManager
-from worker.sessions.demand import DEMAND_WINDOW_S, Demand
+from worker.sessions.demand import DEMAND_WINDOW_S, Demand, next_to_fill
 from worker.sessions.pool_protocol import BackendFor
 
 __all__ = [
@@ -97,6 +98,8 @@ class WarmPool:
         ceiling: the most warm containers demand may raise a type to (never
             below its floor; 0: the target stays at the floor).
         ceilings: a ceiling per type, over ``ceiling``.
+        total: the most warm sandboxes (made or being made) across all types,
+            floors filled first (0: no cap).
         window_s: how far back takes count; clock: monotonic seconds (tests).
     """
 
@@ -110,6 +113,7 @@ class WarmPool:
         trust_s: float = HEALTH_TRUST_S,
         ceiling: int = 0,
         ceilings: dict[str, int] | None = None,
+        total: int = 0,
         window_s: float = DEMAND_WINDOW_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -121,6 +125,7 @@ class WarmPool:
         self.floors = dict(floors)
         self.ceiling = ceiling
         self._ceilings = dict(ceilings or {})
+        self.total = total
         self._demand = Demand(window_s, clock)
         self._clock = clock
         self._quotas = dict(quotas or {})
@@ -377,11 +382,12 @@ class WarmPool:
         with self._lock:
             if self._stop.is_set():
                 return None
-            for t in self.floors:
-                if len(self._warm[t]) + self._creating[t] < self._target(t):
-                    self._creating[t] += 1
-                    return t
-        return None
+            have = {t: len(self._warm[t]) + self._creating[t] for t in self.floors}
+            targets = {t: self._target(t) for t in self.floors}
+            t = next_to_fill(have, self.floors, targets, self.total)
+            if t is not None:
+                self._creating[t] += 1
+            return t
 
     def _refill_loop(self) -> None:
         while not self._stop.is_set():
