@@ -150,3 +150,20 @@ def test_a_burst_raises_the_pool_to_its_ceiling_and_no_further(backend: SandboxM
             pool.release(sbx)
     finally:
         pool.close()
+
+
+def test_the_node_cap_holds_on_the_runtime(backend: SandboxManager, docker_client: Any) -> None:
+    capped = WarmPool(backend, {"python": 3}, refill_retry_s=0.2, total=2)
+    try:
+        capped.start()
+        deadline = time.monotonic() + 30
+        while capped.stats()["python"]["warm"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # a third would have been started by now
+        assert capped.stats()["python"]["warm"] == 2 and capped.stats()["python"]["creating"] == 0
+        running = [
+            i for i in capped.container_ids() if docker_client.api.containers(filters={"id": i})
+        ]
+        assert len(running) == 2
+    finally:
+        capped.close()
