@@ -215,9 +215,9 @@ def metric_type(name: str) -> str:
 
 
 def metric_image(image: str, repository: str) -> str:
-    """``repository`` as a metric label if an operator's type names ``image``, else ``private``."""
-    shared = any(t.tenant is None and t.image == image for t in current().types.values())
-    return repository if shared else PRIVATE_LABEL
+    """``repository`` as a metric label, or ``private`` when only tenants' types name ``image``."""
+    owners = {t.tenant for t in current().types.values() if t.image == image}
+    return PRIVATE_LABEL if owners and None not in owners else repository
 
 
 def get_type(name: str) -> SandboxTypeSpec:

@@ -154,3 +154,6 @@ def test_an_image_pull_names_only_an_operators_repository() -> None:
     assert catalog.metric_image("sandgrid/tpl-t1-tpl-secret:1", "sandgrid/tpl-t1-tpl-secret") == (
         "private"
     )
+    assert catalog.metric_image("sandgrid/named-by-none:1", "sandgrid/named-by-none") == (
+        "sandgrid/named-by-none"  # an operator's image before its type is added
+    )
