@@ -83,7 +83,7 @@ def test_refill_thread(pool: WarmPool) -> None:
 
 def test_unhealthy_warm_container_is_skipped(pool: WarmPool, docker_client: Any) -> None:
     pool.fill()
-    victim = pool._warm["python"][0]
+    victim = pool._warm.waiting("python")[0]
     docker_client.api.kill(victim.id)
     sbx = pool.acquire("python", session_id="s-healthy000000000", tenant="t")
     assert sbx.id != victim.id and victim.state in ("lost", "destroyed")
@@ -104,7 +104,7 @@ def test_a_fresh_warm_take_needs_no_ping_and_a_killed_one_is_still_caught(
     )
     sbx = pool.acquire("python", session_id="s-nopingaaaaaaaaa", tenant="t")
     assert pings == [] and exec_command(backend, sbx, ExecRequest(argv=["true"])).exit_code == 0
-    victim = pool._warm["python"][0]
+    victim = pool._warm.waiting("python")[0]
     docker_client.api.kill(victim.id)
     other = pool.acquire("python", session_id="s-nopingbbbbbbbbb", tenant="t")
     assert other.id != victim.id and pings == [victim.id]
@@ -128,7 +128,7 @@ def test_close_destroys_everything(backend: SandboxManager, docker_client: Any) 
     pool.fill()
     leased = pool.acquire("python", session_id="s-close00000000000", tenant="t")
     pool.fill()
-    warm = list(pool._warm["python"])
+    warm = pool._warm.waiting("python")
     pool.close()
     assert all(gone(docker_client, s) for s in [leased, *warm])
     with pytest.raises(Exception, match="closed"):
