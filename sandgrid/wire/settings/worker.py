@@ -167,6 +167,14 @@ class MemorySettings(BaseModel):
         description="SANDGRID_WORKER__MEMORY__RESTORE_BACKGROUND: runsc restore --background "
         "(the sandbox runs while its pages load; the image is uncompressed on disk)",
     )
+    restores_at_once: int = Field(
+        1,
+        ge=1,
+        description="SANDGRID_WORKER__MEMORY__RESTORES_AT_ONCE: how many `runsc restore`s a "
+        "node runs at the same time; the others' images are fetched meanwhile and wait "
+        "(forks landing on one node: each restore is CPU-bound, so one at a time brings "
+        "the first answering sooner and the last no later)",
+    )
     # 24.4 (resume speed, memcache): the node's cache of unpacked chunks.
     cache_mb: int = Field(
         2048,
