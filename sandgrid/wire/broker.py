@@ -11,6 +11,11 @@ redis-py client over a pool is safe to share between threads (each command
 checks a connection out). A channel that is closed or revived after a broker
 outage is a new channel, with a new client.
 
+The channel also notes what each push of a default-priority message answered
+(``LPUSH`` returns the list's length): ``pushed_depth`` gives the API's
+admission the depth of a queue it sent to within the last ``DEPTH_FRESH_S``,
+so a turn to a shallow queue skips its ``LLEN`` (issue 22.1).
+
 ``install`` (called by ``sandgrid.wire.celery_app.make_celery``) makes kombu's
 ``redis`` alias name this transport, so the broker URL and what every tool
 shows of it stay ``redis://`` (Flower's Broker page picks its client by that
@@ -19,6 +24,7 @@ scheme; ``broker_transport`` set to a class path would show the path instead).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -27,10 +33,12 @@ import kombu.transport
 import redis
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
+from kombu.utils.json import dumps
 
 from sandgrid.wire import names
 
 __all__ = [
+    "DEPTH_FRESH_S",
     "SENTINEL_TRANSPORT",
     "TRANSPORT",
     "Channel",
@@ -39,12 +47,27 @@ __all__ = [
     "SentinelTransport",
     "Transport",
     "install",
+    "pushed_depth",
 ]
 
 #: Where kombu finds this transport (the ``redis`` alias, after ``install``).
 TRANSPORT = "sandgrid.wire.broker:Transport"
 #: The same over Sentinel (the ``sentinel`` alias, after ``install``; 22.5).
 SENTINEL_TRANSPORT = "sandgrid.wire.broker:SentinelTransport"
+#: How long the length a push answered stands for its queue's (s): ``pushed_depth``.
+DEPTH_FRESH_S = 1.0
+
+#: queue -> (its length after this process's last push to it, when: monotonic s)
+_pushed: dict[str, tuple[int, float]] = {}
+
+
+def pushed_depth(queue: str) -> int | None:
+    """The length of ``queue`` that this process's last push to it answered, if that
+    push is at most ``DEPTH_FRESH_S`` old (else None: ask Redis)."""
+    seen = _pushed.get(queue)
+    if seen is None or time.monotonic() - seen[1] > DEPTH_FRESH_S:
+        return None
+    return seen[0]
 
 
 class QoS(kombu_redis.QoS):
@@ -157,6 +180,19 @@ class Channel(kombu_redis.Channel):
 
     QoS = QoS
     _shared_client: Any = None
+
+    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
+        """Push a message; the list's length it answers is noted (``pushed_depth``)
+        when it went to the queue's own list (default priority, no batch, no expiry)."""
+        this: Any = self  # kombu's Redis channel: the stubs know the base channel only
+        key = this._q_for_pri(queue, self._get_message_priority(message, reverse=False))
+        expires: Any = this._expires
+        if key != queue or kwargs.get("_publish_batch") is not None or queue in expires:
+            super()._put(queue, message, **kwargs)
+            return
+        with self.conn_or_acquire() as client:
+            depth = client.lpush(key, dumps(message))
+        _pushed[queue] = (int(depth), time.monotonic())
 
     @contextmanager
     def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:

@@ -134,6 +134,7 @@ class SessionTurns:
         *,
         parallel: int = 1,
         shared: bool = False,
+        check_depth: bool = True,
     ) -> tuple[str, int]:
         """``acquire_turn_slot`` and a slot among the session's ``parallel`` turns in
         flight, behind a queue-depth check, in one round trip
@@ -142,6 +143,8 @@ class SessionTurns:
         ``shared``: the turn goes to its type's shared queue (no live owner); it
         waits while another turn is in flight, which is bringing the session to
         a worker, so that all of them run where that one restored it.
+        ``check_depth`` False: the caller knows the queue is shallow (its own last
+        push to it said so), and its length is not read.
 
         Returns:
             ``("ok", 0)``, ``("backpressure", depth)``, ``("tenant_limit", 0)`` or
@@ -160,7 +163,7 @@ class SessionTurns:
         ]
         args = [
             turn_id,
-            depth_limit,
+            depth_limit if check_depth else "",
             limit,
             now,
             now + ttl,

@@ -39,6 +39,10 @@ def test_admitting_a_turn_on_a_free_session_runs_ten_commands(
         assert _admit(reg, "s-1", "t-1") == "ok"
     assert names_of(seen, "rt") == ["EVALSHA"]
     assert len(names_of(seen, "lua")) == 10, names_of(seen, "lua")
+    with recorded(TEST_REDIS_URL) as seen:  # the queue known shallow: no LLEN
+        found = reg.admit_turn("node.w1", 10, "acme", 4, "s-2", "t-2", 30, check_depth=False)
+    assert found[0] == "ok" and "LLEN" not in names_of(seen, "lua")
+    assert len(names_of(seen, "lua")) == 9, names_of(seen, "lua")
 
 
 def test_a_hold_and_a_claim_read_and_write_the_record_once_each(
