@@ -93,6 +93,11 @@ class SessionTurns:
         found: builtins.list[str] = self.redis.zrangebyscore(key, time.time(), "+inf")
         return found
 
+    def cancel_turn(self, turn_id: str, flag_ttl_s: int) -> None:
+        """Mark the turn cancelled, on its record and in its flag (``lua/cancel_turn.lua``)."""
+        keys = [names.turn_key(turn_id), names.turn_cancel_key(turn_id)]
+        self.scripts.run("cancel_turn", keys, [flag_ttl_s])
+
     def abandon_turn(self, turn_id: str) -> bool:
         """API side: nobody waits for this turn any more; a late claim is refused."""
         return bool(self.scripts.run("set_turn_state", [names.turn_key(turn_id)], ["abandoned"]))
