@@ -1,14 +1,18 @@
 """One HTTP request relayed to a sandbox port over a tunnel, streamed both ways.
 
-The tunnel (``tunnel.open_tunnel``) is the port's own byte stream; httpcore's
+The tunnel (``tunnel.open_stream``) is the port's own byte stream; httpcore's
 HTTP/1.1 connection speaks over it (``_TunnelStream``, its network stream),
-so the request body streams up as the client sends it and the response body
-streams down as the server writes it: a 50 MB download or a chunked, slowly
-produced response is never held whole. Hop-by-hop headers are dropped, and
-so are the caller's ``Authorization`` (the tenant's token never reaches the
-sandbox) and ``Cookie`` headers of the grid; the server sees ``Host:
-127.0.0.1:<port>`` and ``X-Forwarded-*`` naming the public prefix. One tunnel
-serves one request (a port's caps count requests in flight).
+which opens the tunnel on httpcore's first write, the request's head, and sends
+that head with the hello: the server has the request one round trip through
+worker and agent sooner. A body follows only after the worker's ok (a retry on
+another owner sends the head again; no body byte is lost), and streams up as
+the client sends it; the response body streams down as the server writes
+it: a 50 MB download or a chunked, slowly produced response is never held
+whole. Hop-by-hop headers are dropped, and so are the caller's
+``Authorization`` (the tenant's token never reaches the sandbox, nor the
+worker with the head) and ``Cookie`` headers of the grid; the server sees
+``Host: 127.0.0.1:<port>`` and ``X-Forwarded-*`` naming the public prefix.
+One tunnel serves one request (a port's caps count requests in flight).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpcore
@@ -25,7 +29,11 @@ from starlette.responses import Response, StreamingResponse
 
 from sandgrid.errors import PortUnreachable
 
-__all__ = ["HOP_BY_HOP", "forward_http", "request_headers", "response_headers"]
+__all__ = ["HOP_BY_HOP", "Opener", "forward_http", "request_headers", "response_headers"]
+
+#: Opens the tunnel with these first bytes; the socket and the port's bytes read with
+#: the worker's answer (``tunnel.open_stream``).
+Opener = Callable[[bytes], Awaitable[tuple[socket.socket, bytes]]]
 
 #: Never forwarded either way (RFC 9110 7.6.1), nor the caller's credentials.
 HOP_BY_HOP = frozenset(
@@ -47,23 +55,43 @@ _READ = 256 << 10
 
 
 class _TunnelStream(httpcore.AsyncNetworkStream):
-    """httpcore's network stream over the tunnel's asyncio streams."""
+    """httpcore's network stream over the tunnel's asyncio streams, opened by the first
+    write with its bytes (the opener's errors, a 502 or a 429, reach the route as they are)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+    def __init__(self, opener: Opener) -> None:
+        self.opener = opener
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def _open(self, early: bytes) -> None:
+        sock, first = await self.opener(early)
+        try:
+            self.reader, self.writer = await asyncio.open_connection(sock=sock, limit=_READ)
+        except BaseException:
+            sock.close()
+            raise
+        if first:
+            self.reader.feed_data(first)
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        if self.reader is None:
+            return b""
         async with asyncio.timeout(timeout):
             return await self.reader.read(max_bytes)
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if buffer:
-            self.writer.write(buffer)
-            async with asyncio.timeout(timeout):
-                await self.writer.drain()
+        if not buffer:
+            return
+        if self.writer is None:
+            await self._open(buffer)
+            return
+        self.writer.write(buffer)
+        async with asyncio.timeout(timeout):
+            await self.writer.drain()
 
     async def aclose(self) -> None:
+        if self.writer is None:
+            return
         self.writer.close()
         with contextlib.suppress(Exception):
             await self.writer.wait_closed()
@@ -104,16 +132,16 @@ def _has_body(request: Request) -> bool:
 
 
 async def forward_http(
-    request: Request, sock: socket.socket, port: int, prefix: str, path: str
+    request: Request, opener: Opener, port: int, prefix: str, path: str
 ) -> Response:
-    """Relay ``request`` to ``path`` on the tunnel ``sock``; the response streams back.
+    """Relay ``request`` to ``path`` on the tunnel ``opener`` opens; the response streams back.
 
     Raises:
         PortUnreachable: the server closed the connection without an answer.
+        SandgridError: the opener's (``tunnel.open_stream``).
     """
-    reader, writer = await asyncio.open_connection(sock=sock, limit=_READ)
     conn = httpcore.AsyncHTTP11Connection(
-        httpcore.Origin(b"http", b"127.0.0.1", port), _TunnelStream(reader, writer)
+        httpcore.Origin(b"http", b"127.0.0.1", port), _TunnelStream(opener)
     )
     target = "/" + path.lstrip("/")
     if request.url.query:

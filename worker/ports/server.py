@@ -8,7 +8,11 @@ is closed without a word. Then: the session must be live here (else 503,
 (``PortCaps``; else 429), and the sandbox's agent must connect to the port on
 its loopback (``InboundSockets.connect``; else 502, ``port_not_listening``).
 On success the worker answers ok and a splice ``Link`` relays the bytes both
-ways, counting each chunk against the byte cap, until either side ends; then
+ways, counting each chunk against the byte cap, until either side ends; the
+bytes the API sent behind its hello (a request's head) go first, counted as
+any. A refusal drops them: its answer is sent, the connection is shut for
+writing and read to its end (``_refuse``), so the API reads the answer rather
+than a reset. Then
 the connection is recorded (``PortBook``). A connection keeps the session from
 looking idle to the reaper.
 """
@@ -46,7 +50,8 @@ class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
 
 
-def _read_line(sock: socket.socket) -> bytes:
+def _read_hello(sock: socket.socket) -> tuple[bytes, bytes]:
+    """The hello line, and the early bytes read with it (the start of the port's stream)."""
     buf = bytearray()
     while len(buf) <= MAX_LINE:
         chunk = sock.recv(MAX_LINE + 1 - len(buf))
@@ -56,9 +61,9 @@ def _read_line(sock: socket.socket) -> bytes:
         if b"\n" in chunk:
             break
     line, nl, rest = bytes(buf).partition(b"\n")
-    if not nl or rest:  # the API waits for the answer before it sends a byte more
+    if not nl:
         raise ValueError("no hello line")
-    return line
+    return line, rest
 
 
 class PortServer:
@@ -119,7 +124,8 @@ class PortServer:
         """One connection of the API, from its hello to the relay's end."""
         sock.settimeout(self.timeout_s)
         try:
-            hello = read_hello(self.key, _read_line(sock))
+            line, early = _read_hello(sock)
+            hello = read_hello(self.key, line)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("ports: a connection without a valid hello was closed (%s)", exc)
             return
@@ -128,7 +134,7 @@ class PortServer:
             agent, ticket = self._open(hello.session, hello.port)
         except SandgridError as exc:
             self._record(hello.session, hello.port, t0, None, exc)
-            _send_quietly(sock, answer_line(exc))
+            _refuse(sock, answer_line(exc), min(1.0, self.timeout_s))
             return
         try:
             sock.sendall(answer_line())
@@ -137,7 +143,7 @@ class PortServer:
             ticket.close()
             return
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._relay(sock, agent, ticket, hello.port, t0)
+        self._relay(sock, agent, ticket, hello.port, t0, early)
 
     def _open(self, session: str, port: int) -> tuple[socket.socket, Ticket]:
         if port in self.reserved:
@@ -163,10 +169,18 @@ class PortServer:
             raise
 
     def _relay(
-        self, sock: socket.socket, agent: socket.socket, ticket: Ticket, port: int, t0: float
+        self,
+        sock: socket.socket,
+        agent: socket.socket,
+        ticket: Ticket,
+        port: int,
+        t0: float,
+        early: bytes,
     ) -> None:
         done = threading.Event()
-        link = Link(sock, agent, count=ticket.count, on_done=lambda _link: done.set())
+        link = Link(
+            sock, agent, count=ticket.count, on_done=lambda _link: done.set(), pending=(early, b"")
+        )
         link.start()
         while not done.wait(_TOUCH_S):  # an open WebSocket is activity: no idle release
             self._touch(ticket.session)
@@ -208,6 +222,12 @@ class PortServer:
         self.book.record(session, attempt)
 
 
-def _send_quietly(sock: socket.socket, data: bytes) -> None:
+def _refuse(sock: socket.socket, answer: bytes, linger_s: float) -> None:
+    """Send the refusal and read the API's bytes to its end (it closes after the answer):
+    closing with unread early bytes would reset the connection, the answer with it."""
     with contextlib.suppress(OSError):
-        sock.sendall(data)
+        sock.sendall(answer)
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(linger_s)
+        while sock.recv(MAX_LINE):
+            pass

@@ -80,6 +80,24 @@ def _open(port: int, hello: bytes) -> tuple[socket.socket, bytes]:
     return sock, answer
 
 
+def _recorded(book: Book) -> list[NetworkAttempt]:
+    """The book's attempts once the relay has ended and recorded its connection."""
+    for _ in range(50):
+        if book.attempts:
+            break
+        time.sleep(0.05)
+    return book.attempts
+
+
+def _answer(sock: socket.socket) -> tuple[bytes, bytes]:
+    """The answer line, and the port's bytes read with it."""
+    buf = b""
+    while b"\n" not in buf and (chunk := sock.recv(4096)):
+        buf += chunk
+    line, _, rest = buf.partition(b"\n")
+    return line, rest
+
+
 def test_a_signed_hello_opens_the_port_and_is_audited(server: Any, echo: int) -> None:
     _srv, book, (port, local) = server
     sock, answer = _open(port, Hello.make("s-1", echo).line(KEY))
@@ -87,11 +105,7 @@ def test_a_signed_hello_opens_the_port_and_is_audited(server: Any, echo: int) ->
     sock.sendall(b"ping")
     assert sock.recv(10) == b"ping"
     sock.close()
-    for _ in range(50):
-        if book.attempts:
-            break
-        time.sleep(0.05)
-    (attempt,) = book.attempts
+    (attempt,) = _recorded(book)
     assert attempt.allowed and attempt.protocol == "inbound" and attempt.port == echo
     assert (attempt.received, attempt.sent) == (4, 4)
 
@@ -115,3 +129,34 @@ def test_a_bad_hello_is_closed_unanswered(server: Any, echo: int) -> None:
     for hello in (Hello.make("s-1", echo).line(b"x" * 32), b"garbage\n", b"{}\n"):
         _, answer = _open(port, hello)
         assert answer == b""
+
+
+def test_bytes_sent_with_the_hello_reach_the_port_first_and_are_counted(
+    server: Any, echo: int
+) -> None:
+    _srv, book, (port, _) = server
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(Hello.make("s-1", echo).line(KEY) + b"ping")  # not waiting for the answer
+    answer, got = _answer(sock)
+    assert parse_answer(answer) is None
+    while len(got) < 4:  # the echo may come in the answer's read or after it
+        got += sock.recv(10)
+    assert got.endswith(b"ping")
+    sock.close()
+    (attempt,) = _recorded(book)
+    assert attempt.allowed and (attempt.received, attempt.sent) == (4, 4)
+
+
+def test_a_refusal_with_early_bytes_is_still_answered(server: Any) -> None:
+    _srv, book, (port, _) = server
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    closed = free.getsockname()[1]
+    free.close()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(Hello.make("s-1", closed).line(KEY) + b"GET / HTTP/1.1\r\n" + b"x" * 20000)
+    answer = json.loads(_answer(sock)[0])
+    assert answer["status"] == 502 and answer["error"]["code"] == "port_not_listening"
+    assert sock.recv(10) == b""  # then the worker's end: no early byte went anywhere
+    sock.close()
+    assert [a.allowed for a in book.attempts] == [False]

@@ -1,0 +1,60 @@
+"""The request's head goes with the hello, and the port's answer read with the worker's
+is the response's start (issue 21: one round trip less per request).
+
+The tunnel is a socket pair here: the opener stands for ``tunnel.open_stream``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import httpcore
+import pytest
+
+from sandgrid.errors import PortUnreachable
+from scheduler.ports import forward
+
+ORIGIN = httpcore.Origin(b"http", b"127.0.0.1", 8000)
+
+
+def _get() -> httpcore.Request:
+    return httpcore.Request(
+        "GET", "http://127.0.0.1:8000/small.txt", headers=[(b"host", b"127.0.0.1:8000")]
+    )
+
+
+def test_the_head_opens_the_tunnel_and_the_bytes_read_with_the_answer_come_first() -> None:
+    api, port = socket.socketpair()
+    api.setblocking(False)
+    early: list[bytes] = []
+
+    async def opener(head: bytes) -> tuple[socket.socket, bytes]:
+        early.append(head)
+        port.sendall(b"llo")  # the rest of the body, after what came with the answer
+        return api, b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhe"
+
+    async def main() -> bytes:
+        conn = httpcore.AsyncHTTP11Connection(ORIGIN, forward._TunnelStream(opener))
+        response = await conn.handle_async_request(_get())
+        body = await response.aread()
+        await conn.aclose()
+        return body
+
+    assert asyncio.run(main()) == b"hello"
+    (head,) = early
+    assert head.startswith(b"GET /small.txt HTTP/1.1\r\n") and head.endswith(b"\r\n\r\n")
+    assert port.recv(100) == b""  # nothing but the head was sent, and then the close
+    port.close()
+
+
+def test_a_refusal_of_the_opener_reaches_the_caller_as_it_is() -> None:
+    async def opener(head: bytes) -> tuple[socket.socket, bytes]:
+        raise PortUnreachable("nothing is listening on port 8000", context={"port": 8000})
+
+    async def main() -> None:
+        conn = httpcore.AsyncHTTP11Connection(ORIGIN, forward._TunnelStream(opener))
+        await conn.handle_async_request(_get())
+
+    with pytest.raises(PortUnreachable, match="nothing is listening"):
+        asyncio.run(main())
