@@ -8,13 +8,15 @@ is closed without a word. Then: the session must be live here (else 503,
 (``PortCaps``; else 429), and the sandbox's agent must connect to the port on
 its loopback (``InboundSockets.connect``; else 502, ``port_not_listening``).
 On success the worker answers ok and a splice ``Link`` relays the bytes both
-ways, counting each chunk against the byte cap, until either side ends; the
-bytes the API sent behind its hello (a request's head) go first, counted as
-any. A refusal drops them: its answer is sent, the connection is shut for
-writing and read to its end (``_refuse``), so the API reads the answer rather
-than a reset. Then
-the connection is recorded (``PortBook``). A connection keeps the session from
-looking idle to the reaper.
+ways, counting each chunk against the byte cap, until either side ends: the
+connection's own thread carries API -> sandbox, one more thread the answer
+(``Link.run_here``). The bytes the API sent behind its hello (a request's
+head) go first, counted as any. A refusal drops them: its answer is sent, the
+connection is shut for writing and read to its end (``_refuse``), so the API
+reads the answer rather than a reset. Then the connection is recorded
+(``PortBook``). A session with a connection open is marked used every
+``_TOUCH_S`` by one thread of the listener (an open WebSocket is activity:
+the reaper does not release the session under it).
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ class PortServer:
         self.reserved = reserved
         self.timeout_s = timeout_s
         self._server: _Server | None = None
+        self._stopped = threading.Event()
 
     def serve(self, addr: str, port: int) -> int:
         """Start listening on ``addr:port`` (0: any) in a daemon thread; the bound port."""
@@ -113,9 +116,11 @@ class PortServer:
         server = _Server((addr, port), _Handler)
         self._server = server
         threading.Thread(target=server.serve_forever, name="ports", daemon=True).start()
+        threading.Thread(target=self._touch_open, name="ports-touch", daemon=True).start()
         return int(server.server_address[1])
 
     def stop(self) -> None:
+        self._stopped.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -181,13 +186,17 @@ class PortServer:
         link = Link(
             sock, agent, count=ticket.count, on_done=lambda _link: done.set(), pending=(early, b"")
         )
-        link.start()
-        while not done.wait(_TOUCH_S):  # an open WebSocket is activity: no idle release
-            self._touch(ticket.session)
+        link.run_here()
+        done.wait()  # the answer's direction too: the bytes are counted when it ends
         ticket.close()
         self._touch(ticket.session)
         cut = "cut: the session's byte cap" if link.cut else ""
         self._record(ticket.session, port, t0, ticket, None, reason=cut)
+
+    def _touch_open(self) -> None:
+        while not self._stopped.wait(_TOUCH_S):
+            for session in self.caps.open_sessions():
+                self._touch(session)
 
     def _touch(self, session: str) -> None:
         local = self.sessions.get(session)

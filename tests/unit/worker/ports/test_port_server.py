@@ -21,6 +21,7 @@ import pytest
 from sandgrid.models import NetworkAttempt
 from sandgrid.wire.portlink import Hello, parse_answer
 from worker.agent import inbound
+from worker.ports import server as port_server
 from worker.ports.caps import PortCaps
 from worker.ports.server import PortServer
 from worker.ports.sockets import InboundSockets
@@ -56,7 +57,10 @@ def echo() -> Iterator[int]:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[PortServer, Book, Any]]:
+def server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[PortServer, Book, Any]]:
+    monkeypatch.setattr(port_server, "_TOUCH_S", 0.05)
     box = InboundSockets()
     box.open("sbx", tmp_path)
     for _ in range(2):
@@ -160,3 +164,17 @@ def test_a_refusal_with_early_bytes_is_still_answered(server: Any) -> None:
     assert sock.recv(10) == b""  # then the worker's end: no early byte went anywhere
     sock.close()
     assert [a.allowed for a in book.attempts] == [False]
+
+
+def test_an_open_connection_keeps_its_session_used(server: Any, echo: int) -> None:
+    """An open WebSocket is activity: the listener marks the session used while it lasts."""
+    _srv, _, (port, local) = server
+    sock, answer = _open(port, Hello.make("s-1", echo).line(KEY))
+    assert parse_answer(answer) is None
+    local.last_used = 0.0
+    for _ in range(100):
+        if local.last_used > 0:
+            break
+        time.sleep(0.05)
+    assert local.last_used > 0
+    sock.close()
