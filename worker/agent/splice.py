@@ -175,19 +175,23 @@ class Link:
                     self._finish()
                 return
 
-    def run_here(self) -> None:
-        """Relay a -> b in the calling thread and b -> a in one started thread; return
-        when a -> b ended (``on_done`` says when both did). With no thread to be had,
-        the link ends as ``start``'s does."""
+    def run_here(self, spawn: Callable[[Callable[[], None]], None] | None = None) -> None:
+        """Relay a -> b in the calling thread and b -> a in one more (``spawn`` runs it on
+        a thread, by default a new one); return when a -> b ended (``on_done`` says when
+        both did). With no thread to be had (``spawn`` raised RuntimeError), the link ends
+        as ``start``'s does."""
         for s in self.socks:
             s.setblocking(True)
         started: list[bool] = []
 
         def other() -> None:
             started.append(True)
-            thread = threading.Thread(target=self._run, args=(1,), name=THREAD_NAME, daemon=True)
             try:
-                thread.start()
+                if spawn is None:
+                    name = THREAD_NAME
+                    threading.Thread(target=self._run, args=(1,), name=name, daemon=True).start()
+                else:
+                    spawn(lambda: self._run(1))
             except RuntimeError as exc:
                 self.error = exc
                 self.abort()

@@ -10,13 +10,14 @@ its loopback (``InboundSockets.connect``; else 502, ``port_not_listening``).
 On success the worker answers ok and a splice ``Link`` relays the bytes both
 ways, counting each chunk against the byte cap, until either side ends: the
 connection's own thread carries API -> sandbox, one more thread the answer
-(``Link.run_here``). The bytes the API sent behind its hello (a request's
-head) go first, counted as any. A refusal drops them: its answer is sent, the
-connection is shut for writing and read to its end (``_refuse``), so the API
-reads the answer rather than a reset. Then the connection is recorded
-(``PortBook``). A session with a connection open is marked used every
-``_TOUCH_S`` by one thread of the listener (an open WebSocket is activity:
-the reaper does not release the session under it).
+(``Link.run_here``), both kept for the next connections (``Threads``). The
+bytes the API sent behind its hello (a request's head) go first, counted as
+any. A refusal drops them: its answer is sent, the connection is shut for
+writing and read to its end (``_refuse``), so the API reads the answer rather
+than a reset. Then the connection is recorded (``PortBook``). A session with
+a connection open is marked used every ``_TOUCH_S`` by one thread of the
+listener (an open WebSocket is activity: the reaper does not release the
+session under it).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import socket
 import socketserver
 import threading
 import time
+from typing import Any
 
 from sandgrid.errors import ErrorCode, InfrastructureError, InvalidInput, SandgridError
 from sandgrid.models import NetworkAttempt
@@ -35,6 +37,7 @@ from worker.agent.splice import Link
 from worker.ports.audit import PortBook
 from worker.ports.caps import PortCaps, Ticket
 from worker.ports.sockets import InboundSockets
+from worker.ports.threads import Threads
 from worker.sessions.table import SessionTable
 
 __all__ = ["PortServer"]
@@ -45,11 +48,33 @@ log = logging.getLogger(__name__)
 _TOUCH_S = 10.0
 
 
-class _Server(socketserver.ThreadingTCPServer):
-    """A thread per connection (each lives as long as its relay), daemons all."""
+class _Server(socketserver.TCPServer):
+    """A thread per connection (each lives as long as its relay), from ``Threads``."""
 
     allow_reuse_address = True
-    daemon_threads = True
+
+    def __init__(
+        self,
+        addr: tuple[str, int],
+        handler: type[socketserver.BaseRequestHandler],
+        threads: Threads,
+    ) -> None:
+        self.threads = threads
+        super().__init__(addr, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        try:
+            self.threads.submit(lambda: self._serve(request, client_address))
+        except RuntimeError:  # no thread to be had: this connection is refused
+            self.shutdown_request(request)
+
+    def _serve(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
 
 
 def _read_hello(sock: socket.socket) -> tuple[bytes, bytes]:
@@ -104,6 +129,7 @@ class PortServer:
         self.timeout_s = timeout_s
         self._server: _Server | None = None
         self._stopped = threading.Event()
+        self.threads = Threads("ports")
 
     def serve(self, addr: str, port: int) -> int:
         """Start listening on ``addr:port`` (0: any) in a daemon thread; the bound port."""
@@ -113,7 +139,7 @@ class PortServer:
             def handle(self) -> None:
                 outer.handle(self.request)
 
-        server = _Server((addr, port), _Handler)
+        server = _Server((addr, port), _Handler, self.threads)
         self._server = server
         threading.Thread(target=server.serve_forever, name="ports", daemon=True).start()
         threading.Thread(target=self._touch_open, name="ports-touch", daemon=True).start()
@@ -186,7 +212,7 @@ class PortServer:
         link = Link(
             sock, agent, count=ticket.count, on_done=lambda _link: done.set(), pending=(early, b"")
         )
-        link.run_here()
+        link.run_here(spawn=self.threads.submit)
         done.wait()  # the answer's direction too: the bytes are counted when it ends
         ticket.close()
         self._touch(ticket.session)

@@ -38,23 +38,29 @@ def read_all(s: socket.socket) -> bytes:
 
 
 def run_link(
-    count: splice.Count | None = None, pending: tuple[bytes, bytes] = (b"", b""), here: bool = False
+    count: splice.Count | None = None, pending: tuple[bytes, bytes] = (b"", b""), here: str = ""
 ) -> Any:
     """A link started (``start``), or run in a thread standing for the caller's
-    (``run_here``: the port listener's connection thread)."""
+    (``run_here``: the port listener's connection thread; ``spawn``: its other
+    direction on a thread the caller gives)."""
     client, a, b, server = pairs()
     done = threading.Event()
     link = Link(a, b, count, on_done=lambda _: done.set(), pending=pending)
     if here:
-        threading.Thread(target=link.run_here, daemon=True).start()
+        spawn = _spawn if here == "spawn" else None
+        threading.Thread(target=link.run_here, args=(spawn,), daemon=True).start()
     else:
         link.start()
     return client, server, link, done
 
 
-@pytest.fixture(params=[False, True], ids=["start", "run_here"])
-def here(request: pytest.FixtureRequest) -> bool:
-    return bool(request.param)
+def _spawn(task: Callable[[], None]) -> None:
+    threading.Thread(target=task, daemon=True).start()
+
+
+@pytest.fixture(params=["", "here", "spawn"], ids=["start", "run_here", "run_here_spawn"])
+def here(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -64,7 +70,7 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     return t, out
 
 
-def test_both_directions_with_half_close_and_exact_counts(here: bool) -> None:
+def test_both_directions_with_half_close_and_exact_counts(here: str) -> None:
     counted = [0, 0]
 
     def count(idx: int, n: int) -> int:
@@ -91,7 +97,7 @@ def test_both_directions_with_half_close_and_exact_counts(here: bool) -> None:
     client.close()
 
 
-def test_half_close_from_the_server_side_keeps_the_upload_flowing(here: bool) -> None:
+def test_half_close_from_the_server_side_keeps_the_upload_flowing(here: str) -> None:
     client, server, _, done = run_link(here=here)
     server.sendall(b"banner")
     server.shutdown(socket.SHUT_WR)
@@ -106,7 +112,7 @@ def test_half_close_from_the_server_side_keeps_the_upload_flowing(here: bool) ->
     client.close()
 
 
-def test_a_count_that_allows_less_cuts_after_exactly_that_much(here: bool) -> None:
+def test_a_count_that_allows_less_cuts_after_exactly_that_much(here: str) -> None:
     total = [0]
 
     def count(idx: int, n: int) -> int:
@@ -129,7 +135,7 @@ def test_a_count_that_allows_less_cuts_after_exactly_that_much(here: bool) -> No
     server.close()
 
 
-def test_abort_wakes_both_blocked_threads(here: bool) -> None:
+def test_abort_wakes_both_blocked_threads(here: str) -> None:
     client, server, link, done = run_link(here=here)
     link.abort()
     assert done.wait(10)
@@ -232,7 +238,7 @@ def test_run_here_with_no_thread_to_be_had_ends_the_link_cleanly(
         real(self)
 
     monkeypatch.setattr(threading.Thread, "start", refused_here)
-    client, server, link, done = run_link(pending=(b"early", b""), here=True)
+    client, server, link, done = run_link(pending=(b"early", b""), here="here")
     assert done.wait(10)
     monkeypatch.undo()
     assert isinstance(link.error, RuntimeError)
