@@ -29,7 +29,14 @@ from starlette.responses import Response, StreamingResponse
 
 from sandgrid.errors import PortUnreachable
 
-__all__ = ["HOP_BY_HOP", "Opener", "forward_http", "request_headers", "response_headers"]
+__all__ = [
+    "HOP_BY_HOP",
+    "WHOLE_MAX",
+    "Opener",
+    "forward_http",
+    "request_headers",
+    "response_headers",
+]
 
 #: Opens the tunnel with these first bytes; the socket and the port's bytes read with
 #: the worker's answer (``tunnel.open_stream``).
@@ -52,6 +59,10 @@ HOP_BY_HOP = frozenset(
 )
 _CREDENTIALS = frozenset({"authorization"})
 _READ = 256 << 10
+#: A response whose Content-Length is at most this is read whole and answered at once
+#: (a page's small files skip the streaming response and close their tunnel sooner).
+WHOLE_MAX = 64 << 10
+_BROKEN = (httpcore.ProtocolError, httpcore.NetworkError, httpcore.ReadError)
 
 
 class _TunnelStream(httpcore.AsyncNetworkStream):
@@ -126,6 +137,11 @@ def response_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, by
     return [(k.lower(), v) for k, v in headers if k.decode("latin-1").lower() not in HOP_BY_HOP]
 
 
+def _small(response: httpcore.Response) -> bool:
+    length = next((v for k, v in response.headers if k.lower() == b"content-length"), b"")
+    return length.isdigit() and int(length) <= WHOLE_MAX
+
+
 def _has_body(request: Request) -> bool:
     te = request.headers.get("transfer-encoding", "")
     return "chunked" in te.lower() or int(request.headers.get("content-length") or 0) > 0
@@ -154,7 +170,16 @@ async def forward_http(
     )
     try:
         response = await conn.handle_async_request(upstream)
-    except (httpcore.ProtocolError, httpcore.NetworkError, httpcore.ReadError) as exc:
+        if _small(response):
+            try:
+                content = await response.aread()
+            finally:
+                await response.aclose()
+                await conn.aclose()
+            whole = Response(content, status_code=response.status)
+            whole.raw_headers = response_headers(list(response.headers))
+            return whole
+    except _BROKEN as exc:
         await conn.aclose()
         raise PortUnreachable(
             f"the server on port {port} closed the connection without an answer",

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 
 import httpcore
 import pytest
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
 
 from sandgrid.errors import PortUnreachable
 from scheduler.ports import forward
@@ -58,3 +61,44 @@ def test_a_refusal_of_the_opener_reaches_the_caller_as_it_is() -> None:
 
     with pytest.raises(PortUnreachable, match="nothing is listening"):
         asyncio.run(main())
+
+
+def _request() -> Request:
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/v1/sessions/s-1/ports/8000/f",
+        "query_string": b"",
+        "headers": [(b"host", b"api"), (b"authorization", b"Bearer tok")],
+        "scheme": "http",
+        "server": ("api", 80),
+    }
+    return Request(scope, receive)
+
+
+@pytest.mark.parametrize("size", [512, forward.WHOLE_MAX + 1])
+def test_a_small_answer_is_read_whole_and_a_big_one_streams(size: int) -> None:
+    api, port = socket.socketpair()
+    api.setblocking(False)
+    heads: list[bytes] = []
+
+    async def opener(head: bytes) -> tuple[socket.socket, bytes]:
+        heads.append(head)
+        return api, b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % size
+
+    def serve() -> None:
+        port.sendall(b"x" * size)
+
+    async def main() -> Response:
+        threading.Thread(target=serve, daemon=True).start()
+        return await forward.forward_http(_request(), opener, 8000, "/p", "f")
+
+    out = asyncio.run(main())
+    assert isinstance(out, StreamingResponse) == (size > forward.WHOLE_MAX)
+    if size <= forward.WHOLE_MAX:
+        assert out.body == b"x" * size and (b"content-length", b"512") in out.raw_headers
+    assert b"authorization" not in heads[0].lower()  # the head that went early: no token
+    port.close()
