@@ -33,11 +33,11 @@ from typing import Any
 from sandgrid.errors import ErrorCode, InfrastructureError, InvalidInput, SandgridError
 from sandgrid.models import NetworkAttempt
 from sandgrid.wire.portlink import MAX_LINE, answer_line, read_hello
+from worker.agent.linkthreads import Threads
 from worker.agent.splice import Link
 from worker.ports.audit import PortBook
 from worker.ports.caps import PortCaps, Ticket
 from worker.ports.sockets import InboundSockets
-from worker.ports.threads import Threads
 from worker.sessions.table import SessionTable
 
 __all__ = ["PortServer"]
@@ -129,7 +129,7 @@ class PortServer:
         self.timeout_s = timeout_s
         self._server: _Server | None = None
         self._stopped = threading.Event()
-        self.threads = Threads("ports")
+        self.threads = Threads("ports", report=lambda _exc: log.exception("ports: a task failed"))
 
     def serve(self, addr: str, port: int) -> int:
         """Start listening on ``addr:port`` (0: any) in a daemon thread; the bound port."""

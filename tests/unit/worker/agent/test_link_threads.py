@@ -1,10 +1,10 @@
-"""The port listener's threads: reused when idle, never a queue behind a busy one."""
+"""The relay's threads (``linkthreads``): reused when idle, never a queue behind a busy one."""
 
 from __future__ import annotations
 
 import threading
 
-from worker.ports.threads import Threads
+from worker.agent.linkthreads import Threads
 
 
 def _ran(
@@ -50,8 +50,9 @@ def test_a_busy_thread_never_holds_a_task_back_and_idle_ones_are_capped() -> Non
     _until_idle(threads, 1)  # two of them ended, one waits
 
 
-def test_a_failing_task_leaves_its_thread_usable() -> None:
-    threads = Threads("t")
+def test_a_failing_task_is_reported_and_leaves_its_thread_usable() -> None:
+    failed: list[Exception] = []
+    threads = Threads("t", report=failed.append)
 
     def fail() -> None:
         raise ValueError("boom")
@@ -59,4 +60,4 @@ def test_a_failing_task_leaves_its_thread_usable() -> None:
     threads.submit(fail)
     _until_idle(threads, 1)
     started, _ = _ran(threads)
-    assert started.wait(10)
+    assert started.wait(10) and [str(e) for e in failed] == ["boom"]

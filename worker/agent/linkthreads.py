@@ -1,24 +1,25 @@
-"""The port listener's threads, kept for the next connection instead of started for each.
+"""Threads kept for the next relayed connection instead of started for each.
 
-Every connection of the API holds a thread for its life (its API -> sandbox
-direction) and one more (the answer's, ``Link.run_here``). Starting two
-threads per connection put two thread starts on each request's path, the
-first of them before the hello was even read. ``Threads`` runs a task on an
-idle thread when one waits, else on a new one: a task never queues behind a
-busy thread (a long WebSocket holds its two for hours), so the count follows
-the connections open at once, and at most ``keep`` idle threads stay.
+A port connection holds two threads for its life, one per direction
+(``splice.Link.run_here``), on the worker (its port listener) and in the
+sandbox (the agent's ``inbound``). Starting them per connection put thread
+starts on each request's path, on the worker the first before the hello was
+even read. ``Threads`` runs a task on an idle thread when one waits, else on
+a new one: a task never queues behind a busy thread (a long WebSocket holds
+its two for hours), so the count follows the connections open at once, and
+at most ``keep`` idle threads stay.
+
+Stdlib only: the agent runs it in the sandbox; the worker imports it as it
+imports ``splice``.
 """
 
 from __future__ import annotations
 
-import logging
 import queue
 import threading
 from collections.abc import Callable
 
 __all__ = ["KEEP_IDLE", "Threads"]
-
-log = logging.getLogger(__name__)
 
 #: Idle threads kept for the next connections (two per connection: a page's burst).
 KEEP_IDLE = 16
@@ -30,11 +31,15 @@ class Threads:
     Args:
         name: the threads' name.
         keep: idle threads kept at most; one past it ends.
+        report: told a task's exception (in its ``except``), the thread goes on.
     """
 
-    def __init__(self, name: str, keep: int = KEEP_IDLE) -> None:
+    def __init__(
+        self, name: str, keep: int = KEEP_IDLE, report: Callable[[Exception], None] | None = None
+    ) -> None:
         self.name = name
         self.keep = keep
+        self.report = report
         self._lock = threading.Lock()
         self._idle = 0
         self._tasks: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
@@ -70,9 +75,9 @@ class Threads:
             self._idle += 1
             return True
 
-    @staticmethod
-    def _run(task: Callable[[], None]) -> None:
+    def _run(self, task: Callable[[], None]) -> None:
         try:
             task()
-        except Exception:
-            log.exception("ports: a connection's task failed")
+        except Exception as exc:
+            if self.report is not None:
+                self.report(exc)
