@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpcore
@@ -65,47 +65,59 @@ WHOLE_MAX = 64 << 10
 _BROKEN = (httpcore.ProtocolError, httpcore.NetworkError, httpcore.ReadError)
 
 
+@contextlib.contextmanager
+def _mapped(timeout: type[Exception], broken: type[Exception]) -> Iterator[None]:
+    """The tunnel's socket errors as httpcore's own streams raise them. A write that
+    fails (the server answered early and closed, RFC 9110 15.5.1) is a ``WriteError``,
+    after which httpcore reads the answer; a raw ``OSError`` escaped it as a 500."""
+    try:
+        yield
+    except TimeoutError as exc:  # an OSError too: first
+        raise timeout(str(exc)) from exc
+    except OSError as exc:
+        raise broken(str(exc) or type(exc).__name__) from exc
+
+
 class _TunnelStream(httpcore.AsyncNetworkStream):
-    """httpcore's network stream over the tunnel's asyncio streams, opened by the first
-    write with its bytes (the opener's errors, a 502 or a 429, reach the route as they are)."""
+    """httpcore's network stream over the tunnel's socket, opened by the first write with
+    its bytes (the opener's errors, a 502 or a 429, reach the route as they are).
+
+    The socket's errors become httpcore's own (``_mapped``). A write that fails leaves
+    the socket open for reading: a server that answers early and closes with the body
+    unread (RFC 9110 15.5.1: a 413, an ``http.server`` 501) resets the tunnel on the
+    body's next write, and httpcore then reads the answer, which the kernel still holds.
+    """
 
     def __init__(self, opener: Opener) -> None:
         self.opener = opener
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def _open(self, early: bytes) -> None:
-        sock, first = await self.opener(early)
-        try:
-            self.reader, self.writer = await asyncio.open_connection(sock=sock, limit=_READ)
-        except BaseException:
-            sock.close()
-            raise
-        if first:
-            self.reader.feed_data(first)
+        self.sock: socket.socket | None = None
+        self.first = b""
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        if self.reader is None:
+        if self.sock is None:
             return b""
-        async with asyncio.timeout(timeout):
-            return await self.reader.read(max_bytes)
+        if self.first:
+            out, self.first = self.first[:max_bytes], self.first[max_bytes:]
+            return out
+        loop = asyncio.get_running_loop()
+        with _mapped(httpcore.ReadTimeout, httpcore.ReadError):
+            async with asyncio.timeout(timeout):
+                return await loop.sock_recv(self.sock, min(max_bytes, _READ))
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
         if not buffer:
             return
-        if self.writer is None:
-            await self._open(buffer)
+        if self.sock is None:
+            self.sock, self.first = await self.opener(buffer)
             return
-        self.writer.write(buffer)
-        async with asyncio.timeout(timeout):
-            await self.writer.drain()
+        loop = asyncio.get_running_loop()
+        with _mapped(httpcore.WriteTimeout, httpcore.WriteError):
+            async with asyncio.timeout(timeout):
+                await loop.sock_sendall(self.sock, buffer)
 
     async def aclose(self) -> None:
-        if self.writer is None:
-            return
-        self.writer.close()
-        with contextlib.suppress(Exception):
-            await self.writer.wait_closed()
+        if self.sock is not None:
+            self.sock.close()
 
     def get_extra_info(self, info: str) -> Any:
         return None

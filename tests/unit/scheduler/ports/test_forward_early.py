@@ -107,3 +107,57 @@ def test_a_small_answer_is_read_whole_and_a_big_one_streams(size: int) -> None:
     assert (b"content-length", str(size).encode()) in out.raw_headers
     assert b"authorization" not in heads[0].lower()  # the head that went early: no token
     port.close()
+
+
+def _post(body_after: threading.Event) -> Request:
+    """A POST that names a long body, sends 100 bytes of it once ``body_after`` is set,
+    and then never more (a client holding its request half-open)."""
+    sent: list[bool] = []
+
+    async def receive() -> dict[str, object]:
+        if not sent:
+            while not body_after.is_set():
+                await asyncio.sleep(0.01)
+            sent.append(True)
+            return {"type": "http.request", "body": b"x" * 100, "more_body": True}
+        await asyncio.Event().wait()  # never: the rest of the body does not come
+        raise AssertionError
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/sessions/s-1/ports/8000/slow",
+        "query_string": b"",
+        "headers": [(b"host", b"api"), (b"content-length", b"1000000")],
+        "scheme": "http",
+        "server": ("api", 80),
+    }
+    return Request(scope, receive)
+
+
+def test_a_server_that_answers_before_the_body_and_closes_is_no_internal_error() -> None:
+    """``http.server`` answers a POST it has no handler for (501) on the head alone and
+    closes: the body's next write fails. The caller gets the server's answer, not an
+    ``OSError`` out of the route (a 500)."""
+    api, port = socket.socketpair()
+    api.setblocking(False)
+    closed = threading.Event()
+
+    async def opener(head: bytes) -> tuple[socket.socket, bytes]:
+        api.send(head)  # as the worker relays the head sent with the hello
+        return api, b""
+
+    def serve() -> None:
+        port.recv(65536)
+        port.sendall(b"HTTP/1.1 501 Unsupported\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        port.close()
+        closed.set()
+
+    async def main() -> int:
+        out = await forward.forward_http(_post(closed), opener, 8000, "/p", "slow")
+        return out.status_code
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    assert asyncio.run(asyncio.wait_for(main(), 10)) == 501
+    server.join(10)

@@ -178,3 +178,30 @@ def test_an_open_connection_keeps_its_session_used(server: Any, echo: int) -> No
         time.sleep(0.05)
     assert local.last_used > 0
     sock.close()
+
+
+def test_a_held_request_whose_head_came_with_the_hello_counts_against_the_cap(
+    server: Any, echo: int
+) -> None:
+    """A POST whose head went early and whose body never ends (a client holding it
+    half-open) is an open connection until the API closes it: the next is 429."""
+    _srv, book, (port, _) = server
+    head = b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n"
+    held = socket.create_connection(("127.0.0.1", port), timeout=5)
+    held.sendall(Hello.make("s-1", echo).line(KEY) + head)  # not waiting for the answer
+    answer, _ = _answer(held)
+    assert parse_answer(answer) is None
+    held.sendall(b"x" * 100)  # the body's start, after the answer; then nothing
+    for _ in range(3):  # the cap is 1: held, it refuses every other
+        _, refusal = _open(port, Hello.make("s-1", echo).line(KEY))
+        assert json.loads(refusal)["error"]["code"] == "port_limit"
+    held.close()
+    for _ in range(50):  # closed, its slot is free once the relay ended
+        sock, answer = _open(port, Hello.make("s-1", echo).line(KEY))
+        if parse_answer(answer) is None:
+            break
+        time.sleep(0.05)
+    assert parse_answer(answer) is None
+    sock.close()
+    refused = [a.reason for a in book.attempts if not a.allowed]
+    assert len(refused) >= 3 and set(refused) == {"port_limit"}
