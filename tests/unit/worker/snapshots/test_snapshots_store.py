@@ -379,9 +379,12 @@ def test_a_new_large_file_packed_beside_its_head_is_uploaded_and_restores(
     assert (dst / "workspace/model.bin").read_bytes() == big
 
 
+@pytest.mark.parametrize("rewrite", ["second, longer", "FIRST"])
 def test_file_changing_during_snapshot_is_scanned_again(
-    tmp_path: Path, store: CountingStore
+    tmp_path: Path, store: CountingStore, rewrite: str
 ) -> None:
+    """A change of size is seen in the pack; one to the same size by the commit's
+    one hash of each content (``transfer.put_blob``). Either way: scan again."""
     sbx = new_sandbox(tmp_path)
     write(sbx, "workspace/log.txt", "first")
 
@@ -391,14 +394,14 @@ def test_file_changing_during_snapshot_is_scanned_again(
         def pack(self, sbx: Path, paths: list[str]) -> bytes:
             if not self.raced:
                 self.raced = True
-                write(sbx, "workspace/log.txt", "second, longer")
+                write(sbx, "workspace/log.txt", rewrite)
             return super().pack(sbx, paths)
 
     ref = snapshot_sandbox(Racing(), sbx, store, TENANT, "s1", None)
     assert ref is not None and ref.stats["attempts"] == 2
     dst = new_sandbox(tmp_path, "dst")
     restore_sandbox(HostDirBackend(), dst, store, TENANT, "s1", ref)
-    assert (dst / "workspace/log.txt").read_text() == "second, longer"
+    assert (dst / "workspace/log.txt").read_text() == rewrite
 
 
 # ---- verification -------------------------------------------------------------------
