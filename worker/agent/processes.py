@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .errors import AgentError, Json
-from .framing import write_all
+from .framing import LENGTH, Payload, write_all
 from .launcher import LAUNCHER
 from .limits import CLEANUP_WAIT_S, GID, KILL_BUDGET_S, PIDS_CURRENT_FILE, PIPE_SIZE, UID
 from .reaper import REAPER
@@ -264,10 +264,34 @@ def as_user(fn: Callable[..., Any], *args: Any) -> Any:
     with os.fdopen(rfd, "rb") as f:
         raw = f.read()
     try:
-        reply = json.loads(raw)
+        reply = _child_reply(raw)
     except ValueError:
         raise AgentError("sandbox_error", "file operation died without an answer") from None
     return _result(reply)
+
+
+def _child_bytes(reply: Json) -> bytes:
+    """A user child's reply on its pipe: JSON, or for a ``Payload`` result ``B``,
+    the length of its fields' JSON, that JSON and the payload's bytes (no base64)."""
+    result = reply.get("result")
+    if not isinstance(result, Payload):
+        return json.dumps(reply).encode()
+    fields = json.dumps(result.fields).encode()
+    return b"B" + LENGTH.pack(len(fields)) + fields + result.data
+
+
+def _child_reply(raw: bytes) -> Json:
+    """The reply ``_child_bytes`` wrote (``ValueError`` when it is not one)."""
+    if raw[:1] != b"B":
+        reply: Json = json.loads(raw)
+        return reply
+    if len(raw) < 1 + LENGTH.size:
+        raise ValueError("truncated reply")
+    (n,) = LENGTH.unpack_from(raw, 1)
+    start = 1 + LENGTH.size
+    if start + n > len(raw):
+        raise ValueError("truncated reply")
+    return {"ok": True, "result": Payload(json.loads(raw[start : start + n]), raw[start + n :])}
 
 
 def user_child(wfd: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:  # pragma: no cover
@@ -279,7 +303,7 @@ def user_child(wfd: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
     except OSError as exc:
         reply = _error_reply(exc)
     try:
-        write_all(wfd, json.dumps(reply).encode())
+        write_all(wfd, _child_bytes(reply))
     finally:
         os._exit(0)
 

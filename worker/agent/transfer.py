@@ -6,7 +6,9 @@ ever goes through a symlink: a chunk is written relative to its directory's
 fd, reached component by component with ``O_NOFOLLOW`` (``safetar.parent_fd``).
 
 ``pack_tar`` and ``read_range`` return bytes; ``do_pack`` and ``do_read_range``
-are their replies. The roots are the sandbox's (``limits.ROOTS``) unless given:
+are their replies, each a ``Payload``: the bytes cross the channel raw, in a
+binary frame (``framing.send``), never as base64 in JSON.
+The roots are the sandbox's (``limits.ROOTS``) unless given:
 the host-directory double of the tests (tests/support/hostdir.py) runs these
 same functions with the roots, and the ``base`` that stands for ``/``, under
 a host directory.
@@ -14,7 +16,6 @@ a host directory.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import errno
 import functools
@@ -26,6 +27,7 @@ from typing import Any
 from . import limits
 from .access import open_own, reaching
 from .errors import AgentError, Json
+from .framing import Payload
 from .limits import check_size, inside
 from .safetar import Blocked, below, extract, parent_fd
 
@@ -76,9 +78,9 @@ def pack_tar(files: list[str], roots: tuple[str, ...] | None = None, base: str =
     return buf.getvalue()
 
 
-def do_pack(files: list[str]) -> Json:
-    """The ``pack`` reply: ``pack_tar`` of the files, base64."""
-    return {"data_b64": base64.b64encode(pack_tar(files)).decode()}
+def do_pack(files: list[str]) -> Payload:
+    """The ``pack`` reply: ``pack_tar`` of the files, raw."""
+    return Payload({}, pack_tar(files))
 
 
 def do_unpack(data: bytes, roots: tuple[str, ...], clear: bool) -> Json:
@@ -107,10 +109,10 @@ def read_range(
     return b"".join(parts), st.st_size, st.st_mtime_ns
 
 
-def do_read_range(path: Any, offset: int, length: int) -> Json:
-    """The ``read_range`` reply: ``read_range``'s bytes (base64), size and mtime."""
+def do_read_range(path: Any, offset: int, length: int) -> Payload:
+    """The ``read_range`` reply: ``read_range``'s bytes (raw), size and mtime."""
     data, size, mtime_ns = read_range(path, offset, length)
-    return {"data_b64": base64.b64encode(data).decode(), "size": size, "mtime_ns": mtime_ns}
+    return Payload({"size": size, "mtime_ns": mtime_ns}, data)
 
 
 def do_write_range(

@@ -1,10 +1,13 @@
 """Framing of the agent channel: pure code, no I/O, so it is unit-tested alone.
 
 The wire format is ``docs/agent-protocol.md``: a 4-byte big-endian length,
-then that many bytes of UTF-8 JSON. ``FrameDecoder`` cuts the agent's stdout
-bytes into frames, incrementally: bytes arrive as the stream gives them, split
-anywhere. A runtime's own wrapping of the stream (Docker's attach headers) is
-the runtime's business and never reaches this module
+then that many bytes of UTF-8 JSON; or, with ``BINARY`` set in the length word
+(the agent's ``pack`` and ``read_range`` replies), the JSON's own length, the
+JSON reply, and raw bytes that the decoder puts in its ``result["data"]``.
+``FrameDecoder`` cuts the agent's stdout bytes into frames, incrementally:
+bytes arrive as the stream gives them, split anywhere. A runtime's own
+wrapping of the stream (Docker's attach headers) is the runtime's business and
+never reaches this module
 (``worker.runtimes.docker_attach``). ``MAX_FRAME`` and ``compact_json`` are the
 agent's own (``worker.agent.framing``): one definition of the bytes on the wire.
 """
@@ -15,12 +18,13 @@ import json
 from typing import Any
 
 from sandgrid.errors import ErrorCode, InvalidInput, NotFound, SandboxError, SandgridError
+from worker.agent.framing import BINARY, MAX_FRAME, compact_json
 from worker.agent.framing import LENGTH as _LENGTH
-from worker.agent.framing import MAX_FRAME, compact_json
 
 __all__ = [
     "FrameDecoder",
     "FrameError",
+    "decode_binary",
     "decode_frame",
     "encode_frame",
     "error_from_reply",
@@ -60,6 +64,27 @@ def decode_frame(body: bytes) -> dict[str, Any]:
     return obj
 
 
+def decode_binary(body: bytes) -> dict[str, Any]:
+    """Parse one binary frame's body: the JSON's length, a successful reply, the bytes.
+
+    The bytes become the reply's ``result["data"]``; anything else (a short
+    body, a length past its end, an error reply, a result that is no object or
+    already has ``data``) is a framing error.
+    """
+    if len(body) < _LENGTH.size:
+        raise FrameError(f"binary frame of {len(body)} bytes has no JSON length")
+    (size,) = _LENGTH.unpack_from(body)
+    end = _LENGTH.size + size
+    if end > len(body):
+        raise FrameError(f"binary frame's JSON of {size} bytes overruns the frame")
+    obj = decode_frame(body[_LENGTH.size : end])
+    result = obj.get("result")
+    if obj.get("ok") is not True or not isinstance(result, dict) or "data" in result:
+        raise FrameError("a binary frame must be a successful reply whose result has no data")
+    result["data"] = body[end:]
+    return obj
+
+
 class FrameDecoder:
     """Cut a byte stream into frames, whatever sizes the bytes arrive in."""
 
@@ -72,13 +97,16 @@ class FrameDecoder:
         self._buf += data
         frames: list[dict[str, Any]] = []
         while len(self._buf) >= _LENGTH.size:
-            (size,) = _LENGTH.unpack_from(self._buf)
+            (word,) = _LENGTH.unpack_from(self._buf)
+            size = word & ~BINARY
             if size > self._max:
                 raise FrameError(f"frame of {size} bytes exceeds the cap of {self._max}")
             end = _LENGTH.size + size
             if len(self._buf) < end:
                 break
-            frames.append(decode_frame(bytes(self._buf[_LENGTH.size : end])))
+            with memoryview(self._buf) as view:
+                body = view[_LENGTH.size : end].tobytes()
+            frames.append(decode_binary(body) if word & BINARY else decode_frame(body))
             del self._buf[:end]
         return frames
 

@@ -15,7 +15,6 @@ on the handle's scan state alone.
 from __future__ import annotations
 
 import base64
-import binascii
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,6 +33,7 @@ __all__ = [
     "check_roots",
     "file_range",
     "keep_scan",
+    "raw_data",
     "scan_then",
 ]
 
@@ -53,6 +53,19 @@ def check_roots(roots: list[str], operation: str) -> list[str]:
     return list(roots)
 
 
+def raw_data(reply: dict[str, Any], operation: str) -> bytes:
+    """The bytes of a ``pack`` or ``read_range`` reply: its binary frame's payload
+    (``worker.agent_client.framing.decode_binary``), never base64.
+
+    Raises:
+        SandboxError: the reply carries none.
+    """
+    data = reply.get("data")
+    if not isinstance(data, bytes):
+        raise SandboxError("the agent's reply carries no bytes", operation=operation)
+    return data
+
+
 def file_range(reply: dict[str, Any]) -> FileRange:
     """The ``FileRange`` of a ``read_range`` reply.
 
@@ -63,8 +76,8 @@ def file_range(reply: dict[str, Any]) -> FileRange:
         size, mtime_ns = reply["size"], reply["mtime_ns"]
         if type(size) is not int or type(mtime_ns) is not int:
             raise TypeError("size and mtime_ns must be integers")
-        return FileRange(base64.b64decode(reply["data_b64"], validate=True), size, mtime_ns)
-    except (KeyError, TypeError, binascii.Error) as exc:
+        return FileRange(raw_data(reply, "snapshot.read"), size, mtime_ns)
+    except (KeyError, TypeError) as exc:
         raise SandboxError(
             f"malformed read_range reply from the agent: {exc}", operation="snapshot.read"
         ) from None
@@ -148,9 +161,7 @@ class AgentFiles(SandboxFiles[Sandbox]):
 
     def pack(self, sbx: Sandbox, paths: list[str]) -> bytes:
         """``SandboxFiles.pack``: the agent's tar, not compressed (it crosses the channel only)."""
-        return base64.b64decode(
-            self.sandboxes.call(sbx, "pack", {"files": list(paths)})["data_b64"]
-        )
+        return raw_data(self.sandboxes.call(sbx, "pack", {"files": list(paths)}), "snapshot.pack")
 
     def unpack(self, sbx: Sandbox, data: bytes, roots: list[str], clear: bool) -> int:
         """``SandboxFiles.unpack``, one agent request per tar."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,9 @@ class SnapshotDraft:
     change: Change | None = None
     pointer: Pointer = field(default_factory=lambda: Pointer([], {}))
     """The session's pointer as ``prepare`` read it."""
+    heads: dict[str, Future[float | None]] = field(default_factory=dict)
+    """HEADs still in flight of large contents in ``need``, packed meanwhile: one
+    found stored and fresh is reused, not uploaded (``transfer.plan``)."""
 
     @property
     def history(self) -> list[tuple[str, str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Generator, Iterable, Mapping
+from functools import partial
 
 from sandgrid.errors import ErrorCode, SnapshotError
 from sandgrid.wire.objects import keys
@@ -29,6 +30,7 @@ from worker.snapshots.format.manifest import Location, Manifest
 from worker.snapshots.refs import SnapshotDraft
 
 __all__ = [
+    "OVERLAP_HEAD_BYTES",
     "STREAM_RESTORE_BYTES",
     "classify",
     "plan",
@@ -41,6 +43,10 @@ __all__ = [
 STREAM_RESTORE_BYTES = 256 << 20
 """A restore of more than this (of files, or of blobs) goes in parts, each
 downloaded and verified just before it is sent (see ``restore_plan``)."""
+OVERLAP_HEAD_BYTES = 4 << 20
+"""A large content up to this is packed while its HEAD is in flight (the HEAD,
+a store round trip, costs more than the channel carries meanwhile); a larger
+one waits for its HEAD, so a content stored already never crosses the channel."""
 
 
 def classify(catalog: Catalog, draft: SnapshotDraft, trusted: Manifest | None) -> None:
@@ -49,7 +55,9 @@ def classify(catalog: Catalog, draft: SnapshotDraft, trusted: Manifest | None) -
     Reuse comes from the previous manifest while the pointer retains it, from
     this process's memory while fresh, or (large files only) from a HEAD of the
     blob while fresh; anything else is uploaded again (see ``lifecycle`` for
-    why "fresh" keeps reuse safe from garbage collection).
+    why "fresh" keeps reuse safe from garbage collection). A HEAD of a content
+    up to ``OVERLAP_HEAD_BYTES`` is not waited for: the content stays in
+    ``need`` (it is packed while the HEAD runs) until ``plan`` settles it.
     """
     heads: dict[str, Entry] = {}
     candidates: Iterable[Entry] = draft.entries
@@ -72,15 +80,39 @@ def classify(catalog: Catalog, draft: SnapshotDraft, trusted: Manifest | None) -
             heads[sha] = e
         else:
             draft.need[sha] = e
+    overlap = {s: e for s, e in heads.items() if e.size <= OVERLAP_HEAD_BYTES}
+    for sha, e in overlap.items():  # packed meanwhile; settled by ``plan``
+        draft.need[sha] = e
+        head = partial(catalog.objects.mtime, keys.blob_key(draft.tenant, sha))
+        draft.heads[sha] = catalog.submit(head)
+    waited = [s for s in heads if s not in overlap]
     stamps = catalog.parallel(
-        lambda s: catalog.objects.mtime(keys.blob_key(draft.tenant, s)), list(heads)
+        lambda s: catalog.objects.mtime(keys.blob_key(draft.tenant, s)), waited
     )
-    for (sha, e), stamp in zip(heads.items(), stamps, strict=True):
-        if stamp is not None and stamp >= draft.started - catalog.known.fresh_s:
-            catalog.known.put(draft.tenant, sha, Location(sha, 0), e.size, stamp)
-            _reuse(draft, sha, Location(sha, 0), e.size)
-        else:
-            draft.need[sha] = e
+    for sha, stamp in zip(waited, stamps, strict=True):
+        if not _stored_fresh(catalog, draft, sha, heads[sha], stamp):
+            draft.need[sha] = heads[sha]
+
+
+def _stored_fresh(
+    catalog: Catalog, draft: SnapshotDraft, sha: str, e: Entry, stamp: float | None
+) -> bool:
+    """Whether a HEAD's answer lets the content be reused (it is then noted)."""
+    if stamp is None or stamp < draft.started - catalog.known.fresh_s:
+        return False
+    catalog.known.put(draft.tenant, sha, Location(sha, 0), e.size, stamp)
+    _reuse(draft, sha, Location(sha, 0), e.size)
+    return True
+
+
+def _settle_heads(catalog: Catalog, draft: SnapshotDraft) -> None:
+    """The HEADs ``classify`` left in flight: a content found stored and fresh
+    leaves ``need`` (its packed bytes are not uploaded)."""
+    heads, draft.heads = draft.heads, {}
+    for sha, head in heads.items():
+        e = draft.need.get(sha)
+        if e is not None and _stored_fresh(catalog, draft, sha, e, head.result()):
+            del draft.need[sha]
 
 
 def referenced(draft: SnapshotDraft) -> tuple[dict[str, Location], dict[str, int]]:
@@ -134,7 +166,11 @@ def plan(catalog: Catalog, draft: SnapshotDraft) -> list[tuple[str, list[Entry]]
 
     Returns:
         ``(blob, files)`` of every blob to upload.
+
+    Raises:
+        InfrastructureError: ``store_unavailable``, from a HEAD in flight.
     """
+    _settle_heads(catalog, draft)
     groups = group_files(draft.need.values(), catalog.small_file_bytes, catalog.pack_bytes)
     out: list[tuple[str, list[Entry]]] = []
     for group in groups:

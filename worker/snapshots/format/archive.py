@@ -14,7 +14,6 @@ Member names are absolute sandbox paths without their leading ``/`` (what
 
 from __future__ import annotations
 
-import hashlib
 import struct
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -194,15 +193,19 @@ def _parse_pax(payload: bytes) -> dict[str, str]:
 
 
 def read_packed(data: bytes, wanted: Mapping[str, Entry]) -> dict[str, bytes]:
-    """The contents of a ``pack`` archive, keyed by sha256, each one verified.
+    """The contents of a ``pack`` archive, keyed by sha256.
 
     Args:
         data: the tar.gz (or tar) that the sandbox returned.
         wanted: the files asked for, by absolute path, as the scan saw them.
 
+    The sizes are checked here; the sha256 of each content once, by the
+    store's commit before it stores the blob (``transfer.put_blob``, which
+    raises the same ``WorkspaceChanged``), not twice.
+
     Raises:
-        WorkspaceChanged: a file's size or hash differs from the scan's, or a
-            file is missing (it changed meanwhile; scan again).
+        WorkspaceChanged: a file's size differs from the scan's, or a file is
+            missing (it changed meanwhile; scan again).
         SnapshotError: ``snapshot_failed``, the archive is hostile or corrupt:
             a member not asked for, twice, not a regular file, or a bomb.
     """
@@ -218,8 +221,8 @@ def read_packed(data: bytes, wanted: Mapping[str, Entry]) -> dict[str, bytes]:
                     f"member {m.name[:200]!r} was not asked for, repeats, or is not a file"
                 )
             seen.add(path)
-            content = bytes(m.data)
-            if m.size != entry.size or hashlib.sha256(content).hexdigest() != entry.sha256:
+            content = bytes(m.data)  # hashed once, by the commit (``transfer.put_blob``)
+            if m.size != entry.size:
                 raise WorkspaceChanged(
                     f"{path} changed while it was being snapshotted",
                     operation="snapshot",

@@ -10,7 +10,6 @@ directory.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import os
@@ -314,9 +313,9 @@ def test_agent_writes_chunks_and_reads_them_back(
         assert reply == {"size": offset + 1000}
     st = os.stat(target)
     assert (stat.S_IMODE(st.st_mode), st.st_mtime) == (0o751, 1_000_000.0)
-    got = agent.do_read_range(target, 1000, 5000)
-    assert (got["size"], got["mtime_ns"]) == (3000, st.st_mtime_ns)
-    assert base64.b64decode(got["data_b64"]) == data[1000:]
+    got = agent.do_read_range(target, 1000, 5000)  # raw bytes, in a binary frame
+    assert got.fields == {"size": 3000, "mtime_ns": st.st_mtime_ns}
+    assert got.data == data[1000:]
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ containers. The store counts its primitive calls, so "no round trip" and
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -30,6 +31,7 @@ from worker.snapshots import (
     SnapshotStore,
     restore_sandbox,
     snapshot_sandbox,
+    transfer,
 )
 from worker.snapshots import sync as sync_mod
 from worker.snapshots.format.blobs import decode, encode
@@ -320,22 +322,33 @@ def test_small_files_travel_in_packs_and_duplicates_once(
     assert ref.stats["uploaded_blobs"] == 2
 
 
-def test_large_file_stored_by_another_session_is_not_uploaded_again(
-    tmp_path: Path, store: CountingStore, backend: SpyBackend
-) -> None:
-    big = os.urandom(300_000)
+def _in_a_second_session(
+    tmp_path: Path, store: CountingStore, backend: SpyBackend, big: bytes
+) -> tuple[SnapshotRef | None, CountingStore]:
+    """``big`` stored by session s1, then snapshotted in s2 by a fresh process (no
+    memory of the blob: a HEAD finds it); s2's ref and that process's store."""
     one = new_sandbox(tmp_path, "one")
     write(one, "workspace/model.bin", big)
     snap(backend, one, store, session="s1")
-    # A fresh process: no memory of the blob, one HEAD finds it.
     fresh = CountingStore(store.objects.root, threads=2, small_file_bytes=64 << 10)
     two = new_sandbox(tmp_path, "two")
     write(two, "workspace/weights/model.bin", big)
     backend.packed.clear()
     ref = snapshot_sandbox(backend, two, fresh, TENANT, "s2", None)
     fresh.close()
-    assert ref is not None and backend.packed == []
-    assert fresh.calls["mtime"] == 1
+    return ref, fresh
+
+
+def test_large_file_stored_by_another_session_is_not_uploaded_again(
+    tmp_path: Path, store: CountingStore, backend: SpyBackend
+) -> None:
+    big = os.urandom(300_000)
+    ref, fresh = _in_a_second_session(tmp_path, store, backend, big)
+    # Packed while its HEAD ran (it is under OVERLAP_HEAD_BYTES), never uploaded.
+    assert ref is not None and backend.packed == [["/workspace/weights/model.bin"]]
+    assert ref.stats["uploaded_blobs"] == 0 and fresh.calls["mtime"] == 1
+    assert ref.manifest is not None
+    assert ref.manifest.blobs == {hashlib.sha256(big).hexdigest(): len(big)}
     # The same process remembers it: not even the HEAD.
     store.calls.clear()
     three = new_sandbox(tmp_path, "three")
@@ -344,9 +357,34 @@ def test_large_file_stored_by_another_session_is_not_uploaded_again(
     assert store.calls["mtime"] == 0
 
 
-def test_file_changing_during_snapshot_is_scanned_again(
-    tmp_path: Path, store: CountingStore
+def test_a_large_file_over_the_overlap_waits_for_its_head_and_is_not_packed(
+    tmp_path: Path, store: CountingStore, backend: SpyBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(transfer, "OVERLAP_HEAD_BYTES", 100_000)
+    ref, fresh = _in_a_second_session(tmp_path, store, backend, os.urandom(300_000))
+    assert ref is not None and backend.packed == [] and ref.stats["uploaded_blobs"] == 0
+    assert fresh.calls["mtime"] == 1
+
+
+def test_a_new_large_file_packed_beside_its_head_is_uploaded_and_restores(
+    tmp_path: Path, store: CountingStore, backend: SpyBackend
+) -> None:
+    sbx = new_sandbox(tmp_path)
+    big = os.urandom(300_000)
+    write(sbx, "workspace/model.bin", big)
+    ref = snap(backend, sbx, store)
+    assert ref.stats["uploaded_blobs"] == 1 and store.calls["mtime"] == 1
+    dst = new_sandbox(tmp_path, "dst")
+    restore_sandbox(HostDirBackend(), dst, store, TENANT, "s1", ref)
+    assert (dst / "workspace/model.bin").read_bytes() == big
+
+
+@pytest.mark.parametrize("rewrite", ["second, longer", "FIRST"])
+def test_file_changing_during_snapshot_is_scanned_again(
+    tmp_path: Path, store: CountingStore, rewrite: str
+) -> None:
+    """A change of size is seen in the pack; one to the same size by the commit's
+    one hash of each content (``transfer.put_blob``). Either way: scan again."""
     sbx = new_sandbox(tmp_path)
     write(sbx, "workspace/log.txt", "first")
 
@@ -356,14 +394,14 @@ def test_file_changing_during_snapshot_is_scanned_again(
         def pack(self, sbx: Path, paths: list[str]) -> bytes:
             if not self.raced:
                 self.raced = True
-                write(sbx, "workspace/log.txt", "second, longer")
+                write(sbx, "workspace/log.txt", rewrite)
             return super().pack(sbx, paths)
 
     ref = snapshot_sandbox(Racing(), sbx, store, TENANT, "s1", None)
     assert ref is not None and ref.stats["attempts"] == 2
     dst = new_sandbox(tmp_path, "dst")
     restore_sandbox(HostDirBackend(), dst, store, TENANT, "s1", ref)
-    assert (dst / "workspace/log.txt").read_text() == "second, longer"
+    assert (dst / "workspace/log.txt").read_text() == rewrite
 
 
 # ---- verification -------------------------------------------------------------------
