@@ -272,8 +272,8 @@ class Catalog:
             return
         with self._pending_lock:
             future = self._folds.get((tenant, session_id, ptr.carried.name))
-        if future is not None and future.exception() is None:  # waits for it
-            return
+        if future is not None and not future.cancelled() and future.exception() is None:
+            return  # this process folded it out (``exception`` waits for a pending one)
         self.fold_out(tenant, session_id, ptr.carried)
         done: Future[None] = Future()
         done.set_result(None)
