@@ -92,6 +92,7 @@ class Catalog:
         self._pending: set[Future[None]] = set()
         self._pending_lock = threading.Lock()
         self._folds: OrderedDict[tuple[str, str, str], Future[None]] = OrderedDict()
+        self._written: OrderedDict[tuple[str, str], pointer.Pointer] = OrderedDict()
 
     @property
     def location(self) -> str:
@@ -218,9 +219,33 @@ class Catalog:
             InfrastructureError: ``store_unavailable``.
         """
         self.ensure_folded(manifest.tenant, manifest.session_id, before)
-        for name in pointer.advance(self.objects, manifest, before, self.keep, carried):
+        session = (manifest.tenant, manifest.session_id)
+        try:
+            dropped, after = pointer.advance(self.objects, manifest, before, self.keep, carried)
+        except Exception:
+            self.forget_pointer(*session)
+            raise
+        with self._pending_lock:
+            self._written.pop(session, None)
+            if after is not None and after.tag is not None:
+                self._written[session] = after
+                while len(self._written) > _FOLDS_REMEMBERED:
+                    self._written.popitem(last=False)
+        for name in dropped:
             key = keys.manifest_key(manifest.tenant, manifest.session_id, name)
             self._background(partial(self._forget_manifest, key))
+
+    def written_pointer(self, tenant: str, session_id: str) -> pointer.Pointer | None:
+        """The pointer this process last wrote for the session, with its tag: what
+        the next snapshot can build on without reading it (its conditional write
+        still fails if another writer came in between)."""
+        with self._pending_lock:
+            return self._written.get((tenant, session_id))
+
+    def forget_pointer(self, tenant: str, session_id: str) -> None:
+        """Read the session's pointer afresh next time (a restore, a conflict, a delete)."""
+        with self._pending_lock:
+            self._written.pop((tenant, session_id), None)
 
     # ---- folding out what a pointer carries -----------------------------------------
 
@@ -318,6 +343,7 @@ class Catalog:
         Returns:
             How many manifests were deleted.
         """
+        self.forget_pointer(tenant, session_id)
         self.objects.delete(keys.pointer_key(tenant, session_id))
         names = self.objects.list(keys.manifests_prefix(tenant, session_id))
         self.parallel(self.objects.delete, names)

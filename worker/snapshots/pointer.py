@@ -145,7 +145,7 @@ def advance(
     pointer: Pointer,
     keep: int,
     carried: Carried | None = None,
-) -> list[str]:
+) -> tuple[list[str], Pointer | None]:
     """Write the pointer that makes ``manifest`` the session's latest snapshot, if
     the stored pointer is still the one ``pointer`` was read from. With
     ``carried`` (``manifest`` itself, and the blobs it added) the pointer carries
@@ -157,9 +157,14 @@ def advance(
     leaves out snapshots taken since, nor can a fork land on a session that has
     snapshots.
 
+    A conflict with a stored pointer that says exactly what ``pointer`` says
+    (a tag remembered from a write, spelled otherwise by the store) is no
+    conflict: the write is made again on the tag read.
+
     Returns:
         The names of the snapshots that fell out of retention (the caller
-        deletes their manifests).
+        deletes their manifests), and the pointer written, with its tag when
+        the store told it (None after a write that had landed already).
 
     Raises:
         SnapshotError: ``snapshot_failed``, the pointer moved on since it was read.
@@ -170,10 +175,14 @@ def advance(
         raise ValueError("a pointer carries only the snapshot it makes the latest")
     doc = _doc(kept, carried)
     key = keys.pointer_key(manifest.tenant, manifest.session_id)
+    data = encode(json.dumps(doc).encode())
     try:
-        objects.put_if(key, encode(json.dumps(doc).encode()), pointer.tag)
+        tag = objects.put_if(key, data, pointer.tag)
     except StoreConflict:
         now = read(objects, manifest.tenant, manifest.session_id)
+        if pointer.tag is not None and now[:2] == pointer[:2] and now.carried == pointer.carried:
+            tag = objects.put_if(key, data, now.tag)  # the same pointer: only the tag differed
+            return dropped, Pointer(kept.history, kept.bases, tag, carried)
         if not now.history or now.history[-1][0] != manifest.name:  # not our own retry
             raise SnapshotError(
                 f"session {manifest.session_id} was snapshotted elsewhere since this "
@@ -182,4 +191,5 @@ def advance(
                 operation="snapshot",
                 context={"session": manifest.session_id, "reason": "pointer_moved"},
             ) from None
-    return dropped
+        return dropped, None
+    return dropped, Pointer(kept.history, kept.bases, tag, carried)

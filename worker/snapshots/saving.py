@@ -17,6 +17,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
@@ -52,7 +53,7 @@ def prepare(
         if previous.roots == roots_t and rows == list(previous.entries):
             return None
     started = time.time()
-    reading = catalog.submit(partial(pointer.read, catalog.objects, tenant, session_id))
+    reading = _pointer(catalog, tenant, session_id, previous)
     if previous is not None:
         change = delta.diff(previous, rows, roots_t, catalog.limits)
     entries, digest, known = _new_tree(catalog, rows, roots_t, change)
@@ -87,6 +88,19 @@ def prepare(
     )
     transfer.classify(catalog, draft, trusted)
     return draft
+
+
+def _pointer(
+    catalog: Catalog, tenant: str, session_id: str, previous: Manifest | None
+) -> Future[pointer.Pointer]:
+    """The session's pointer: the one this process wrote last, when it names
+    ``previous`` as the latest (no round trip), else read on the pool."""
+    written = catalog.written_pointer(tenant, session_id)
+    if previous is not None and written is not None and written.history[-1][0] == previous.name:
+        known: Future[pointer.Pointer] = Future()
+        known.set_result(written)
+        return known
+    return catalog.submit(partial(pointer.read, catalog.objects, tenant, session_id))
 
 
 def _new_tree(

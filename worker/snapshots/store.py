@@ -120,6 +120,7 @@ class SnapshotStore(Catalog):
         """
         keys.check_id("tenant", tenant)
         keys.check_id("session_id", session_id)
+        self.forget_pointer(tenant, session_id)  # a restore: the next snapshot reads it afresh
         if isinstance(ref, SnapshotRef):
             if (ref.tenant, ref.session_id) != (tenant, session_id):
                 raise InvalidInput(

@@ -46,9 +46,9 @@ class WatchedObjects(LocalObjects):
         self.writes.append((threading.current_thread().name, key))
         super().put(key, data)
 
-    def put_if(self, key: str, data: bytes, tag: str | None) -> None:
+    def put_if(self, key: str, data: bytes, tag: str | None) -> str | None:
         self.writes.append((threading.current_thread().name, key))
-        super().put_if(key, data, tag)
+        return super().put_if(key, data, tag)
 
 
 def store_on(root: Path, **kw: Any) -> SnapshotStore:
@@ -332,3 +332,67 @@ def test_gc_never_takes_a_folded_out_carried_manifest_for_a_stray(
     write(sbx, "workspace/a.txt", b"two")
     take(sbx, store, first)  # names the first as stored, which it must still be
     assert restored(tmp_path, root, "older", first.name) == {"a.txt": b"one"}
+
+
+# ---- the pointer this process wrote last --------------------------------------------
+
+
+class ReadCounting(WatchedObjects):
+    """Watched objects that count reads of pointers, and may misspell the tags they
+    hand back from a conditional write."""
+
+    def __init__(self, root: Path, misspell: bool = False) -> None:
+        super().__init__(root)
+        self.pointer_reads = 0
+        self.misspell = misspell
+
+    def get_tagged(self, key: str) -> tuple[bytes, str]:
+        self.pointer_reads += key.endswith("/latest")
+        return super().get_tagged(key)
+
+    def put_if(self, key: str, data: bytes, tag: str | None) -> str | None:
+        written = super().put_if(key, data, tag)
+        return f"W/{written}" if self.misspell and written else written
+
+
+def test_the_next_snapshot_builds_on_the_pointer_this_process_wrote(
+    tmp_path: Path, sbx: Path, root: Path
+) -> None:
+    objects = ReadCounting(root)
+    with SnapshotStore(objects, keep=3, gc_grace_s=GRACE, small_file_bytes=1024) as store:
+        write(sbx, "workspace/a.txt", b"1")
+        ref = take(sbx, store)
+        reads = objects.pointer_reads
+        for i in range(3):
+            write(sbx, "workspace/a.txt", b"%d" % (i + 2))
+            ref = take(sbx, store, ref)
+        assert objects.pointer_reads == reads  # no read of the pointer on the way
+    assert restored(tmp_path, root, "dst") == tree(sbx)
+
+
+def test_a_pointer_moved_by_another_writer_is_a_conflict_then_read_afresh(
+    sbx: Path, root: Path
+) -> None:
+    with store_on(root) as mine, store_on(root) as other:
+        write(sbx, "workspace/a.txt", b"1")
+        first = take(sbx, mine)
+        write(sbx, "workspace/a.txt", b"theirs")
+        take(sbx, other)  # another node, thought to own the session now
+        write(sbx, "workspace/a.txt", b"mine")
+        with pytest.raises(SnapshotError) as err:
+            take(sbx, mine, first)
+        assert err.value.code == ErrorCode.SNAPSHOT_FAILED
+        assert mine.written_pointer(TENANT, "s1") is None  # forgotten: read next time
+
+
+def test_a_remembered_tag_the_store_spells_otherwise_still_writes(
+    tmp_path: Path, sbx: Path, root: Path
+) -> None:
+    objects = ReadCounting(root, misspell=True)
+    with SnapshotStore(objects, keep=3, gc_grace_s=GRACE, small_file_bytes=1024) as store:
+        write(sbx, "workspace/a.txt", b"1")
+        ref = take(sbx, store)
+        write(sbx, "workspace/a.txt", b"2")
+        ref = take(sbx, store, ref)  # conflict on the tag alone: written on the tag read
+        assert store.latest(TENANT, "s1") == ref
+    assert restored(tmp_path, root, "dst") == tree(sbx)

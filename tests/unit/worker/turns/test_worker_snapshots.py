@@ -144,9 +144,17 @@ class SwitchableObjects(LocalObjects):
         self._check()
         super().put(key, data)
 
+    def put_if(self, key: str, data: bytes, tag: str | None) -> str | None:
+        self._check()
+        return super().put_if(key, data, tag)
+
     def get(self, key: str) -> bytes:
         self._check()
         return super().get(key)
+
+    def mtime(self, key: str) -> float | None:
+        self._check()
+        return super().mtime(key)
 
     def list(self, prefix: str) -> list[str]:
         self._check()
