@@ -80,6 +80,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SnapshotSt
     else:
         made = local_store(tmp_path / "store", **options)
     yield made
+    made.settle()  # what it stores after a snapshot's answer (a fold-out) lands first
     if request.param == "minio" and minio_ready():
         made.objects.drop_bucket()  # type: ignore[attr-defined]
     made.close()
