@@ -7,8 +7,9 @@ Starts its own grid (API on 127.0.0.1:8734, two worker nodes, Redis db 13 or
 the cost measured), and prints, each beside its target:
 
 1. one session, ``--turns`` turns each of ``true``, of appending a line to a
-   file and of writing 1 MB: p50 of the turn and of its snapshot
-   (``timings.snapshot_ms``); an append / ``true`` (target <= 1.3x);
+   file and of writing 1 MB, taken in turn (one of each, then again), so that
+   the machine's load drifts alike for all three: p50 of the turn and of its
+   snapshot (``timings.snapshot_ms``); an append / ``true`` (target <= 1.3x);
 2. the 1 MB turn's snapshot rate against a plain PUT of the same number of
    bytes to the same MinIO, in the same run (target >= 50% of the PUT's rate);
 3. ``--sessions`` sessions at once, ``--each`` turns each, appending, then the
@@ -50,21 +51,19 @@ WRITES = {
 def one_session(
     client: Client, turns: int, sbx_type: str
 ) -> dict[str, tuple[list[float], list[float]]]:
-    """Turn and snapshot times (ms) of each kind of turn, on one warm session."""
-    out: dict[str, tuple[list[float], list[float]]] = {}
+    """Turn and snapshot times (ms) of each kind of turn, on one warm session, the
+    kinds taken in turn (the first 5 rounds are warm-up)."""
+    out: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in WRITES}
     with client.session(type=sbx_type) as s:
         s.exec(shell="head -c 1000000 /dev/urandom > seed.bin")  # a workspace with a file
-        for name, command in WRITES.items():
-            total: list[float] = []
-            snap: list[float] = []
-            for i in range(turns + 5):
+        for i in range(turns + 5):
+            for name, command in WRITES.items():
                 t0 = time.perf_counter()
                 r = s.exec(shell=command)
                 if i >= 5:
-                    total.append((time.perf_counter() - t0) * 1000)
-                    snap.append(float(r.timings.get("snapshot_ms", 0.0)))
+                    out[name][0].append((time.perf_counter() - t0) * 1000)
+                    out[name][1].append(float(r.timings.get("snapshot_ms", 0.0)))
                 assert r.exit_code == 0, r
-            out[name] = (total, snap)
     return out
 
 

@@ -52,8 +52,9 @@ RECORD_FIELDS = frozenset(
         "port_url_epochs",  # a revocation survives a registry that lost its data
     }
 )
-#: The pointer format (``worker.snapshots.pointer.POINTER_VERSION``) read here.
-_POINTER_VERSION = 2
+#: The pointer formats (``worker.snapshots.pointer``: ``POINTER_VERSION`` and
+#: ``CARRYING_VERSION``, which carries its latest snapshot) read here.
+_POINTER_VERSIONS = (2, 3)
 _MAX_POINTER_BYTES = 1 << 20
 
 
@@ -167,7 +168,7 @@ class SessionRecords:
             return None
         try:
             doc = json.loads(_decode(stored))
-            if doc["v"] != _POINTER_VERSION:
+            if doc["v"] not in _POINTER_VERSIONS:
                 raise ValueError(f"pointer version {doc['v']!r}")
             return keys.check_snapshot_name(doc["history"][-1][0])
         except (ValueError, TypeError, KeyError, IndexError, InvalidInput) as exc:

@@ -400,14 +400,13 @@ def test_a_hostile_manifest_is_refused(acme: Client, grid: Grid) -> None:
             latest = st.latest("acme", s.id)
             assert latest is not None
             key = store_keys.manifest_key("acme", s.id, latest.name)
-            doc = json.loads(bytes(decode(st.objects.get(key))))
-            doc["entries"].append(
-                ["/workspace/esc/cron.d", "dir", 0o755, 0, None, None, None, None]
-            )
-            doc["entries"].sort(key=lambda row: row[0])
-            entries = [Entry(*row[:6]) for row in doc["entries"]]
-            doc["hash"] = content_hash(doc["roots"], entries)  # the rule refuses it, not the hash
-            st.objects.put(key, encode(json.dumps(doc).encode()))
+            st.objects.put(key, encode(_hostile(bytes(decode(st.objects.get(key))))))
+            pkey = store_keys.pointer_key("acme", s.id)
+            pointer = json.loads(bytes(decode(st.objects.get(pkey))))
+            if "carried" in pointer:  # a small snapshot: its pointer carries it too
+                carried = pointer["carried"]["manifest"].encode()
+                pointer["carried"]["manifest"] = _hostile(carried).decode()
+                st.objects.put(pkey, encode(json.dumps(pointer).encode()))
         finally:
             st.close()
         with pytest.raises(SnapshotError) as err:
@@ -415,6 +414,18 @@ def test_a_hostile_manifest_is_refused(acme: Client, grid: Grid) -> None:
         assert err.value.code == "snapshot_corrupt"
         assert "/workspace/esc" in err.value.message and "symlink" in err.value.message
         assert _session_containers(s.id) == []
+
+
+def _hostile(manifest: bytes) -> bytes:
+    """A manifest's JSON with a directory through the symlink ``/workspace/esc``,
+    rehashed: the entry rules refuse it, not the hash."""
+    doc = json.loads(manifest)
+    rows = doc["entries"] if doc["base"] is None else doc["upsert"]
+    rows.append(["/workspace/esc/cron.d", "dir", 0o755, 0, None, None, None, None])
+    rows.sort(key=lambda row: row[0])
+    if doc["base"] is None:
+        doc["hash"] = content_hash(doc["roots"], [Entry(*row[:6]) for row in rows])
+    return json.dumps(doc).encode()
 
 
 def _tar(*members: tuple[str, bytes, str]) -> bytes:

@@ -53,10 +53,14 @@ class ObjectStoreContract:
         assert data == b"one"
         with pytest.raises(StoreConflict):
             objects.put_if(key, b"three", "0" * 32)
-        objects.put_if(key, b"four", tag)
+        written = objects.put_if(key, b"four", tag)
         assert objects.get(key) == b"four"
         with pytest.raises(StoreConflict):
             objects.put_if(key, b"five", tag)  # that version is gone
+        assert written in (None, objects.get_tagged(key)[1])  # the tag, when told
+        if written is not None:
+            objects.put_if(key, b"six", written)  # good for the next write, unread
+            assert objects.get(key) == b"six"
         objects.delete(key)
 
     def test_a_missing_key_has_no_tag(self, objects: ObjectStore) -> None:

@@ -122,10 +122,9 @@ def restore(catalog: Catalog, tenant: str, session_id: str, name: str) -> Snapsh
         SnapshotError: the session's pointer moved on meanwhile (retryable).
     """
     hidden = checkpoint_id(session_id, name)
-    history = catalog.read_pointer(tenant, hidden)
-    if not history:
+    source = catalog.read_latest(tenant, hidden)
+    if source is None:
         raise _missing(session_id, name)
-    source = catalog.read_manifest(tenant, hidden, history[-1][0], via_pointer=True)
     before = pointer.read(catalog.objects, tenant, session_id)
     seq = max((int(n[:12]) for n, _ in before.history), default=0) + 1
     copy = lifecycle.copy_manifest(source, session_id, seq, parent=f"{hidden}/{source.name}")

@@ -30,6 +30,7 @@ import time
 
 from sandgrid.errors import ErrorCode, InvalidInput, NotFound, SnapshotError
 from sandgrid.wire.objects import keys
+from worker.snapshots import pointer
 from worker.snapshots.catalog import Catalog
 from worker.snapshots.format.blobs import decode
 from worker.snapshots.format.manifest import MANIFEST_VERSION, MAX_MANIFEST_BYTES, Manifest
@@ -52,8 +53,9 @@ def fork(catalog: Catalog, tenant: str, src: str, dst: str) -> SnapshotRef:
     keys.check_id("session_id", dst)
     if src == dst:
         raise InvalidInput("a session cannot be forked into itself", operation="snapshot.fork")
-    history = catalog.read_pointer(tenant, src)
-    if not history:
+    source_ptr = pointer.read(catalog.objects, tenant, src)
+    source = catalog.read_latest(tenant, src, source_ptr)
+    if source is None:
         raise NotFound(
             f"session {src} has no snapshot to fork", operation="snapshot.fork", context={}
         )
@@ -63,8 +65,8 @@ def fork(catalog: Catalog, tenant: str, src: str, dst: str) -> SnapshotRef:
             operation="snapshot.fork",
             context={"field": "dst_session"},
         )
-    name = history[-1][0]
-    source = catalog.read_manifest(tenant, src, name, via_pointer=True)
+    name = source.name
+    catalog.ensure_folded(tenant, src, source_ptr)  # the copy names its blobs
     copy = copy_manifest(source, dst, 1, parent=f"{src}/{name}")
     catalog.write_manifest(copy)
     catalog.advance_pointer(copy, Pointer([], {}))
@@ -84,6 +86,7 @@ def copy_manifest(source: Manifest, session_id: str, seq: int, *, parent: str) -
         parent=parent,
         base=None,
         delta=None,
+        carried={},
     )
 
 
@@ -132,10 +135,15 @@ def _collect_once(catalog: Catalog, tenant: str, cutoff: float) -> GcReport:
             listed.setdefault(parsed[0], set()).update([parsed[1]] if parsed[1] else [])
     retained: set[tuple[str, str]] = set()
     strays: list[tuple[str, str]] = []
+    carried: set[str] = set()  # the blobs of snapshots pointers carry
     for session, names in listed.items():
-        history = {n for n, _ in catalog.read_pointer(tenant, session)}
-        retained |= {(session, n) for n in history}
+        ptr = pointer.read(catalog.objects, tenant, session)
+        history = {n for n, _ in ptr.history}
         strays += [(session, n) for n in sorted(names - history)]
+        if ptr.carried is not None:  # its blobs are read from the pointer, folded out or not
+            carried |= _blob_names(ptr.carried.manifest, session, ptr.carried.name)
+            history.discard(ptr.carried.name)
+        retained |= {(session, n) for n in history}
     ages = catalog.parallel(
         lambda sn: catalog.objects.mtime(keys.manifest_key(tenant, *sn)), strays
     )
@@ -144,7 +152,7 @@ def _collect_once(catalog: Catalog, tenant: str, cutoff: float) -> GcReport:
     refs = catalog.parallel(
         lambda sn: _blobs_of(catalog, tenant, sn, sn in retained), [*retained, *young]
     )
-    referenced = set().union(*refs) if refs else set()
+    referenced = carried.union(*refs)
     catalog.parallel(lambda sn: catalog.objects.delete(keys.manifest_key(tenant, *sn)), old)
     prefix = keys.blobs_prefix(tenant)
     unreferenced = [k for k in catalog.objects.list(prefix) if k[len(prefix) :] not in referenced]
@@ -170,15 +178,28 @@ def _blobs_of(catalog: Catalog, tenant: str, sn: tuple[str, str], required: bool
             raise _Raced() from None
         return set()
     try:
-        doc = json.loads(bytes(decode(stored, limit=MAX_MANIFEST_BYTES)))
+        data = bytes(decode(stored, limit=MAX_MANIFEST_BYTES))
+    except ValueError as exc:
+        raise _unreadable(session, name, exc) from None
+    return _blob_names(data, session, name)
+
+
+def _blob_names(data: bytes, session: str, name: str) -> set[str]:
+    """The blobs a manifest's JSON lists (every blob of its snapshot)."""
+    try:
+        doc = json.loads(data)
         if doc["v"] != MANIFEST_VERSION:
             raise ValueError(f"unknown manifest version {doc['v']!r}")
         return {str(blob) for blob, _ in doc["blobs"]}
     except (ValueError, TypeError, KeyError) as exc:
-        raise SnapshotError(
-            f"gc stopped: manifest {session}/{name} is unreadable ({exc}); "
-            "its blobs cannot be told apart from garbage",
-            code=ErrorCode.SNAPSHOT_CORRUPT,
-            operation="snapshot.gc",
-            context={"session": session, "snapshot": name},
-        ) from None
+        raise _unreadable(session, name, exc) from None
+
+
+def _unreadable(session: str, name: str, exc: Exception) -> SnapshotError:
+    return SnapshotError(
+        f"gc stopped: manifest {session}/{name} is unreadable ({exc}); "
+        "its blobs cannot be told apart from garbage",
+        code=ErrorCode.SNAPSHOT_CORRUPT,
+        operation="snapshot.gc",
+        context={"session": session, "snapshot": name},
+    )

@@ -7,14 +7,28 @@ stored as a difference (see ``manifest``)::
 
     {"v": 2, "history": [[name, hash], ...], "bases": {name: base_name}}
 
+A pointer may also *carry* its latest snapshot (version 3): the manifest and
+the bytes of the blobs that snapshot added travel inside the one conditional
+write that makes it a snapshot, and are stored as their own objects after the
+turn's answer (``Catalog.fold_out_later``), or before the next pointer write
+(``Catalog.ensure_folded``)::
+
+    {"v": 3, ..., "carried": {"name": name, "manifest": "<the manifest's JSON>",
+                              "blobs": [[blob, "<base64 of its raw bytes>"], ...]}}
+
+Only the latest can be carried: every other snapshot a pointer names is a
+stored manifest whose blobs are stored. A pointer that carries nothing is
+still written as version 2, so readers of version 2 read it.
+
 Retention keeps the last ``keep`` snapshots and the full manifests those are
 based on; the rest fall out of the pointer and their manifests are deleted.
 """
 
 from __future__ import annotations
 
+import base64
 import json
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from sandgrid.errors import ErrorCode, InvalidInput, SnapshotError
 from sandgrid.wire.objects import keys
@@ -22,10 +36,23 @@ from sandgrid.wire.objects.base import ObjectStore, StoreConflict
 from worker.snapshots.format.blobs import decode, encode
 from worker.snapshots.format.manifest import Manifest, corrupt
 
-__all__ = ["POINTER_VERSION", "Pointer", "advance", "read", "retain"]
+__all__ = ["CARRYING_VERSION", "POINTER_VERSION", "Carried", "Pointer", "advance", "read", "retain"]
 
 POINTER_VERSION = 2
+"""The version of a pointer that carries no snapshot."""
+CARRYING_VERSION = 3
+"""The version of a pointer that carries its latest snapshot."""
 _MAX_POINTER_BYTES = 1 << 20
+
+
+class Carried(NamedTuple):
+    """A snapshot that travels inside its session's pointer (see the module doc)."""
+
+    name: str
+    manifest: bytes
+    """The manifest's stored JSON (``Manifest.to_json``)."""
+    blobs: dict[str, bytes]
+    """The raw bytes of the blobs it added, by blob name (not yet stored on their own)."""
 
 
 class Pointer(NamedTuple):
@@ -35,6 +62,8 @@ class Pointer(NamedTuple):
     """The base of each retained snapshot stored as a difference."""
     tag: str | None = None
     """The stored version this was read from (None: there was no pointer)."""
+    carried: Carried | None = None
+    """The latest snapshot, when the pointer carries it."""
 
 
 def read(objects: ObjectStore, tenant: str, session_id: str) -> Pointer:
@@ -50,18 +79,48 @@ def read(objects: ObjectStore, tenant: str, session_id: str) -> Pointer:
         return Pointer([], {})
     try:
         doc = json.loads(bytes(decode(stored, limit=_MAX_POINTER_BYTES)))
-        if doc["v"] != POINTER_VERSION:
+        if doc["v"] not in (POINTER_VERSION, CARRYING_VERSION):
             raise ValueError(f"unknown pointer version {doc['v']!r}")
         history = [(keys.check_snapshot_name(n), str(h)) for n, h in doc["history"]]
         bases = {
             keys.check_snapshot_name(n): keys.check_snapshot_name(b)
             for n, b in doc["bases"].items()
         }
+        carried = _carried(doc) if doc["v"] == CARRYING_VERSION else None
     except (ValueError, TypeError, KeyError, AttributeError, InvalidInput) as exc:
         raise corrupt(session_id, f"unreadable pointer ({exc})") from None
     if not history:
         raise corrupt(session_id, "empty pointer")
-    return Pointer(history, bases, tag)
+    if carried is not None and carried.name != history[-1][0]:
+        raise corrupt(session_id, "the pointer carries a snapshot other than its latest")
+    return Pointer(history, bases, tag, carried)
+
+
+def _carried(doc: dict[str, Any]) -> Carried:
+    raw = doc["carried"]
+    blobs: dict[str, bytes] = {}
+    for blob, data in raw["blobs"]:
+        if not isinstance(blob, str) or not keys.SHA256_RE.fullmatch(blob) or blob in blobs:
+            raise ValueError("bad carried blob name")
+        blobs[blob] = base64.b64decode(data, validate=True)
+    manifest = raw["manifest"]
+    if not isinstance(manifest, str):
+        raise ValueError("the carried manifest is not a string")
+    return Carried(keys.check_snapshot_name(raw["name"]), manifest.encode(), blobs)
+
+
+def _doc(kept: Pointer, carried: Carried | None) -> dict[str, Any]:
+    doc: dict[str, Any] = {"v": POINTER_VERSION, "history": kept.history, "bases": kept.bases}
+    if carried is not None:
+        doc["v"] = CARRYING_VERSION
+        doc["carried"] = {
+            "name": carried.name,
+            "manifest": carried.manifest.decode(),
+            "blobs": [
+                [b, base64.b64encode(carried.blobs[b]).decode()] for b in sorted(carried.blobs)
+            ],
+        }
+    return doc
 
 
 def retain(pointer: Pointer, manifest: Manifest, keep: int) -> tuple[Pointer, list[str]]:
@@ -80,30 +139,50 @@ def retain(pointer: Pointer, manifest: Manifest, keep: int) -> tuple[Pointer, li
     return kept, [name for name, _ in full if name not in wanted]
 
 
-def advance(objects: ObjectStore, manifest: Manifest, pointer: Pointer, keep: int) -> list[str]:
+def advance(
+    objects: ObjectStore,
+    manifest: Manifest,
+    pointer: Pointer,
+    keep: int,
+    carried: Carried | None = None,
+) -> tuple[list[str], Pointer | None]:
     """Write the pointer that makes ``manifest`` the session's latest snapshot, if
-    the stored pointer is still the one ``pointer`` was read from.
+    the stored pointer is still the one ``pointer`` was read from. With
+    ``carried`` (``manifest`` itself, and the blobs it added) the pointer carries
+    it; without, ``manifest`` and its blobs must be stored already, and so must
+    whatever ``pointer`` carried (the caller folds it out first).
 
     The write is conditional (``ObjectStore.put_if``): a worker that lost the session (its
     lease taken over while it was thought dead) cannot put back a history that
     leaves out snapshots taken since, nor can a fork land on a session that has
     snapshots.
 
+    A conflict with a stored pointer that says exactly what ``pointer`` says
+    (a tag remembered from a write, spelled otherwise by the store) is no
+    conflict: the write is made again on the tag read.
+
     Returns:
         The names of the snapshots that fell out of retention (the caller
-        deletes their manifests).
+        deletes their manifests), and the pointer written, with its tag when
+        the store told it (None after a write that had landed already).
 
     Raises:
         SnapshotError: ``snapshot_failed``, the pointer moved on since it was read.
         InfrastructureError: ``store_unavailable``.
     """
     kept, dropped = retain(pointer, manifest, keep)
-    doc = {"v": POINTER_VERSION, "history": kept.history, "bases": kept.bases}
+    if carried is not None and carried.name != manifest.name:
+        raise ValueError("a pointer carries only the snapshot it makes the latest")
+    doc = _doc(kept, carried)
     key = keys.pointer_key(manifest.tenant, manifest.session_id)
+    data = encode(json.dumps(doc).encode())
     try:
-        objects.put_if(key, encode(json.dumps(doc).encode()), pointer.tag)
+        tag = objects.put_if(key, data, pointer.tag)
     except StoreConflict:
         now = read(objects, manifest.tenant, manifest.session_id)
+        if pointer.tag is not None and now[:2] == pointer[:2] and now.carried == pointer.carried:
+            tag = objects.put_if(key, data, now.tag)  # the same pointer: only the tag differed
+            return dropped, Pointer(kept.history, kept.bases, tag, carried)
         if not now.history or now.history[-1][0] != manifest.name:  # not our own retry
             raise SnapshotError(
                 f"session {manifest.session_id} was snapshotted elsewhere since this "
@@ -112,4 +191,5 @@ def advance(objects: ObjectStore, manifest: Manifest, pointer: Pointer, keep: in
                 operation="snapshot",
                 context={"session": manifest.session_id, "reason": "pointer_moved"},
             ) from None
-    return dropped
+        return dropped, None
+    return dropped, Pointer(kept.history, kept.bases, tag, carried)

@@ -4,6 +4,12 @@ Part of ``SnapshotStore``'s algorithm (see its ``prepare`` and ``commit`` for
 the contract), kept apart to keep ``base`` readable. A change from the
 previous manifest is found by ``delta``; blobs are planned, uploaded and
 remembered by ``transfer``; the pointer is advanced by ``pointer``.
+
+A small snapshot (new blobs and manifest within ``Catalog.carry_bytes``) is one
+store round trip: the pointer's conditional write carries the manifest and the
+new blobs' bytes, and they are stored on their own after it, in the background
+(``Catalog.fold_out_later``). A larger one is two: blobs and manifest in
+parallel, then the pointer that must never name what is not stored.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from functools import partial
 from typing import Any
 
@@ -21,6 +28,7 @@ from worker.snapshots.catalog import Catalog
 from worker.snapshots.format import delta
 from worker.snapshots.format.entries import Entry, Row, check_roots, entries_from_scan, scan_rows
 from worker.snapshots.format.manifest import Delta, Manifest, group_by_parent, group_hash, tree_hash
+from worker.snapshots.pointer import Carried
 from worker.snapshots.refs import SnapshotDraft, SnapshotRef, make_ref
 
 __all__ = ["commit", "prepare"]
@@ -45,7 +53,7 @@ def prepare(
         if previous.roots == roots_t and rows == list(previous.entries):
             return None
     started = time.time()
-    reading = catalog.submit(partial(pointer.read, catalog.objects, tenant, session_id))
+    reading = _pointer(catalog, tenant, session_id, previous)
     if previous is not None:
         change = delta.diff(previous, rows, roots_t, catalog.limits)
     entries, digest, known = _new_tree(catalog, rows, roots_t, change)
@@ -56,7 +64,8 @@ def prepare(
     if previous is None and history:
         if history[-1][1] == digest:
             return None
-        previous = catalog.read_manifest(tenant, session_id, history[-1][0], via_pointer=True)
+        previous = catalog.read_latest(tenant, session_id, latest)
+        assert previous is not None  # the pointer has a history
         change = delta.diff(previous, rows, roots_t, catalog.limits)
     names = {n for n, _ in history}
     trusted = previous if previous and previous.name in names else None
@@ -79,6 +88,19 @@ def prepare(
     )
     transfer.classify(catalog, draft, trusted)
     return draft
+
+
+def _pointer(
+    catalog: Catalog, tenant: str, session_id: str, previous: Manifest | None
+) -> Future[pointer.Pointer]:
+    """The session's pointer: the one this process wrote last, when it names
+    ``previous`` as the latest (no round trip), else read on the pool."""
+    written = catalog.written_pointer(tenant, session_id)
+    if previous is not None and written is not None and written.history[-1][0] == previous.name:
+        known: Future[pointer.Pointer] = Future()
+        known.set_result(written)
+        return known
+    return catalog.submit(partial(pointer.read, catalog.objects, tenant, session_id))
 
 
 def _new_tree(
@@ -123,6 +145,39 @@ def commit(catalog: Catalog, draft: SnapshotDraft, contents: Mapping[str, bytes]
         known=draft.known,
     )
 
+    carried = _carry(catalog, manifest, uploads, contents)
+    if carried is None:
+        _store_then_point(catalog, draft, manifest, uploads, contents)
+    else:
+        _check_fresh(catalog, draft)
+        catalog.advance_pointer(manifest, draft.pointer, carried)
+        catalog.fold_out_later(
+            draft.tenant,
+            draft.session_id,
+            carried,
+            partial(transfer.remember, catalog, draft, uploads),
+        )
+    stats = {
+        "files": manifest.file_count,
+        "stored_entries": len(manifest.entries) if stored is None else stored[1].size,
+        "bytes": manifest.total_bytes,
+        "uploaded_blobs": len(uploads),
+        "uploaded_bytes": sum(draft.blobs[b] for b, _ in uploads),
+        "carried": float(carried is not None),
+        "commit_ms": (time.perf_counter() - t0) * 1000,
+    }
+    return make_ref(manifest, stats)
+
+
+def _store_then_point(
+    catalog: Catalog,
+    draft: SnapshotDraft,
+    manifest: Manifest,
+    uploads: list[tuple[str, list[Entry]]],
+    contents: Mapping[str, bytes],
+) -> None:
+    """The commit in two round trips: blobs and manifest in parallel, then the pointer."""
+
     def put(job: tuple[str, list[Entry]] | None) -> None:
         if job is None:
             catalog.write_manifest(manifest)
@@ -133,15 +188,25 @@ def commit(catalog: Catalog, draft: SnapshotDraft, contents: Mapping[str, bytes]
     transfer.remember(catalog, draft, uploads)
     _check_fresh(catalog, draft)
     catalog.advance_pointer(manifest, draft.pointer)
-    stats = {
-        "files": manifest.file_count,
-        "stored_entries": len(manifest.entries) if stored is None else stored[1].size,
-        "bytes": manifest.total_bytes,
-        "uploaded_blobs": len(uploads),
-        "uploaded_bytes": sum(draft.blobs[b] for b, _ in uploads),
-        "commit_ms": (time.perf_counter() - t0) * 1000,
-    }
-    return make_ref(manifest, stats)
+
+
+def _carry(
+    catalog: Catalog,
+    manifest: Manifest,
+    uploads: list[tuple[str, list[Entry]]],
+    contents: Mapping[str, bytes],
+) -> Carried | None:
+    """What the pointer carries of a snapshot small enough to travel in it (its
+    blobs verified as an upload's would be), or None to store it first."""
+    budget = catalog.carry_bytes - sum(manifest.blobs.get(b, 0) for b, _ in uploads)
+    if budget <= 0 or (manifest.delta is None and len(manifest.entries) * 64 > budget):
+        return None  # too large, and no need to serialise a big full manifest to know
+    doc = manifest.to_json()
+    if len(doc) > budget:
+        return None
+    return Carried(
+        manifest.name, doc, {blob: transfer.blob_bytes(group, contents) for blob, group in uploads}
+    )
 
 
 def _check_fresh(catalog: Catalog, draft: SnapshotDraft) -> None:

@@ -16,6 +16,8 @@ round trip; one that changed a little costs about what it changed) and lists
 the files whose content is not stored yet; ``commit`` takes their bytes,
 verifies them, uploads them and the manifest in parallel, then writes the
 session's pointer. Until the pointer names it, a manifest is not a snapshot.
+A small snapshot skips the first round trip: the pointer carries its manifest
+and new blobs, stored on their own after the turn's answer (see ``pointer``).
 
 Retention: the pointer holds the last ``keep`` snapshot names (and the full
 manifests those stored as differences need); an older one is deleted when it
@@ -118,6 +120,7 @@ class SnapshotStore(Catalog):
         """
         keys.check_id("tenant", tenant)
         keys.check_id("session_id", session_id)
+        self.forget_pointer(tenant, session_id)  # a restore: the next snapshot reads it afresh
         if isinstance(ref, SnapshotRef):
             if (ref.tenant, ref.session_id) != (tenant, session_id):
                 raise InvalidInput(
@@ -128,14 +131,14 @@ class SnapshotStore(Catalog):
             return self.read_manifest(tenant, session_id, keys.check_snapshot_name(ref.name))
         if ref is not None:
             return self.read_manifest(tenant, session_id, keys.check_snapshot_name(ref))
-        history = self.read_pointer(tenant, session_id)
-        if not history:
+        latest = self.read_latest(tenant, session_id)
+        if latest is None:
             raise NotFound(
                 f"session {session_id} has no snapshot",
                 operation="snapshot.restore",
                 context={"session": session_id},
             )
-        return self.read_manifest(tenant, session_id, history[-1][0], via_pointer=True)
+        return latest
 
     def restore_plan(
         self,

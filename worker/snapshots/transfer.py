@@ -32,6 +32,7 @@ from worker.snapshots.refs import SnapshotDraft
 __all__ = [
     "OVERLAP_HEAD_BYTES",
     "STREAM_RESTORE_BYTES",
+    "blob_bytes",
     "classify",
     "plan",
     "put_blob",
@@ -207,6 +208,15 @@ def put_blob(
     Raises:
         WorkspaceChanged: some bytes do not hash to what the scan said.
     """
+    catalog.objects.put(keys.blob_key(tenant, blob), encode(blob_bytes(group, contents)))
+
+
+def blob_bytes(group: list[Entry], contents: Mapping[str, bytes]) -> bytes:
+    """A blob's raw bytes: its files' contents, each verified against the scan.
+
+    Raises:
+        WorkspaceChanged: some bytes do not hash to what the scan said.
+    """
     parts: list[bytes] = []
     for e in group:
         data = contents[str(e.sha256)]
@@ -217,8 +227,7 @@ def put_blob(
                 context={"path": e.path},
             )
         parts.append(data)
-    data = parts[0] if len(parts) == 1 else b"".join(parts)
-    catalog.objects.put(keys.blob_key(tenant, blob), encode(data))
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def restore_plan(
@@ -325,14 +334,7 @@ def _tar_part(
 def _fetch(
     catalog: Catalog, manifest: Manifest, blob: str, members: set[tuple[str, int, int]]
 ) -> memoryview:
-    try:
-        stored = catalog.objects.get(keys.blob_key(manifest.tenant, blob))
-    except KeyError:
-        raise _corrupt(manifest, f"blob {blob} is missing") from None
-    try:
-        data = decode(stored, size=manifest.blobs[blob])
-    except ValueError as exc:
-        raise _corrupt(manifest, f"blob {blob} does not decode: {exc}") from None
+    data = _blob_data(catalog, manifest, blob)
     whole = any(sha == blob for sha, _, _ in members)  # a file's own blob, else a pack
     if whole and hashlib.sha256(data).hexdigest() != blob:
         raise _corrupt(manifest, f"blob {blob} does not match its sha256")
@@ -340,6 +342,20 @@ def _fetch(
         if sha != blob and hashlib.sha256(data[offset : offset + size]).hexdigest() != sha:
             raise _corrupt(manifest, f"content {sha} in blob {blob} does not match its sha256")
     return data
+
+
+def _blob_data(catalog: Catalog, manifest: Manifest, blob: str) -> memoryview:
+    """A blob's bytes: carried with the manifest (its pointer carries it), or stored."""
+    if blob in manifest.carried:
+        return memoryview(manifest.carried[blob])  # its size was checked on reading
+    try:
+        stored = catalog.objects.get(keys.blob_key(manifest.tenant, blob))
+    except KeyError:
+        raise _corrupt(manifest, f"blob {blob} is missing") from None
+    try:
+        return decode(stored, size=manifest.blobs[blob])
+    except ValueError as exc:
+        raise _corrupt(manifest, f"blob {blob} does not decode: {exc}") from None
 
 
 def _corrupt(manifest: Manifest, why: str) -> SnapshotError:

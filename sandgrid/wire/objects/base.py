@@ -65,10 +65,15 @@ class ObjectStore(ABC):
         """
 
     @abstractmethod
-    def put_if(self, key: str, data: bytes, tag: str | None) -> None:
+    def put_if(self, key: str, data: bytes, tag: str | None) -> str | None:
         """``put``, only if the version under ``key`` still has ``tag`` (None: only
         if there is none). This is what keeps two workers from both advancing a
         session's pointer.
+
+        Returns:
+            The tag of the version written, as ``get_tagged`` would give it, when
+            the store tells it (None otherwise): a writer that keeps it can write
+            again without reading first.
 
         Raises:
             StoreConflict: another version is there; nothing was written.

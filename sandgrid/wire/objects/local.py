@@ -78,7 +78,7 @@ class LocalObjects(ObjectStore):
         data = self.get(key)
         return data, _tag(data)
 
-    def put_if(self, key: str, data: bytes, tag: str | None) -> None:
+    def put_if(self, key: str, data: bytes, tag: str | None) -> str | None:
         """Compare and write under an exclusive ``flock`` of a hidden lock file
         beside the key, so processes sharing the directory cannot interleave."""
         path = self._path(key)
@@ -96,6 +96,7 @@ class LocalObjects(ObjectStore):
                 _replace(path, data)
             finally:
                 os.close(fd)
+        return _tag(data)
 
     def mtime(self, key: str) -> float | None:
         try:

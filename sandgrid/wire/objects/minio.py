@@ -154,7 +154,7 @@ class MinioObjects(ObjectStore):
 
         return self._call("read", get)
 
-    def put_if(self, key: str, data: bytes, tag: str | None) -> None:
+    def put_if(self, key: str, data: bytes, tag: str | None) -> str | None:
         """A PUT with ``If-Match: tag`` (``If-None-Match: *`` for None): S3's
         conditional write, which MinIO checks and applies atomically. The SDK's
         ``put_object`` would send these headers as user metadata, hence its
@@ -165,7 +165,7 @@ class MinioObjects(ObjectStore):
             **({"If-None-Match": "*"} if tag is None else {"If-Match": tag}),
         }
         try:
-            self._call(
+            written = self._call(
                 "write", lambda: self._client._put_object(self.bucket, key, data, headers, None)
             )
         except InfrastructureError as exc:
@@ -173,6 +173,7 @@ class MinioObjects(ObjectStore):
             if isinstance(cause, S3Error) and cause.code in _CONFLICT:
                 raise StoreConflict(key) from None
             raise
+        return f'"{written.etag}"' if written.etag else None  # the SDK strips the quotes
 
     def mtime(self, key: str) -> float | None:
         try:

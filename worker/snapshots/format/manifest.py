@@ -110,6 +110,10 @@ class Manifest:
     known: Mapping[str, Any] = field(default_factory=dict, repr=False)
     """Derived views of these entries already computed (``groups``, ``hashes``,
     ``paths``, ...), by property name; the rest are computed when first used."""
+    carried: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+    """The raw bytes of blobs that travel with this manifest (in its session's
+    pointer, see ``worker.snapshots.pointer``) rather than stored on their own;
+    a restore takes them from here, verified like any blob."""
 
     def __post_init__(self) -> None:
         self.__dict__.update(self.known)  # what a cached_property finds first

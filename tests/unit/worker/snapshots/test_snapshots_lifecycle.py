@@ -25,7 +25,16 @@ LATER = 3 * GRACE  # seconds after which every unreferenced blob is old enough
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[SnapshotStore]:
-    s = local_store(tmp_path / "store", keep=2, gc_grace_s=GRACE, threads=2, small_file_bytes=1024)
+    # These tests read and edit the stored form: every snapshot is stored before
+    # its pointer (test_snapshots_carried.py covers the pointers that carry one).
+    s = local_store(
+        tmp_path / "store",
+        keep=2,
+        gc_grace_s=GRACE,
+        threads=2,
+        small_file_bytes=1024,
+        carry_bytes=0,
+    )
     yield s
     s.close()
 
