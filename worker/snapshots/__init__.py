@@ -62,4 +62,5 @@ def open_store(settings: Settings | None = None) -> SnapshotStore:
         gc_grace_s=snap.gc_grace_s,
         limits=ManifestLimits(max_files=snap.max_files, max_bytes=snap.max_bytes),
         threads=snap.threads,
+        carry_bytes=snap.carry_bytes,
     )

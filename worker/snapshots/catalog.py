@@ -26,6 +26,7 @@ from sandgrid.errors import InfrastructureError, InvalidInput, NotFound
 from sandgrid.wire.objects import keys
 from sandgrid.wire.objects.base import ObjectStore
 from sandgrid.wire.settings import (
+    DEFAULT_SNAPSHOT_CARRY_BYTES,
     DEFAULT_SNAPSHOT_GC_GRACE_S,
     DEFAULT_SNAPSHOT_KEEP,
     DEFAULT_SNAPSHOT_THREADS,
@@ -38,7 +39,7 @@ from worker.snapshots.known import KnownBlobs
 
 __all__ = ["CARRY_BYTES", "Catalog"]
 
-CARRY_BYTES = 64 << 10
+CARRY_BYTES = DEFAULT_SNAPSHOT_CARRY_BYTES
 """A snapshot whose new blobs and manifest come to at most this many bytes
 travels inside its pointer: a commit of one store round trip."""
 _FOLDS_REMEMBERED = 10_000

@@ -12,6 +12,7 @@ from sandgrid.wire.settings.defaults import (
     DEFAULT_POOL_MAX,
     DEFAULT_POOL_TOTAL,
     DEFAULT_REAP_INTERVAL_S,
+    DEFAULT_SNAPSHOT_CARRY_BYTES,
     DEFAULT_SNAPSHOT_GC_GRACE_S,
     DEFAULT_SNAPSHOT_GC_INTERVAL_S,
     DEFAULT_SNAPSHOT_KEEP,
@@ -20,6 +21,7 @@ from sandgrid.wire.settings.defaults import (
     DEFAULT_SNAPSHOT_THREADS,
     DEFAULT_WORKER_METRICS_ADDR,
     DEFAULT_WORKER_METRICS_PORT,
+    MAX_SNAPSHOT_CARRY_BYTES,
 )
 
 __all__ = [
@@ -60,6 +62,15 @@ class SnapshotSettings(BaseModel):
         ge=1,
         le=128,
         description="SANDGRID_WORKER__SNAPSHOTS__THREADS: parallel blob transfers",
+    )
+    carry_bytes: int = Field(
+        DEFAULT_SNAPSHOT_CARRY_BYTES,
+        ge=0,
+        le=MAX_SNAPSHOT_CARRY_BYTES,
+        description="SANDGRID_WORKER__SNAPSHOTS__CARRY_BYTES: a snapshot whose new blobs and "
+        "manifest are at most this many bytes travels inside its pointer's one write (pointer "
+        "v3, folded out after the answer); 0: never, as during a rollout while nodes older "
+        "than pointer v3 still run",
     )
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 import worker.snapshots
 from sandgrid.errors import InvalidInput
@@ -76,6 +77,20 @@ def test_open_store_follows_the_settings(tmp_path: Path) -> None:
     minio_store.close()
     with pytest.raises(InvalidInput, match="SNAPSHOT_STORE"):
         open_store(Settings(worker=worker.model_copy(update={"snapshot_store": "s3"})))
+
+
+def test_carrying_follows_the_settings_within_its_ceiling(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SANDGRID_WORKER__SNAPSHOTS__CARRY_BYTES", "0")  # a rollout: never
+    snaps = Settings().worker.snapshots
+    assert snaps.carry_bytes == 0
+    worker = WorkerSettings(snapshot_store="local", local_snapshot_dir=tmp_path, snapshots=snaps)
+    with open_store(Settings(worker=worker)) as store:
+        assert store.carry_bytes == 0
+    assert SnapshotSettings().carry_bytes == 64 << 10
+    with pytest.raises(ValidationError, match="carry_bytes"):
+        SnapshotSettings(carry_bytes=(1 << 20) + 1)
 
 
 def test_snapshot_settings_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
