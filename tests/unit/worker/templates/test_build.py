@@ -53,6 +53,7 @@ def test_an_engine_error_ends_the_build_failed_in_its_record(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="worker.templates.build")
     client = mock.Mock()
+    client.api.inspect_image.return_value = {"Id": "sha256:" + "0" * 64}
     client.containers.create.side_effect = RuntimeError("engine gone")
     _record(redis_client)
     done = _builder(redis_client, client).build(_job())
