@@ -146,19 +146,19 @@ def print_phases(phases: dict[str, list[float]]) -> None:
 
 
 def await_warm(timeout_s: float = 30.0) -> None:
-    """Until the node's warm build sandbox runs (``worker.templates.warm``, made at its start
-    and after each build), so that neither the baseline nor a build is timed while it is
-    made; a node that keeps none (``SANDGRID_TEMPLATES__WARM=0``) is not waited for."""
-    if os.environ.get("SANDGRID_TEMPLATES__WARM") == "0":
-        return
-    deadline = time.monotonic() + timeout_s
-    with contextlib.closing(docker.from_env()) as client:
-        while time.monotonic() < deadline:
-            if client.containers.list(filters={"label": "sandgrid.build=warm"}):
-                time.sleep(0.5)  # its relay's first line, the engine's bookkeeping
-                return
-            time.sleep(0.2)
-    print("  (no warm build sandbox within 30 s)")
+    """Before each timing: until the node's warm build sandbox runs (``worker.templates.warm``,
+    made at its start and after each build; not for a node that keeps none,
+    ``SANDGRID_TEMPLATES__WARM=0``), then a second more, so that neither the baseline nor a
+    build is timed while the last build's sandbox goes or the next one is made."""
+    if os.environ.get("SANDGRID_TEMPLATES__WARM") != "0":
+        deadline = time.monotonic() + timeout_s
+        with contextlib.closing(docker.from_env()) as client:
+            while not client.containers.list(filters={"label": "sandgrid.build=warm"}):
+                if time.monotonic() > deadline:
+                    print(f"  (no warm build sandbox within {timeout_s:.0f} s)")
+                    break
+                time.sleep(0.2)
+    time.sleep(1.0)
 
 
 def docker_build(work: Path) -> float:

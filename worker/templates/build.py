@@ -107,18 +107,21 @@ class TemplateBuilder:
     def warm_up(self, bases: list[SandboxTypeSpec]) -> None:
         """At the node's start: remove what an earlier process left, then make a warm
         sandbox of each base for a build with the default quotas (and network, when the
-        node has its egress proxy). A base that is not available is skipped, logged."""
+        node has its egress proxy). Only a base already on the node: none is pulled for a
+        build that may never come (the first build of it pulls it, then warms)."""
         self.sandboxes.collect()
         quotas = BuildQuotas()
         for spec in bases:
+            if not self._local(spec.image, spec.digest):
+                log.info("warm build sandbox of %s: its image is not on this node", spec.name)
+                continue
             try:
-                base = self._base_image(spec)
-                image_id = str(self.client.api.inspect_image(base)["Id"])
+                image_id = str(self.client.api.inspect_image(spec.image)["Id"])
             except Exception as exc:
                 log.warning("warm build sandbox of %s: %s", spec.name, type(exc).__name__)
                 continue
             key = WarmKey(image_id, quotas.cpus, quotas.memory_mb, self.egress is not None)
-            self.sandboxes.warm(key, base)
+            self.sandboxes.warm(key, spec.image)
 
     def close(self) -> None:
         """Remove the warm sandboxes (the node stops)."""
