@@ -18,7 +18,8 @@ import threading
 from typing import TYPE_CHECKING
 
 from sandgrid.wire import redis_connect
-from worker.templates.build import BuildFailed, TemplateBuilder
+from worker.templates.build import TemplateBuilder
+from worker.templates.errors import BuildFailed
 
 if TYPE_CHECKING:
     from worker.node import Node

@@ -53,7 +53,7 @@ from worker.templates.sandbox import BuildSandbox, SandboxEnded
 from worker.templates.upper import UpperFailed, read_upper
 from worker.templates.warm import BuildSandboxes, WarmKey
 
-__all__ = ["BuildFailed", "TemplateBuilder"]
+__all__ = ["TemplateBuilder"]
 
 log = logging.getLogger(__name__)
 

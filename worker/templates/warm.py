@@ -27,7 +27,7 @@ from sandgrid.templates import BuildQuotas
 from worker.egress.proxy import EgressProxy
 from worker.templates.sandbox import BuildSandbox
 
-__all__ = ["BuildSandboxes", "WarmKey"]
+__all__ = ["BUILD_LABEL", "NODE_LABEL", "WARM", "BuildSandboxes", "WarmKey"]
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,8 @@ import redis
 from sandgrid.sandbox_types import SandboxTypeSpec
 from sandgrid.templates import TemplateInfo, TemplateSpec
 from sandgrid.wire.builds import BuildJob, TemplateStore
-from worker.templates.build import BuildFailed, TemplateBuilder
+from worker.templates.build import TemplateBuilder
+from worker.templates.errors import BuildFailed
 
 
 def _job(build_id: str = "ab" * 8) -> BuildJob:
