@@ -46,6 +46,7 @@ bench:         ## benchmarks; each prints its figures and ratios
 	$(PY) bench/bench_snapshots.py
 	$(PY) bench/bench_grid.py
 	$(PY) bench/bench_batch.py
+	$(PY) bench/bench_fresh.py
 	$(PY) bench/bench_bfcl.py
 	$(PY) bench/bench_writes.py
 	$(PY) bench/bench_integrations.py

@@ -25,10 +25,11 @@ def bench_grid(
     concurrency: int,
     types: str = "python",
     store: str = "local",
+    pool_size: int = 4,
 ) -> Iterator[LocalGrid]:
     """Start the grid (tenant ``bench`` with ``token``, the snapshot ``store``:
-    ``local`` or ``minio``, 4 warm sandboxes per type of ``types``,
-    comma-separated), yield it, stop it."""
+    ``local`` or ``minio``, ``pool_size`` warm sandboxes per type of ``types``,
+    comma-separated; 0: every session starts cold), yield it, stop it."""
     url = shared_redis_url(redis_url)
     r: redis.Redis[str] = redis.Redis.from_url(url, decode_responses=True)
     r.flushdb()
@@ -40,7 +41,8 @@ def bench_grid(
             tenants={"bench": token},
             env={
                 **grid_env(url),
-                "SANDGRID_WORKER__POOL_SIZE": "4",
+                "SANDGRID_WORKER__POOL_SIZE": str(pool_size),
+                **({"SANDGRID_WORKER__POOL_MAX": "0"} if pool_size == 0 else {}),
                 "SANDGRID_WORKER__SNAPSHOT_STORE": store,
             },
         )

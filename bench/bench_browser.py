@@ -1,24 +1,29 @@
 """The browser type through a real grid (docs/browser.md): start to first CDP answer, page turns.
 
-Run: ``PYTHONPATH=. python bench/bench_browser.py [--sessions 3] [--runs 10]``.
+Run: ``PYTHONPATH=. python bench/bench_browser.py [--sessions 3] [--runs 10] [--cold 3]``.
 
-One grid (API and one worker serving ``browser`` under runsc, warm pool of 4).
-In the same run it prints:
+Two grids, one after the other (API and one worker serving ``browser`` under
+runsc). In the same run it prints:
 
-- session start (a pool hit) to the first answer of ``GET /v1/sessions/{id}/cdp``
-  (which starts Chromium in the sandbox), over ``--sessions`` sessions, beside the
-  same call once the browser runs (the route's own cost);
+- a cold start: with no warm pool (``SANDGRID_WORKER__POOL_SIZE=0``), a session
+  created and its first answer of ``GET /v1/sessions/{id}/cdp`` (the sandbox's
+  start, the agent's, then Chromium's), median of ``--cold``, beside its
+  baseline measured alternately in the same window: ``docker run`` of the same
+  image under runsc (no network) starting the same Chromium and polling its
+  DevTools port to the first ``/json/version`` answer, then exiting;
+- with a warm pool of 4: session start (a pool hit) to the first answer of
+  ``GET /cdp`` (which starts Chromium in the sandbox), over ``--sessions``
+  sessions, beside the same call once the browser runs (the route's own cost);
 - a navigate + screenshot round trip with Playwright over CDP through the port
   route (a page served in the sandbox), p50 over ``--runs``, beside a plain warm
   exec (``true``) of the same session.
-
-A cold sandbox start (no pool) is not measured here yet.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,9 +37,28 @@ from _grid import bench_grid
 from _stats import pct
 
 from sandgrid.client import Client, Session
+from sandgrid.wire.browser import BROWSER_IMAGE
 
 TOKEN = "tok-bench-browser-" + "b" * 24
 PROBE = "import socket,time\nfor _ in range(300):\n    try:\n        socket.create_connection(('127.0.0.1', 8000), 1).close(); break\n    except OSError:\n        time.sleep(0.1)\n"  # noqa: E501
+
+
+#: Chromium started as the image's launcher starts it, polled to its first DevTools answer.
+DOCKER_PROBE = """
+import subprocess, time, urllib.request
+p = subprocess.Popen(["chromium", "--headless=new", "--no-sandbox", "--disable-gpu",
+    "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
+    "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=9222",
+    "--user-data-dir=/tmp/profile", "about:blank"],
+    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+while True:
+    try:
+        urllib.request.urlopen("http://127.0.0.1:9222/json/version", timeout=1).read()
+        break
+    except OSError:
+        time.sleep(0.02)
+p.kill()
+"""
 
 
 def _ms(t0: float) -> float:
@@ -66,15 +90,59 @@ def _page_turns(s: Session, ws: str, headers: dict[str, str], runs: int) -> list
     return out
 
 
+def _docker_cold() -> float:
+    """``docker run`` of the browser image under runsc to Chromium's first DevTools answer."""
+    t0 = time.perf_counter()
+    run = ["docker", "run", "--rm", "--runtime=runsc", "--network=none", BROWSER_IMAGE]
+    subprocess.run(
+        [*run, "python3", "-c", DOCKER_PROBE],
+        check=True,
+        capture_output=True,
+    )
+    return _ms(t0)
+
+
+def _cold(
+    args: argparse.Namespace, headers: dict[str, str]
+) -> tuple[list[float], list[float], list[float]]:
+    """Cold creates to the first CDP answer (no warm pool), alternated with ``docker run``;
+    and the creates alone (a cold one takes seconds, a pool hit milliseconds)."""
+    grid_ms, docker_ms, create_ms = [], [], []
+    with (
+        bench_grid(
+            port=args.port,
+            redis_url=args.redis_url,
+            token=TOKEN,
+            nodes=["bbc-w1"],
+            concurrency=2,
+            types="browser",
+            pool_size=0,
+        ) as grid,
+        Client(grid.api_url, TOKEN, timeout=300) as client,
+        httpx.Client(base_url=grid.api_url, headers=headers, timeout=120) as api,
+    ):
+        for _ in range(args.cold):
+            docker_ms.append(_docker_cold())
+            t0 = time.perf_counter()
+            s = client.session(type="browser", quotas={"memory_mb": 1024})
+            create_ms.append(_ms(t0))
+            _cdp(api, s.id)
+            grid_ms.append(_ms(t0))
+            s.close()
+    return grid_ms, docker_ms, create_ms
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sessions", type=int, default=3)
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--cold", type=int, default=3)
     parser.add_argument("--port", type=int, default=8734)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/11")
     args = parser.parse_args()
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    starts, again = [], []
+    starts, again, hits = [], [], []
+    cold, docker, creates = _cold(args, headers)
     with (
         bench_grid(
             port=args.port,
@@ -92,6 +160,7 @@ def main() -> None:
         for _ in range(args.sessions):
             t0 = time.perf_counter()
             s = client.session(type="browser", quotas={"memory_mb": 1024})
+            hits.append(_ms(t0))
             ws = _cdp(api, s.id)
             starts.append(_ms(t0))
             t1 = time.perf_counter()
@@ -107,8 +176,15 @@ def main() -> None:
             warm.append(_ms(t0))
         for s, _ in sessions:
             s.close()
+    ratio = statistics.median(cold) / statistics.median(docker)
+    print(f"browser (runsc), cold start (no warm pool), {args.cold} runs alternated:")
+    print(f"  session create to first CDP answer    median {statistics.median(cold):8.1f} ms")
+    print(f"  docker run to first DevTools answer   median {statistics.median(docker):8.1f} ms")
+    print(f"  ratio {ratio:.2f}x")
+    print(f"  of which the create (cold)            median {statistics.median(creates):8.1f} ms")
     print(f"browser (runsc), {args.sessions} sessions:")
     print(f"  start (pool hit) to first CDP answer  median {statistics.median(starts):8.1f} ms")
+    print(f"  of which the create (a pool hit)      median {statistics.median(hits):8.1f} ms")
     print(f"  GET /cdp, browser running             median {statistics.median(again):8.1f} ms")
     print(f"navigate + screenshot, {args.runs} runs (Playwright over CDP, the port route):")
     print(f"  p50 {pct(turns, 50):8.1f} ms  p99 {pct(turns, 99):8.1f} ms")

@@ -88,6 +88,16 @@ def _start(s: Session, mib: int) -> None:
     raise SystemExit("the sandbox's server never answered")
 
 
+def _print_small(route: list[float], host: list[float], floor: list[float], runs: int) -> None:
+    """The small GET's figures, printed as soon as measured (a later phase may fail)."""
+    print(f"small GET, {runs} runs, runc:")
+    print(f"  through the route   p50 {pct(route, 50):6.2f} ms  p99 {pct(route, 99):6.2f} ms")
+    print(f"  direct on the host  p50 {pct(host, 50):6.2f} ms  p99 {pct(host, 99):6.2f} ms")
+    print(f"  route over direct   +{pct(route, 50) - pct(host, 50):.2f} ms p50 (target <= 3 ms)")
+    print(f"  the API's own floor p50 {pct(floor, 50):6.2f} ms (GET /v1/sessions/{{id}}, no port)")
+    sys.stdout.flush()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=200)
@@ -116,6 +126,7 @@ def main() -> None:
             route = _times(lambda: routed.get("small.txt").raise_for_status(), args.runs)
             host = _times(lambda: plain.get("small.txt").raise_for_status(), args.runs)
             floor = _times(lambda: api.get(f"/v1/sessions/{s.id}").raise_for_status(), args.runs)
+        _print_small(route, host, floor, args.runs)
         inside = _times(lambda: s.exec(["python3", "-c", IN_SANDBOX_GET]), max(20, args.runs // 10))
         warm = _times(lambda: s.exec(shell="true"), max(20, args.runs // 10))
         preview = s.port_url(8000, read_only=True).url
@@ -125,11 +136,6 @@ def main() -> None:
         ]
     d_mbps = statistics.median(r[0] for r in rounds)
     p_mbps = statistics.median(r[1] for r in rounds)
-    print(f"small GET, {args.runs} runs, runc:")
-    print(f"  through the route   p50 {pct(route, 50):6.2f} ms  p99 {pct(route, 99):6.2f} ms")
-    print(f"  direct on the host  p50 {pct(host, 50):6.2f} ms  p99 {pct(host, 99):6.2f} ms")
-    print(f"  route over direct   +{pct(route, 50) - pct(host, 50):.2f} ms p50 (target <= 3 ms)")
-    print(f"  the API's own floor p50 {pct(floor, 50):6.2f} ms (GET /v1/sessions/{{id}}, no port)")
     print(f"  exec'd in sandbox   p50 {pct(inside, 50):6.2f} ms (an exec of python's urllib)")
     print(f"  warm exec (true)    p50 {pct(warm, 50):6.2f} ms")
     print(f"bulk {args.mib} MiB, median of {args.repeat}:")

@@ -14,6 +14,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Histogram
 
 from sandgrid.errors import ErrorCode, SandgridError
+from sandgrid.wire.catalog import metric_type
 
 __all__ = [
     "ADMISSION_REJECTIONS",
@@ -63,8 +64,11 @@ _STORES = {ErrorCode.REGISTRY_UNAVAILABLE: "registry", ErrorCode.STORE_UNAVAILAB
 
 
 def observe_turn(sandbox_type: str, op: str, outcome: str, timings: dict[str, float]) -> None:
-    """Count a turn and observe its scheduler-side stages (``timings`` in ms)."""
-    TURNS.labels(type=sandbox_type, op=op, outcome=outcome).inc()
+    """Count a turn and observe its scheduler-side stages (``timings`` in ms).
+
+    A tenant's private type is counted as ``private`` (``catalog.metric_type``).
+    """
+    TURNS.labels(type=metric_type(sandbox_type), op=op, outcome=outcome).inc()
     for stage in ("api", "queue"):
         ms = timings.get(f"{stage}_ms")
         if ms is not None:

@@ -23,6 +23,7 @@ from prometheus_client import REGISTRY, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from sandgrid.wire.catalog import metric_type
 from sandgrid.wire.jobs import TurnJob, TurnOutcome
 from sandgrid.wire.settings import DEFAULT_WORKER_METRICS_ADDR
 
@@ -89,7 +90,7 @@ def observe_outcome(job: TurnJob, outcome: TurnOutcome) -> None:
     """Count a turn this node answered and observe its stages (``outcome.timings`` in ms)."""
     code = "ok" if outcome.ok else str((outcome.error or {}).get("code", "internal"))
     op = job.op.kind
-    TURNS.labels(type=job.session.type, op=op, outcome=code).inc()
+    TURNS.labels(type=metric_type(job.session.type), op=op, outcome=code).inc()
     for stage in _STAGES:
         ms = outcome.timings.get(f"{stage}_ms")
         if ms is not None:
@@ -124,7 +125,7 @@ class PoolCollector(Collector):
             "Sandboxes of the node's pool by type and state (warm, leased, creating).",
             labels=["node", "type", "state"],
         )
-        stats = sorted(self.stats().items())
+        stats = _by_label(self.stats())
         for sandbox_type, st in stats:
             for state in ("warm", "leased", "creating"):
                 pool.add_metric([self.node, sandbox_type, state], float(st.get(state, 0)))
@@ -145,6 +146,16 @@ class PoolCollector(Collector):
         )
         containers.add_metric([self.node], float(self.containers()))
         yield containers
+
+
+def _by_label(stats: dict[str, dict[str, Any]]) -> list[tuple[str, dict[str, float]]]:
+    """The pool's counters by metric label: tenants' private types summed as ``private``."""
+    summed: dict[str, dict[str, float]] = {}
+    for sandbox_type, st in stats.items():
+        into = summed.setdefault(metric_type(sandbox_type), {})
+        for state in ("warm", "leased", "creating", "target"):
+            into[state] = into.get(state, 0.0) + float(st.get(state, 0))
+    return sorted(summed.items())
 
 
 _watched: list[PoolCollector] = []

@@ -122,6 +122,7 @@ class Node:
             quotas=warm_quotas,
             ceiling=self.settings.worker.pool_max,  # demand's ceiling per type (22.3)
             ceilings={t: self._pool_max(s) for t, s in self.specs.items()},
+            total=self.settings.worker.pool_total,
         )
         worker = self.settings.worker
         self.persistence = Persistence(self.ledger, self.store, self.backend_for, worker.snapshots)

@@ -3,8 +3,8 @@
 When the node reserves a turn's message that must wait for a free thread (the
 prefetch), ``note_received`` writes the node and its incarnation on the turn's
 record, so that the API watches this process from then on: a message held by a
-process that dies is sent again at once instead of waiting in Redis's unacked
-set for the visibility timeout. A message that finds a thread free is claimed
+process that dies is sent again at once (the broker keeps no copy of a turn
+it handed out: ``sandgrid.wire.broker.QoS``). A message that finds a thread free is claimed
 (``claim_turn``, which names the process too) within a millisecond, so it is not
 noted first (issue 22.1: three commands and a round trip on the consumer's
 thread, before the turn starts); a process that dies in that millisecond is

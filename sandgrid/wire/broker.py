@@ -11,6 +11,11 @@ redis-py client over a pool is safe to share between threads (each command
 checks a connection out). A channel that is closed or revived after a broker
 outage is a new channel, with a new client.
 
+The channel also notes what each push of a default-priority message answered
+(``LPUSH`` returns the list's length): ``pushed_depth`` gives the API's
+admission the depth of a queue it sent to within the last ``DEPTH_FRESH_S``,
+so a turn to a shallow queue skips its ``LLEN`` (issue 22.1).
+
 ``install`` (called by ``sandgrid.wire.celery_app.make_celery``) makes kombu's
 ``redis`` alias name this transport, so the broker URL and what every tool
 shows of it stay ``redis://`` (Flower's Broker page picks its client by that
@@ -19,6 +24,7 @@ scheme; ``broker_transport`` set to a class path would show the path instead).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -26,8 +32,13 @@ from typing import Any
 import kombu.transport
 import redis
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from kombu.utils.json import dumps
+
+from sandgrid.wire import names
 
 __all__ = [
+    "DEPTH_FRESH_S",
     "SENTINEL_TRANSPORT",
     "TRANSPORT",
     "Channel",
@@ -36,30 +47,115 @@ __all__ = [
     "SentinelTransport",
     "Transport",
     "install",
+    "pushed_depth",
 ]
 
 #: Where kombu finds this transport (the ``redis`` alias, after ``install``).
 TRANSPORT = "sandgrid.wire.broker:Transport"
 #: The same over Sentinel (the ``sentinel`` alias, after ``install``; 22.5).
 SENTINEL_TRANSPORT = "sandgrid.wire.broker:SentinelTransport"
+#: How long the length a push answered stands for its queue's (s): ``pushed_depth``.
+DEPTH_FRESH_S = 1.0
+
+#: queue -> (its length after this process's last push to it, when: monotonic s)
+_pushed: dict[str, tuple[int, float]] = {}
+
+
+def pushed_depth(queue: str) -> int | None:
+    """The length of ``queue`` that this process's last push to it answered, if that
+    push is at most ``DEPTH_FRESH_S`` old (else None: ask Redis)."""
+    seen = _pushed.get(queue)
+    if seen is None or time.monotonic() - seen[1] > DEPTH_FRESH_S:
+        return None
+    return seen[0]
 
 
 class QoS(kombu_redis.QoS):
-    """kombu's Redis ack emulation, its two-command writes without ``MULTI``/``EXEC``.
+    """kombu's Redis ack emulation: no unacked record for a turn, and its
+    two-command writes without ``MULTI``/``EXEC`` for any other message.
 
     kombu records a delivered message (``ZADD`` in the unacked index, ``HSET`` of
-    its body) and drops it on ack (``ZREM``, ``HDEL``) in a transaction each: eight
-    commands per turn where four do (issue 22.1). The pair still goes in one
-    pipeline, in order, on one connection; the transaction only hid the first
+    its body) and drops it on ack (``ZREM``, ``HDEL``), so that a message whose
+    consumer died comes back after the visibility timeout (an hour). A turn's
+    message needs no such copy (issue 22.1: four commands per turn): its sender
+    watches the process that holds it and sends the turn again (``attempt + 1``)
+    once that process is gone (``scheduler.turns.watch``), long before the
+    timeout, and a late copy of the old attempt is refused by its claim anyway.
+    So a turn is kept in this process's memory alone (kombu's own ``_delivered``),
+    and what the record did while this process lives is done from there: a
+    turn rejected with ``requeue`` and the turns still held when the channel
+    closes (a warm shutdown, a reconnect) go back to their queue, as before.
+    Only a process that dies without closing its channel loses them from the
+    broker, which is what the watch is for.
+
+    Every other message keeps kombu's record, in a plain pipeline: the pair
+    still goes in order on one connection; the transaction only hid the first
     command from other clients until the second, and the only other reader,
-    ``restore_visible``, looks at entries older than the visibility timeout (an
-    hour) and restores each under ``WATCH`` (``restore_by_tag``, whose own
-    transaction this leaves alone). A pipeline cut by a lost connection leaves at
-    most the first command applied: on delivery an index entry without a body,
-    which the restore drops; on ack the body is deleted first, for the same
-    reason. (Both were equally lost with the transaction: the message was already
-    popped from its list.)
+    ``restore_visible``, looks at entries older than the visibility timeout and
+    restores each under ``WATCH`` (``restore_by_tag``, whose own transaction this
+    leaves alone). A pipeline cut by a lost connection leaves at most the first
+    command applied: on delivery an index entry without a body, which the
+    restore drops; on ack the body is deleted first, for the same reason.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: delivery tags of the turns held in memory alone (acks come from other threads:
+        #: a set's add and discard are atomic)
+        self._turns: set[Any] = set()
+
+    def append(self, message: Any, delivery_tag: Any) -> None:
+        """Record the delivery in Redis, unless it is a turn's (kept in memory only)."""
+        if (message.headers or {}).get("task") != names.TASK_TURN:
+            super().append(message, delivery_tag)
+            return
+        self._turns.add(delivery_tag)
+        virtual.QoS.append(self, message, delivery_tag)
+
+    def ack(self, delivery_tag: Any) -> None:
+        """Drop the delivery's record (a turn's: in memory only)."""
+        if delivery_tag in self._turns:
+            self._turns.discard(delivery_tag)
+            virtual.QoS.ack(self, delivery_tag)
+            return
+        super().ack(delivery_tag)
+
+    def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        """A turn rejected with ``requeue`` goes back to its queue from memory."""
+        if delivery_tag not in self._turns:
+            super().reject(delivery_tag, requeue=requeue)
+            return
+        if requeue:
+            channel: Any = self.channel  # ours: the stubs know the base channel only
+            with channel.conn_or_acquire() as client:
+                self._put_back(self._held()[delivery_tag], client, leftmost=True)
+        self.ack(delivery_tag)
+
+    def restore_unacked(self, client: Any = None) -> None:
+        """Put back what this channel holds unacked: turns from memory, the rest
+        from their records (kombu's ``restore_by_tag``)."""
+        channel: Any = self.channel
+        held = self._held()
+        with channel.conn_or_acquire(client) as client:
+            for tag, message in list(held.items()):
+                if tag in self._turns:
+                    self._put_back(message, client)
+                else:
+                    self.restore_by_tag(tag, client=client)
+        held.clear()
+        self._turns.clear()
+
+    def _held(self) -> Any:
+        """kombu's ``_delivered``: delivery tag -> message (set in its ``__init__``)."""
+        return self._delivered
+
+    def _put_back(self, message: Any, client: Any, leftmost: bool = False) -> None:
+        """Push a held message back onto its queue (marked redelivered, as kombu does)."""
+        info = message.delivery_info
+        channel: Any = self.channel
+        channel._do_restore_message(
+            message._raw, info["exchange"], info["routing_key"], client, leftmost
+        )
 
     @contextmanager
     def pipe_or_acquire(self, pipe: Any = None, client: Any = None) -> Iterator[Any]:
@@ -84,6 +180,19 @@ class Channel(kombu_redis.Channel):
 
     QoS = QoS
     _shared_client: Any = None
+
+    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
+        """Push a message; the list's length it answers is noted (``pushed_depth``)
+        when it went to the queue's own list (default priority, no batch, no expiry)."""
+        this: Any = self  # kombu's Redis channel: the stubs know the base channel only
+        key = this._q_for_pri(queue, self._get_message_priority(message, reverse=False))
+        expires: Any = this._expires
+        if key != queue or kwargs.get("_publish_batch") is not None or queue in expires:
+            super()._put(queue, message, **kwargs)
+            return
+        with self.conn_or_acquire() as client:
+            depth = client.lpush(key, dumps(message))
+        _pushed[queue] = (int(depth), time.monotonic())
 
     @contextmanager
     def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:

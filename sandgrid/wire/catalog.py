@@ -30,6 +30,7 @@ from sandgrid.sandbox_types import SandboxTypeSpec
 from sandgrid.wire.types_file import load_types_file
 
 __all__ = [
+    "PRIVATE_LABEL",
     "Catalog",
     "CatalogSource",
     "CatalogView",
@@ -37,6 +38,8 @@ __all__ = [
     "file_catalog",
     "get_type",
     "install",
+    "metric_image",
+    "metric_type",
     "view",
 ]
 
@@ -194,6 +197,27 @@ def view() -> CatalogView:
 def current() -> Catalog:
     """This process's catalog now (``CatalogView.current``)."""
     return _view.current()
+
+
+#: What metrics say for a tenant's private type (or one the catalog no longer has).
+PRIVATE_LABEL = "private"
+
+
+def metric_type(name: str) -> str:
+    """A type's name as a metric label: an operator's type by its name, else ``private``.
+
+    A tenant names its templates: its names (and its id, in a template's
+    repository) stay out of the metrics, and however many types tenants make,
+    the series do not grow with them.
+    """
+    found = current().get(name)
+    return name if found is not None and found.tenant is None else PRIVATE_LABEL
+
+
+def metric_image(image: str, repository: str) -> str:
+    """``repository`` as a metric label, or ``private`` when only tenants' types name ``image``."""
+    owners = {t.tenant for t in current().types.values() if t.image == image}
+    return PRIVATE_LABEL if owners and None not in owners else repository
 
 
 def get_type(name: str) -> SandboxTypeSpec:

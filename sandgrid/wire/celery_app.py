@@ -7,9 +7,12 @@ same name. Messages and results are JSON only: a ``TurnJob`` dump in, a
 ``TurnOutcome`` dump out, nothing pickled.
 
 Why these settings:
-    * ``task_acks_late`` + ``task_reject_on_worker_lost``: a turn whose worker dies
-      is not acknowledged, so the broker can hand it out again (the turn record
-      in Redis decides whether it may run again; see ``SessionRegistry.claim_turn``).
+    * ``task_acks_late`` + ``task_reject_on_worker_lost``: a turn is acknowledged
+      once it ran, so one still held when its worker stops or reconnects goes
+      back to its queue (the turn record in Redis decides whether it may run
+      again; see ``SessionRegistry.claim_turn``). A worker that dies outright
+      loses its held turns with it (the broker keeps no copy of a turn:
+      ``broker.QoS``); their senders' watch sends them again.
     * ``worker_prefetch_multiplier=1``: a busy worker does not hoard turns that an
       idle one could start now.
     * ``visibility_timeout`` longer than the longest turn, else Redis would hand a

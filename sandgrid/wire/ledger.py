@@ -21,13 +21,24 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
+from enum import IntEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from sandgrid.models import SessionInfo
 
-__all__ = ["NodeRecord", "SessionLedger"]
+__all__ = ["Claim", "NodeRecord", "SessionLedger"]
+
+
+class Claim(IntEnum):
+    """What ``claim_turn`` answered; false only when the turn must not run."""
+
+    REFUSED = 0
+    CLAIMED = 1
+    #: claimed, and the turn was cancelled before the claim (its record says so):
+    #: it answers ``cancelled`` without running (``worker.turns.interactive``)
+    CANCELLED = 2
 
 
 class NodeRecord(BaseModel):
@@ -72,7 +83,7 @@ class SessionLedger(ABC):
         """
 
     @abstractmethod
-    def claim_turn(self, turn_id: str, node: str, attempt: int = 1, incarnation: str = "") -> bool:
+    def claim_turn(self, turn_id: str, node: str, attempt: int = 1, incarnation: str = "") -> Claim:
         """Before running a turn: move its record from queued to running, atomically.
 
         Args:
@@ -82,9 +93,11 @@ class SessionLedger(ABC):
             incarnation: the claiming process (see ``NodeRecord``).
 
         Returns:
-            True when the turn may run (also when no record exists: nothing to
-            guard). False when it was abandoned by the API, is already running or
-            done (a redelivered message), or the attempt is stale: do not run it.
+            ``CLAIMED`` when the turn may run (also when no record exists: nothing
+            to guard); ``CANCELLED`` when it may, but its record says it was
+            cancelled (the same read: issue 22.1); ``REFUSED`` (false) when it was
+            abandoned by the API, is already running or done (a redelivered
+            message), or the attempt is stale: do not run it.
         """
 
     @abstractmethod

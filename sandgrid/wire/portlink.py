@@ -9,6 +9,12 @@ answers one JSON line: ``{"ok": true}``, or ``{"ok": false, "status": <HTTP
 status>, "error": <the error body>}``. After ``ok`` the connection is the
 sandbox port's own byte stream, both ways, until either side closes it.
 
+The API may send the start of that stream right behind the hello, before the
+answer (an HTTP request's head: ``forward``): the worker forwards those early
+bytes once the port is connected, counted against the caps as any, and drops
+them with a refusal, whose answer the API still reads. This saves the round
+trip through worker and agent a request would otherwise wait for.
+
 No tenant token crosses this link: the API has checked the tenant (or the
 preview URL) before it connects.
 """

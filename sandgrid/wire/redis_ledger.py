@@ -33,7 +33,7 @@ from redis.retry import Retry
 from sandgrid.errors import NotFound
 from sandgrid.models import SessionInfo
 from sandgrid.wire import names, redis_connect
-from sandgrid.wire.ledger import NodeRecord, SessionLedger
+from sandgrid.wire.ledger import Claim, NodeRecord, SessionLedger
 from sandgrid.wire.scripts import LuaScripts
 from sandgrid.wire.settings import Settings
 
@@ -112,9 +112,9 @@ class RedisLedger(SessionLedger):
         args = [node, attempt, time.time(), incarnation, "hold"]
         return bool(self.scripts.run("claim_turn", [names.turn_key(turn_id)], args))
 
-    def claim_turn(self, turn_id: str, node: str, attempt: int = 1, incarnation: str = "") -> bool:
+    def claim_turn(self, turn_id: str, node: str, attempt: int = 1, incarnation: str = "") -> Claim:
         args = [node, attempt, time.time(), incarnation, "run"]
-        return bool(self.scripts.run("claim_turn", [names.turn_key(turn_id)], args))
+        return Claim(int(self.scripts.run("claim_turn", [names.turn_key(turn_id)], args)))
 
     def requeue_turn(self, turn_id: str, attempt: int, holder: str) -> Requeue:
         """API side: replace attempt ``attempt`` of a turn whose holder died by the next.

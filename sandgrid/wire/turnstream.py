@@ -139,12 +139,14 @@ def finished(client: redis.Redis[str], turn_id: str) -> dict[str, Any] | None:
 
 
 def request_cancel(client: redis.Redis[str], turn_id: str) -> None:
-    """Mark the turn cancelled: a worker that has not started it answers cancelled."""
+    """Set the turn's cancel flag alone (the API's ``SessionRegistry.cancel_turn`` sets
+    it beside the turn record's mark, which a worker's claim reads)."""
     client.set(names.turn_cancel_key(turn_id), "1", ex=CANCEL_TTL_S)
 
 
 def cancel_requested(client: redis.Redis[str], turn_id: str) -> bool:
-    """Whether the turn was cancelled (checked by the worker before it runs the exec).
+    """Whether the turn was cancelled (checked by the worker before it runs an exec
+    whose claim did not read the record's mark last: ``worker.turns.interactive``).
 
     Best effort: with Redis unreachable the turn runs (a cancel sent meanwhile
     still reaches it on the node's queue); the check never fails a turn.

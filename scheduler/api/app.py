@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI
@@ -59,33 +60,13 @@ def create_app(
     svc = services or Services.build(s, dispatcher=dispatcher)
     expiry = Expiry(svc.redis, svc.registry, svc.runner, interval_s=s.session_sweep_s)
     token_watch = TokenWatch(svc.redis, svc.tenants.forget)  # 23.16: rotate/revoke at once
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        # Sync handlers wait on turns in threads: allow as many as configured.
-        anyio.to_thread.current_default_thread_limiter().total_tokens = s.api_threads
-        if svc.audit_exporter is not None:
-            svc.audit_exporter.start()
-        if svc.types is not None:  # 25.1: the types file, seeded into the registry
-            types.seed_types(svc.types, s.types_file)
-        svc.registry.serving.prime()  # 22.5: the primary as the API starts
-        expiry.start()
-        token_watch.start()
-        async with mcp_lifespan():  # the MCP transport's task group lives as long as the app
-            yield
-        token_watch.stop()
-        expiry.stop()
-        if svc.audit_exporter is not None:
-            svc.audit_exporter.stop()
-        if svc.batches is not None:
-            svc.batches.shutdown()
-        svc.redis.close()
+    mcp_lifespan: Callable[[], Any]  # bound below, when /mcp is mounted among the routes
 
     app = FastAPI(
         title="sandgrid",
         version=API_VERSION,
         description="Sandboxed execution for AI agents: sessions, exec, files, batches.",
-        lifespan=lifespan,
+        lifespan=lambda _: _lifespan(s, svc, expiry, token_watch, mcp_lifespan),
     )
     app.state.services = svc
     app.state.expiry = expiry
@@ -94,6 +75,42 @@ def create_app(
     )
     app.add_middleware(ports_api.PreviewQuery)  # issue 21.1: ?sg_preview=<token> on any path
     install_error_handlers(app)
+    mcp_lifespan = _include_routes(app, svc)
+    document_errors(app)
+    return app
+
+
+@asynccontextmanager
+async def _lifespan(
+    s: Settings,
+    svc: Services,
+    expiry: Expiry,
+    token_watch: TokenWatch,
+    mcp_lifespan: Callable[[], Any],
+) -> AsyncIterator[None]:
+    """The app's background parts, started before it serves and stopped after."""
+    # Sync handlers wait on turns in threads: allow as many as configured.
+    anyio.to_thread.current_default_thread_limiter().total_tokens = s.api_threads
+    if svc.audit_exporter is not None:
+        svc.audit_exporter.start()
+    if svc.types is not None:  # 25.1: the types file, seeded into the registry
+        types.seed_types(svc.types, s.types_file)
+    svc.registry.serving.prime()  # 22.5: the primary as the API starts
+    expiry.start()
+    token_watch.start()
+    async with mcp_lifespan():  # the MCP transport's task group lives as long as the app
+        yield
+    token_watch.stop()
+    expiry.stop()
+    if svc.audit_exporter is not None:
+        svc.audit_exporter.stop()
+    if svc.batches is not None:
+        svc.batches.shutdown()
+    svc.redis.close()
+
+
+def _include_routes(app: FastAPI, svc: Services) -> Callable[[], Any]:
+    """Every router, in the order they match; returns what the lifespan enters for MCP."""
     app.include_router(sessions.router)
     app.include_router(files.router)
     app.include_router(health.router)
@@ -114,5 +131,4 @@ def create_app(
     app.include_router(targets.router)
     app.include_router(ports_api.router)  # issue 21.1
     app.include_router(browser_api.router)  # issue 21.3
-    document_errors(app)
-    return app
+    return mcp_lifespan

@@ -38,9 +38,17 @@ from sandgrid.wire.portkeys import port_key
 from sandgrid.wire.preview import ALL_PORTS
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.api.pty import ws_tenant
-from scheduler.ports.forward import forward_http
+from scheduler.ports.forward import Opener, forward_http
 from scheduler.ports.previews import PREVIEW_PREFIX, QUERY_TOKEN, admit, check, make_url
-from scheduler.ports.tunnel import Admit, Wake, check_port, forget, live_session, open_tunnel
+from scheduler.ports.tunnel import (
+    Admit,
+    Wake,
+    bare,
+    check_port,
+    forget,
+    live_session,
+    open_stream,
+)
 from scheduler.ports.websocket import refuse, relay_websocket
 
 __all__ = [
@@ -84,8 +92,8 @@ async def _relay(
 ) -> Response:
     tenant, session_id, port = where
     check_port(port, _reserved(svc))
-    sock = await _tunnel(svc, tenant, session_id, port, admit)
-    return await forward_http(request, sock, port, prefix, path)
+    opener = _opener(svc, tenant, session_id, port, admit)
+    return await forward_http(request, opener, port, prefix, path)
 
 
 def _waker(svc: Services, tenant: str, session_id: str) -> Wake:
@@ -166,19 +174,31 @@ async def port_socket(websocket: WebSocket, session_id: str, port: int, path: st
     await relay_websocket(websocket, sock, port, path)
 
 
+def _opener(
+    svc: Services, tenant: str, session_id: str, port: int, admit: Admit | None = None
+) -> Opener:
+    """Opens a tunnel to the port with the given first bytes (``open_stream``)."""
+
+    async def opener(early: bytes) -> tuple[socket.socket, bytes]:
+        return await open_stream(
+            svc.registry,
+            tenant,
+            session_id,
+            port,
+            key=port_key(svc.settings, "link"),
+            timeout=svc.settings.ports.connect_timeout_s,
+            wake=_waker(svc, tenant, session_id),
+            admit=admit,
+            early=early,
+        )
+
+    return opener
+
+
 async def _tunnel(
     svc: Services, tenant: str, session_id: str, port: int, admit: Admit | None = None
 ) -> socket.socket:
-    return await open_tunnel(
-        svc.registry,
-        tenant,
-        session_id,
-        port,
-        key=port_key(svc.settings, "link"),
-        timeout=svc.settings.ports.connect_timeout_s,
-        wake=_waker(svc, tenant, session_id),
-        admit=admit,
-    )
+    return bare(await _opener(svc, tenant, session_id, port, admit)(b""))
 
 
 @router.api_route("/p/{token}", methods=METHODS, include_in_schema=False)

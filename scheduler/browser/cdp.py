@@ -1,7 +1,7 @@
 """A small Chrome DevTools Protocol client over a port tunnel (docs/browser.md).
 
 The API reaches the sandbox's DevTools port the way a caller of the port route
-does (``scheduler.ports.tunnel.open_tunnel``: through the owning worker, no
+does (``scheduler.ports.tunnel.open_stream``: through the owning worker, no
 network device in the sandbox). ``json_version`` asks Chromium's HTTP side for
 its browser endpoint; ``CdpClient`` opens the browser's WebSocket on a fresh
 tunnel and sends commands (flat sessions: a page's commands carry its

@@ -26,7 +26,7 @@ from sandgrid.wire.browser import CDP_PORT, HEAP_ENV, LAUNCHER, is_browser_type
 from sandgrid.wire.portkeys import port_key
 from scheduler.browser.cdp import CdpClient, CdpError, browser_path, cdp_session, json_version
 from scheduler.browser.tools import attach_page
-from scheduler.ports.tunnel import live_session, open_tunnel
+from scheduler.ports.tunnel import bare, live_session, open_stream
 from scheduler.tenants import Tenant
 from scheduler.turns.processes import start_process
 
@@ -76,7 +76,7 @@ def browser_session(svc: Services, tenant: Tenant, session_id: str) -> SessionIn
 
 async def tunnel(svc: Services, tenant: Tenant, session_id: str) -> socket.socket:
     """A fresh tunnel to the session's DevTools port (a connected socket)."""
-    return await open_tunnel(
+    opened = await open_stream(
         svc.registry,
         tenant.name,
         session_id,
@@ -84,6 +84,7 @@ async def tunnel(svc: Services, tenant: Tenant, session_id: str) -> socket.socke
         key=port_key(svc.settings, "link"),
         timeout=svc.settings.ports.connect_timeout_s,
     )
+    return bare(opened)
 
 
 async def _version(svc: Services, tenant: Tenant, session_id: str) -> dict[str, Any]:

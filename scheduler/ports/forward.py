@@ -1,14 +1,18 @@
 """One HTTP request relayed to a sandbox port over a tunnel, streamed both ways.
 
-The tunnel (``tunnel.open_tunnel``) is the port's own byte stream; httpcore's
+The tunnel (``tunnel.open_stream``) is the port's own byte stream; httpcore's
 HTTP/1.1 connection speaks over it (``_TunnelStream``, its network stream),
-so the request body streams up as the client sends it and the response body
-streams down as the server writes it: a 50 MB download or a chunked, slowly
-produced response is never held whole. Hop-by-hop headers are dropped, and
-so are the caller's ``Authorization`` (the tenant's token never reaches the
-sandbox) and ``Cookie`` headers of the grid; the server sees ``Host:
-127.0.0.1:<port>`` and ``X-Forwarded-*`` naming the public prefix. One tunnel
-serves one request (a port's caps count requests in flight).
+which opens the tunnel on httpcore's first write, the request's head, and sends
+that head with the hello: the server has the request one round trip through
+worker and agent sooner. A body follows only after the worker's ok (a retry on
+another owner sends the head again; no body byte is lost), and streams up as
+the client sends it; the response body streams down as the server writes
+it: a 50 MB download or a chunked, slowly produced response is never held
+whole. Hop-by-hop headers are dropped, and so are the caller's
+``Authorization`` (the tenant's token never reaches the sandbox, nor the
+worker with the head) and ``Cookie`` headers of the grid; the server sees
+``Host: 127.0.0.1:<port>`` and ``X-Forwarded-*`` naming the public prefix.
+One tunnel serves one request (a port's caps count requests in flight).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpcore
@@ -25,7 +29,18 @@ from starlette.responses import Response, StreamingResponse
 
 from sandgrid.errors import PortUnreachable
 
-__all__ = ["HOP_BY_HOP", "forward_http", "request_headers", "response_headers"]
+__all__ = [
+    "HOP_BY_HOP",
+    "WHOLE_MAX",
+    "Opener",
+    "forward_http",
+    "request_headers",
+    "response_headers",
+]
+
+#: Opens the tunnel with these first bytes; the socket and the port's bytes read with
+#: the worker's answer (``tunnel.open_stream``).
+Opener = Callable[[bytes], Awaitable[tuple[socket.socket, bytes]]]
 
 #: Never forwarded either way (RFC 9110 7.6.1), nor the caller's credentials.
 HOP_BY_HOP = frozenset(
@@ -44,29 +59,65 @@ HOP_BY_HOP = frozenset(
 )
 _CREDENTIALS = frozenset({"authorization"})
 _READ = 256 << 10
+#: A response whose Content-Length is at most this is read whole and answered at once
+#: (a page's small files skip the streaming response and close their tunnel sooner).
+WHOLE_MAX = 64 << 10
+_BROKEN = (httpcore.ProtocolError, httpcore.NetworkError, httpcore.ReadError)
+
+
+@contextlib.contextmanager
+def _mapped(timeout: type[Exception], broken: type[Exception]) -> Iterator[None]:
+    """The tunnel's socket errors as httpcore's own streams raise them. A write that
+    fails (the server answered early and closed, RFC 9110 15.5.1) is a ``WriteError``,
+    after which httpcore reads the answer; a raw ``OSError`` escaped it as a 500."""
+    try:
+        yield
+    except TimeoutError as exc:  # an OSError too: first
+        raise timeout(str(exc)) from exc
+    except OSError as exc:
+        raise broken(str(exc) or type(exc).__name__) from exc
 
 
 class _TunnelStream(httpcore.AsyncNetworkStream):
-    """httpcore's network stream over the tunnel's asyncio streams."""
+    """httpcore's network stream over the tunnel's socket, opened by the first write with
+    its bytes (the opener's errors, a 502 or a 429, reach the route as they are).
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+    The socket's errors become httpcore's own (``_mapped``). A write that fails leaves
+    the socket open for reading: a server that answers early and closes with the body
+    unread (RFC 9110 15.5.1: a 413, an ``http.server`` 501) resets the tunnel on the
+    body's next write, and httpcore then reads the answer, which the kernel still holds.
+    """
+
+    def __init__(self, opener: Opener) -> None:
+        self.opener = opener
+        self.sock: socket.socket | None = None
+        self.first = b""
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        async with asyncio.timeout(timeout):
-            return await self.reader.read(max_bytes)
+        if self.sock is None:
+            return b""
+        if self.first:
+            out, self.first = self.first[:max_bytes], self.first[max_bytes:]
+            return out
+        loop = asyncio.get_running_loop()
+        with _mapped(httpcore.ReadTimeout, httpcore.ReadError):
+            async with asyncio.timeout(timeout):
+                return await loop.sock_recv(self.sock, min(max_bytes, _READ))
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if buffer:
-            self.writer.write(buffer)
+        if not buffer:
+            return
+        if self.sock is None:
+            self.sock, self.first = await self.opener(buffer)
+            return
+        loop = asyncio.get_running_loop()
+        with _mapped(httpcore.WriteTimeout, httpcore.WriteError):
             async with asyncio.timeout(timeout):
-                await self.writer.drain()
+                await loop.sock_sendall(self.sock, buffer)
 
     async def aclose(self) -> None:
-        self.writer.close()
-        with contextlib.suppress(Exception):
-            await self.writer.wait_closed()
+        if self.sock is not None:
+            self.sock.close()
 
     def get_extra_info(self, info: str) -> Any:
         return None
@@ -98,22 +149,27 @@ def response_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, by
     return [(k.lower(), v) for k, v in headers if k.decode("latin-1").lower() not in HOP_BY_HOP]
 
 
+def _small(response: httpcore.Response) -> bool:
+    length = next((v for k, v in response.headers if k.lower() == b"content-length"), b"")
+    return length.isdigit() and int(length) <= WHOLE_MAX
+
+
 def _has_body(request: Request) -> bool:
     te = request.headers.get("transfer-encoding", "")
     return "chunked" in te.lower() or int(request.headers.get("content-length") or 0) > 0
 
 
 async def forward_http(
-    request: Request, sock: socket.socket, port: int, prefix: str, path: str
+    request: Request, opener: Opener, port: int, prefix: str, path: str
 ) -> Response:
-    """Relay ``request`` to ``path`` on the tunnel ``sock``; the response streams back.
+    """Relay ``request`` to ``path`` on the tunnel ``opener`` opens; the response streams back.
 
     Raises:
         PortUnreachable: the server closed the connection without an answer.
+        SandgridError: the opener's (``tunnel.open_stream``).
     """
-    reader, writer = await asyncio.open_connection(sock=sock, limit=_READ)
     conn = httpcore.AsyncHTTP11Connection(
-        httpcore.Origin(b"http", b"127.0.0.1", port), _TunnelStream(reader, writer)
+        httpcore.Origin(b"http", b"127.0.0.1", port), _TunnelStream(opener)
     )
     target = "/" + path.lstrip("/")
     if request.url.query:
@@ -126,7 +182,16 @@ async def forward_http(
     )
     try:
         response = await conn.handle_async_request(upstream)
-    except (httpcore.ProtocolError, httpcore.NetworkError, httpcore.ReadError) as exc:
+        if _small(response):
+            try:
+                content = await response.aread()
+            finally:
+                await response.aclose()
+                await conn.aclose()
+            whole = Response(content, status_code=response.status)
+            whole.raw_headers = response_headers(list(response.headers))
+            return whole
+    except _BROKEN as exc:
         await conn.aclose()
         raise PortUnreachable(
             f"the server on port {port} closed the connection without an answer",

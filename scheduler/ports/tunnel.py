@@ -3,7 +3,10 @@
 The registry says who owns the session (its lease) and the owner's heartbeat
 where its port listener is (``NodeRecord.ports_addr``). The API connects there,
 sends the signed hello (``sandgrid.wire.portlink``) and reads the answer; on
-ok the socket is the port's byte stream. Nothing names a worker beyond this
+ok the socket is the port's byte stream. ``open_stream`` sends the caller's
+first bytes (an HTTP request's head) with the hello and returns what of the
+port's answer came with the worker's; a WebSocket or CDP sends none and takes
+the socket alone (``bare``: the caller speaks after the answer). Nothing names a worker beyond this
 lookup, made again for every connection: a session whose owner changed (a
 worker died, a restore elsewhere) is reached at its new owner, and its preview
 URLs keep working. An owner that answers "not here" (the session moved between
@@ -56,10 +59,11 @@ __all__ = [
     "Admit",
     "Owner",
     "Wake",
+    "bare",
     "check_port",
     "forget",
     "live_session",
-    "open_tunnel",
+    "open_stream",
 ]
 
 #: Brings a session that runs nowhere back into a sandbox (a turn of it).
@@ -177,9 +181,9 @@ def _owner_addr(registry: SessionRegistry, info: SessionInfo, port: int) -> tupl
     return host.strip("[]"), int(p)
 
 
-async def _read_answer(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
-    """The worker's answer line, read whole: nothing follows it before the API speaks
-    (an HTTP or WebSocket server waits for the request), so a read may take all."""
+async def _read_answer(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> tuple[bytes, bytes]:
+    """The worker's answer line, and the port's first bytes when they came in the same
+    read (a request sent with the hello may be answered right behind the ok)."""
     buf = bytearray()
     while b"\n" not in buf and len(buf) < MAX_LINE:
         chunk = await loop.sock_recv(sock, MAX_LINE)
@@ -187,10 +191,12 @@ async def _read_answer(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> 
             break
         buf += chunk
     line, _, rest = bytes(buf).partition(b"\n")
-    return b"" if rest else line  # bytes before our request: not a server we speak to
+    return line, rest
 
 
-async def _connect(addr: tuple[str, int], hello: bytes, timeout: float) -> socket.socket:
+async def _connect(
+    addr: tuple[str, int], hello: bytes, timeout: float
+) -> tuple[socket.socket, bytes]:
     loop = asyncio.get_running_loop()
     family = socket.AF_INET6 if ":" in addr[0] else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -199,7 +205,7 @@ async def _connect(addr: tuple[str, int], hello: bytes, timeout: float) -> socke
         async with asyncio.timeout(timeout):
             await loop.sock_connect(sock, addr)
             await loop.sock_sendall(sock, hello)
-            answer = await _read_answer(loop, sock)
+            answer, first = await _read_answer(loop, sock)
     except (OSError, TimeoutError) as exc:
         sock.close()
         raise InfrastructureError(
@@ -214,10 +220,23 @@ async def _connect(addr: tuple[str, int], hello: bytes, timeout: float) -> socke
         sock.close()
         raise error
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock, first
+
+
+def bare(opened: tuple[socket.socket, bytes]) -> socket.socket:
+    """The socket of ``open_stream`` called without early bytes (a WebSocket, CDP).
+
+    Raises:
+        SandgridError: the port spoke before the caller (not a server the API speaks to).
+    """
+    sock, first = opened
+    if first:
+        sock.close()
+        raise SandgridError("the worker's port listener answered garbage", operation="ports")
     return sock
 
 
-async def open_tunnel(
+async def open_stream(
     registry: SessionRegistry,
     tenant: str,
     session_id: str,
@@ -227,8 +246,13 @@ async def open_tunnel(
     timeout: float,
     wake: Wake | None = None,
     admit: Admit | None = None,
-) -> socket.socket:
-    """A connected, non-blocking socket to ``port`` on the session's loopback.
+    early: bytes = b"",
+) -> tuple[socket.socket, bytes]:
+    """A connected, non-blocking socket to ``port`` on the session's loopback, ``early``
+    sent on it, and the port's bytes that came with the worker's answer.
+
+    ``early`` is sent again on a retry (a fresh connection): it must be bytes in hand,
+    never a stream's.
 
     ``admit`` (a preview URL's revocation check) sees the session's URL epochs
     of the lookup, or of the cached one, before anything is connected or woken.
@@ -254,7 +278,8 @@ async def open_tunnel(
                     _remember(tenant, session_id, owner)
             elif admit is not None:
                 admit(owner.url_epochs)
-            return await _connect(owner.addr, Hello.make(session_id, port).line(key), timeout)
+            hello = Hello.make(session_id, port).line(key)
+            return await _connect(owner.addr, hello + early, timeout)
         except (InfrastructureError, PortUnreachable) as exc:
             if not _asleep(exc) or (wake is None and isinstance(exc, PortUnreachable)):
                 raise

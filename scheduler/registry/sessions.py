@@ -174,26 +174,7 @@ class SessionRegistry(SessionTurns):
             NotFound: the type was removed after admission read it (checked
                 atomically with the insert; see ``TypeCatalog.remove``).
         """
-        now = datetime.now(UTC)
-        info = SessionInfo(
-            id=new_session_id(),
-            tenant=tenant,
-            type=spec.type,
-            quotas=spec.quotas,
-            env=spec.env,
-            snapshot_policy=spec.snapshot_policy,
-            snapshot=snapshot,
-            forked_from=forked_from,
-            created_at=now,
-            last_used=now,
-            labels=spec.labels,
-            idle_timeout_s=spec.idle_timeout_s,
-            expires_at=now + timedelta(seconds=spec.max_lifetime_s)
-            if spec.max_lifetime_s
-            else None,
-            network=spec.network,
-            on_idle=spec.on_idle,
-        )
+        info = _new_record(tenant, spec, snapshot=snapshot, forked_from=forked_from)
         inserted = self._insert(info, max_sessions, check_type=True)
         if inserted == -2:
             raise NotFound(
@@ -361,3 +342,27 @@ class SessionRegistry(SessionTurns):
         """Every node whose heartbeat has not lapsed (health checks; uses SCAN)."""
         keys = self.redis.scan_iter(match=names.node_key_pattern(), count=500)
         return sorted(names.node_from_key(k) for k in keys)
+
+
+def _new_record(
+    tenant: str, spec: SessionCreate, *, snapshot: str | None, forked_from: str | None
+) -> SessionInfo:
+    """The record of a new session of ``tenant`` from its create request: state new."""
+    now = datetime.now(UTC)
+    return SessionInfo(
+        id=new_session_id(),
+        tenant=tenant,
+        type=spec.type,
+        quotas=spec.quotas,
+        env=spec.env,
+        snapshot_policy=spec.snapshot_policy,
+        snapshot=snapshot,
+        forked_from=forked_from,
+        created_at=now,
+        last_used=now,
+        labels=spec.labels,
+        idle_timeout_s=spec.idle_timeout_s,
+        expires_at=now + timedelta(seconds=spec.max_lifetime_s) if spec.max_lifetime_s else None,
+        network=spec.network,
+        on_idle=spec.on_idle,
+    )

@@ -93,6 +93,11 @@ class SessionTurns:
         found: builtins.list[str] = self.redis.zrangebyscore(key, time.time(), "+inf")
         return found
 
+    def cancel_turn(self, turn_id: str, flag_ttl_s: int) -> None:
+        """Mark the turn cancelled, on its record and in its flag (``lua/cancel_turn.lua``)."""
+        keys = [names.turn_key(turn_id), names.turn_cancel_key(turn_id)]
+        self.scripts.run("cancel_turn", keys, [flag_ttl_s])
+
     def abandon_turn(self, turn_id: str) -> bool:
         """API side: nobody waits for this turn any more; a late claim is refused."""
         return bool(self.scripts.run("set_turn_state", [names.turn_key(turn_id)], ["abandoned"]))
@@ -134,6 +139,7 @@ class SessionTurns:
         *,
         parallel: int = 1,
         shared: bool = False,
+        check_depth: bool = True,
     ) -> tuple[str, int]:
         """``acquire_turn_slot`` and a slot among the session's ``parallel`` turns in
         flight, behind a queue-depth check, in one round trip
@@ -142,6 +148,8 @@ class SessionTurns:
         ``shared``: the turn goes to its type's shared queue (no live owner); it
         waits while another turn is in flight, which is bringing the session to
         a worker, so that all of them run where that one restored it.
+        ``check_depth`` False: the caller knows the queue is shallow (its own last
+        push to it said so), and its length is not read.
 
         Returns:
             ``("ok", 0)``, ``("backpressure", depth)``, ``("tenant_limit", 0)`` or
@@ -160,7 +168,7 @@ class SessionTurns:
         ]
         args = [
             turn_id,
-            depth_limit,
+            depth_limit if check_depth else "",
             limit,
             now,
             now + ttl,

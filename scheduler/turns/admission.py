@@ -17,7 +17,12 @@ Two kinds of refusal, chosen so that a client knows whether waiting helps:
 
 The queue depth is the length of the Redis list that backs the Celery queue
 (kombu's Redis transport keeps a queue's messages of default priority in a
-list named after the queue).
+list named after the queue). A turn's admission reads it only when this
+process's own last push to that queue (``LPUSH`` answers the length:
+``sandgrid.wire.broker.pushed_depth``), at most a second old, did not find it
+below half the limit (issue 22.1: one command less per turn). Pushes of other
+API processes within that second may go unseen, so a queue may pass the limit
+by that much before this process refuses; the next push it makes tells it.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import redis
 from sandgrid.errors import ErrorCode, InvalidInput, LimitExceeded, SandgridError
 from sandgrid.models import ExecRequest, Quotas, SessionCreate
 from sandgrid.sandbox_types import SandboxTypeSpec, effective_quotas
-from sandgrid.wire import catalog
+from sandgrid.wire import broker, catalog
 from scheduler import metrics
 from scheduler.registry.nodes import NodeDirectory
 from scheduler.registry.sessions import SessionRegistry
@@ -238,6 +243,7 @@ class Admission:
             LimitExceeded: ``backpressure`` or ``tenant_limit``, as the two checks do.
         """
         limit = tenant.limits.max_concurrent_turns
+        pushed = broker.pushed_depth(queue)
         verdict, depth = self.registry.admit_turn(
             queue,
             self.queue_depth_limit,
@@ -248,6 +254,7 @@ class Admission:
             ttl,
             parallel=parallel,
             shared=shared,
+            check_depth=pushed is None or pushed * 2 > self.queue_depth_limit,
         )
         if verdict == "backpressure":
             raise self._backpressure(queue, depth)

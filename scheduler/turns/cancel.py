@@ -1,7 +1,9 @@
 """Cancel a turn: flag it in Redis, then tell the worker that runs it.
 
-The flag comes first (``turnstream.request_cancel``), so a turn that no worker
-has started yet answers ``cancelled`` without running when one takes it; then a
+The mark comes first (``SessionRegistry.cancel_turn``: on the turn record, which
+the worker's claim reads, and in the turn's flag, read after a restore), so a
+turn that no worker has started yet answers ``cancelled`` without running when
+one takes it; then a
 ``cancel`` task goes to the direct queue of the node that holds the turn (its
 turn record names it from the moment the node reserved the message) or, else,
 of the session's owner, and that node kills the exec's process tree through
@@ -84,7 +86,7 @@ class TurnCancels:
             )
         if record.get("state") in ("done", "abandoned") or turnstream.finished(redis, turn_id):
             return TurnCancel(turn_id=turn_id, state="finished")
-        turnstream.request_cancel(redis, turn_id)
+        self.registry.cancel_turn(turn_id, turnstream.CANCEL_TTL_S)
         node = record.get("node") or session.owner
         if node:
             try:

@@ -16,20 +16,22 @@ record (``claim_turn`` refuses a second run of one turn) and the Celery task id
   one ``SET ... EX`` (``lua/finish_turn.lua``). A hash left by an earlier version is
   still read (``_legacy``), never taken over, and lapses with its TTL.
 
-- ``reserve`` (one round trip: that SET and the turn record's EXISTS; no script:
-  only the holder of the reservation writes the turn record, so the two need not
-  be atomic) either reserves the key (``new``: run the turn),
+- ``reserve`` (that one SET: only the holder of a reservation writes the turn
+  record, and a reservation outlives any turn record its holder writes, so a
+  key that holds nothing has no turn record: issue 22.1, the turn record's
+  ``EXISTS`` beside it is gone) either reserves the key (``new``: run the turn),
   or finds it ``pending`` (a request with the key is in flight, or its turn was
   sent: wait for the same outcome), ``done`` (answer the stored outcome, never
   run again), or ``mismatch`` (the key was used for a different request: 422).
-- A pending reservation lives as long as its turn may (deadline + margin), so
-  that the key of an API process that died is not held forever; its turn
-  record stays, and a later retry waits for that turn's result, never runs it
-  again. A reservation whose request died before it sent the turn (no turn
-  record ``TAKE_OVER_S`` after it was made) is taken over by one waiting retry,
-  which runs the turn. A request that died after the turn record was written
-  but before the message was sent leaves its retries waiting until the turn's
-  deadline (503 ``turn_timeout``): a window of microseconds.
+- A pending reservation lives as long as its turn's record may (deadline +
+  margin + ``TURN_RECORD_TTL_S``), so that the key of an API process that died
+  is not held forever, and never lapses before that record: a later retry
+  waits for that turn's result, never runs it again. A reservation whose
+  request died before it sent the turn (no turn record ``TAKE_OVER_S`` after it
+  was made) is taken over by one waiting retry, which runs the turn. A request
+  that died after the turn record was written but before the message was sent
+  leaves its retries waiting until the turn's deadline (503 ``turn_timeout``):
+  a window of microseconds.
 - An outcome is kept ``IDEMPOTENCY_TTL_S`` (a day) after the turn finished:
   within that window a retry gets it; after it, the key is forgotten.
 - A request refused before its turn could run (busy, limits, a retryable grid
@@ -43,7 +45,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import redis
 from pydantic import ValidationError
@@ -60,6 +62,7 @@ from sandgrid.wire.jobs import TurnJob, TurnOp, TurnOutcome
 from sandgrid.wire.redis_ledger import millis
 from scheduler.registry import lua_source
 from scheduler.registry.sessions import SessionRegistry
+from scheduler.registry.turns import TURN_RECORD_TTL_S
 from scheduler.turns.dispatch import Dispatcher
 from scheduler.turns.recovery import TurnRecovery, refused_by_lease
 
@@ -167,26 +170,19 @@ class IdempotencyStore:
         self._take_over_script = client.register_script(lua_source("take_over_idempotency"))
 
     def reserve(self, turn_id: str, fp: str, pending_s: float) -> Reservation:
-        """Reserve the key of ``turn_id`` for ``pending_s`` seconds, or say what it holds."""
+        """Reserve the key of ``turn_id`` for a turn of ``pending_s`` seconds (and the
+        life of its record after it: ``_pending_ms``), or say what it holds."""
         key = names.idempotency_key(turn_id)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.set(
-            key,
-            _record("pending", fp, str(millis(time.time()))),
-            nx=True,
-            get=True,
-            px=millis(pending_s),
-        )
-        pipe.exists(names.turn_key(turn_id))
+        record = _record("pending", fp, str(millis(time.time())))
         try:
-            held, sent = pipe.execute()
+            # with GET, SET answers the value it found (the stubs say bool)
+            held: Any = self.redis.set(key, record, nx=True, get=True, px=_pending_ms(pending_s))
         except redis.ResponseError as exc:
             if "WRONGTYPE" not in str(exc):
                 raise
             return self._legacy(turn_id, fp)
         if held is None:
-            # sent by a request whose reservation lapsed (its API process died): wait for it
-            return Reservation("pending" if sent else "new")
+            return Reservation("new")
         state, held_fp, rest = _parse(held)
         if held_fp != fp:
             return Reservation("mismatch")
@@ -293,13 +289,20 @@ class IdempotencyStore:
     def _take_over(self, turn_id: str, ttl: float) -> bool:
         keys = [names.idempotency_key(turn_id), names.turn_key(turn_id)]
         grace = self.take_over_s
-        args = [millis(time.time()), millis(grace), millis(ttl + grace)]
+        args = [millis(time.time()), millis(grace), _pending_ms(ttl + grace)]
         return bool(self._take_over_script(keys=keys, args=args))
 
     def release(self, turn_id: str) -> None:
         """Forget a key whose turn did not run, with its turn record: the same key
         may run it later. Only for a turn that was refused or never sent."""
         self.redis.delete(names.idempotency_key(turn_id), names.turn_key(turn_id))
+
+
+def _pending_ms(turn_s: float) -> int:
+    """How long a reservation for a turn of ``turn_s`` seconds lives: beyond the turn's
+    record (written after it, for ``turn_s + TURN_RECORD_TTL_S`` at most), so that a
+    key that holds nothing never has a turn record (``reserve``)."""
+    return millis(turn_s + TURN_RECORD_TTL_S)
 
 
 def _record(state: str, fp: str, rest: str) -> str:

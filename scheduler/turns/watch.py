@@ -15,10 +15,12 @@ A turn in flight is in one of three places, and each has its watcher:
   type has gone since the turn was sent and the turn is still held by nobody
   after ``UNHELD_GRACE_S``, it is taken as lost.
 
-Sending a turn again is always safe for the workspace: ``requeue_turn`` is
-atomic with what the watcher saw, and the old message, if it is ever delivered
-(Redis hands out a dead consumer's unacked message after the visibility
-timeout), is refused by ``claim_turn`` (attempt mismatch).
+This watch is the only redelivery of a turn whose process died: the broker
+keeps no copy of a turn it handed out (``sandgrid.wire.broker.QoS``; a process
+that stops, or reconnects, puts back what it held). Sending a turn again is
+always safe for the workspace: ``requeue_turn`` is atomic with what the watcher
+saw, and the old message, if it is ever delivered (put back by a process that
+closed its channel), is refused by ``claim_turn`` (attempt mismatch).
 """
 
 from __future__ import annotations

@@ -37,9 +37,9 @@ from sandgrid.wire.browser import BROWSER_TYPE, CDP_PORT
 from scheduler.tenants import Tenant, TenantLimits, hash_token
 from tests.integration.test_agentscope import agentscope_python  # noqa: F401 - a fixture
 from tests.integration.test_mcp import _with_mcp
-from tests.integration.test_ports_grid import http_server
 from tests.integration.test_shell_tmux import close_when_free
 from tests.support.grid_fixtures import API_PORT, REDIS_URL, own_grid
+from tests.support.ports_grid import http_server
 
 pytestmark = [pytest.mark.integration, pytest.mark.runsc]
 

@@ -83,7 +83,7 @@ def test_refill_thread(pool: WarmPool) -> None:
 
 def test_unhealthy_warm_container_is_skipped(pool: WarmPool, docker_client: Any) -> None:
     pool.fill()
-    victim = pool._warm["python"][0]
+    victim = pool._warm.waiting("python")[0]
     docker_client.api.kill(victim.id)
     sbx = pool.acquire("python", session_id="s-healthy000000000", tenant="t")
     assert sbx.id != victim.id and victim.state in ("lost", "destroyed")
@@ -104,7 +104,7 @@ def test_a_fresh_warm_take_needs_no_ping_and_a_killed_one_is_still_caught(
     )
     sbx = pool.acquire("python", session_id="s-nopingaaaaaaaaa", tenant="t")
     assert pings == [] and exec_command(backend, sbx, ExecRequest(argv=["true"])).exit_code == 0
-    victim = pool._warm["python"][0]
+    victim = pool._warm.waiting("python")[0]
     docker_client.api.kill(victim.id)
     other = pool.acquire("python", session_id="s-nopingbbbbbbbbb", tenant="t")
     assert other.id != victim.id and pings == [victim.id]
@@ -128,7 +128,7 @@ def test_close_destroys_everything(backend: SandboxManager, docker_client: Any) 
     pool.fill()
     leased = pool.acquire("python", session_id="s-close00000000000", tenant="t")
     pool.fill()
-    warm = list(pool._warm["python"])
+    warm = pool._warm.waiting("python")
     pool.close()
     assert all(gone(docker_client, s) for s in [leased, *warm])
     with pytest.raises(Exception, match="closed"):
@@ -150,3 +150,20 @@ def test_a_burst_raises_the_pool_to_its_ceiling_and_no_further(backend: SandboxM
             pool.release(sbx)
     finally:
         pool.close()
+
+
+def test_the_node_cap_holds_on_the_runtime(backend: SandboxManager, docker_client: Any) -> None:
+    capped = WarmPool(backend, {"python": 3}, refill_retry_s=0.2, total=2)
+    try:
+        capped.start()
+        deadline = time.monotonic() + 30
+        while capped.stats()["python"]["warm"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # a third would have been started by now
+        assert capped.stats()["python"]["warm"] == 2 and capped.stats()["python"]["creating"] == 0
+        running = [
+            i for i in capped.container_ids() if docker_client.api.containers(filters={"id": i})
+        ]
+        assert len(running) == 2
+    finally:
+        capped.close()

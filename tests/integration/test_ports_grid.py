@@ -1,25 +1,20 @@
 """Exposed ports through the real grid (issue 21.1): API -> owning worker -> agent -> loopback.
 
-A grid of its own (API and two workers serving ``python`` on runc and
-``python-gvisor`` on runsc), on the batch grid's port and Redis database (one
-integration run at a time). Servers run in the sandbox as background processes
-(``python3 -m http.server``, and the stdlib servers of
+On the grid of ``tests.support.ports_grid``. Servers run in the sandbox as
+background processes (``python3 -m http.server``, and the stdlib servers of
 ``tests/support/port_servers.py``: a slow chunked stream, a POST echo, a
 WebSocket echo) and are reached through ``/v1/sessions/{id}/ports/{port}/``
-with the tenant's token and through signed preview URLs without it.
+with the tenant's token and through signed preview URLs without it. The
+refusals and caps are ``test_ports_limits_grid.py``.
 
-The caps are small here (``MAX_CONNECTIONS``, ``MAX_BYTES``) so that a test
-can show them holding. The owner-change test kills a worker and runs last.
+The owner-change test kills a worker and runs last.
 """
 
 from __future__ import annotations
 
 import asyncio
-import http.client
-import socket
 import subprocess
 import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -31,71 +26,14 @@ from sandgrid.errors import NotFound
 from sandgrid.integrations.openai_agents import SandgridSandboxClient, SandgridSandboxClientOptions
 from sandgrid.localgrid import LocalGrid
 from tests.integration.test_shell_tmux import close_when_free
-from tests.integration.test_terminal_grid import RUNTIMES, TYPES
-from tests.support.grid_fixtures import API_PORT, REDIS_URL, TOKEN, own_grid
-from tests.support.port_servers import SERVERS
+from tests.support import ports_grid
+from tests.support.ports_grid import BIG_MB, NODES, OTHER_TOKEN, TOKEN, TYPES, http_server, serve
 
 pytestmark = pytest.mark.integration
 
-NODES = ["ports-w1", "ports-w2"]
-OTHER_TOKEN = "tok-other-" + "e" * 24
-MAX_CONNECTIONS = 6
-MAX_BYTES = 80 << 20
-BIG_MB = 50
-
-
-@pytest.fixture(scope="module")
-def grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
-    with own_grid(
-        tmp_path_factory.mktemp("portsgrid"),
-        port=API_PORT,
-        redis_url=REDIS_URL,
-        tenants={"batch": TOKEN, "other": OTHER_TOKEN},
-        nodes=NODES,
-        types=TYPES,
-        env={
-            "SANDGRID_HEARTBEAT_S": "0.5",
-            "SANDGRID_LEASE_TTL_S": "4",
-            "SANDGRID_PORTS__MAX_CONNECTIONS": str(MAX_CONNECTIONS),
-            "SANDGRID_PORTS__MAX_BYTES": str(MAX_BYTES),
-        },
-    ) as g:
-        yield g
-
-
-@pytest.fixture
-def client(grid: LocalGrid) -> Iterator[Client]:
-    """The tenant's client, with time for a 50 MB body."""
-    with Client(grid.api_url, TOKEN, timeout=120) as c:
-        yield c
-
-
-@pytest.fixture(params=RUNTIMES)
-def session(request: pytest.FixtureRequest, client: Client) -> Iterator[Session]:
-    """A session of each runtime with the test servers' script in its workspace."""
-    s = client.session(type=request.param)
-    s.write_file("servers.py", SERVERS)
-    yield s
-    close_when_free(client, s.id)
-
-
-def serve(s: Session, command: str, port: int) -> None:
-    """Start ``command`` in the background in the sandbox; wait until ``port`` accepts."""
-    s.exec(shell=command, background=True)
-    probe = (
-        "import socket,sys,time\n"
-        "for _ in range(300):\n"
-        "    try:\n"
-        f"        socket.create_connection(('127.0.0.1', {port}), 1).close(); sys.exit(0)\n"
-        "    except OSError:\n"
-        "        time.sleep(0.1)\n"
-        "sys.exit(1)\n"
-    )
-    assert s.exec(["python3", "-c", probe]).exit_code == 0, f"port {port} never accepted"
-
-
-def http_server(s: Session, port: int = 8000) -> None:
-    serve(s, f"cd /workspace && exec python3 -m http.server {port} --bind 127.0.0.1", port)
+grid = ports_grid.grid
+client = ports_grid.client
+session = ports_grid.session
 
 
 def test_http_server_through_the_route_and_a_signed_url(client: Client, session: Session) -> None:
@@ -226,35 +164,6 @@ def test_a_revoked_url_is_403_and_a_new_one_works(grid: LocalGrid, session: Sess
         assert httpx.get(url, timeout=30).status_code == 403
 
 
-def test_caps_hold(session: Session) -> None:
-    http_server(session)
-    session.exec(shell="head -c 50000000 /dev/zero > /workspace/z.bin")
-    # connections: MAX_CONNECTIONS held open at once, the next is 429
-    held = [_half_open(session, 8000) for _ in range(MAX_CONNECTIONS)]
-    try:
-        time.sleep(0.5)
-        with session.http(8000) as h:
-            r = h.get("")
-        assert r.status_code == 429, r.text
-        assert r.json()["error"]["code"] == "port_limit"
-    finally:
-        for sock in held:
-            sock.close()
-    time.sleep(1.0)
-    # bytes: the second 50 MB download crosses MAX_BYTES and is cut; then 429
-    with session.http(8000, timeout=120) as h:
-        assert len(h.get("z.bin").content) == 50_000_000
-        with pytest.raises(httpx.HTTPError):
-            h.get("z.bin").raise_for_status()
-        time.sleep(0.5)
-        r = h.get("")
-        assert r.status_code == 429 and "bytes" in r.json()["error"]["message"]
-    audit = session.network()
-    inbound = [a for a in audit.attempts if a.protocol == "inbound"]
-    assert inbound and any(not a.allowed for a in inbound)
-    assert any(a.reason.startswith("cut") for a in inbound)
-
-
 def _running(node: str) -> int:
     """The node's running sandboxes (its warm pool: one per type here)."""
     out = subprocess.run(
@@ -264,75 +173,6 @@ def _running(node: str) -> int:
         check=False,
     )
     return len(out.stdout.split())
-
-
-def _half_open(s: Session, port: int) -> socket.socket:
-    """A request whose body never finishes: it holds one port connection open."""
-    host, p = s.client.base_url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(p)), timeout=10)
-    head = (
-        f"POST /v1/sessions/{s.id}/ports/{port}/slow HTTP/1.1\r\nHost: {host}\r\n"
-        f"Authorization: Bearer {TOKEN}\r\nContent-Length: 1000000\r\n\r\n"
-    )
-    sock.sendall(head.encode() + b"x" * 100)
-    return sock
-
-
-def test_cross_tenant_and_bad_ports(grid: LocalGrid, session: Session) -> None:
-    with Client(grid.api_url, OTHER_TOKEN) as other:
-        base = f"{grid.api_url}/v1/sessions/{session.id}/ports/8000/"
-        r = httpx.get(base, headers={"Authorization": f"Bearer {OTHER_TOKEN}"}, timeout=30)
-        assert r.status_code == 404
-        r = httpx.post(base + "url", headers={"Authorization": f"Bearer {OTHER_TOKEN}"}, timeout=30)
-        assert r.status_code == 404
-        del other
-    auth = {"Authorization": f"Bearer {TOKEN}"}
-    for bad in ("0", "65536", "-1"):
-        r = httpx.get(f"{grid.api_url}/v1/sessions/{session.id}/ports/{bad}/", headers=auth)
-        assert r.status_code == 422 and "port" in r.text, (bad, r.text)
-    r = httpx.get(f"{grid.api_url}/v1/sessions/{session.id}/ports/3128/", headers=auth)
-    assert r.status_code == 422 and "reserved" in r.text
-    assert httpx.get(f"{grid.api_url}/v1/sessions/{session.id}/ports/8000/").status_code == 401
-
-
-def test_forged_and_tampered_urls_are_403_without_the_sandbox(
-    client: Client, session: Session
-) -> None:
-    """Adversarial (security.md PORT-1..3): a tampered signature, a token moved to another
-    port or session, a path that tries to leave the prefix."""
-    http_server(session)
-    good = session.port_url(8000)
-    payload, sig = good.token.split(".")
-    other = client.session(type="python")
-    try:
-        other_url = other.port_url(8000)
-        o_payload = other_url.token.split(".")[0]
-        forged = [
-            f"{payload}.{sig[:-2]}AA",  # tampered signature
-            f"{o_payload}.{sig}",  # another session's payload under this signature
-            f"{payload}x.{sig}",  # a payload changed
-            "eyJ2IjoxfQ.bm9wZQ",  # made up
-        ]
-        for token in forged:
-            r = httpx.get(f"{client.base_url}/p/{token}/", timeout=30)
-            assert r.status_code == 403, (token, r.text)
-            assert r.json()["error"]["code"] == "signature_invalid"
-        # the path stays under the port: '..' cannot reach the API's own routes
-        # (sent raw: an HTTP client would normalise the dots away before sending)
-        host, port = client.base_url.removeprefix("http://").split(":")
-        for path in ("../../v1/sessions", "%2e%2e/%2e%2e/v1/health", "..%2f..%2fv1/health"):
-            conn = http.client.HTTPConnection(host, int(port), timeout=30)
-            conn.request("GET", good.path + path)
-            r = conn.getresponse()
-            body = r.read().decode(errors="replace")
-            conn.close()
-            assert r.status in (200, 404), (path, r.status, body)
-            assert '"sessions"' not in body and '"workers"' not in body, body
-        # the query form reaches the port's root
-        r = httpx.get(f"{client.base_url}/?sg_preview={good.token}", timeout=30)
-        assert r.status_code == 200 and "Directory listing" in r.text
-    finally:
-        close_when_free(client, other.id)
 
 
 def test_openai_agents_exposed_ports(grid: LocalGrid) -> None:

@@ -9,6 +9,7 @@ declares it. It can miss a dead field whose name another attribute shares
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterator
 from functools import cache
@@ -24,10 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("sandgrid", "scheduler", "worker")
 
 
-def fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, str]]:
-    """``(dotted path, field name)`` of every field, nested models' fields too."""
+def fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, str, Path]]:
+    """``(dotted path, field name, declaring file)`` of every field, nested models' too."""
+    declared_in = Path(inspect.getfile(model)).resolve()
     for name, info in model.model_fields.items():
-        yield f"{prefix}{name}", name
+        yield f"{prefix}{name}", name, declared_in
         kind = info.annotation
         if isinstance(kind, type) and issubclass(kind, BaseModel):
             yield from fields(kind, f"{prefix}{name}.")
@@ -36,13 +38,12 @@ def fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, str]
 @cache
 def _sources(declared_in: Path) -> str:
     files = (p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py")))
-    return "\n".join(p.read_text(encoding="utf-8") for p in files if p != declared_in)
+    return "\n".join(p.read_text(encoding="utf-8") for p in files if p.resolve() != declared_in)
 
 
 def _cases() -> Iterator[tuple[str, str, Path]]:
     for model in (Settings, ClientSettings):
-        module = ROOT.joinpath(*model.__module__.split(".")).with_suffix(".py")
-        for path, name in fields(model):
+        for path, name, module in fields(model):
             yield f"{model.__name__}.{path}", name, module
 
 

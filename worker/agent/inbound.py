@@ -11,10 +11,12 @@ bind mount, as egress does.
 ``IDLE`` daemon threads each keep one such connection dialed. When the worker
 uses one, it writes ``P <port>\\n``; the thread connects to that port on the
 sandbox's loopback (127.0.0.1, then ::1), answers ``K\\n`` or ``E <errno>
-<reason>\\n``, hands both sockets to a splice ``Link`` and dials again at
-once. The worker, not the sandbox, decides which port and how many bytes.
-Only the agent (root, no ``DAC_OVERRIDE``) can reach the directory, so the
-sandbox user can neither take these connections nor pose as the agent.
+<reason>\\n``, hands both sockets to a splice ``Link`` (its two directions on
+threads kept for the next connections, ``linkthreads``: no thread start on a
+request's path while some wait) and dials again at once. The worker, not the
+sandbox, decides which port and how many bytes. Only the agent (root, no
+``DAC_OVERRIDE``) can reach the directory, so the sandbox user can neither
+take these connections nor pose as the agent.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import socket
 import threading
 import time
 
-from . import splice
+from . import linkthreads, splice
+from .errors import log
 
 __all__ = ["IDLE", "INBOUND_SOCKET", "answer_for", "read_line", "start_inbound"]
 
@@ -36,6 +39,10 @@ IDLE = 4
 _MAX_LINE = 64
 _CONNECT_TIMEOUT_S = 5.0
 _BACKOFF_S = (0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
+#: The links' threads; two per connection, as many idle as the dialed connections need.
+_LINKS = linkthreads.Threads(
+    "inbound-link", keep=2 * IDLE, report=lambda exc: log(f"inbound: a link failed: {exc!r}")
+)
 
 
 def read_line(sock: socket.socket, limit: int = _MAX_LINE) -> bytes:
@@ -95,7 +102,12 @@ def _serve(host: socket.socket, line: bytes) -> None:
         host.close()
         target.close()
         return
-    splice.Link(host, target).start()
+    link = splice.Link(host, target)
+    try:
+        _LINKS.submit(lambda: link.run_here(spawn=_LINKS.submit))
+    except RuntimeError:  # no thread to be had (the pids limit): this connection ends
+        host.close()
+        target.close()
 
 
 def _dial(path: str) -> None:

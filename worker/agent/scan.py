@@ -57,7 +57,7 @@ def scan_diff(
     keys: list[list[int] | None] = []
     seen: set[str] = set()
     old_row, cached, see = prev.get, (HASHES if hashes is None else hashes).get, seen.add
-    is_reg, is_dir, is_link = stat.S_ISREG, stat.S_ISDIR, stat.S_ISLNK
+    is_reg, is_dir = stat.S_ISREG, stat.S_ISDIR
     with lending() as lent:
         for root in roots:
             stack = [root]
@@ -66,42 +66,61 @@ def scan_diff(
                     fmt = st.st_mode
                     mode = stat.S_IMODE(fmt)
                     old = old_row(path)
-                    if is_reg(fmt):
-                        see(path)
-                        size, mtime, ino = st.st_size, st.st_mtime_ns, st.st_ino
-                        ctime = st.st_ctime_ns
-                        hit = cached(path)
-                        if hit is not None and hit[:4] == (size, mtime, ctime, ino):
-                            if old is not None and old[1] == "file" and old[2] == mode:
-                                continue  # unchanged: PID 1 keeps the row it has
-                            digest = hit[4]
-                        else:
-                            try:
-                                digest = sha256_of(path)
-                                if not mode & 0o400:  # open_own's chmod moved ctime
-                                    ctime = settled_ctime(path, size, mtime, ino, ctime)
-                            except FileNotFoundError:  # removed or renamed while walked
-                                seen.discard(path)
-                                continue
-                        changed.append((path, "file", mode, size, digest, None))
-                        keys.append([mtime, ctime, ino])
-                        continue
-                    if is_dir(fmt):
-                        stack.append(path)
-                        row: ScanRow = (path, "dir", mode, 0, None, None)
-                    elif is_link(fmt):
-                        try:
-                            row = (path, "symlink", mode, 0, None, os.readlink(path))
-                        except FileNotFoundError:
-                            continue
-                    else:
+                    if not is_reg(fmt):
+                        if is_dir(fmt):
+                            stack.append(path)
+                        row = _other_row(path, fmt, mode)
+                        if row is not None:
+                            see(path)
+                            if row != old:
+                                changed.append(row)
+                                keys.append(None)
                         continue
                     see(path)
-                    if row != old:
-                        changed.append(row)
-                        keys.append(None)
+                    size, mtime, ino = st.st_size, st.st_mtime_ns, st.st_ino
+                    ctime = st.st_ctime_ns
+                    hit = cached(path)
+                    if hit is not None and hit[:4] == (size, mtime, ctime, ino):
+                        if old is not None and old[1] == "file" and old[2] == mode:
+                            continue  # unchanged: PID 1 keeps the row it has
+                        digest = hit[4]
+                    else:
+                        read = _read_file(path, mode, size, mtime, ino, ctime)
+                        if read is None:  # removed or renamed while walked
+                            seen.discard(path)
+                            continue
+                        digest, ctime = read
+                    changed.append((path, "file", mode, size, digest, None))
+                    keys.append([mtime, ctime, ino])
     removed = [p for p in prev if p not in seen]
     return {"changed": changed, "keys": keys, "removed": removed}
+
+
+def _read_file(
+    path: str, mode: int, size: int, mtime: int, ino: int, ctime: int
+) -> tuple[str, int] | None:
+    """A file's sha256 and its ctime after the read (``open_own``'s chmod of a file the user
+    cannot read moves it); None if it was removed or renamed meanwhile."""
+    try:
+        digest = sha256_of(path)
+        if not mode & 0o400:  # open_own's chmod moved ctime
+            ctime = settled_ctime(path, size, mtime, ino, ctime)
+    except FileNotFoundError:
+        return None
+    return digest, ctime
+
+
+def _other_row(path: str, fmt: int, mode: int) -> ScanRow | None:
+    """The row of a directory or a symlink (its target read, never followed); None for a
+    device, fifo or socket, or a symlink removed while walked."""
+    if stat.S_ISDIR(fmt):
+        return (path, "dir", mode, 0, None, None)
+    if stat.S_ISLNK(fmt):
+        try:
+            return (path, "symlink", mode, 0, None, os.readlink(path))
+        except FileNotFoundError:
+            return None
+    return None
 
 
 def update(

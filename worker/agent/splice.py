@@ -128,7 +128,10 @@ def _copy(src: socket.socket, dst: socket.socket, count: Callable[[int], int]) -
 
 
 class Link:
-    """Two connected sockets relayed both ways, one blocking thread per direction.
+    """Two connected sockets relayed both ways, one blocking thread per direction
+    (``start``), or the caller's thread for a -> b and one started for b -> a
+    (``run_here``: a thread start less per connection, and a's pending bytes go out
+    before any thread starts).
 
     Args:
         a: one side (the one that connected to us); owned by the link from ``start``.
@@ -172,6 +175,32 @@ class Link:
                     self._finish()
                 return
 
+    def run_here(self, spawn: Callable[[Callable[[], None]], None] | None = None) -> None:
+        """Relay a -> b in the calling thread and b -> a in one more (``spawn`` runs it on
+        a thread, by default a new one); return when a -> b ended (``on_done`` says when
+        both did). With no thread to be had (``spawn`` raised RuntimeError), the link ends
+        as ``start``'s does."""
+        for s in self.socks:
+            s.setblocking(True)
+        started: list[bool] = []
+
+        def other() -> None:
+            started.append(True)
+            try:
+                if spawn is None:
+                    name = THREAD_NAME
+                    threading.Thread(target=self._run, args=(1,), name=name, daemon=True).start()
+                else:
+                    spawn(lambda: self._run(1))
+            except RuntimeError as exc:
+                self.error = exc
+                self.abort()
+                self._finish()
+
+        self._run(0, then=other)
+        if not started:  # a -> b failed on its pending bytes: b -> a never ran
+            self._finish()
+
     def abort(self) -> None:
         """Stop both directions now (idempotent, from any thread)."""
         with self._lock:
@@ -181,7 +210,9 @@ class Link:
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
 
-    def _run(self, idx: int) -> None:
+    def _run(self, idx: int, then: Callable[[], None] | None = None) -> None:
+        """One direction: its pending bytes, ``then`` (``run_here``'s other direction),
+        the pump."""
         src, dst = self.socks[idx], self.socks[1 - idx]
 
         def count(n: int) -> int:
@@ -194,6 +225,8 @@ class Link:
                 dst.sendall(first[:allowed])
                 if allowed < len(first):
                     raise _Cut
+            if then is not None:
+                then()
             pump(src, dst, count)
             with contextlib.suppress(OSError):
                 dst.shutdown(socket.SHUT_WR)

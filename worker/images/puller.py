@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sandgrid.errors import CapacityError
+from sandgrid.wire.catalog import metric_image
 from worker import metrics
 from worker.images.engine import DockerImages, ImageEngine, PullFailed
 from worker.images.refs import ImageRef, image_ref
@@ -133,7 +134,8 @@ class ImagePuller:
             raise self._unavailable(ref, exc) from exc
         finally:
             seconds = time.perf_counter() - t0
-            metrics.IMAGE_PULL_SECONDS.labels(repository=ref.repository, outcome=outcome).observe(
+            repository = metric_image(ref.image, ref.repository)
+            metrics.IMAGE_PULL_SECONDS.labels(repository=repository, outcome=outcome).observe(
                 seconds
             )
             log.info(

@@ -104,6 +104,11 @@ class PortCaps:
             if usage is not None and usage.open <= 0:
                 del self._usage[session]
 
+    def open_sessions(self) -> list[str]:
+        """The sessions with a connection open now."""
+        with self._lock:
+            return [session for session, usage in self._usage.items() if usage.open > 0]
+
     def open_now(self, session: str) -> int:
         with self._lock:
             usage = self._usage.get(session)

@@ -8,9 +8,16 @@ is closed without a word. Then: the session must be live here (else 503,
 (``PortCaps``; else 429), and the sandbox's agent must connect to the port on
 its loopback (``InboundSockets.connect``; else 502, ``port_not_listening``).
 On success the worker answers ok and a splice ``Link`` relays the bytes both
-ways, counting each chunk against the byte cap, until either side ends; then
-the connection is recorded (``PortBook``). A connection keeps the session from
-looking idle to the reaper.
+ways, counting each chunk against the byte cap, until either side ends: the
+connection's own thread carries API -> sandbox, one more thread the answer
+(``Link.run_here``), both kept for the next connections (``Threads``). The
+bytes the API sent behind its hello (a request's head) go first, counted as
+any. A refusal drops them: its answer is sent, the connection is shut for
+writing and read to its end (``_refuse``), so the API reads the answer rather
+than a reset. Then the connection is recorded (``PortBook``). A session with
+a connection open is marked used every ``_TOUCH_S`` by one thread of the
+listener (an open WebSocket is activity: the reaper does not release the
+session under it).
 """
 
 from __future__ import annotations
@@ -21,10 +28,12 @@ import socket
 import socketserver
 import threading
 import time
+from typing import Any
 
 from sandgrid.errors import ErrorCode, InfrastructureError, InvalidInput, SandgridError
 from sandgrid.models import NetworkAttempt
 from sandgrid.wire.portlink import MAX_LINE, answer_line, read_hello
+from worker.agent.linkthreads import Threads
 from worker.agent.splice import Link
 from worker.ports.audit import PortBook
 from worker.ports.caps import PortCaps, Ticket
@@ -39,14 +48,37 @@ log = logging.getLogger(__name__)
 _TOUCH_S = 10.0
 
 
-class _Server(socketserver.ThreadingTCPServer):
-    """A thread per connection (each lives as long as its relay), daemons all."""
+class _Server(socketserver.TCPServer):
+    """A thread per connection (each lives as long as its relay), from ``Threads``."""
 
     allow_reuse_address = True
-    daemon_threads = True
+
+    def __init__(
+        self,
+        addr: tuple[str, int],
+        handler: type[socketserver.BaseRequestHandler],
+        threads: Threads,
+    ) -> None:
+        self.threads = threads
+        super().__init__(addr, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        try:
+            self.threads.submit(lambda: self._serve(request, client_address))
+        except RuntimeError:  # no thread to be had: this connection is refused
+            self.shutdown_request(request)
+
+    def _serve(self, request: Any, client_address: Any) -> None:
+        try:
+            self.finish_request(request, client_address)
+        except Exception:
+            self.handle_error(request, client_address)
+        finally:
+            self.shutdown_request(request)
 
 
-def _read_line(sock: socket.socket) -> bytes:
+def _read_hello(sock: socket.socket) -> tuple[bytes, bytes]:
+    """The hello line, and the early bytes read with it (the start of the port's stream)."""
     buf = bytearray()
     while len(buf) <= MAX_LINE:
         chunk = sock.recv(MAX_LINE + 1 - len(buf))
@@ -56,9 +88,9 @@ def _read_line(sock: socket.socket) -> bytes:
         if b"\n" in chunk:
             break
     line, nl, rest = bytes(buf).partition(b"\n")
-    if not nl or rest:  # the API waits for the answer before it sends a byte more
+    if not nl:
         raise ValueError("no hello line")
-    return line
+    return line, rest
 
 
 class PortServer:
@@ -96,6 +128,8 @@ class PortServer:
         self.reserved = reserved
         self.timeout_s = timeout_s
         self._server: _Server | None = None
+        self._stopped = threading.Event()
+        self.threads = Threads("ports", report=lambda _exc: log.exception("ports: a task failed"))
 
     def serve(self, addr: str, port: int) -> int:
         """Start listening on ``addr:port`` (0: any) in a daemon thread; the bound port."""
@@ -105,12 +139,14 @@ class PortServer:
             def handle(self) -> None:
                 outer.handle(self.request)
 
-        server = _Server((addr, port), _Handler)
+        server = _Server((addr, port), _Handler, self.threads)
         self._server = server
         threading.Thread(target=server.serve_forever, name="ports", daemon=True).start()
+        threading.Thread(target=self._touch_open, name="ports-touch", daemon=True).start()
         return int(server.server_address[1])
 
     def stop(self) -> None:
+        self._stopped.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -119,7 +155,8 @@ class PortServer:
         """One connection of the API, from its hello to the relay's end."""
         sock.settimeout(self.timeout_s)
         try:
-            hello = read_hello(self.key, _read_line(sock))
+            line, early = _read_hello(sock)
+            hello = read_hello(self.key, line)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("ports: a connection without a valid hello was closed (%s)", exc)
             return
@@ -128,7 +165,7 @@ class PortServer:
             agent, ticket = self._open(hello.session, hello.port)
         except SandgridError as exc:
             self._record(hello.session, hello.port, t0, None, exc)
-            _send_quietly(sock, answer_line(exc))
+            _refuse(sock, answer_line(exc), min(1.0, self.timeout_s))
             return
         try:
             sock.sendall(answer_line())
@@ -137,7 +174,7 @@ class PortServer:
             ticket.close()
             return
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._relay(sock, agent, ticket, hello.port, t0)
+        self._relay(sock, agent, ticket, hello.port, t0, early)
 
     def _open(self, session: str, port: int) -> tuple[socket.socket, Ticket]:
         if port in self.reserved:
@@ -163,17 +200,29 @@ class PortServer:
             raise
 
     def _relay(
-        self, sock: socket.socket, agent: socket.socket, ticket: Ticket, port: int, t0: float
+        self,
+        sock: socket.socket,
+        agent: socket.socket,
+        ticket: Ticket,
+        port: int,
+        t0: float,
+        early: bytes,
     ) -> None:
         done = threading.Event()
-        link = Link(sock, agent, count=ticket.count, on_done=lambda _link: done.set())
-        link.start()
-        while not done.wait(_TOUCH_S):  # an open WebSocket is activity: no idle release
-            self._touch(ticket.session)
+        link = Link(
+            sock, agent, count=ticket.count, on_done=lambda _link: done.set(), pending=(early, b"")
+        )
+        link.run_here(spawn=self.threads.submit)
+        done.wait()  # the answer's direction too: the bytes are counted when it ends
         ticket.close()
         self._touch(ticket.session)
         cut = "cut: the session's byte cap" if link.cut else ""
         self._record(ticket.session, port, t0, ticket, None, reason=cut)
+
+    def _touch_open(self) -> None:
+        while not self._stopped.wait(_TOUCH_S):
+            for session in self.caps.open_sessions():
+                self._touch(session)
 
     def _touch(self, session: str) -> None:
         local = self.sessions.get(session)
@@ -208,6 +257,12 @@ class PortServer:
         self.book.record(session, attempt)
 
 
-def _send_quietly(sock: socket.socket, data: bytes) -> None:
+def _refuse(sock: socket.socket, answer: bytes, linger_s: float) -> None:
+    """Send the refusal and read the API's bytes to its end (it closes after the answer):
+    closing with unread early bytes would reset the connection, the answer with it."""
     with contextlib.suppress(OSError):
-        sock.sendall(data)
+        sock.sendall(answer)
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(linger_s)
+        while sock.recv(MAX_LINE):
+            pass

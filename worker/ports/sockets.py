@@ -88,11 +88,18 @@ class InboundSockets:
             box.ready.notify_all()
 
     def stop(self) -> None:
+        """Close every listener and the accepting thread. Idempotent."""
+        if self._stopped:
+            return
         for name in list(self._boxes):
             self.close(name)
         self._stopped = True
         self._wake_w.send(b"x")
         self._thread.join(5)
+        if not self._thread.is_alive():  # its selector and wake pair, now rather than at gc
+            self._sel.close()
+            self._wake_r.close()
+            self._wake_w.close()
 
     def _run(self) -> None:
         while not self._stopped:

@@ -8,7 +8,8 @@ runtime-neutral ``worker.sandboxes.manager.SandboxManager``, which holds one
 runtime; the in-sandbox agent is reached through ``worker.agent_client`` over
 the ``ByteStream`` that ``attach`` returns. docs/architecture.md, "A new
 runtime", says what a new one must provide; ``tests/integration/
-test_backend_contract.py`` is the contract every registered runtime passes.
+test_*_contract.py`` (``test_backend_contract.py`` first) is the contract every
+registered runtime passes.
 """
 
 from __future__ import annotations

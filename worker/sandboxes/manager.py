@@ -169,8 +169,20 @@ class SandboxManager:
         )
         spec = replace(self._spec(sandbox_type, quotas, all_labels), restore_image=restore_image)
         t0 = time.perf_counter()
+        cid = self._create_container(spec, sandbox_type)
+        sbx = Sandbox(cid, spec.name, sandbox_type, self.runtime, quotas, all_labels)
+        sbx.session_id, sbx.tenant = session_id, tenant
+        self._open_proxies(sbx)
+        sbx.timings["create_ms"] = (time.perf_counter() - t0) * 1000
+        if before_start is not None:
+            self._before_start(sbx, before_start)
+        self._bring_up(sbx)
+        return sbx
+
+    def _create_container(self, spec: SandboxSpec, sandbox_type: str) -> str:
+        """The container's id; if the engine cannot create it, its sockets are closed."""
         try:
-            cid = self.engine.create(spec)
+            return self.engine.create(spec)
         except Exception as exc:
             self._close_sockets(spec.name)
             raise CapacityError(
@@ -178,22 +190,22 @@ class SandboxManager:
                 operation="create",
                 context={"type": sandbox_type, "runtime": self.runtime},
             ) from exc
-        sbx = Sandbox(cid, spec.name, sandbox_type, self.runtime, quotas, all_labels)
-        sbx.session_id, sbx.tenant = session_id, tenant
+
+    def _open_proxies(self, sbx: Sandbox) -> None:
+        """The sandbox's egress proxy and inbound port sockets, if this node has them."""
         if self.egress is not None:
-            self.egress.open(spec.name, lambda: sbx.session_id)
+            self.egress.open(sbx.name, lambda: sbx.session_id)
         if self.inbound is not None and self.egress is not None:
-            self.inbound.open(spec.name, self.egress.directory(spec.name))
-        sbx.timings["create_ms"] = (time.perf_counter() - t0) * 1000
-        if before_start is not None:
-            try:
-                before_start()
-            except BaseException:
-                sbx.state = "error"
-                self.destroy(sbx)
-                raise
-        self._bring_up(sbx)
-        return sbx
+            self.inbound.open(sbx.name, self.egress.directory(sbx.name))
+
+    def _before_start(self, sbx: Sandbox, before_start: Callable[[], object]) -> None:
+        """Call ``before_start``; what it raises removes the container and is raised as is."""
+        try:
+            before_start()
+        except BaseException:
+            sbx.state = "error"
+            self.destroy(sbx)
+            raise
 
     def _spec(self, sandbox_type: str, quotas: Quotas, labels: dict[str, str]) -> SandboxSpec:
         """The sandbox's spec, with this runtime's host headroom."""

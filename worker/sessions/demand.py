@@ -23,7 +23,9 @@ the target holds while the burst is in the window, then falls back to the floor.
 The floor is the type's configured ``pool_size``; the ceiling is the most the
 node lets one type keep warm (``SANDGRID_WORKER__POOL_MAX``, never below the
 floor). A type with floor 0 keeps none, whatever its demand (a type the node
-stopped serving, or one declared with ``pool_size = 0``).
+stopped serving, or one declared with ``pool_size = 0``). The node keeps at
+most ``SANDGRID_WORKER__POOL_TOTAL`` warm across its types, floors first
+(``next_to_fill``).
 
 Not thread-safe: the pool calls it under its own lock. The clock is injected,
 so the tests drive it.
@@ -44,6 +46,7 @@ __all__ = [
     "REFILL_ALPHA",
     "Demand",
     "TypeDemand",
+    "next_to_fill",
 ]
 
 #: How far back takes count.
@@ -135,6 +138,30 @@ class Demand:
 
     def _of(self, sandbox_type: str) -> TypeDemand:
         return self._types.setdefault(sandbox_type, TypeDemand())
+
+
+def next_to_fill(
+    have: dict[str, int], floors: dict[str, int], targets: dict[str, int], total: int
+) -> str | None:
+    """The type whose next warm sandbox to make, or None: every type at its target,
+    or the node at its cap.
+
+    A type below its floor comes before any type that demand raised, so demand
+    on one type never keeps another from the pool size its operator set; the
+    node's cap (``total``, 0: none) bounds them all together.
+
+    Args:
+        have: warm sandboxes per type, made or being made.
+        floors: each type's ``pool_size``; targets: each type's target now.
+        total: the most the node keeps across its types.
+    """
+    if total > 0 and sum(have.values()) >= total:
+        return None
+    below = [t for t in targets if have.get(t, 0) < targets[t]]
+    for t in below:
+        if have.get(t, 0) < floors.get(t, 0):
+            return t
+    return below[0] if below else None
 
 
 def _peak(times: list[float], span: float) -> int:

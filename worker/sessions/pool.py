@@ -18,20 +18,13 @@ Thread-safe: the Celery worker runs turns in a thread pool, all sharing one
 ``WarmPool``. A background thread refills each type to its target; creating,
 pinging and destroying containers happen outside the lock.
 
-The target follows demand (issue 22.3, ``worker.sessions.demand``): the pool
-counts each type's takes (hits and misses) over a sliding window and measures
-its create+ready time, and keeps ahead the takes expected during one refill,
-never below the type's configured size (its floor, ``pool_size``) nor above its
-ceiling (its ``pool_max``, else ``SANDGRID_WORKER__POOL_MAX``); once the window
-holds none of its takes it is back at the floor, the refill thread destroying
-the surplus. The node's metrics show it (``sandgrid_pool_target``).
-
-A take does not ping a sandbox whose warm ping answered less than
-``HEALTH_TRUST_S`` ago and whose channel is quiet (``AgentClient.quiet``: one
-``poll``, no round trip); a container that died has closed its stream, so the
-poll sees it and the sandbox gets the ping, fails it and is destroyed. An older
-one is pinged as before, which also catches an agent that hangs (issue 22.3:
-the ping was a round trip on every pool hit, ~1 ms under gVisor).
+The target follows demand (issue 22.3, ``worker.sessions.demand``): between
+the type's floor (``pool_size``) and its ceiling (``pool_max``, else
+``SANDGRID_WORKER__POOL_MAX``), at most ``SANDGRID_WORKER__POOL_TOTAL`` across
+the node's types; the refill thread destroys the surplus when it falls. The
+node's metrics show it (``sandgrid_pool_target``). What waits is a
+``worker.sessions.warm_set.WarmSet``; a take pings only a sandbox it cannot
+trust (``_trusted``).
 """
 
 from __future__ import annotations
@@ -39,7 +32,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,8 +39,9 @@ from typing import Any
 from sandgrid.errors import CapacityError, SandgridError
 from sandgrid.models import Quotas
 from worker.sandboxes import Sandbox, SandboxManager
-from worker.sessions.demand import DEMAND_WINDOW_S, Demand
+from worker.sessions.demand import DEMAND_WINDOW_S, Demand, next_to_fill
 from worker.sessions.pool_protocol import BackendFor
+from worker.sessions.warm_set import WarmSet
 
 __all__ = [
     "HEALTH_PING_S",
@@ -97,6 +90,8 @@ class WarmPool:
         ceiling: the most warm containers demand may raise a type to (never
             below its floor; 0: the target stays at the floor).
         ceilings: a ceiling per type, over ``ceiling``.
+        total: the most warm sandboxes (made or being made) across all types,
+            floors filled first (0: no cap).
         window_s: how far back takes count; clock: monotonic seconds (tests).
     """
 
@@ -110,6 +105,7 @@ class WarmPool:
         trust_s: float = HEALTH_TRUST_S,
         ceiling: int = 0,
         ceilings: dict[str, int] | None = None,
+        total: int = 0,
         window_s: float = DEMAND_WINDOW_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -121,14 +117,14 @@ class WarmPool:
         self.floors = dict(floors)
         self.ceiling = ceiling
         self._ceilings = dict(ceilings or {})
+        self.total = total
         self._demand = Demand(window_s, clock)
         self._clock = clock
         self._quotas = dict(quotas or {})
         self._retry = refill_retry_s
         self._trust_s = trust_s
-        self._answered: dict[str, float] = {}  # warm sandbox id -> monotonic time of its ping
         self._lock = threading.Lock()
-        self._warm: dict[str, deque[Sandbox]] = {t: deque() for t in self.floors}
+        self._warm = WarmSet(self.floors)
         self._leased: dict[str, Sandbox] = {}
         self._creating: dict[str, int] = dict.fromkeys(self.floors, 0)
         self._stats: dict[str, PoolStats] = {t: PoolStats() for t in self.floors}
@@ -160,9 +156,7 @@ class WarmPool:
         if self._thread is not None:
             self._thread.join(timeout=30)
         with self._lock:
-            owned = [s for q in self._warm.values() for s in q] + list(self._leased.values())
-            for q in self._warm.values():
-                q.clear()
+            owned = self._warm.drain() + list(self._leased.values())
             self._leased.clear()
         for sbx in owned:
             self._destroy(sbx)
@@ -182,14 +176,12 @@ class WarmPool:
             self.floors[sandbox_type] = target
             if ceiling is not None:
                 self._ceilings[sandbox_type] = ceiling
-            self._warm.setdefault(sandbox_type, deque())
+            self._warm.add_type(sandbox_type)
             self._creating.setdefault(sandbox_type, 0)
             self._stats.setdefault(sandbox_type, PoolStats())
             if quotas is not None:
                 self._quotas[sandbox_type] = quotas
-            surplus = []
-            while len(self._warm[sandbox_type]) > self._target(sandbox_type):
-                surplus.append(self._warm[sandbox_type].pop())
+            surplus = self._warm.above(sandbox_type, self._target(sandbox_type))
         for sbx in surplus:
             self._destroy(sbx)
         self._wake.set()
@@ -205,12 +197,11 @@ class WarmPool:
         The oldest go first: the take would have pinged them.
         """
         with self._lock:
-            surplus = []
-            for t, warm in self._warm.items():
-                while len(warm) > self._target(t):
-                    sbx = warm.popleft()
-                    self._answered.pop(sbx.id, None)
-                    surplus.append(sbx)
+            surplus = [
+                sbx
+                for t in self._warm.types()
+                for sbx in self._warm.above(t, self._target(t), oldest=True)
+            ]
         for sbx in surplus:
             self._destroy(sbx)
         return len(surplus)
@@ -282,7 +273,7 @@ class WarmPool:
     def container_ids(self) -> set[str]:
         """Ids of every container the pool holds (warm) or handed out (leased): for the reaper."""
         with self._lock:
-            return {s.id for q in self._warm.values() for s in q} | set(self._leased)
+            return {s.id for s in self._warm} | set(self._leased)
 
     def prune(self, gone: set[str]) -> int:
         """Destroy the warm sandboxes whose container no longer runs; how many.
@@ -294,10 +285,7 @@ class WarmPool:
             gone: ids of containers the runtime no longer reports running.
         """
         with self._lock:
-            dead = [s for q in self._warm.values() for s in q if s.id in gone]
-            for q in self._warm.values():
-                for sbx in [s for s in q if s.id in gone]:
-                    q.remove(sbx)
+            dead = self._warm.remove(gone)
         for sbx in dead:
             log.warning("warm sandbox %s is gone (the runtime restarted?)", sbx.name)
             self._count(sbx.sandbox_type, "unhealthy")
@@ -309,14 +297,14 @@ class WarmPool:
 
     def warm_count(self, sandbox_type: str) -> int:
         with self._lock:
-            return len(self._warm.get(sandbox_type, ()))
+            return self._warm.count(sandbox_type)
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Counters per type, with the current warm and leased counts."""
         with self._lock:
             out: dict[str, dict[str, Any]] = {}
             for t, st in self._stats.items():
-                st.warm = len(self._warm.get(t, ()))
+                st.warm = self._warm.count(t)
                 st.leased = sum(1 for s in self._leased.values() if s.sandbox_type == t)
                 st.creating = self._creating.get(t, 0)
                 st.target = self._target(t)
@@ -330,11 +318,10 @@ class WarmPool:
         quiet, or else a ping answered now; the dead are destroyed."""
         while True:
             with self._lock:
-                queue = self._warm.get(sandbox_type)
-                if not queue:
-                    return None
-                sbx = queue.popleft()
-                answered = self._answered.pop(sbx.id, None)
+                got = self._warm.take(sandbox_type)
+            if got is None:
+                return None
+            sbx, answered = got
             if self._trusted(sbx, answered):
                 return sbx
             try:
@@ -361,7 +348,12 @@ class WarmPool:
                     self._demand.missed(sandbox_type, t0, self._clock())
 
     def _trusted(self, sbx: Sandbox, answered: float | None) -> bool:
-        """Whether a warm sandbox may skip the take's ping (see the module docstring)."""
+        """Whether a warm sandbox may skip the take's ping (issue 22.3: a round trip on
+        every pool hit, ~1 ms under gVisor): its warm ping answered less than
+        ``trust_s`` ago and its channel is quiet (``AgentClient.quiet``: one ``poll``,
+        no round trip). A container that died has closed its stream, so the poll sees
+        it and the sandbox gets the ping, fails it and is destroyed; an older one is
+        pinged, which also catches an agent that hangs."""
         if answered is None or time.monotonic() - answered >= self._trust_s:
             return False
         return sbx.channel is not None and sbx.channel.quiet()
@@ -377,11 +369,12 @@ class WarmPool:
         with self._lock:
             if self._stop.is_set():
                 return None
-            for t in self.floors:
-                if len(self._warm[t]) + self._creating[t] < self._target(t):
-                    self._creating[t] += 1
-                    return t
-        return None
+            have = {t: self._warm.count(t) + self._creating[t] for t in self.floors}
+            targets = {t: self._target(t) for t in self.floors}
+            t = next_to_fill(have, self.floors, targets, self.total)
+            if t is not None:
+                self._creating[t] += 1
+            return t
 
     def _refill_loop(self) -> None:
         while not self._stop.is_set():
@@ -416,11 +409,11 @@ class WarmPool:
             return False
         with self._lock:  # a target lowered meanwhile (the type stopped, 25.1) keeps none
             self._demand.created(sandbox_type, self._clock() - t0)
-            warm = self._warm[sandbox_type]
-            keep = not self._stop.is_set() and len(warm) < self._target(sandbox_type)
+            keep = not self._stop.is_set() and self._warm.count(sandbox_type) < self._target(
+                sandbox_type
+            )
             if keep:
-                warm.append(sbx)
-                self._answered[sbx.id] = time.monotonic()
+                self._warm.put(sbx)
         if not keep:
             self._destroy(sbx)
         return True
@@ -431,8 +424,6 @@ class WarmPool:
             setattr(st, field, getattr(st, field) + 1)
 
     def _destroy(self, sbx: Sandbox) -> None:
-        with self._lock:
-            self._answered.pop(sbx.id, None)
         try:
             self.backend_for(sbx.sandbox_type).destroy(sbx)
         except Exception:  # the reaper removes what could not be removed here

@@ -37,6 +37,7 @@ from worker.snapshots.memchunks import (
     fetch_chunks,
     put_chunks,
 )
+from worker.snapshots.memshare import SharedFiles
 
 __all__ = [
     "SWEEP_GRACE_S",
@@ -90,12 +91,19 @@ class MemoryStore:
     """
 
     def __init__(
-        self, objects: ObjectStore, *, max_bytes: int, cache: ChunkSource | None = None
+        self,
+        objects: ObjectStore,
+        *,
+        max_bytes: int,
+        cache: ChunkSource | None = None,
+        share: SharedFiles | None = None,
     ) -> None:
         self.objects = objects
         self.max_bytes = max_bytes
         self.cache = cache
         """The node's unpacked chunks (``worker.snapshots.memcache``), or none."""
+        self.share = share
+        """The files the node's restores assemble (``worker.snapshots.memshare``), or none."""
 
     def put(self, image_dir: Path, meta: MemoryMeta) -> StoredImage:
         """Store ``image_dir`` as ``meta``'s image; its name and sizes (``put_many``)."""
@@ -157,7 +165,7 @@ class MemoryStore:
         """
         meta, files = self._read(want, sha256)
         try:
-            fetched = fetch_chunks(self.objects, want.tenant, dest, files, self.cache)
+            fetched = fetch_chunks(self.objects, want.tenant, dest, files, self.cache, self.share)
         except (ChunkRefused, OSError, ValueError) as exc:
             raise MemoryRefused(
                 f"memory image {sha256[:12]} fails verification ({exc})",

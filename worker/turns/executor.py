@@ -35,6 +35,7 @@ from typing import Any
 from sandgrid.errors import Conflict, ErrorCode, InfrastructureError, SandboxLost, SandgridError
 from sandgrid.models import SessionInfo
 from sandgrid.wire.jobs import TurnJob, TurnOutcome, TurnResult
+from sandgrid.wire.ledger import Claim
 from worker.agent_client.client import TURN_TAG
 from worker.ops.base import NodeHandler, NodeParts, SandboxContext, SandboxHandler, TurnContext
 from worker.ops.registry import OPS, OpRegistry
@@ -114,9 +115,21 @@ class Executor:
             TURN_TAG.reset(tag)
 
     def _claimed(self, job: TurnJob, turn: _Turn) -> TurnOutcome:
-        """Claim the turn, then run it; an attempt that ran here already answers its outcome."""
-        ledger = self.parts.ledger
-        if not ledger.claim_turn(job.turn_id, self.node, job.attempt, self.incarnation):
+        """Claim the turn, then run it; an attempt that ran here already answers its
+        outcome. An exec is in the node's table of cancellable turns from before its
+        claim, which tells the table whether it was cancelled already."""
+        control = self.parts.control
+        if control is None or job.op.kind != "exec":
+            return self._claim(job, turn)
+        with control.entered(job.turn_id, job.session.id):
+            return self._claim(job, turn)
+
+    def _claim(self, job: TurnJob, turn: _Turn) -> TurnOutcome:
+        ledger, control = self.parts.ledger, self.parts.control
+        claim = ledger.claim_turn(job.turn_id, self.node, job.attempt, self.incarnation)
+        if control is not None and claim:
+            control.claimed(job.turn_id, cancelled=claim == Claim.CANCELLED)
+        if not claim:
             log.info("turn %s: already claimed, abandoned or done; skipped", job.turn_id)
             err = InfrastructureError(
                 "turn was abandoned or already ran", code=ErrorCode.WORKER_LOST
@@ -270,6 +283,8 @@ class Executor:
                 )
             with parts.sessions.restoring(sid):  # its lease is renewed meanwhile
                 local = self._materialise(info)
+            if parts.control is not None:  # a cancel meanwhile may have gone to no node
+                parts.control.arrived(job.turn_id)
         except BaseException:  # no sandbox here: leave the session free for any node
             parts.ledger.release_lease(sid, node)
             raise

@@ -3,7 +3,13 @@
 ``TurnControl`` wraps one exec of a turn (the exec handler, ``worker.ops.exec``, calls it):
 
 - before it runs, a turn that was cancelled already answers ``cancelled``
-  without running (the API sets the flag before it tells the worker);
+  without running (the API marks the turn before it tells the worker). An exec
+  turn is in the node's table from before its claim (``entered``), and the
+  claim's read of the turn record says whether the mark was there
+  (``claimed``); a cancel that comes later finds the turn in the table, so a
+  warm exec reads no flag of its own (issue 22.1). A turn that restored its
+  session after the claim reads the flag once before it runs (``arrived``):
+  its cancel task may have gone to no node, the record naming none yet;
 - while it runs, it is in the node's table of running turns, so that the
   ``cancel`` task (``worker.tasks.cancel``, on the node's direct queue) finds
   the turn's session, and so its sandbox, and sends the agent a ``cancel``
@@ -17,11 +23,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +122,34 @@ class TurnControl:
     sessions: SessionTable
     _running: dict[str, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: turns of the table cancelled before their exec started
+    _cancelled: set[str] = field(default_factory=set)
+    #: turns of the table whose claim read the record after they entered it, with
+    #: no restore since: nothing left for the flag to tell
+    _seen: set[str] = field(default_factory=set)
+
+    @contextlib.contextmanager
+    def entered(self, turn_id: str, session_id: str) -> Iterator[None]:
+        """Hold an exec turn in the table from before its claim to its end."""
+        with self._lock:
+            self._running[turn_id] = session_id
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running.pop(turn_id, None)
+                self._cancelled.discard(turn_id)
+                self._seen.discard(turn_id)
+
+    def claimed(self, turn_id: str, cancelled: bool) -> None:
+        """The claim of an entered turn read its record: ``cancelled``, the API's mark."""
+        with self._lock:
+            (self._cancelled if cancelled else self._seen).add(turn_id)
+
+    def arrived(self, turn_id: str) -> None:
+        """The turn restored its session after its claim: its exec reads the flag."""
+        with self._lock:
+            self._seen.discard(turn_id)
 
     def exec(
         self,
@@ -127,13 +162,17 @@ class TurnControl:
         ``request.stream``): streamed when asked, cancellable by turn id."""
         with self._lock:
             self._running[turn_id] = session_id
+            seen = turn_id in self._seen
         buffer = EventBuffer(self.client, turn_id) if request.stream else None
         try:
-            if turnstream.cancel_requested(self.client, turn_id):
+            if not seen and turnstream.cancel_requested(self.client, turn_id):
                 return _not_started()
+            with self._lock:
+                if turn_id in self._cancelled:
+                    return _not_started()
             return run(buffer)
         finally:
-            with self._lock:
+            with self._lock:  # ended: a later cancel finds nothing to do
                 self._running.pop(turn_id, None)
             if buffer is not None:
                 buffer.close()
@@ -147,6 +186,9 @@ class TurnControl:
             finished: nothing to do).
         """
         end = time.monotonic() + CANCEL_FIND_S
+        with self._lock:
+            if turn_id in self._running:  # its exec, if it has not started, will not
+                self._cancelled.add(turn_id)
         while time.monotonic() < end:
             with self._lock:
                 session_id = self._running.get(turn_id)

@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -39,6 +40,7 @@ from worker.sandboxes import Sandbox, SandboxManager
 from worker.sessions.table import LocalSession
 from worker.snapshots.memcache import ChunkCache
 from worker.snapshots.memory import MemoryMeta, MemoryStore
+from worker.snapshots.memshare import SharedFiles
 from worker.snapshots.store import SnapshotStore
 
 __all__ = [
@@ -57,10 +59,10 @@ T = TypeVar("T")
 
 
 def memory_store(store: SnapshotStore) -> MemoryStore:
-    """The memory images beside ``store``'s snapshots, with the node's size limit and
-    its cache of unpacked chunks."""
+    """The memory images beside ``store``'s snapshots, with the node's size limit, its
+    cache of unpacked chunks and the image files its restores share."""
     limit = get_settings().worker.memory.max_image_mb << 20
-    return MemoryStore(store.objects, max_bytes=limit, cache=chunk_cache())
+    return MemoryStore(store.objects, max_bytes=limit, cache=chunk_cache(), share=_shared())
 
 
 def chunk_cache() -> ChunkCache | None:
@@ -76,6 +78,41 @@ def chunk_cache() -> ChunkCache | None:
 @functools.cache
 def _cache_at(root: Path, max_bytes: int) -> ChunkCache:
     return ChunkCache(root, max_bytes)
+
+
+@functools.cache
+def _shared() -> SharedFiles:
+    """This node process's image files, shared by its restores (a fork's copies)."""
+    return SharedFiles()
+
+
+@functools.cache
+def _restore_gate(at_once: int) -> threading.BoundedSemaphore:
+    """This node process's turns to run ``runsc restore`` (``restores_at_once``)."""
+    return threading.BoundedSemaphore(at_once)
+
+
+class _Gate:
+    """A ``before_start`` that waits for the image (whole), then for the node's turn to
+    restore (``restores_at_once``); how long that turn took to come."""
+
+    def __init__(self, wait_for: Callable[[], object]) -> None:
+        self.wait_for = wait_for
+        self.turns = _restore_gate(get_settings().worker.memory.restores_at_once)
+        self.waited_ms = 0.0
+        self.held = False
+
+    def __call__(self) -> None:
+        self.wait_for()
+        t0 = time.perf_counter()
+        self.turns.acquire()
+        self.held = True
+        self.waited_ms = (time.perf_counter() - t0) * 1000
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.turns.release()
 
 
 @contextmanager
@@ -242,28 +279,37 @@ def _restore(images: MemoryStore, backend: SandboxManager, info: SessionInfo, sh
     t0 = time.perf_counter()
     with scratch() as image, ThreadPoolExecutor(1, thread_name_prefix="memfetch") as aside:
         # The container is made while its image is fetched; it starts (runsc restore)
-        # once the image is whole (24.4): the create no longer waits behind the fetch.
+        # once the image is whole and the node's restores allow (24.4): the create no
+        # longer waits behind the fetch, nor the fetch behind another restore.
         fetching = aside.submit(_timed, images.fetch_counted, want, sha, image)
-        sbx = backend.create(
-            info.type,
-            info.quotas,
-            session_id=info.id,
-            tenant=info.tenant,
-            restore_image=image,
-            before_start=fetching.result,
-        )
+        gate = _Gate(fetching.result)  # fetched first: the image is ready at its turn
+        try:
+            sbx = backend.create(
+                info.type,
+                info.quotas,
+                session_id=info.id,
+                tenant=info.tenant,
+                restore_image=image,
+                before_start=gate,
+            )
+        finally:
+            gate.release()
         t1 = time.perf_counter()
     fetch_ms, (meta, fetched) = fetching.result()
     cache = dict(images.cache.stats) if isinstance(images.cache, ChunkCache) else None
     log.info(  # where a resume's time goes (24.4): fetch + verify + unpack, then runsc restore
         "session %s: memory image fetched in %.0f ms (%d chunks from the store; node cache: "
-        "%s), restored in %.0f ms (create %.0f ms beside the fetch)",
+        "%s), restored in %.0f ms (create %.0f ms beside the fetch, waited %.0f ms for the "
+        "node's restores, start %.0f ms, first ping %.0f ms)",
         info.id,
         fetch_ms,
         fetched,
         cache,
-        (t1 - t0) * 1000 - fetch_ms,
+        (t1 - t0) * 1000 - fetch_ms - gate.waited_ms,
         sbx.timings.get("create_ms", 0.0),
+        gate.waited_ms,
+        sbx.timings.get("start_ms", 0.0),
+        sbx.timings.get("ping_ms", 0.0),
     )
     sbx.state, sbx.lineage = "leased", meta.lineage
     return sbx

@@ -8,12 +8,13 @@
 ``add_mcp_servers`` (refused: no MCP servers in a grid sandbox), ``cleanup``,
 ``get_session_mapping`` and ``list_session_keys``), each answering
 ``{"data": ...}``; ``GET /health``. Its bearer token is a tenant's token. A
-sandbox is a session of the grid type serving its AgentScope type (shapes and mapping in
-``scheduler.api.compat.agentscope_models``); tools run as turns of that session through
-the same runner as ``/v1/sessions/{id}/exec``. ``run_ipython_cell`` runs its
-code in the session's Jupyter kernel (``scheduler.api.code``): state stays
-between cells. A ``filesystem`` box also has the MCP filesystem server's tools,
-served by the grid's file ops (``scheduler.api.compat.agentscope_fs_tools``).
+sandbox is a session of the grid type serving its AgentScope type (requests in
+``scheduler.api.compat.agentscope_models``, answers in ``agentscope_answers``); tools
+run as turns of that session through the same runner as ``/v1/sessions/{id}/exec``.
+``run_ipython_cell`` runs its code in the session's Jupyter kernel
+(``scheduler.api.code``): state stays between cells. A ``filesystem`` box also has
+the MCP filesystem server's tools, served by the grid's file ops
+(``scheduler.api.compat.agentscope_fs_tools``).
 The file routes (``/proxy/{identity}/workspace/...``) are in
 ``scheduler.api.compat.agentscope_files``.
 """
@@ -33,6 +34,14 @@ from sandgrid.errors import InvalidInput, NotFound
 from sandgrid.models import CodeRequest, ExecRequest, SessionCreate, SessionInfo
 from scheduler.api.code import code_turn
 from scheduler.api.compat import agentscope_files
+from scheduler.api.compat.agentscope_answers import (
+    cell_result,
+    container_info,
+    container_status,
+    error_result,
+    tool_list,
+    tool_result,
+)
 from scheduler.api.compat.agentscope_browser import call_browser_tool
 from scheduler.api.compat.agentscope_errors import RuntimeErrorRoute
 from scheduler.api.compat.agentscope_fs_tools import FS_ARGS, FS_TOOLS, run_fs_tool
@@ -51,14 +60,8 @@ from scheduler.api.compat.agentscope_models import (
     McpServersBody,
     SessionMappingBody,
     ShellArgs,
-    cell_result,
-    container_info,
-    container_status,
-    error_result,
     grid_type_for,
     labels_for,
-    tool_list,
-    tool_result,
 )
 from scheduler.api.deps import NO_BODY, CurrentTenant, Svc
 from scheduler.api.errors import invalid_input_from

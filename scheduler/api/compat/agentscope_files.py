@@ -42,8 +42,9 @@ from sandgrid.models import (
 )
 from sandgrid.ops import files as file_ops
 from sandgrid.ops.files import DeleteOp, DeleteResult, ListOp, ReadOp, WriteOp, WriteResult
+from scheduler.api.compat.agentscope_answers import fs_entry
 from scheduler.api.compat.agentscope_errors import RuntimeErrorRoute
-from scheduler.api.compat.agentscope_models import MoveBody, PathBody, fs_entry
+from scheduler.api.compat.agentscope_models import MoveBody, PathBody
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.tenants import Tenant
 

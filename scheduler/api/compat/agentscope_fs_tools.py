@@ -27,7 +27,7 @@ from sandgrid.errors import Conflict, InvalidInput, NotFound
 from sandgrid.models import MAX_FILE_BYTES, FileList, FileRead, FileWrite, workspace_path
 from sandgrid.ops import files as file_ops
 from scheduler.api.compat import agentscope_fs_format as fmt
-from scheduler.api.compat.agentscope_models import tool_entry
+from scheduler.api.compat.agentscope_answers import tool_entry
 from scheduler.api.deps import Services
 from scheduler.tenants import Tenant
 

@@ -153,6 +153,7 @@ def build_server(svc: Services, app: FastAPI) -> MCPServer:
         "workspace files, then close it. Paths are under /workspace.",
     )
     _session_tools(server, svc, app)
+    _exec_tool(server, svc)
     _file_tools(server, svc)
     _run_code_tool(server, svc)
     mcp_browser.register(server, svc, _tenant_of, _tool_error)  # issue 21.4
@@ -178,6 +179,8 @@ def _forbid_unknown(server: MCPServer) -> None:
 
 
 def _session_tools(server: MCPServer, svc: Services, app: FastAPI) -> None:
+    """A session's life: create_session, close_session."""
+
     @server.tool()
     async def create_session(
         ctx: Context,
@@ -211,6 +214,10 @@ def _session_tools(server: MCPServer, svc: Services, app: FastAPI) -> None:
         tenant = _tenant_of(ctx)
         info = await _call(lambda: sessions.close_session(session_id, svc, tenant))
         return info.model_dump(mode="json")
+
+
+def _exec_tool(server: MCPServer, svc: Services) -> None:
+    """One command in a session: exec."""
 
     @server.tool()
     async def exec(

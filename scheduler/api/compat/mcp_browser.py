@@ -41,18 +41,40 @@ def register(
     to_error: Callable[[Exception], ToolError],
 ) -> None:
     """Add the browser tools to ``server``."""
+    actor = _Actor(svc, tenant_of, to_error)
+    _register_page_tools(server, actor)
+    _register_element_tools(server, actor)
+
+
+class _Actor:
+    """Runs a tool's body on the session's page, its errors in the API's words."""
+
+    def __init__(
+        self,
+        svc: Services,
+        tenant_of: Callable[[Context], Tenant],
+        to_error: Callable[[Exception], ToolError],
+    ) -> None:
+        self._svc = svc
+        self._tenant_of = tenant_of
+        self._to_error = to_error
 
     async def act(
-        ctx: Context, session_id: str, body: Callable[[CdpClient, str], Awaitable[T]]
+        self, ctx: Context, session_id: str, body: Callable[[CdpClient, str], Awaitable[T]]
     ) -> T:
-        tenant = tenant_of(ctx)
+        tenant = self._tenant_of(ctx)
         try:
-            async with open_page(svc, tenant, session_id) as (cdp, page):
+            async with open_page(self._svc, tenant, session_id) as (cdp, page):
                 return await body(cdp, page)
         except CdpError as exc:
             raise ToolError(f"browser_error: {exc}") from exc
         except (SandgridError, ValidationError) as exc:  # in the API's words
-            raise to_error(exc) from exc
+            raise self._to_error(exc) from exc
+
+
+def _register_page_tools(server: MCPServer, actor: _Actor) -> None:
+    """The tools on the page as a whole: navigate, screenshot."""
+    act = actor.act
 
     @server.tool()
     async def browser_navigate(
@@ -74,6 +96,12 @@ def register(
             ctx, session_id, lambda cdp, page: tools.screenshot(cdp, page, full_page=full_page)
         )
         return Image(data=png, format="png")
+
+
+def _register_element_tools(server: MCPServer, actor: _Actor) -> None:
+    """The tools on the page's elements: click and type (by ref or CSS selector), and the
+    snapshot that lists them with their refs."""
+    act = actor.act
 
     @server.tool()
     async def browser_click(

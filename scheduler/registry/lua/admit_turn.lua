@@ -6,19 +6,22 @@
 -- session, is told to wait and keeps its place in the session's queue of waiters.
 -- Slots past their deadline are dropped when they would refuse a turn, and the waiters'
 -- queue is read only when it (or the alone lock) exists: a turn that finds the session
--- free costs ten commands here (issue 22.1).
+-- free costs ten commands here, nine when the caller knows the queue is shallow and
+-- skips the depth check (ARGV[2] '': issue 22.1).
 -- KEYS[1] the queue's list, KEYS[2] tenant's in-flight set (turn id -> deadline),
 -- KEYS[3] session's turns in flight (turn id -> deadline), KEYS[4] turn record,
 -- KEYS[5] the session's alone lock, KEYS[6] waiters (ticket -> arrival),
 -- KEYS[7] waiters' last ask (ticket -> time)
--- ARGV[1] turn id, ARGV[2] queue depth limit, ARGV[3] tenant slot limit, ARGV[4] now (s),
+-- ARGV[1] turn id, ARGV[2] queue depth limit ('' for no check), ARGV[3] tenant slot limit, ARGV[4] now (s),
 -- ARGV[5] deadline (s), ARGV[6] slot set ttl ms, ARGV[7] session id, ARGV[8] record ttl ms,
 -- ARGV[9] a waiter is dropped after this many seconds without asking,
 -- ARGV[10] session's parallel turn limit, ARGV[11] '1' when routed to the shared queue
 -- Returns {'ok'}, {'backpressure', depth}, {'tenant_limit'} or {'wait', running}.
-local depth = redis.call('LLEN', KEYS[1])
-if depth > tonumber(ARGV[2]) then
-  return {'backpressure', depth}
+if ARGV[2] ~= '' then
+  local depth = redis.call('LLEN', KEYS[1])
+  if depth > tonumber(ARGV[2]) then
+    return {'backpressure', depth}
+  end
 end
 local now = tonumber(ARGV[4])
 local held = redis.call('ZCARD', KEYS[2])

@@ -74,15 +74,67 @@ def test_an_unacked_message_is_still_restored(redis_client: redis.Redis[str]) ->
 
 
 @contextmanager
-def _delivered(redis_client: redis.Redis[str], queue: str) -> Iterator[tuple[Any, Any]]:
+def _delivered(
+    redis_client: redis.Redis[str], queue: str, task: str = names.TASK_PING
+) -> Iterator[tuple[Any, Any]]:
     """A connection and a channel that holds one message of ``queue`` unacked."""
     app = make_celery(Settings(redis_url=TEST_REDIS_URL))
     redis_client.delete(queue)
-    app.send_task(names.TASK_PING, args=[1], queue=queue)
+    app.send_task(task, args=[1], queue=queue)
     with app.connection_for_write() as conn:
         channel = conn.channel()
         assert channel.basic_get(queue, no_ack=False) is not None
         yield conn, channel
+
+
+def _turn_tag(channel: Any) -> Any:
+    return next(iter(channel.qos._delivered))
+
+
+def test_a_turn_is_held_in_memory_alone(redis_client: redis.Redis[str]) -> None:
+    """A turn's delivery and ack send nothing to Redis (issue 22.1: its sender's
+    watch sends it again if this process dies), and an acked turn stays acked."""
+    queue = names.node_queue("broker-turn-test")
+    app = make_celery(Settings(redis_url=TEST_REDIS_URL))
+    redis_client.delete(queue)
+    app.send_task(names.TASK_TURN, args=[{}], queue=queue)
+    with app.connection_for_write() as conn:
+        channel = conn.channel()
+        channel.client.ping()  # connections up
+        with recorded(TEST_REDIS_URL) as seen:
+            message = channel.basic_get(queue, no_ack=False)
+            assert redis_client.hlen("unacked") == 0
+            message.ack()
+        channel.close()  # nothing is put back: the turn was acked
+    kinds = names_of(seen)
+    assert "RPOP" in kinds and not {"ZADD", "HSET", "HDEL", "ZREM", "MULTI"} & set(kinds)
+    assert message.headers["task"] == names.TASK_TURN
+    assert redis_client.llen(queue) == 0 and redis_client.zcard("unacked_index") == 0
+
+
+def test_a_turn_held_when_its_channel_closes_goes_back_to_its_queue(
+    redis_client: redis.Redis[str],
+) -> None:
+    """What the record did while the process lives (a warm shutdown, a reconnect)."""
+    queue = names.node_queue("broker-turn-close-test")
+    with _delivered(redis_client, queue, names.TASK_TURN) as (_, channel):
+        assert redis_client.hlen("unacked") == 0
+        channel.close()
+    back = redis_client.lrange(queue, 0, -1)
+    assert len(back) == 1 and '"redelivered": true' in back[0]
+
+
+def test_a_turn_rejected_with_requeue_goes_back_and_without_it_does_not(
+    redis_client: redis.Redis[str],
+) -> None:
+    queue = names.node_queue("broker-turn-reject-test")
+    with _delivered(redis_client, queue, names.TASK_TURN) as (_, channel):
+        channel.qos.reject(_turn_tag(channel), requeue=True)
+        assert redis_client.llen(queue) == 1
+        assert channel.basic_get(queue, no_ack=False) is not None
+        channel.qos.reject(_turn_tag(channel), requeue=False)
+        channel.close()
+    assert redis_client.llen(queue) == 0
 
 
 def test_a_channel_closed_with_unacked_messages_after_its_connection_went_puts_them_back(

@@ -1,4 +1,4 @@
-"""open_tunnel wakes a session that runs nowhere, once, and only that (issue 21.1).
+"""open_stream wakes a session that runs nowhere, once, and only that (issue 21.1).
 
 The registry and the worker's listener are faked here (the lookup and the
 connect); tests/integration/test_ports_grid.py holds the same on the real grid.
@@ -52,8 +52,10 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Fake:
     found = Fake(_asleep())
     monkeypatch.setattr(tunnel, "_lookup", lambda *a: found.lookup(*a))
 
-    async def connect(addr: tuple[str, int], hello: bytes, timeout: float) -> socket.socket:
-        return socket.socket()
+    async def connect(
+        addr: tuple[str, int], hello: bytes, timeout: float
+    ) -> tuple[socket.socket, bytes]:
+        return socket.socket(), b""
 
     monkeypatch.setattr(tunnel, "_connect", connect)
     tunnel._owners.clear()
@@ -61,7 +63,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Fake:
 
 
 async def _open(fake: Fake, session: str = "s-1", wake: bool = True) -> socket.socket:
-    return await tunnel.open_tunnel(
+    opened = await tunnel.open_stream(
         None,  # type: ignore[arg-type]
         "t",
         session,
@@ -70,6 +72,7 @@ async def _open(fake: Fake, session: str = "s-1", wake: bool = True) -> socket.s
         timeout=1.0,
         wake=fake.wake if wake else None,
     )
+    return tunnel.bare(opened)
 
 
 def test_a_sleeping_session_is_woken_once_then_reached(fake: Fake) -> None:

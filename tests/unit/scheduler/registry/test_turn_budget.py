@@ -18,6 +18,7 @@ import redis
 from sandgrid.errors import NotFound
 from sandgrid.models import SessionCreate
 from sandgrid.wire import names
+from sandgrid.wire.ledger import Claim
 from sandgrid.wire.redis_ledger import RedisLedger
 from scheduler.registry.sessions import SessionRegistry
 from tests.conftest import TEST_REDIS_URL
@@ -39,6 +40,10 @@ def test_admitting_a_turn_on_a_free_session_runs_ten_commands(
         assert _admit(reg, "s-1", "t-1") == "ok"
     assert names_of(seen, "rt") == ["EVALSHA"]
     assert len(names_of(seen, "lua")) == 10, names_of(seen, "lua")
+    with recorded(TEST_REDIS_URL) as seen:  # the queue known shallow: no LLEN
+        found = reg.admit_turn("node.w1", 10, "acme", 4, "s-2", "t-2", 30, check_depth=False)
+    assert found[0] == "ok" and "LLEN" not in names_of(seen, "lua")
+    assert len(names_of(seen, "lua")) == 9, names_of(seen, "lua")
 
 
 def test_a_hold_and_a_claim_read_and_write_the_record_once_each(
@@ -57,6 +62,28 @@ def test_a_hold_and_a_claim_read_and_write_the_record_once_each(
     assert not ledger.claim_turn("t-1", "w1", 1, "inc-1")  # a redelivery never runs twice
     assert ledger.claim_turn("t-none", "w1", 1, "inc-1")  # no record: nothing to guard
     assert not ledger.receive_turn("t-none", "w1", 1, "inc-1")
+
+
+def test_a_claim_tells_a_turn_cancelled_before_it_in_the_same_read(
+    redis_client: redis.Redis[str],
+) -> None:
+    """Issue 22.1: the API marks the record (and the flag), so a warm exec's worker
+    reads no flag of its own; a turn cancelled before its admission keeps the mark."""
+    reg, ledger = SessionRegistry(redis_client), RedisLedger(redis_client)
+    assert _admit(reg, "s-1", "t-1") == "ok"
+    reg.cancel_turn("t-1", 60)
+    assert redis_client.exists(names.turn_cancel_key("t-1"))
+    with recorded(TEST_REDIS_URL) as seen:
+        assert ledger.claim_turn("t-1", "w1", 1, "inc-1") == Claim.CANCELLED
+    assert names_of(seen, "lua") == ["HMGET", "HSET"]
+    reg.cancel_turn("t-2", 60)  # named before it was admitted (a streamed exec)
+    assert 0 < redis_client.ttl(names.turn_key("t-2")) <= 60
+    assert _admit(reg, "s-2", "t-2", ttl=30) == "ok"
+    assert redis_client.ttl(names.turn_key("t-2")) > 60  # the record's own TTL now
+    assert ledger.claim_turn("t-2", "w1", 1, "inc-1") == Claim.CANCELLED
+    assert _admit(reg, "s-3", "t-3") == "ok"
+    assert ledger.claim_turn("t-3", "w1", 1, "inc-1") == Claim.CLAIMED
+    assert ledger.claim_turn("t-3", "w1", 1, "inc-1") == Claim.REFUSED
 
 
 def test_a_finished_turns_session_record_is_one_hset(redis_client: redis.Redis[str]) -> None:

@@ -7,9 +7,14 @@ import redis
 
 from sandgrid.errors import ErrorCode, InvalidInput, LimitExceeded, NotFound
 from sandgrid.models import ExecRequest, Quotas, SessionCreate
+from sandgrid.wire import broker, names
+from sandgrid.wire.celery_app import make_celery
+from sandgrid.wire.settings import Settings
 from scheduler.registry.sessions import SessionRegistry
 from scheduler.tenants import Tenant, TenantLimits
 from scheduler.turns.admission import Admission, check_exec, check_quotas
+from tests.conftest import TEST_REDIS_URL
+from tests.support.redis_monitor import names_of, recorded
 
 TENANT = Tenant(name="acme", limits=TenantLimits(max_cpus=2, max_concurrent_turns=2))
 
@@ -153,3 +158,32 @@ def test_an_op_alone_waits_for_the_turns_and_holds_back_the_next(
     assert not adm.admit(tenant, "node.w1", "s-1", "b", 30, parallel=4)  # held alone
     reg.end_turn("s-1", "pause")
     assert adm.admit(tenant, "node.w1", "s-1", "b", 30, parallel=4)
+
+
+def test_a_turn_to_a_queue_its_own_push_found_shallow_skips_the_depth_read(
+    redis_client: redis.Redis[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22.1: the length a push answered (``LPUSH``) stands for the queue's depth
+    for a second; at half the limit, or older, the depth is read again."""
+    monkeypatch.setattr(broker, "_pushed", {})
+    app = make_celery(Settings(redis_url=TEST_REDIS_URL))
+    adm = Admission(redis_client, SessionRegistry(redis_client), queue_depth_limit=4)
+    assert adm.admit(TENANT, "sbx.python", "s-0", "t0", 30)  # the script loaded
+    adm.release_turn(TENANT, "t0")  # the tenant's ceiling is 2
+    app.send_task(names.TASK_PING, args=[1], queue="sbx.python")
+    assert broker.pushed_depth("sbx.python") == 1
+    with recorded(TEST_REDIS_URL) as seen:
+        assert adm.admit(TENANT, "sbx.python", "s-1", "t1", 30)
+    assert "LLEN" not in names_of(seen, "lua")
+    adm.release_turn(TENANT, "t1")
+    for _ in range(2):  # 3: above half the limit
+        app.send_task(names.TASK_PING, args=[1], queue="sbx.python")
+    redis_client.rpush("sbx.python", "x", "y")  # others' pushes, unseen here
+    with pytest.raises(LimitExceeded) as exc:
+        adm.admit(TENANT, "sbx.python", "s-2", "t2", 30)
+    assert exc.value.code == ErrorCode.BACKPRESSURE and exc.value.context["depth"] == 5
+    redis_client.delete("sbx.python")
+    monkeypatch.setattr(broker, "DEPTH_FRESH_S", 0.0)  # the last push is too old to tell
+    with recorded(TEST_REDIS_URL) as seen:
+        assert adm.admit(TENANT, "sbx.python", "s-3", "t3", 30)
+    assert "LLEN" in names_of(seen, "lua")

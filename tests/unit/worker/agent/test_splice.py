@@ -37,12 +37,30 @@ def read_all(s: socket.socket) -> bytes:
     return b"".join(chunks)
 
 
-def run_link(count: splice.Count | None = None, pending: tuple[bytes, bytes] = (b"", b"")) -> Any:
+def run_link(
+    count: splice.Count | None = None, pending: tuple[bytes, bytes] = (b"", b""), here: str = ""
+) -> Any:
+    """A link started (``start``), or run in a thread standing for the caller's
+    (``run_here``: the port listener's connection thread; ``spawn``: its other
+    direction on a thread the caller gives)."""
     client, a, b, server = pairs()
     done = threading.Event()
     link = Link(a, b, count, on_done=lambda _: done.set(), pending=pending)
-    link.start()
+    if here:
+        spawn = _spawn if here == "spawn" else None
+        threading.Thread(target=link.run_here, args=(spawn,), daemon=True).start()
+    else:
+        link.start()
     return client, server, link, done
+
+
+def _spawn(task: Callable[[], None]) -> None:
+    threading.Thread(target=task, daemon=True).start()
+
+
+@pytest.fixture(params=["", "here", "spawn"], ids=["start", "run_here", "run_here_spawn"])
+def here(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -52,14 +70,14 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
     return t, out
 
 
-def test_both_directions_with_half_close_and_exact_counts() -> None:
+def test_both_directions_with_half_close_and_exact_counts(here: str) -> None:
     counted = [0, 0]
 
     def count(idx: int, n: int) -> int:
         counted[idx] += n
         return n
 
-    client, server, link, done = run_link(count, pending=(b"early", b""))
+    client, server, link, done = run_link(count, pending=(b"early", b""), here=here)
 
     def serve() -> bytes:
         got = read_all(server)  # ends at the client's half-close
@@ -79,8 +97,8 @@ def test_both_directions_with_half_close_and_exact_counts() -> None:
     client.close()
 
 
-def test_half_close_from_the_server_side_keeps_the_upload_flowing() -> None:
-    client, server, _, done = run_link()
+def test_half_close_from_the_server_side_keeps_the_upload_flowing(here: str) -> None:
+    client, server, _, done = run_link(here=here)
     server.sendall(b"banner")
     server.shutdown(socket.SHUT_WR)
     assert read_all(client) == b"banner"  # EOF reached the client ...
@@ -94,7 +112,7 @@ def test_half_close_from_the_server_side_keeps_the_upload_flowing() -> None:
     client.close()
 
 
-def test_a_count_that_allows_less_cuts_after_exactly_that_much() -> None:
+def test_a_count_that_allows_less_cuts_after_exactly_that_much(here: str) -> None:
     total = [0]
 
     def count(idx: int, n: int) -> int:
@@ -102,7 +120,7 @@ def test_a_count_that_allows_less_cuts_after_exactly_that_much() -> None:
         total[0] += allowed
         return allowed
 
-    client, server, link, done = run_link(count)
+    client, server, link, done = run_link(count, here=here)
 
     def send() -> None:
         with contextlib.suppress(OSError):  # the link is cut under the writer
@@ -117,8 +135,8 @@ def test_a_count_that_allows_less_cuts_after_exactly_that_much() -> None:
     server.close()
 
 
-def test_abort_wakes_both_blocked_threads() -> None:
-    client, server, link, done = run_link()
+def test_abort_wakes_both_blocked_threads(here: str) -> None:
+    client, server, link, done = run_link(here=here)
     link.abort()
     assert done.wait(10)
     assert client.recv(10) == b"" and server.recv(10) == b""
@@ -202,6 +220,29 @@ def test_no_thread_to_be_had_ends_the_link_cleanly(monkeypatch: pytest.MonkeyPat
     monkeypatch.undo()
     assert done.wait(10) and isinstance(link.error, RuntimeError)
     assert client.recv(10) == b"" and server.recv(10) == b""
+    assert link.socks[0].fileno() == -1 and link.socks[1].fileno() == -1
+    client.close()
+    server.close()
+
+
+def test_run_here_with_no_thread_to_be_had_ends_the_link_cleanly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``run_here`` starts one thread (b -> a), after a's pending bytes went out."""
+    real = threading.Thread.start
+    mine = threading.current_thread()
+
+    def refused_here(self: threading.Thread) -> None:
+        if threading.current_thread() is not mine:  # the link's own start
+            raise RuntimeError("can't start new thread")
+        real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refused_here)
+    client, server, link, done = run_link(pending=(b"early", b""), here="here")
+    assert done.wait(10)
+    monkeypatch.undo()
+    assert isinstance(link.error, RuntimeError)
+    assert read_all(server) == b"early" and client.recv(10) == b""
     assert link.socks[0].fileno() == -1 and link.socks[1].fileno() == -1
     client.close()
     server.close()

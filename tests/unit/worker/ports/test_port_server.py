@@ -21,6 +21,7 @@ import pytest
 from sandgrid.models import NetworkAttempt
 from sandgrid.wire.portlink import Hello, parse_answer
 from worker.agent import inbound
+from worker.ports import server as port_server
 from worker.ports.caps import PortCaps
 from worker.ports.server import PortServer
 from worker.ports.sockets import InboundSockets
@@ -56,7 +57,10 @@ def echo() -> Iterator[int]:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[PortServer, Book, Any]]:
+def server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[PortServer, Book, Any]]:
+    monkeypatch.setattr(port_server, "_TOUCH_S", 0.05)
     box = InboundSockets()
     box.open("sbx", tmp_path)
     for _ in range(2):
@@ -80,6 +84,24 @@ def _open(port: int, hello: bytes) -> tuple[socket.socket, bytes]:
     return sock, answer
 
 
+def _recorded(book: Book) -> list[NetworkAttempt]:
+    """The book's attempts once the relay has ended and recorded its connection."""
+    for _ in range(50):
+        if book.attempts:
+            break
+        time.sleep(0.05)
+    return book.attempts
+
+
+def _answer(sock: socket.socket) -> tuple[bytes, bytes]:
+    """The answer line, and the port's bytes read with it."""
+    buf = b""
+    while b"\n" not in buf and (chunk := sock.recv(4096)):
+        buf += chunk
+    line, _, rest = buf.partition(b"\n")
+    return line, rest
+
+
 def test_a_signed_hello_opens_the_port_and_is_audited(server: Any, echo: int) -> None:
     _srv, book, (port, local) = server
     sock, answer = _open(port, Hello.make("s-1", echo).line(KEY))
@@ -87,11 +109,7 @@ def test_a_signed_hello_opens_the_port_and_is_audited(server: Any, echo: int) ->
     sock.sendall(b"ping")
     assert sock.recv(10) == b"ping"
     sock.close()
-    for _ in range(50):
-        if book.attempts:
-            break
-        time.sleep(0.05)
-    (attempt,) = book.attempts
+    (attempt,) = _recorded(book)
     assert attempt.allowed and attempt.protocol == "inbound" and attempt.port == echo
     assert (attempt.received, attempt.sent) == (4, 4)
 
@@ -115,3 +133,75 @@ def test_a_bad_hello_is_closed_unanswered(server: Any, echo: int) -> None:
     for hello in (Hello.make("s-1", echo).line(b"x" * 32), b"garbage\n", b"{}\n"):
         _, answer = _open(port, hello)
         assert answer == b""
+
+
+def test_bytes_sent_with_the_hello_reach_the_port_first_and_are_counted(
+    server: Any, echo: int
+) -> None:
+    _srv, book, (port, _) = server
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(Hello.make("s-1", echo).line(KEY) + b"ping")  # not waiting for the answer
+    answer, got = _answer(sock)
+    assert parse_answer(answer) is None
+    while len(got) < 4:  # the echo may come in the answer's read or after it
+        got += sock.recv(10)
+    assert got.endswith(b"ping")
+    sock.close()
+    (attempt,) = _recorded(book)
+    assert attempt.allowed and (attempt.received, attempt.sent) == (4, 4)
+
+
+def test_a_refusal_with_early_bytes_is_still_answered(server: Any) -> None:
+    _srv, book, (port, _) = server
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    closed = free.getsockname()[1]
+    free.close()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(Hello.make("s-1", closed).line(KEY) + b"GET / HTTP/1.1\r\n" + b"x" * 20000)
+    answer = json.loads(_answer(sock)[0])
+    assert answer["status"] == 502 and answer["error"]["code"] == "port_not_listening"
+    assert sock.recv(10) == b""  # then the worker's end: no early byte went anywhere
+    sock.close()
+    assert [a.allowed for a in book.attempts] == [False]
+
+
+def test_an_open_connection_keeps_its_session_used(server: Any, echo: int) -> None:
+    """An open WebSocket is activity: the listener marks the session used while it lasts."""
+    _srv, _, (port, local) = server
+    sock, answer = _open(port, Hello.make("s-1", echo).line(KEY))
+    assert parse_answer(answer) is None
+    local.last_used = 0.0
+    for _ in range(100):
+        if local.last_used > 0:
+            break
+        time.sleep(0.05)
+    assert local.last_used > 0
+    sock.close()
+
+
+def test_a_held_request_whose_head_came_with_the_hello_counts_against_the_cap(
+    server: Any, echo: int
+) -> None:
+    """A POST whose head went early and whose body never ends (a client holding it
+    half-open) is an open connection until the API closes it: the next is 429."""
+    _srv, book, (port, _) = server
+    head = b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n"
+    held = socket.create_connection(("127.0.0.1", port), timeout=5)
+    held.sendall(Hello.make("s-1", echo).line(KEY) + head)  # not waiting for the answer
+    answer, _ = _answer(held)
+    assert parse_answer(answer) is None
+    held.sendall(b"x" * 100)  # the body's start, after the answer; then nothing
+    for _ in range(3):  # the cap is 1: held, it refuses every other
+        _, refusal = _open(port, Hello.make("s-1", echo).line(KEY))
+        assert json.loads(refusal)["error"]["code"] == "port_limit"
+    held.close()
+    for _ in range(50):  # closed, its slot is free once the relay ended
+        sock, answer = _open(port, Hello.make("s-1", echo).line(KEY))
+        if parse_answer(answer) is None:
+            break
+        time.sleep(0.05)
+    assert parse_answer(answer) is None
+    sock.close()
+    refused = [a.reason for a in book.attempts if not a.allowed]
+    assert len(refused) >= 3 and set(refused) == {"port_limit"}

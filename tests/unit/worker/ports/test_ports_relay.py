@@ -102,6 +102,7 @@ def test_the_agent_ignores_a_bad_request_line(tmp_path: Path) -> None:
 def test_caps_connections_and_bytes() -> None:
     caps = PortCaps(2, 100, seed=lambda s: 40)
     one, two = caps.admit("s"), caps.admit("s")
+    assert caps.open_sessions() == ["s"]
     with pytest.raises(LimitExceeded) as info:
         caps.admit("s")
     assert info.value.code == "port_limit" and info.value.http_status == 429

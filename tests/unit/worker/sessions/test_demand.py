@@ -10,7 +10,7 @@ import pytest
 from sandgrid.models import Quotas
 from tests.unit.worker.sessions.test_pool_unit import FakeBackend, lease_from_threads
 from worker.sandboxes import Sandbox
-from worker.sessions.demand import DEFAULT_REFILL_S, Demand
+from worker.sessions.demand import DEFAULT_REFILL_S, Demand, next_to_fill
 from worker.sessions.pool import WarmPool
 
 REFILL_S = 0.2
@@ -212,3 +212,35 @@ def test_a_threaded_burst_never_shares_a_sandbox_nor_passes_the_ceiling() -> Non
     assert pool.warm_count("python") == 3 and most[0] <= 3
     pool.close()
     assert len(set(backend.destroyed)) == len(backend.created)
+
+
+def test_floors_are_filled_before_demand_and_the_node_cap_bounds_all() -> None:
+    floors = {"python": 1, "node": 2}
+    targets = {"python": 8, "node": 2}
+    assert next_to_fill({"python": 3, "node": 0}, floors, targets, 0) == "node"
+    assert next_to_fill({"python": 3, "node": 2}, floors, targets, 0) == "python"
+    assert next_to_fill({"python": 8, "node": 2}, floors, targets, 0) is None
+    assert next_to_fill({"python": 3, "node": 1}, floors, targets, 4) is None  # at the cap
+    assert next_to_fill({"python": 3, "node": 0}, floors, targets, 4) == "node"
+
+
+def test_the_node_cap_holds_across_types_under_demand() -> None:
+    clock = Clock()
+    backend = SlowBackend(clock)
+    pool = WarmPool(
+        lambda _t: backend,  # type: ignore[arg-type,return-value]
+        {"python": 1, "node": 1, "browser": 1},
+        ceiling=8,
+        total=5,
+        window_s=30.0,
+        clock=clock,
+    )
+    for t in ("python", "node"):  # demand of 8 on two types: 16 asked, 5 allowed
+        for i in range(8):
+            pool.acquire(t, session_id=f"s-{t}{i}", tenant="t")
+    assert pool.target("python") == 8 and pool.target("node") == 8
+    pool.fill()
+    warm = {t: pool.warm_count(t) for t in ("python", "node", "browser")}
+    assert sum(warm.values()) == 5
+    assert warm["browser"] == 1  # its floor came first, though it had no demand
+    pool.close()

@@ -83,7 +83,7 @@ def test_other_quotas_bypass_the_pool(fake: FakeBackend) -> None:
 def test_dead_warm_sandbox_is_destroyed_not_handed_out(fake: FakeBackend) -> None:
     pool = make_pool(fake)
     pool.fill()
-    first = pool._warm["python"][0]
+    first = pool._warm.waiting("python")[0]
     fake.dead.add(first.id)
     sbx = pool.acquire("python", session_id="s", tenant="t")
     assert sbx.id != first.id and first.id in fake.destroyed and first.state == "destroyed"
@@ -196,7 +196,7 @@ def test_a_channel_that_is_not_quiet_gets_the_ping_and_a_dead_one_is_not_handed_
     fake = CountingBackend()
     pool = WarmPool(lambda _t: fake, {"python": 2})  # type: ignore[arg-type,return-value]
     pool.fill()
-    dead = pool._warm["python"][0]
+    dead = pool._warm.waiting("python")[0]
     dead.channel.is_quiet = False  # type: ignore[union-attr]  # its stream ended
     fake.dead.add(dead.id)
     sbx = pool.acquire("python", session_id="s1", tenant="t")

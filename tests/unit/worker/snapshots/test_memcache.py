@@ -11,6 +11,7 @@ import pytest
 
 from sandgrid.errors import InvalidInput
 from sandgrid.wire.objects import LocalObjects, keys
+from tests.support.memory_images import memory_image
 from worker.snapshots.memcache import ChunkCache
 from worker.snapshots.memchunks import Chunk
 from worker.snapshots.memory import MemoryMeta, MemoryRefused, MemoryStore
@@ -144,20 +145,12 @@ def test_entries_an_earlier_process_left_are_not_trusted(tmp_path: Path) -> None
 META = MemoryMeta("acme", "f-1", None, "python-gvisor", "runsc")
 
 
-def _image(tmp_path: Path) -> Path:
-    image = tmp_path / "image"
-    image.mkdir()
-    (image / "checkpoint.img").write_bytes(b"kernel" * 1000)
-    (image / "pages.img").write_bytes(bytes(range(256)) * 40_000)
-    return image
-
-
 def test_forks_restored_on_one_node_fetch_each_chunk_once(tmp_path: Path) -> None:
     objects = LocalObjects(tmp_path / "objects")
     source = MemoryStore(objects, max_bytes=1 << 30)  # the fork's source: another node
     store = MemoryStore(objects, max_bytes=1 << 30, cache=ChunkCache(tmp_path / "c", 1 << 30))
     metas = [MemoryMeta("acme", f"f-{i}", None, "python-gvisor", "runsc") for i in range(3)]
-    stored = source.put_many(_image(tmp_path), metas)
+    stored = source.put_many(memory_image(tmp_path), metas)
     counts = []
     for i, (meta, image) in enumerate(zip(metas, stored, strict=True)):
         out = tmp_path / f"out-{i}"
@@ -170,7 +163,7 @@ def test_forks_restored_on_one_node_fetch_each_chunk_once(tmp_path: Path) -> Non
 def test_a_chunk_changed_in_the_store_is_still_refused_with_a_cache(tmp_path: Path) -> None:
     objects = LocalObjects(tmp_path / "objects")
     store = MemoryStore(objects, max_bytes=1 << 30, cache=ChunkCache(tmp_path / "c", 1 << 30))
-    stored = store.put(_image(tmp_path), META)
+    stored = store.put(memory_image(tmp_path), META)
     for key in objects.list(keys.memory_chunks_prefix("acme")):
         objects.put(key, b"garbage")
     out = tmp_path / "out"
@@ -184,7 +177,7 @@ def test_a_forks_source_node_keeps_the_pages_it_packed(tmp_path: Path) -> None:
     cache = ChunkCache(tmp_path / "c", 1 << 30)
     store = MemoryStore(objects, max_bytes=1 << 30, cache=cache)
     metas = [MemoryMeta("acme", f"f-{i}", None, "python-gvisor", "runsc") for i in range(2)]
-    stored = store.put_many(_image(tmp_path), metas)
+    stored = store.put_many(memory_image(tmp_path), metas)
     assert cache.stats["kept"] == 3
     out = tmp_path / "out"
     out.mkdir()

@@ -14,9 +14,12 @@ import redis
 
 from sandgrid.models import ExecRequest, ExecResult
 from sandgrid.wire import turnstream
+from tests.conftest import TEST_REDIS_URL
+from tests.support.redis_monitor import names_of, recorded
 from worker.agent.control import Control
 from worker.agent_client.client import AgentClient
 from worker.sessions.table import SessionTable
+from worker.turns import interactive
 from worker.turns.interactive import EventBuffer, TurnControl
 
 
@@ -69,6 +72,60 @@ def test_a_turn_cancelled_before_it_starts_never_runs(redis_client: redis.Redis[
     ok = control.exec(run, request, "tc2", "s1")
     assert not ok.cancelled and backend.ran == 1
     assert control.cancel("tc2") == "not_running"  # finished: nothing to do
+
+
+def _runner(backend: _Backend, request: ExecRequest) -> Any:
+    def run(on_chunk: Any) -> ExecResult:
+        return backend.exec(object(), request, on_chunk)
+
+    return run
+
+
+def test_a_warm_exec_whose_claim_read_its_record_reads_no_flag(
+    redis_client: redis.Redis[str],
+) -> None:
+    """Issue 22.1: the claim's read of the turn record said whether it was cancelled,
+    and a later cancel finds the turn in the table: no EXISTS of the flag."""
+    control, backend = TurnControl(redis_client, SessionTable()), _Backend()
+    request = ExecRequest(shell="true")
+    control.exec(_runner(backend, request), request, "tw0", "s1")  # connections up
+    with recorded(TEST_REDIS_URL) as seen, control.entered("tw1", "s1"):
+        control.claimed("tw1", cancelled=False)
+        r = control.exec(_runner(backend, request), request, "tw1", "s1")
+    assert not r.cancelled and backend.ran == 2
+    assert names_of(seen) == []
+    with control.entered("tw2", "s1"):
+        control.claimed("tw2", cancelled=True)  # the record carried the API's mark
+        assert control.exec(_runner(backend, request), request, "tw2", "s1").cancelled
+    assert backend.ran == 2
+
+
+def test_a_cancel_between_the_claim_and_the_exec_stops_it(
+    redis_client: redis.Redis[str], monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(interactive, "CANCEL_FIND_S", 0.05)
+    control, backend = TurnControl(redis_client, SessionTable()), _Backend()
+    request = ExecRequest(shell="true")
+    with control.entered("tw3", "s1"):
+        control.claimed("tw3", cancelled=False)
+        assert control.cancel("tw3") == "not_running"  # no exec yet: the table stops it
+        r = control.exec(_runner(backend, request), request, "tw3", "s1")
+    assert r.cancelled and backend.ran == 0
+    assert control.cancel("tw3") == "not_running" and not control._cancelled
+
+
+def test_an_exec_that_restored_after_its_claim_reads_the_flag(
+    redis_client: redis.Redis[str],
+) -> None:
+    """Its cancel task may have gone to no node: the record named none yet."""
+    control, backend = TurnControl(redis_client, SessionTable()), _Backend()
+    request = ExecRequest(shell="true")
+    with control.entered("tw4", "s1"):
+        control.claimed("tw4", cancelled=False)
+        turnstream.request_cancel(redis_client, "tw4")  # marked after the claim read
+        control.arrived("tw4")
+        assert control.exec(_runner(backend, request), request, "tw4", "s1").cancelled
+    assert backend.ran == 0
 
 
 def test_agent_control_takes_only_a_cancel_of_its_own_request() -> None:

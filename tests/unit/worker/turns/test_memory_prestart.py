@@ -1,7 +1,9 @@
-"""A restore's container is made while its image is fetched, and starts after (24.4)."""
+"""A restore's container is made while its image is fetched, and starts after, one
+restore at a time on a node (24.4)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ from sandgrid.errors import SnapshotError
 from tests.unit.worker.agent.test_scan import StubRuntime
 from worker.runtimes.spec import SandboxSpec
 from worker.sandboxes.manager import SandboxManager
+from worker.turns.memory import _Gate
 
 
 class _Runtime(StubRuntime):
@@ -50,3 +53,34 @@ def test_an_image_refused_meanwhile_removes_the_container_and_says_why() -> None
     with pytest.raises(SnapshotError, match="fails verification"):
         manager.create("python-gvisor", before_start=refused)
     assert steps == ["create", "remove"]
+
+
+def test_a_node_runs_one_restore_at_a_time_the_next_image_fetched_meanwhile() -> None:
+    fetched, started = threading.Event(), threading.Event()
+    first, second = _Gate(lambda: None), _Gate(fetched.set)
+    first()  # restoring: holds the node's one turn
+    waiting = threading.Thread(target=lambda: (second(), started.set()))
+    waiting.start()
+    assert fetched.wait(5)  # the next image is fetched while the first restores
+    assert not started.wait(0.2)  # but it does not start beside it
+    first.release()
+    assert started.wait(5)
+    second.release()
+    second.release()  # given back once only
+    waiting.join(5)
+    again = _Gate(lambda: None)
+    again()  # the turn is free again
+    again.release()
+
+
+def test_a_restore_whose_image_failed_holds_no_turn() -> None:
+    def refused() -> None:
+        raise SnapshotError("memory image 1a2b fails verification")
+
+    failed = _Gate(refused)
+    with pytest.raises(SnapshotError):
+        failed()
+    failed.release()  # nothing held: nothing given back
+    after = _Gate(lambda: None)
+    after()
+    after.release()

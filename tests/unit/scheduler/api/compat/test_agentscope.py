@@ -17,6 +17,13 @@ from sandgrid.ops.code import RunCodeOp
 from sandgrid.ops.exec import ExecOp
 from sandgrid.ops.files import StatResult
 from scheduler.api.compat import agentscope_files
+from scheduler.api.compat.agentscope_answers import (
+    container_info,
+    container_status,
+    fs_entry,
+    tool_list,
+    tool_result,
+)
 from scheduler.api.compat.agentscope_models import (
     LABEL_CTX,
     LABEL_TYPE,
@@ -28,13 +35,8 @@ from scheduler.api.compat.agentscope_models import (
     MoveBody,
     PathBody,
     SessionMappingBody,
-    container_info,
-    container_status,
-    fs_entry,
     grid_type_for,
     labels_for,
-    tool_list,
-    tool_result,
 )
 from tests.support.fakes import Grid
 
