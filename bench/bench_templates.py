@@ -145,6 +145,22 @@ def print_phases(phases: dict[str, list[float]]) -> None:
     print(f"{'  build phases, median ms':<40} {figures or '(no phases line in the log)'}")
 
 
+def await_warm(timeout_s: float = 30.0) -> None:
+    """Before each timing: until the node's warm build sandbox runs (``worker.templates.warm``,
+    made at its start and after each build; not for a node that keeps none,
+    ``SANDGRID_TEMPLATES__WARM=0``), then a second more, so that neither the baseline nor a
+    build is timed while the last build's sandbox goes or the next one is made."""
+    if os.environ.get("SANDGRID_TEMPLATES__WARM") != "0":
+        deadline = time.monotonic() + timeout_s
+        with contextlib.closing(docker.from_env()) as client:
+            while not client.containers.list(filters={"label": "sandgrid.build=warm"}):
+                if time.monotonic() > deadline:
+                    print(f"  (no warm build sandbox within {timeout_s:.0f} s)")
+                    break
+                time.sleep(0.2)
+    time.sleep(1.0)
+
+
 def docker_build(work: Path) -> float:
     """Seconds of ``docker build --no-cache --network host`` of the same step on the base."""
     ctx = work / "ctx"
@@ -267,6 +283,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-tpl-") as tmp, grid(Path(tmp)) as g:
         builds, dockers, ids = [], [], []
         for i in range(args.rounds):  # alternated, so load from elsewhere skews both alike
+            await_warm()  # the node's warm build sandbox made: not while either side is timed
             dockers.append(docker_build(Path(tmp)))
             took, build_id = grid_build(g, f"tplb-build-{i}")
             builds.append(took)

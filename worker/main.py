@@ -71,6 +71,7 @@ def run_worker(types: list[str], concurrency: int, node: str) -> None:
     )
     import worker.tasks  # noqa: F401  (registers the task)
     from worker.node import start_node, stop_node
+    from worker.templates import close_builds, warm_builds
 
     asked_to_stop = threading.Event()
 
@@ -81,9 +82,11 @@ def run_worker(types: list[str], concurrency: int, node: str) -> None:
 
     @signals.worker_shutdown.connect(weak=False)
     def _stop(**_: Any) -> None:
+        close_builds()
         stop_node()
 
     started = start_node(node, types)  # before consuming: a task may arrive at once
+    warm_builds(started)  # 25: build sandboxes ready before the first build, off its path
 
     @signals.worker_ready.connect(weak=False)
     def _ready(sender: Any = None, **_: Any) -> None:

@@ -148,11 +148,15 @@ def build(grid: LocalGrid, body: dict[str, Any], token: str = ACME) -> dict[str,
 
 
 def leftovers(name: str) -> tuple[list[str], list[str]]:
-    """Build containers and images of template ``name`` still on the engine."""
+    """Build containers and images of template ``name`` still on the engine: a build's
+    sandbox is gone after it (one taken warm is renamed after its build); the node's warm
+    ones (``sandgrid-build-warm-*``, no step run in them) are not leftovers."""
     client = docker.from_env()
     try:
         containers = [
-            c.name for c in client.containers.list(all=True, filters={"label": "sandgrid.build"})
+            c.name
+            for c in client.containers.list(all=True, filters={"label": "sandgrid.build"})
+            if not c.name.startswith("sandgrid-build-warm-")
         ]
         images = [t for i in client.images.list() for t in i.tags if f"/tpl-acme-{name}:" in t]
         return containers, images

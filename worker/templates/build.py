@@ -3,22 +3,22 @@
 Issue 25, item 2.
 
 The flow (each part in its own module): book the build's egress policy under
-its pseudo-session and open its proxy socket; make the build sandbox of the
-base image (``sandbox.py``: runsc, no network, the build's quotas); run the
-steps in order, the log written into the template's record and appended to
-the build's event stream (``build_events``) as it comes; on
-the first failing step (or the deadline) stop: the record says which step,
-its exit code and the log, and nothing is left (container, image, socket,
-booking). On success read gVisor's upper layer (``runsc tar rootfs-upper``)
-as a Docker layer straight into the load archive (``upper.py``, ``layer.py``),
-remove the sandbox beside the rest, check the image's size against the
-build's ``image_mb``, load the image over the base's layers (``image.py``),
-push it to the grid's registry and register the type, private to the tenant.
+its pseudo-session; take a warm build sandbox of the build's kind, or make one
+(``warm.py``, ``sandbox.py``: runsc, no network but the proxy's socket, the
+build's quotas) and bind it to the build alone; run the steps in order, the log
+written into the template's record and appended to the build's event stream
+(``build_events``) as it comes; on the first failing step (or the deadline)
+stop: the record says which step, its exit code and the log, and nothing is
+left (container, image, socket, booking). On success read gVisor's upper layer
+(``runsc tar rootfs-upper``) as a Docker layer (``upper.py``, ``layer.py``),
+remove the sandbox beside the rest, and commit the layer (``commit.py``: the
+size check against ``image_mb``, the push to the grid's registry, the type,
+private to the tenant). After a ready build a new warm sandbox of its kind is
+made, off the build's path.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import shutil
@@ -32,31 +32,30 @@ from typing import Any
 import redis
 
 from sandgrid.sandbox_types import SandboxTypeSpec
-from sandgrid.templates import CopyStep, EnvStep, RunStep, TemplateInfo, WorkdirStep
+from sandgrid.templates import (
+    BuildQuotas,
+    CopyStep,
+    EnvStep,
+    RunStep,
+    TemplateInfo,
+    WorkdirStep,
+)
 from sandgrid.wire import names, turnstream
 from sandgrid.wire.builds import BuildJob, TemplateStore, build_events, final_event
 from sandgrid.wire.type_store import TypeStore
 from worker.egress.proxy import EgressProxy
 from worker.templates.buildlog import BuildLog
-from worker.templates.image import finish_archive, image_config
+from worker.templates.commit import ImageCommit
+from worker.templates.errors import BuildFailed
 from worker.templates.layer import Layer
 from worker.templates.phases import Phases
 from worker.templates.sandbox import BuildSandbox, SandboxEnded
 from worker.templates.upper import UpperFailed, read_upper
+from worker.templates.warm import BuildSandboxes, WarmKey
 
-__all__ = ["BuildFailed", "TemplateBuilder"]
+__all__ = ["TemplateBuilder"]
 
 log = logging.getLogger(__name__)
-
-
-class BuildFailed(Exception):
-    """The build ends failed: why, and the step and exit code if a step failed."""
-
-    def __init__(self, reason: str, step: int | None = None, exit_code: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.step = step
-        self.exit_code = exit_code
 
 
 class TemplateBuilder:
@@ -72,6 +71,7 @@ class TemplateBuilder:
         registry: the grid's registry (``host:port``; empty: the image stays on this node).
         runsc_root: runsc's state directory under this engine (``runsc --root``).
         ensure_image: makes an image present on the node (``worker.images``), or None.
+        warm: build sandboxes kept warm, one per kind (``warm.py``; 0: none).
     """
 
     def __init__(
@@ -86,6 +86,7 @@ class TemplateBuilder:
         registry: str,
         runsc_root: Path,
         ensure_image: Callable[[str, str | None], str] | None = None,
+        warm: int = 0,
     ) -> None:
         self.node = node
         self.client = client
@@ -95,9 +96,36 @@ class TemplateBuilder:
         self.egress = egress
         self.egress_port = egress_port
         self.registry = registry
+        self.committer = ImageCommit(client, registry, types)
         self.runsc_root = runsc_root
         self.ensure_image = ensure_image
         self._runsc: str | None = None  # the engine's runsc, asked on the first build
+        self.sandboxes = BuildSandboxes(
+            client, node, egress=egress, egress_port=egress_port, keep=warm
+        )
+
+    def warm_up(self, bases: list[SandboxTypeSpec]) -> None:
+        """At the node's start: remove what an earlier process left, then make a warm
+        sandbox of each base for a build with the default quotas (and network, when the
+        node has its egress proxy). Only a base already on the node: none is pulled for a
+        build that may never come (the first build of it pulls it, then warms)."""
+        self.sandboxes.collect()
+        quotas = BuildQuotas()
+        for spec in bases:
+            if not self._local(spec.image, spec.digest):
+                log.info("warm build sandbox of %s: its image is not on this node", spec.name)
+                continue
+            try:
+                image_id = str(self.client.api.inspect_image(spec.image)["Id"])
+            except Exception as exc:
+                log.warning("warm build sandbox of %s: %s", spec.name, type(exc).__name__)
+                continue
+            key = WarmKey(image_id, quotas.cpus, quotas.memory_mb, self.egress is not None)
+            self.sandboxes.warm(key, spec.image)
+
+    def close(self) -> None:
+        """Remove the warm sandboxes (the node stops)."""
+        self.sandboxes.close()
 
     def build(self, job: BuildJob) -> TemplateInfo:
         """Run ``job`` to its end; the record's final state is returned (and stored)."""
@@ -111,8 +139,12 @@ class TemplateBuilder:
         )
         work = Path(tempfile.mkdtemp(prefix=f"sg-build-{job.build_id}-"))
         phases = Phases()
+        warm: tuple[WarmKey, str] | None = None
         try:
-            tag, digest = self._run(job, info, logbook, work, phases)
+            with phases("base"):
+                base, key = self._kind(job)
+            tag, digest = self._run(job, info, base, key, logbook, work, phases)
+            warm = key, base
             done = info.model_copy(
                 update={"state": "ready", "log": logbook.text, "image": tag, "digest": digest}
             )
@@ -134,6 +166,8 @@ class TemplateBuilder:
         done = done.model_copy(update={"finished": time.time()})
         self.records.put(done)
         self._event(events, final_event(done))  # after the record: a follower then reads it
+        if warm is not None:  # the next build of its kind finds a sandbox ready
+            threading.Thread(target=self.sandboxes.warm, args=warm, daemon=True).start()
         log.debug("template build %s: %s", job.build_id, phases.line())
         log.info(
             "template %s of %s: %s (build %s)", done.name, done.tenant, done.state, job.build_id
@@ -157,31 +191,47 @@ class TemplateBuilder:
         ):
             self.records.put(info)
 
-    def _run(
-        self, job: BuildJob, info: TemplateInfo, logbook: BuildLog, work: Path, phases: Phases
-    ) -> tuple[str, str]:
-        with phases("base"):
-            base = self._base_image(job.base)
-        sid = names.template_build_session(job.build_id)
-        cname = f"sandgrid-build-{job.build_id}"
-        egress_dir = self._book(sid, cname, job, info.deadline)
-        sandbox: BuildSandbox | None = None
-        try:
+    def _kind(self, job: BuildJob) -> tuple[str, WarmKey]:
+        """The base's image on this node, and the kind of build sandbox the build needs."""
+        base = self._base_image(job.base)
+        image_id = str(self.client.api.inspect_image(base)["Id"])
+        network = job.spec.network is not None and self.egress is not None
+        quotas = job.spec.quotas
+        return base, WarmKey(image_id, quotas.cpus, quotas.memory_mb, network)
+
+    def _sandbox(
+        self, job: BuildJob, base: str, key: WarmKey, deadline: float, phases: Phases
+    ) -> BuildSandbox:
+        """The build's sandbox, running and booked for it alone: a warm one of its kind,
+        or one made now."""
+        sandbox = self.sandboxes.take(key, job.build_id)
+        if sandbox is None:
             with phases("create"):
-                sandbox = BuildSandbox(
-                    self.client,
-                    cname,
-                    base,
-                    job.spec.quotas,
-                    egress_dir=egress_dir,
-                    egress_port=self.egress_port,
-                    deadline=info.deadline,
-                    labels={"sandgrid.build": job.build_id, "sandgrid.build-node": self.node},
-                )
+                sandbox = self.sandboxes.make(base, job.spec.quotas, key.network, job.build_id)
             with phases("start"):
                 refused = sandbox.start()
             if refused:
+                self.sandboxes.remove(sandbox)
                 raise BuildFailed(refused)
+        sandbox.bind(names.template_build_session(job.build_id), deadline)
+        return sandbox
+
+    def _run(
+        self,
+        job: BuildJob,
+        info: TemplateInfo,
+        base: str,
+        key: WarmKey,
+        logbook: BuildLog,
+        work: Path,
+        phases: Phases,
+    ) -> tuple[str, str]:
+        sid = names.template_build_session(job.build_id)
+        if key.network:
+            self._book(sid, job, info.deadline)
+        sandbox: BuildSandbox | None = None
+        try:
+            sandbox = self._sandbox(job, base, key, info.deadline, phases)
             with phases("relay"):
                 sandbox.await_relay()
             with phases("steps"):
@@ -191,30 +241,28 @@ class TemplateBuilder:
             with phases("upper"):
                 layer = self._upper(sandbox, archive)
         except BaseException as exc:
-            self._release(sandbox, sid, cname, phases)
+            self._release(sandbox, sid, phases)
             if isinstance(exc, SandboxEnded):
                 raise BuildFailed(str(exc)) from None
             raise
         # The sandbox's removal (~0.3 s under runsc) beside the commit, done before the record.
-        release = threading.Thread(
-            target=self._release, args=(sandbox, sid, cname, phases), daemon=True
-        )
+        release = threading.Thread(target=self._release, args=(sandbox, sid, phases), daemon=True)
         release.start()
         try:
-            return self._commit(job, base, layer, archive, env, phases)
+            return self.committer.commit(job, base, layer, archive, env, phases)
         finally:
             release.join()
 
-    def _release(self, sandbox: BuildSandbox | None, sid: str, cname: str, phases: Phases) -> None:
-        """Remove the build sandbox and its egress booking; an error is logged (the booking
-        expires with the build's deadline)."""
+    def _release(self, sandbox: BuildSandbox | None, sid: str, phases: Phases) -> None:
+        """Remove the build sandbox, its egress socket and booking; an error is logged (the
+        booking expires with the build's deadline)."""
         with phases("remove"):
-            if sandbox is not None:
-                sandbox.remove()
             try:
-                self._unbook(sid, cname)
+                if sandbox is not None:
+                    self.sandboxes.remove(sandbox)
+                self.redis.delete(names.session_key(sid))
             except Exception as exc:
-                log.warning("template build %s: unbook: %s", cname, type(exc).__name__)
+                log.warning("template build %s: release: %s", sid, type(exc).__name__)
 
     def _base_image(self, base: SandboxTypeSpec) -> str:
         """The base's image on this node: here already (by tag, that digest or image id),
@@ -236,10 +284,9 @@ class TemplateBuilder:
         digests = [d.split("@", 1)[-1] for d in found.get("RepoDigests") or []]
         return not digest or digest == found.get("Id") or digest in digests
 
-    def _book(self, sid: str, cname: str, job: BuildJob, deadline: float) -> Path | None:
-        """Book the build's policy for the proxy and open its socket (None: no network)."""
-        if job.spec.network is None or self.egress is None:
-            return None
+    def _book(self, sid: str, job: BuildJob, deadline: float) -> None:
+        """Book the build's policy for the proxy under its pseudo-session."""
+        assert job.spec.network is not None
         key = names.session_key(sid)
         self.redis.hset(
             key,
@@ -249,13 +296,6 @@ class TemplateBuilder:
             },
         )
         self.redis.expireat(key, int(deadline) + 300)
-        self.egress.open(cname, lambda: sid)
-        return self.egress.directory(cname)
-
-    def _unbook(self, sid: str, cname: str) -> None:
-        if self.egress is not None:
-            self.egress.close(cname, sid)
-        self.redis.delete(names.session_key(sid))
 
     def _steps(self, job: BuildJob, sandbox: BuildSandbox, logbook: BuildLog) -> dict[str, str]:
         """Run every step; the variables ``env`` steps set.
@@ -307,77 +347,6 @@ class TemplateBuilder:
             if why is not None:
                 raise SandboxEnded(why) from None
             raise BuildFailed(f"the build's layer could not be read (runsc tar: {exc})") from None
-
-    def _commit(
-        self,
-        job: BuildJob,
-        base: str,
-        layer: Layer,
-        archive: Path,
-        env: dict[str, str],
-        phases: Phases,
-    ) -> tuple[str, str]:
-        """Size check, load, push: the image's reference and digest."""
-        base_info = self.client.api.inspect_image(base)
-        size = int(base_info.get("Size", 0)) + layer.size
-        ceiling = job.spec.quotas.image_mb << 20
-        if size > ceiling:
-            raise BuildFailed(
-                f"quotas.image_mb: the image would be {size >> 20} MiB, "
-                f"above {job.spec.quotas.image_mb}"
-            )
-        repo = f"sandgrid/tpl-{job.tenant}-{job.spec.name}"
-        if self.registry:
-            repo = f"{self.registry}/{repo}"
-        tag = f"{repo}:{job.build_id}"
-        with phases("archive"):
-            finish_archive(image_config(base_info, layer, env), tag, archive)
-        try:
-            with phases("load"), archive.open("rb") as f:
-                self.client.images.load(f)
-            with phases("push"):
-                digest = self._push(repo, job.build_id, tag)
-            with phases("register"):
-                self.types.put(_template_type(job, tag, digest))
-        except BaseException:
-            self._drop_image(tag)  # a failed push or registration leaves no image
-            raise
-        return tag, digest
-
-    def _push(self, repo: str, tag_name: str, tag: str) -> str:
-        if not self.registry:
-            return str(self.client.api.inspect_image(tag)["Id"])
-        for line in self.client.images.push(repo, tag=tag_name, stream=True, decode=True):
-            if "error" in line:
-                raise BuildFailed(f"the image could not be pushed to the registry: {line['error']}")
-        for ref in self.client.api.inspect_image(tag).get("RepoDigests") or []:
-            if ref.startswith(repo + "@"):
-                return str(ref.split("@", 1)[1])
-        raise BuildFailed("the registry answered no digest for the pushed image")
-
-    def _drop_image(self, tag: str) -> None:
-        if not tag:
-            return
-        with contextlib.suppress(Exception):  # gone already: nothing to do
-            self.client.images.remove(tag, force=True)
-
-
-def _template_type(job: BuildJob, tag: str, digest: str) -> SandboxTypeSpec:
-    """The template's type: the base's quotas and network rules, gVisor, the tenant's only."""
-    base = job.base
-    return SandboxTypeSpec(
-        name=job.spec.name,
-        image=tag,
-        digest=digest,
-        runtime="runsc",
-        network_allowed=base.network_allowed,
-        default_network=base.default_network,
-        quotas=dict(base.quotas),
-        ceilings=dict(base.ceilings),
-        pool_size=0,
-        tenant=job.tenant,
-        source="api",
-    )
 
 
 def _describe(step: object) -> str:

@@ -25,10 +25,12 @@ from typing import IO, Any
 
 from worker.templates.layer import Layer
 
-__all__ = ["LAYER", "finish_archive", "image_config", "write_layer"]
+__all__ = ["LAYER", "LAYER_OFFSET", "finish_archive", "image_config", "write_layer"]
 
 #: The build's layer in the load archive (any path will do: the manifest names it).
 LAYER = "layer.tar"
+#: Where the layer's bytes begin in the archive: after its header block.
+LAYER_OFFSET = tarfile.BLOCKSIZE
 
 
 def image_config(base: dict[str, Any], layer: Layer, env: dict[str, str]) -> dict[str, Any]:
@@ -61,7 +63,7 @@ def write_layer(out: Path, fill: Callable[[IO[bytes]], Layer]) -> Layer:
     ``fill`` is done. No copy of the layer is made. ``finish_archive`` adds the rest.
     """
     with out.open("wb") as f:
-        f.seek(tarfile.BLOCKSIZE)
+        f.seek(LAYER_OFFSET)
         layer = fill(f)
         f.write(b"\0" * (-layer.size % tarfile.BLOCKSIZE))
         f.seek(0)

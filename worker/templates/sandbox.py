@@ -67,7 +67,8 @@ class StepRun:
 
 
 class BuildSandbox:
-    """One build's container, created, stepped through, then removed by the builder.
+    """One build's container: created and started (maybe ahead, warm: ``warm.py``), then
+    bound to one build (``bind``), stepped through, and removed by the builder.
 
     Args:
         client: the Docker SDK client of the node's engine.
@@ -76,7 +77,7 @@ class BuildSandbox:
         quotas: the build's limits.
         egress_dir: the sandbox's egress directory on the host (None: no network).
         egress_port: the loopback port of the in-sandbox relay.
-        deadline: when the whole build must be over (``time.time()``).
+        labels: the container's labels.
     """
 
     def __init__(
@@ -88,12 +89,12 @@ class BuildSandbox:
         *,
         egress_dir: Any,
         egress_port: int,
-        deadline: float,
         labels: dict[str, str],
     ) -> None:
         self.client = client
         self.name = name
-        self.deadline = deadline
+        #: The pseudo-session the egress proxy books its connections under (None: refused).
+        self.session: str | None = None
         self.env: dict[str, str] = {"HOME": "/root"}
         if egress_dir is not None:
             self.env.update(proxy_env(egress_port), PIP_NO_INDEX="0")
@@ -121,8 +122,7 @@ class BuildSandbox:
             security_opt=["no-new-privileges"],
             detach=True,
         )
-        self._timer = threading.Timer(max(0.0, deadline - time.time()), self._kill)
-        self._timer.daemon = True
+        self._timer: threading.Timer | None = None
 
     def start(self) -> str | None:
         """Start PID 1; the reason it cannot run (no python3), or None.
@@ -139,8 +139,15 @@ class BuildSandbox:
             self.container.start()
         except docker.errors.APIError as exc:
             return NO_PYTHON if "python3" in str(exc) else f"the build sandbox did not start: {exc}"
-        self._timer.start()
         return None
+
+    def bind(self, session: str, deadline: float) -> None:
+        """Book the sandbox for one build: its egress pseudo-session, and the host's kill at
+        the build's ``deadline`` (``time.time()``)."""
+        self.session = session
+        self._timer = threading.Timer(max(0.0, deadline - time.time()), self._kill)
+        self._timer.daemon = True
+        self._timer.start()
 
     def ended(self) -> str | None:
         """Why PID 1 is no longer running (python3 could not run the agent's relay), or None."""
@@ -243,10 +250,11 @@ class BuildSandbox:
             self.container.remove(force=True)
 
     def stop(self) -> None:
-        """Stop the deadline timer and PID 1 (the container stays for the commit)."""
-        self._timer.cancel()
+        """Stop the deadline timer (the container stays for the commit)."""
+        if self._timer is not None:
+            self._timer.cancel()
 
     def remove(self) -> None:
-        self._timer.cancel()
+        self.stop()
         with contextlib.suppress(Exception):  # gone already: nothing to do
             self.container.remove(force=True)

@@ -19,6 +19,8 @@ from sandgrid.wire.settings.defaults import (
     DEFAULT_SNAPSHOT_MAX_BYTES,
     DEFAULT_SNAPSHOT_MAX_FILES,
     DEFAULT_SNAPSHOT_THREADS,
+    DEFAULT_WARM_BASES,
+    DEFAULT_WARM_BUILDS,
     DEFAULT_WORKER_METRICS_ADDR,
     DEFAULT_WORKER_METRICS_PORT,
     MAX_SNAPSHOT_CARRY_BYTES,
@@ -271,10 +273,23 @@ class ImageSettings(BaseModel):
 
 # ---- 25.2: templates built on the grid (worker.templates; docs/templates.md) ----
 class TemplateSettings(BaseModel):
-    """Where a node's builds find gVisor's state (for ``runsc tar rootfs-upper``)."""
+    """Where a node's builds find gVisor's state (for ``runsc tar rootfs-upper``), and the
+    build sandboxes it keeps warm (``worker.templates.warm``)."""
 
     runsc_root: Path = Field(
         Path("/run/docker/runtime-runc/moby"),
         description="SANDGRID_TEMPLATES__RUNSC_ROOT: runsc's --root under the node's Docker "
         "engine (containerd's runc shim keeps every OCI runtime's state there)",
+    )
+    warm: int = Field(
+        DEFAULT_WARM_BUILDS,
+        ge=0,
+        le=16,
+        description="SANDGRID_TEMPLATES__WARM: build sandboxes a node that runs gVisor keeps "
+        "warm, one per kind (base image, CPU and memory quotas, network); 0: none",
+    )
+    warm_bases: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_WARM_BASES),
+        description="SANDGRID_TEMPLATES__WARM_BASES (JSON list): the types whose image gets a "
+        "warm build sandbox at the node's start (the default quotas, with network)",
     )

@@ -15,7 +15,8 @@ import redis
 from sandgrid.sandbox_types import SandboxTypeSpec
 from sandgrid.templates import TemplateInfo, TemplateSpec
 from sandgrid.wire.builds import BuildJob, TemplateStore
-from worker.templates.build import BuildFailed, TemplateBuilder
+from worker.templates.build import TemplateBuilder
+from worker.templates.errors import BuildFailed
 
 
 def _job(build_id: str = "ab" * 8) -> BuildJob:
@@ -53,6 +54,7 @@ def test_an_engine_error_ends_the_build_failed_in_its_record(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="worker.templates.build")
     client = mock.Mock()
+    client.api.inspect_image.return_value = {"Id": "sha256:" + "0" * 64}
     client.containers.create.side_effect = RuntimeError("engine gone")
     _record(redis_client)
     done = _builder(redis_client, client).build(_job())

@@ -24,10 +24,12 @@ def _sandbox(state: dict[str, object], egress_dir: str | None = None) -> BuildSa
     client = mock.Mock()
     client.containers.create.return_value.attrs = {"State": state}
     with mock.patch("worker.templates.sandbox.agent_path", return_value="/agent.pyz"):
-        return BuildSandbox(
+        sandbox = BuildSandbox(
             client, "sandgrid-build-x", "img", BuildQuotas(), egress_dir=egress_dir,
-            egress_port=3128, deadline=time.time() + 60, labels={},
+            egress_port=3128, labels={},
         )  # fmt: skip
+    sandbox.bind("build-x", time.time() + 60)
+    return sandbox
 
 
 def test_a_base_without_python3_is_refused_at_the_start() -> None:
