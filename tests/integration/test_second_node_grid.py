@@ -235,7 +235,8 @@ def test_a_template_runs_on_each_node_and_the_second_engine_pulls_it_from_the_re
             assert "outcome=ok" in pulled[0] and f"node={SECOND}" in pulled[0], pulled
             exposed = httpx.get(node_row(grid, SECOND)["metrics_url"], timeout=10).text
             repository = image.split("/", 1)[1].rsplit(":", 1)[0]  # sandgrid/tpl-acme-...
-            assert _pulls(repository, exposed) == 1, exposed  # its /metrics reports it too
+            assert _pulls("private", exposed) == 1, exposed  # its /metrics reports it too,
+            assert repository not in exposed  # as a tenant's: never by its name or tenant
         finally:
             engine.close()
     finally:
