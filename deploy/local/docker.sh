@@ -15,6 +15,10 @@ if os.access(runsc, os.X_OK):
     cfg["runtimes"] = {"runsc": {"path": runsc, "runtimeArgs": ["--platform=systrap", "--network=none", "--host-uds=open"]}}
     # Memory snapshots (issue 24): the same runsc, whose create can restore an image.
     cfg["runtimes"]["runsc-restore"] = {"path": os.path.join(os.path.dirname(runsc), "runsc-restore"), "runtimeArgs": ["--platform=systrap", "--network=none", "--host-uds=open"]}
+    # Template builds (issue 25): the root's overlay in the sandbox's memory, so a step's
+    # writes count against the build's memory quota (runsc's default, root:self, keeps
+    # them in a file on the host's disk, bounded by nothing).
+    cfg["runtimes"]["runsc-build"] = {"path": runsc, "runtimeArgs": ["--platform=systrap", "--network=none", "--host-uds=open", "--overlay2=root:memory"]}
 print(json.dumps(cfg, indent=2, sort_keys=True))
 PY
 }

@@ -22,6 +22,8 @@ import json, os, sys
 cfg = {"log-level": "warn"}
 if os.access(sys.argv[1], os.X_OK):
     cfg["runtimes"] = {"runsc": {"path": sys.argv[1], "runtimeArgs": ["--platform=systrap", "--network=none", "--host-uds=open"]}}
+    # Template builds: the root's overlay in memory, bounded by the build's quota (docker.sh).
+    cfg["runtimes"]["runsc-build"] = {"path": sys.argv[1], "runtimeArgs": ["--platform=systrap", "--network=none", "--host-uds=open", "--overlay2=root:memory"]}
 print(json.dumps(cfg, indent=2, sort_keys=True))
 PY
 }

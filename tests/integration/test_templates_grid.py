@@ -249,6 +249,17 @@ def test_an_image_above_the_builds_image_mb_fails_and_leaves_nothing(grid: Local
     assert call("GET", "/v1/types/tpl-big").status_code == 404
 
 
+def test_what_the_steps_write_is_bounded_by_the_builds_memory(grid: LocalGrid) -> None:
+    """The root's overlay is in the sandbox's memory (runtime runsc-build): a step writing
+    more than the build's memory is ended in the step, never written to the host's disk."""
+    fill = "dd if=/dev/zero of=/fill bs=1M count=1536 && echo wrote-$((6 * 7))"
+    body = {"name": "tpl-fill", "from": "python", "steps": [{"run": fill}]}
+    done = build(grid, {**body, "quotas": {"memory_mb": 256, "image_mb": 4096}})
+    assert done["state"] == "failed" and done["failed_step"] == 0, done
+    assert "wrote-42" not in done["log"], done
+    assert leftovers("tpl-fill") == ([], [])
+
+
 def test_a_failed_step_answers_its_exit_code_and_log_and_leaves_nothing(grid: LocalGrid) -> None:
     steps = [
         {"run": "echo one > /one"},

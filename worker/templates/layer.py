@@ -1,7 +1,7 @@
 """gVisor's upper layer of a build sandbox, as a Docker image layer (25.2).
 
 Under runsc the sandbox's root filesystem is an overlay kept inside the
-sandbox (``--overlay2=root:memory``, runsc's default): what a build step writes
+sandbox (``--overlay2=root:memory``, the ``runsc-build`` runtime): what a build step writes
 never reaches the container's directory on the host, so ``docker commit`` of
 a gVisor container sees nothing. gVisor's own commit is ``runsc tar
 rootfs-upper``: a tar of the overlay's upper layer, with deletions as overlayfs

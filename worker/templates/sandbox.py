@@ -3,7 +3,9 @@
 What it gets, and why:
 
 - runsc, always: the steps are the tenant's code, as root; only gVisor's
-  kernel stands between them and the host.
+  kernel stands between them and the host. Its runtime is ``runsc-build``
+  (``BUILD_RUNTIME``, registered by ``deploy/local/docker.sh``): runsc with
+  ``--overlay2=root:memory``.
 - ``network_mode="none"``: a loopback interface and nothing else. Its only
   way out is the node's egress proxy, as for a session: the proxy's Unix
   socket is mounted, PID 1 (Python, the agent's own relay) forwards
@@ -11,8 +13,10 @@ What it gets, and why:
   (booked under a pseudo-session) and refuses the grid's own services.
 - The build's CPU, memory and pid limits on the container; its time quota
   held by the host, which kills the container at the deadline.
-- A writable root filesystem (steps install packages); since gVisor keeps it
-  in the sandbox's memory, the memory limit also bounds what steps write.
+- A writable root filesystem (steps install packages), its overlay in the
+  sandbox's memory, so the memory limit also bounds what steps write. runsc's
+  default (``root:self``) keeps the overlay in a file on the host's disk,
+  which nothing bounds: a node whose engine lacks the runtime refuses builds.
 """
 
 from __future__ import annotations
@@ -30,8 +34,25 @@ from sandgrid.templates import MAX_LOG_BYTES, BuildQuotas
 from worker.agent_client.bundle import AGENT_MOUNT, agent_path
 from worker.egress.env import MOUNT as EGRESS_MOUNT
 from worker.egress.env import proxy_env
+from worker.templates.errors import BuildFailed
 
-__all__ = ["NO_PYTHON", "BuildSandbox", "Log", "SandboxEnded", "StepRun"]
+__all__ = [
+    "BUILD_RUNTIME",
+    "NO_BUILD_RUNTIME",
+    "NO_PYTHON",
+    "BuildSandbox",
+    "Log",
+    "SandboxEnded",
+    "StepRun",
+]
+
+#: The engine's runtime for build sandboxes: runsc, the root's overlay in memory.
+BUILD_RUNTIME = "runsc-build"
+NO_BUILD_RUNTIME = (
+    f"this node's engine has no runtime {BUILD_RUNTIME!r} (gVisor with the root's overlay in "
+    "memory, registered by deploy/local/docker.sh): without it a build's writes would not be "
+    "bounded by its memory quota"
+)
 
 NO_PYTHON = (
     "the base image has no python3: the in-sandbox agent needs python3, "
@@ -106,22 +127,29 @@ class BuildSandbox:
         mounts = [f"{agent_path()}:{AGENT_MOUNT}:ro"]
         if egress_dir is not None:
             mounts.append(f"{egress_dir}:{EGRESS_MOUNT}:ro")
-        self.container = client.containers.create(
-            image,
-            ["python3", "-I", "-c", _RELAY, AGENT_MOUNT],
-            name=name,
-            runtime="runsc",
-            network_mode="none",
-            user="0:0",
-            labels=labels,
-            environment={"SANDGRID_EGRESS_PORT": str(egress_port)},
-            volumes=mounts,
-            nano_cpus=int(quotas.cpus * 1e9),
-            mem_limit=f"{quotas.memory_mb + 256}m",  # the sentry's own memory beside the steps'
-            pids_limit=4096,
-            security_opt=["no-new-privileges"],
-            detach=True,
-        )
+        import docker.errors
+
+        try:
+            self.container = client.containers.create(
+                image,
+                ["python3", "-I", "-c", _RELAY, AGENT_MOUNT],
+                name=name,
+                runtime=BUILD_RUNTIME,
+                network_mode="none",
+                user="0:0",
+                labels=labels,
+                environment={"SANDGRID_EGRESS_PORT": str(egress_port)},
+                volumes=mounts,
+                nano_cpus=int(quotas.cpus * 1e9),
+                mem_limit=f"{quotas.memory_mb + 256}m",  # the sentry's own memory beside the steps'
+                pids_limit=4096,
+                security_opt=["no-new-privileges"],
+                detach=True,
+            )
+        except docker.errors.APIError as exc:
+            if BUILD_RUNTIME in str(exc):  # an engine without it: refused, never unbounded
+                raise BuildFailed(NO_BUILD_RUNTIME) from None
+            raise
         self._timer: threading.Timer | None = None
 
     def start(self) -> str | None:

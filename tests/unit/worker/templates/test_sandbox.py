@@ -10,7 +10,14 @@ import docker.errors
 import pytest
 
 from sandgrid.templates import BuildQuotas
-from worker.templates.sandbox import NO_PYTHON, BuildSandbox, SandboxEnded
+from worker.templates.errors import BuildFailed
+from worker.templates.sandbox import (
+    BUILD_RUNTIME,
+    NO_BUILD_RUNTIME,
+    NO_PYTHON,
+    BuildSandbox,
+    SandboxEnded,
+)
 
 
 class _Logs(list[bytes]):
@@ -30,6 +37,21 @@ def _sandbox(state: dict[str, object], egress_dir: str | None = None) -> BuildSa
         )  # fmt: skip
     sandbox.bind("build-x", time.time() + 60)
     return sandbox
+
+
+def test_the_sandbox_runs_under_the_build_runtime_and_an_engine_without_it_refuses() -> None:
+    sbx = _sandbox({"Running": True})
+    assert sbx.client.containers.create.call_args.kwargs["runtime"] == BUILD_RUNTIME
+    client = mock.Mock()
+    client.containers.create.side_effect = docker.errors.APIError(
+        f"unknown or invalid runtime name: {BUILD_RUNTIME}"
+    )
+    with (
+        mock.patch("worker.templates.sandbox.agent_path", return_value="/agent.pyz"),
+        pytest.raises(BuildFailed) as err,
+    ):
+        BuildSandbox(client, "b", "img", BuildQuotas(), egress_dir=None, egress_port=1, labels={})
+    assert err.value.reason == NO_BUILD_RUNTIME and "memory quota" in err.value.reason
 
 
 def test_a_base_without_python3_is_refused_at_the_start() -> None:
