@@ -22,6 +22,7 @@ import contextlib
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
+from urllib.parse import quote
 
 import httpcore
 from starlette.requests import Request
@@ -36,6 +37,7 @@ __all__ = [
     "forward_http",
     "request_headers",
     "response_headers",
+    "upstream_target",
 ]
 
 #: Opens the tunnel with these first bytes; the socket and the port's bytes read with
@@ -123,6 +125,20 @@ class _TunnelStream(httpcore.AsyncNetworkStream):
         return None
 
 
+#: What a path keeps as it is (RFC 3986 pchar and "/"); anything else is percent-encoded.
+_PATH_SAFE = "/!$&'()*+,;=:@~"
+#: A query is relayed as the caller sent it (already encoded), less what a target cannot hold.
+_QUERY_SAFE = _PATH_SAFE + "%?"
+
+
+def upstream_target(path: str, query: str) -> str:
+    """The request target the sandbox's server gets: ``path`` (decoded by the route)
+    percent-encoded again, and the caller's query; never a byte a request line cannot
+    carry (a space, a control character, raw UTF-8), which h11 would refuse to send."""
+    target = "/" + quote(path.lstrip("/"), safe=_PATH_SAFE)
+    return target + ("?" + quote(query, safe=_QUERY_SAFE) if query else "")
+
+
 def request_headers(request: Request, port: int, prefix: str) -> list[tuple[bytes, bytes]]:
     """The headers the sandbox's server gets: the caller's, less hop-by-hop and credentials."""
     out: list[tuple[bytes, bytes]] = [(b"host", f"127.0.0.1:{port}".encode())]
@@ -171,9 +187,7 @@ async def forward_http(
     conn = httpcore.AsyncHTTP11Connection(
         httpcore.Origin(b"http", b"127.0.0.1", port), _TunnelStream(opener)
     )
-    target = "/" + path.lstrip("/")
-    if request.url.query:
-        target += "?" + request.url.query
+    target = upstream_target(path, request.url.query)
     upstream = httpcore.Request(
         request.method,
         httpcore.URL(scheme=b"http", host=b"127.0.0.1", port=port, target=target.encode()),

@@ -24,6 +24,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
 from sandgrid.errors import PortUnreachable, SandgridError
+from scheduler.ports.forward import upstream_target
 
 __all__ = ["MAX_MESSAGE", "offered_subprotocols", "refuse", "relay_websocket"]
 
@@ -46,9 +47,9 @@ async def refuse(websocket: WebSocket, exc: SandgridError) -> None:
 
 
 async def _open(
-    sock: socket.socket, port: int, path: str, protocols: list[str]
+    sock: socket.socket, port: int, target: str, protocols: list[str]
 ) -> ClientConnection:
-    uri = f"ws://127.0.0.1:{port}/{path.lstrip('/')}"
+    uri = f"ws://127.0.0.1:{port}{target}"
     try:
         return await connect(
             uri,
@@ -72,9 +73,8 @@ async def relay_websocket(websocket: WebSocket, sock: socket.socket, port: int, 
     """Relay the caller's WebSocket to ``path`` on the tunnel ``sock`` until either closes."""
     query = websocket.url.query
     try:
-        upstream = await _open(
-            sock, port, path + (f"?{query}" if query else ""), offered_subprotocols(websocket)
-        )
+        target = upstream_target(path, query)
+        upstream = await _open(sock, port, target, offered_subprotocols(websocket))
     except SandgridError as exc:
         await refuse(websocket, exc)
         return

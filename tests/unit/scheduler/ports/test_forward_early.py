@@ -161,3 +161,30 @@ def test_a_server_that_answers_before_the_body_and_closes_is_no_internal_error()
     server.start()
     assert asyncio.run(asyncio.wait_for(main(), 10)) == 501
     server.join(10)
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "target"),
+    [
+        ("f", "", "/f"),
+        ("a b/\x1e\u00e2", "", "/a%20b/%1E%C3%A2"),  # what h11 cannot send, encoded again
+        ("100%/x;y=1", "q=%C3%A2&r", "/100%25/x;y=1?q=%C3%A2&r"),  # the query as it came
+        ("sp ace", "a b", "/sp%20ace?a%20b"),
+    ],
+)
+def test_a_decoded_path_reaches_the_server_as_a_valid_target(
+    path: str, query: str, target: str
+) -> None:
+    assert forward.upstream_target(path, query) == target
+    api, port = socket.socketpair()
+    api.setblocking(False)
+    heads: list[bytes] = []
+
+    async def opener(head: bytes) -> tuple[socket.socket, bytes]:
+        heads.append(head)
+        return api, b"HTTP/1.1 204 No Content\r\n\r\n"
+
+    out = asyncio.run(forward.forward_http(_request(), opener, 8000, "/p", path))
+    assert out.status_code == 204
+    assert heads[0].startswith(f"GET {forward.upstream_target(path, '')} HTTP/1.1\r\n".encode())
+    port.close()
