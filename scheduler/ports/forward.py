@@ -155,7 +155,7 @@ def request_headers(request: Request, port: int, prefix: str) -> list[tuple[byte
     out += [
         (b"x-forwarded-host", request.headers.get("host", "").encode("latin-1")),
         (b"x-forwarded-proto", request.url.scheme.encode()),
-        (b"x-forwarded-prefix", prefix.encode()),
+        (b"x-forwarded-prefix", quote(prefix, safe=_PATH_SAFE).encode()),  # ids decoded too
     ]
     return out
 

@@ -188,3 +188,19 @@ def test_a_decoded_path_reaches_the_server_as_a_valid_target(
     assert out.status_code == 204
     assert heads[0].startswith(f"GET {forward.upstream_target(path, '')} HTTP/1.1\r\n".encode())
     port.close()
+
+
+def test_a_prefix_holding_a_decoded_session_id_is_a_valid_header() -> None:
+    api, port = socket.socketpair()
+    api.setblocking(False)
+    heads: list[bytes] = []
+
+    async def opener(head: bytes) -> tuple[socket.socket, bytes]:
+        heads.append(head)
+        return api, b"HTTP/1.1 204 No Content\r\n\r\n"
+
+    prefix = "/v1/sessions/a\nb\u00e2/ports/8000"  # as the route decoded it
+    out = asyncio.run(forward.forward_http(_request(), opener, 8000, prefix, "f"))
+    assert out.status_code == 204
+    assert b"x-forwarded-prefix: /v1/sessions/a%0Ab%C3%A2/ports/8000\r\n" in heads[0]
+    port.close()
