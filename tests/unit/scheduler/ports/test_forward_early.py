@@ -163,6 +163,22 @@ def test_a_server_that_answers_before_the_body_and_closes_is_no_internal_error()
     server.join(10)
 
 
+def _head_sent(prefix: str, path: str) -> bytes:
+    """The head ``forward_http`` sends for a GET of ``path`` under ``prefix`` (answered 204)."""
+    api, port = socket.socketpair()
+    api.setblocking(False)
+    heads: list[bytes] = []
+
+    async def opener(head: bytes) -> tuple[socket.socket, bytes]:
+        heads.append(head)
+        return api, b"HTTP/1.1 204 No Content\r\n\r\n"
+
+    out = asyncio.run(forward.forward_http(_request(), opener, 8000, prefix, path))
+    port.close()
+    assert out.status_code == 204
+    return heads[0]
+
+
 @pytest.mark.parametrize(
     ("path", "query", "target"),
     [
@@ -176,31 +192,10 @@ def test_a_decoded_path_reaches_the_server_as_a_valid_target(
     path: str, query: str, target: str
 ) -> None:
     assert forward.upstream_target(path, query) == target
-    api, port = socket.socketpair()
-    api.setblocking(False)
-    heads: list[bytes] = []
-
-    async def opener(head: bytes) -> tuple[socket.socket, bytes]:
-        heads.append(head)
-        return api, b"HTTP/1.1 204 No Content\r\n\r\n"
-
-    out = asyncio.run(forward.forward_http(_request(), opener, 8000, "/p", path))
-    assert out.status_code == 204
-    assert heads[0].startswith(f"GET {forward.upstream_target(path, '')} HTTP/1.1\r\n".encode())
-    port.close()
+    head = _head_sent("/p", path)
+    assert head.startswith(f"GET {forward.upstream_target(path, '')} HTTP/1.1\r\n".encode())
 
 
 def test_a_prefix_holding_a_decoded_session_id_is_a_valid_header() -> None:
-    api, port = socket.socketpair()
-    api.setblocking(False)
-    heads: list[bytes] = []
-
-    async def opener(head: bytes) -> tuple[socket.socket, bytes]:
-        heads.append(head)
-        return api, b"HTTP/1.1 204 No Content\r\n\r\n"
-
-    prefix = "/v1/sessions/a\nb\u00e2/ports/8000"  # as the route decoded it
-    out = asyncio.run(forward.forward_http(_request(), opener, 8000, prefix, "f"))
-    assert out.status_code == 204
-    assert b"x-forwarded-prefix: /v1/sessions/a%0Ab%C3%A2/ports/8000\r\n" in heads[0]
-    port.close()
+    head = _head_sent("/v1/sessions/a\nb\u00e2/ports/8000", "f")  # as the route decoded it
+    assert b"x-forwarded-prefix: /v1/sessions/a%0Ab%C3%A2/ports/8000\r\n" in head
