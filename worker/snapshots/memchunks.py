@@ -22,12 +22,12 @@ import contextlib
 import gzip
 import hashlib
 import os
-import shutil
-import subprocess
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeVar
+
+import zstandard
 
 from sandgrid.errors import SnapshotError
 from sandgrid.wire.objects import keys
@@ -52,13 +52,7 @@ CHUNK_BYTES = 8 << 20
 """8 MiB: a 200 MB image is 25 pieces, enough for every core; a changed page costs 8 MiB."""
 _THREADS = max(2, min(8, (os.cpu_count() or 2) * 2))
 """zstd and the store's sockets release the GIL: a few more threads than cores keeps both busy."""
-_ZSTD = shutil.which("zstd")
-"""zstd -1 packs pages about ten times faster than gzip at a similar ratio; gzip -1 without it."""
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-try:  # the worker extra's in-process zstd: no process and no pipe per chunk (24.4)
-    import zstandard
-except ImportError:  # pragma: no cover - the zstd command line, or gzip, instead
-    zstandard = None  # type: ignore[assignment]
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -90,43 +84,30 @@ class Chunk(NamedTuple):
 
 
 def compress(data: bytes) -> bytes:
-    """``data`` compressed with zstd -1: in this process (``zstandard``, which releases
-    the GIL, so the chunks of an image pack on every core), else with the ``zstd``
-    command, else gzip -1 (``decompress`` tells them apart by their magic bytes)."""
-    if zstandard is not None:
-        return zstandard.ZstdCompressor(level=1).compress(data)
-    if _ZSTD is None:
-        return gzip.compress(data, compresslevel=1)
-    return subprocess.run(
-        [_ZSTD, "-1", "-q", "-c"], input=data, capture_output=True, check=True
-    ).stdout
+    """``data`` compressed with zstd -1 in this process (``zstandard``, the worker
+    extra's: it releases the GIL, so the chunks of an image pack on every core; zstd -1
+    packs pages about ten times faster than gzip at a similar ratio)."""
+    return zstandard.ZstdCompressor(level=1).compress(data)
 
 
 def decompress(data: bytes, limit: int = CHUNK_BYTES) -> bytes:
-    """The bytes ``compress`` packed (either format), at most ``limit`` of them.
+    """The bytes ``compress`` packed, at most ``limit`` of them; gzip too (the chunks of
+    nodes that had no zstd before 24.4), told apart by their magic bytes.
 
-    In this process when it can: a process and two pipes per chunk cost more
-    than unpacking it (0.6 s of a 0.8 s fetch of a 170 MiB image, 24.4).
+    In this process: a process and two pipes per chunk cost more than unpacking
+    it (0.6 s of a 0.8 s fetch of a 170 MiB image, 24.4).
 
     Raises:
         ValueError: neither format, zstd refused them, or they unpack past ``limit``.
     """
     if not data.startswith(_ZSTD_MAGIC):
         return gzip.decompress(data)
-    if zstandard is not None:
-        return _unzstd(data, limit)
-    if _ZSTD is None:
-        raise ValueError("a zstd image on a host without zstd")
-    done = subprocess.run([_ZSTD, "-d", "-q", "-c"], input=data, capture_output=True)
-    if done.returncode != 0:
-        raise ValueError(f"zstd: {done.stderr.decode(errors='replace').strip()}")
-    return done.stdout
+    return _unzstd(data, limit)
 
 
 def _unzstd(data: bytes, limit: int) -> bytes:
     """One zstd frame unpacked in this process, refused past ``limit`` bytes (the
     frame's own header may claim any size: it is checked before anything is made)."""
-    assert zstandard is not None
     try:
         claimed = zstandard.frame_content_size(data)
         if claimed > limit:
