@@ -63,20 +63,24 @@ def test_a_refusal_of_the_opener_reaches_the_caller_as_it_is() -> None:
         asyncio.run(main())
 
 
+def _scope(method: str, path: str, header: tuple[bytes, bytes]) -> dict[str, object]:
+    """The ASGI scope of a request to ``path`` on port 8000 of session s-1, with ``header``."""
+    return {
+        "type": "http",
+        "method": method,
+        "path": f"/v1/sessions/s-1/ports/8000/{path}",
+        "query_string": b"",
+        "headers": [(b"host", b"api"), header],
+        "scheme": "http",
+        "server": ("api", 80),
+    }
+
+
 def _request() -> Request:
     async def receive() -> dict[str, object]:
         return {"type": "http.request", "body": b"", "more_body": False}
 
-    scope = {
-        "type": "http",
-        "method": "GET",
-        "path": "/v1/sessions/s-1/ports/8000/f",
-        "query_string": b"",
-        "headers": [(b"host", b"api"), (b"authorization", b"Bearer tok")],
-        "scheme": "http",
-        "server": ("api", 80),
-    }
-    return Request(scope, receive)
+    return Request(_scope("GET", "f", (b"authorization", b"Bearer tok")), receive)
 
 
 @pytest.mark.parametrize("size", [512, forward.WHOLE_MAX + 1])
@@ -123,16 +127,7 @@ def _post(body_after: threading.Event) -> Request:
         await asyncio.Event().wait()  # never: the rest of the body does not come
         raise AssertionError
 
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/v1/sessions/s-1/ports/8000/slow",
-        "query_string": b"",
-        "headers": [(b"host", b"api"), (b"content-length", b"1000000")],
-        "scheme": "http",
-        "server": ("api", 80),
-    }
-    return Request(scope, receive)
+    return Request(_scope("POST", "slow", (b"content-length", b"1000000")), receive)
 
 
 def test_a_server_that_answers_before_the_body_and_closes_is_no_internal_error() -> None:
