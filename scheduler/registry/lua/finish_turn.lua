@@ -1,7 +1,7 @@
--- End a turn that answered, in one round trip: end_turn (mark its record done unless
--- abandoned, give back its session slot, release the session's alone lock if this op
--- holds it), give back the tenant's slot, drop the Celery result the API has read, and keep a keyed exec's
--- outcome under its idempotency key (one SET of its record: issue 22.1).
+-- End a turn that answered, in one round trip: end_turn (mark its record done, give
+-- back its session slot, release the session's alone lock if this op holds it), give
+-- back the tenant's slot, drop the Celery result the API has read, and keep a keyed
+-- exec's outcome under its idempotency key (one SET of its record: issue 22.1).
 -- KEYS[1] the session's alone lock, KEYS[2] turn record, KEYS[3] tenant's in-flight set,
 -- KEYS[4] the turn's Celery result, KEYS[5] the idempotency key,
 -- KEYS[6] the session's turns in flight
@@ -9,9 +9,14 @@
 -- kept ('' for none: scheduler.turns.idempotency.done_record),
 -- ARGV[4] how long the outcome is kept (s), ARGV[5] '1': the op held the session alone
 -- (only then is the alone lock read: issue 22.1)
-local state = redis.call('HGET', KEYS[2], 'state')
-if state and state ~= 'abandoned' then
-  redis.call('HSET', KEYS[2], 'state', 'done')
+-- The record is marked done without a read first (issue 22.1): a live record always has
+-- its 'state', so an HSET that adds the field found the record gone (lapsed, or lost in
+-- a failover) and the field is taken away again: a gone record is never recreated
+-- without a TTL. An abandoned record would become done, which every reader takes alike
+-- (a final state: a claim, a cancel and an abandon refuse both); a turn is abandoned
+-- only where its runner raises instead of ending it here (scheduler/turns/recovery.py).
+if redis.call('HSET', KEYS[2], 'state', 'done') == 1 then
+  redis.call('HDEL', KEYS[2], 'state')
 end
 if ARGV[5] == '1' and redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
