@@ -6,7 +6,7 @@
 -- session, is told to wait and keeps its place in the session's queue of waiters.
 -- Slots past their deadline are dropped when they would refuse a turn, and the waiters'
 -- queue is read only when it (or the alone lock) exists: a turn that finds the session
--- free costs ten commands here, nine when the caller knows the queue is shallow and
+-- free costs nine commands here, eight when the caller knows the queue is shallow and
 -- skips the depth check (ARGV[2] '': issue 22.1).
 -- KEYS[1] the queue's list, KEYS[2] tenant's in-flight set (turn id -> deadline),
 -- KEYS[3] session's turns in flight (turn id -> deadline), KEYS[4] turn record,
@@ -33,12 +33,18 @@ if held >= tonumber(ARGV[3]) then
   end
 end
 local parallel, shared = tonumber(ARGV[10]), ARGV[11] == '1'
-local running = redis.call('ZCARD', KEYS[3])
-if running >= parallel or (shared and running > 0) then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[4])
+-- One EXISTS of the turns in flight, the alone lock and the waiters: none there (a free
+-- session) costs one command, not the ZCARD and the EXISTS of the two (issue 22.1). A
+-- set that exists has members, so its count tells whether the lock or waiters are there.
+local found, running, queued = redis.call('EXISTS', KEYS[3], KEYS[5], KEYS[6]), 0, false
+if found > 0 then
   running = redis.call('ZCARD', KEYS[3])
+  queued = found > (running > 0 and 1 or 0)
+  if running >= parallel or (shared and running > 0) then
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[4])
+    running = redis.call('ZCARD', KEYS[3])
+  end
 end
-local queued = redis.call('EXISTS', KEYS[5], KEYS[6]) > 0
 local alone, first = false, nil
 if queued then
   alone = redis.call('EXISTS', KEYS[5]) == 1

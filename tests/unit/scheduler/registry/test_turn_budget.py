@@ -31,7 +31,7 @@ def _admit(
     return reg.admit_turn("node.w1", 10, "acme", limit, sid, turn, ttl, parallel=parallel)[0]
 
 
-def test_admitting_a_turn_on_a_free_session_runs_ten_commands(
+def test_admitting_a_turn_on_a_free_session_runs_nine_commands(
     redis_client: redis.Redis[str],
 ) -> None:
     reg = SessionRegistry(redis_client)
@@ -39,11 +39,43 @@ def test_admitting_a_turn_on_a_free_session_runs_ten_commands(
     with recorded(TEST_REDIS_URL) as seen:
         assert _admit(reg, "s-1", "t-1") == "ok"
     assert names_of(seen, "rt") == ["EVALSHA"]
-    assert len(names_of(seen, "lua")) == 10, names_of(seen, "lua")
+    assert len(names_of(seen, "lua")) == 9, names_of(seen, "lua")
     with recorded(TEST_REDIS_URL) as seen:  # the queue known shallow: no LLEN
         found = reg.admit_turn("node.w1", 10, "acme", 4, "s-2", "t-2", 30, check_depth=False)
     assert found[0] == "ok" and "LLEN" not in names_of(seen, "lua")
-    assert len(names_of(seen, "lua")) == 9, names_of(seen, "lua")
+    # the session's turns, its alone lock and its waiters in one EXISTS, no ZCARD of them
+    assert names_of(seen, "lua")[:3] == ["ZCARD", "EXISTS", "ZADD"], names_of(seen, "lua")
+    assert len(names_of(seen, "lua")) == 8, names_of(seen, "lua")
+
+
+def test_one_exists_of_a_sessions_turns_still_finds_its_lock_and_its_waiters(
+    redis_client: redis.Redis[str],
+) -> None:
+    """Issue 22.1: the turns in flight are counted only when one of the three keys is
+    there, and the count tells whether the others are: a turn beside a running one is
+    admitted with one more command (the ZCARD), and waits behind a waiter or the lock."""
+    reg = SessionRegistry(redis_client)
+    assert _admit(reg, "s-0", "t-0") == "ok"  # the script loaded
+    assert _admit(reg, "s-1", "a", parallel=3, limit=9) == "ok"
+    with recorded(TEST_REDIS_URL) as seen:
+        assert _admit(reg, "s-1", "b", parallel=3, limit=9) == "ok"
+    assert names_of(seen, "lua")[:4] == ["LLEN", "ZCARD", "EXISTS", "ZCARD"]
+    assert len(names_of(seen, "lua")) == 10, names_of(seen, "lua")
+    assert _admit(reg, "s-1", "c", parallel=2, limit=9) == "wait"  # both slots taken
+    reg.end_turn("s-1", "a")
+    assert _admit(reg, "s-1", "d", parallel=2, limit=9) == "wait"  # c waits first
+    assert _admit(reg, "s-1", "c", parallel=2, limit=9) == "ok"
+    reg.end_turn("s-1", "b")
+    reg.end_turn("s-1", "c")
+    assert not redis_client.exists(names.session_turns_key("s-1"))
+    assert _admit(reg, "s-1", "e", parallel=2, limit=9) == "wait"  # d waits, no turn runs
+    reg.withdraw("s-1", "d")
+    reg.withdraw("s-1", "e")
+    assert not redis_client.exists(names.session_waiting_key("s-1"))
+    assert reg.begin_turn("s-1", "pause", 30)
+    assert _admit(reg, "s-1", "e", parallel=2, limit=9) == "wait"  # held alone
+    reg.end_turn("s-1", "pause")
+    assert _admit(reg, "s-1", "e", parallel=2, limit=9) == "ok"
 
 
 def test_a_hold_and_a_claim_read_and_write_the_record_once_each(
