@@ -9,7 +9,9 @@ asking for ``STALE_WAITER_S`` is dropped, so a dead API process blocks nobody.
 An op that needs the session alone (pause, restore, checkpoint, close) takes
 its alone lock once no turn is in flight (``lua/begin_turn.lua``), waiting in
 the same queue. Every key is scored by a deadline or has a TTL, so nothing is
-leaked by a process that dies holding it.
+leaked by a process that dies holding it. A tenant's set of turns in flight keeps
+its own expiry as a member (``~expiry``, a negative score: no slot), so its TTL
+moves once per ``TENANT_SLOTS_BUCKET_S``, not at every turn (issue 22.1).
 
 ``SessionTurns`` is the half of ``scheduler.registry.sessions.SessionRegistry``
 that does this; it needs the registry's ``redis`` client and ``scripts``.
@@ -26,17 +28,28 @@ from sandgrid.wire import names
 from sandgrid.wire.redis_ledger import millis
 from sandgrid.wire.scripts import LuaScripts
 
-__all__ = ["STALE_WAITER_S", "TURN_RECORD_TTL_S", "SessionTurns"]
+__all__ = ["STALE_WAITER_S", "TENANT_SLOTS_BUCKET_S", "TURN_RECORD_TTL_S", "SessionTurns"]
 
 #: How long a turn record outlives its lock: long enough to refuse a late redelivery.
 TURN_RECORD_TTL_S = 3 * 3600.0
 #: A waiting caller that has not asked again for this long is dropped from the
 #: session's queue of waiters (its API process died); waiters ask every 100 ms at most.
 STALE_WAITER_S = 2.0
+#: A tenant's set of turns in flight lives to the end of the bucket of this many seconds
+#: that its latest deadline falls in: its TTL moves once a bucket, not at every turn
+#: (``lua/admit_turn.lua``; issue 22.1), and it outlives its last turn by this much at most.
+TENANT_SLOTS_BUCKET_S = 300
 
 
 def _waiting_keys(session_id: str) -> tuple[str, str]:
     return names.session_waiting_key(session_id), names.session_seen_key(session_id)
+
+
+def _tenant_expiry(now: float, deadline: float) -> tuple[int, int]:
+    """The score of the tenant set's ``~expiry`` for a turn due at ``deadline`` (minus the
+    end of its bucket, in s: no deadline's score), and the ms from ``now`` until then."""
+    end = (int(deadline) // TENANT_SLOTS_BUCKET_S + 1) * TENANT_SLOTS_BUCKET_S
+    return -end, millis(end - now)
 
 
 class SessionTurns:
@@ -178,6 +191,7 @@ class SessionTurns:
             STALE_WAITER_S,
             parallel,
             "1" if shared else "0",
+            *_tenant_expiry(now, now + ttl),
         ]
         found = self.scripts.run("admit_turn", keys, args)
         return str(found[0]), int(found[1]) if len(found) > 1 else 0

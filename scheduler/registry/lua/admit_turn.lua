@@ -6,16 +6,18 @@
 -- session, is told to wait and keeps its place in the session's queue of waiters.
 -- Slots past their deadline are dropped when they would refuse a turn, and the waiters'
 -- queue is read only when it (or the alone lock) exists: a turn that finds the session
--- free costs nine commands here, eight when the caller knows the queue is shallow and
+-- free costs eight commands here, seven when the caller knows the queue is shallow and
 -- skips the depth check (ARGV[2] '': issue 22.1).
--- KEYS[1] the queue's list, KEYS[2] tenant's in-flight set (turn id -> deadline),
+-- KEYS[1] the queue's list, KEYS[2] tenant's in-flight set (turn id -> deadline, and
+-- '~expiry' -> minus its expiry: below),
 -- KEYS[3] session's turns in flight (turn id -> deadline), KEYS[4] turn record,
 -- KEYS[5] the session's alone lock, KEYS[6] waiters (ticket -> arrival),
 -- KEYS[7] waiters' last ask (ticket -> time)
 -- ARGV[1] turn id, ARGV[2] queue depth limit ('' for no check), ARGV[3] tenant slot limit, ARGV[4] now (s),
 -- ARGV[5] deadline (s), ARGV[6] slot set ttl ms, ARGV[7] session id, ARGV[8] record ttl ms,
 -- ARGV[9] a waiter is dropped after this many seconds without asking,
--- ARGV[10] session's parallel turn limit, ARGV[11] '1' when routed to the shared queue
+-- ARGV[10] session's parallel turn limit, ARGV[11] '1' when routed to the shared queue,
+-- ARGV[12] minus the end (s) of the tenant set's bucket of ARGV[5], ARGV[13] ms until then
 -- Returns {'ok'}, {'backpressure', depth}, {'tenant_limit'} or {'wait', running}.
 if ARGV[2] ~= '' then
   local depth = redis.call('LLEN', KEYS[1])
@@ -24,10 +26,10 @@ if ARGV[2] ~= '' then
   end
 end
 local now = tonumber(ARGV[4])
-local held = redis.call('ZCARD', KEYS[2])
+local held = redis.call('ZCOUNT', KEYS[2], 0, '+inf')
 if held >= tonumber(ARGV[3]) then
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[4])
-  held = redis.call('ZCARD', KEYS[2])
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], 0, ARGV[4])
+  held = redis.call('ZCOUNT', KEYS[2], 0, '+inf')
   if held >= tonumber(ARGV[3]) then
     return {'tenant_limit'}
   end
@@ -76,10 +78,15 @@ end
 redis.call('HSET', KEYS[4], 'state', 'queued', 'session', ARGV[7], 'attempt', 1,
            'created', ARGV[4], 'node', '')
 redis.call('PEXPIRE', KEYS[4], ARGV[8])
-redis.call('ZADD', KEYS[2], ARGV[5], ARGV[1])
-if held == 0 then
-  redis.call('PEXPIRE', KEYS[2], ARGV[6])
-else
-  redis.call('PEXPIRE', KEYS[2], ARGV[6], 'GT')
+-- The tenant's set keeps its expiry in a member of its own, '~expiry', scored by minus
+-- the end of the bucket this turn's deadline falls in (ARGV[12]), so the set outlives
+-- its turns and a turn whose bucket is already there needs no PEXPIRE (issue 22.1): the
+-- ZADD's count (CH) says 1 when only the turn was added. Otherwise the TTL is made to
+-- reach the bucket's end (ARGV[13] ms); the set's TTL is never shortened, so it is at
+-- least every bucket end its '~expiry' has said, each at least its turn's deadline. (A
+-- shorter turn's bucket may move '~expiry' down: the TTL is then read and left.)
+if redis.call('ZADD', KEYS[2], 'CH', ARGV[5], ARGV[1], ARGV[12], '~expiry') ~= 1
+   and redis.call('PTTL', KEYS[2]) < tonumber(ARGV[13]) then
+  redis.call('PEXPIRE', KEYS[2], ARGV[13])
 end
 return {'ok'}

@@ -21,6 +21,7 @@ from sandgrid.wire import names
 from sandgrid.wire.ledger import Claim
 from sandgrid.wire.redis_ledger import RedisLedger
 from scheduler.registry.sessions import SessionRegistry
+from scheduler.registry.turns import TENANT_SLOTS_BUCKET_S
 from tests.conftest import TEST_REDIS_URL
 from tests.support.redis_monitor import names_of, recorded
 
@@ -31,7 +32,7 @@ def _admit(
     return reg.admit_turn("node.w1", 10, "acme", limit, sid, turn, ttl, parallel=parallel)[0]
 
 
-def test_admitting_a_turn_on_a_free_session_runs_nine_commands(
+def test_admitting_a_turn_on_a_free_session_runs_eight_commands(
     redis_client: redis.Redis[str],
 ) -> None:
     reg = SessionRegistry(redis_client)
@@ -39,13 +40,15 @@ def test_admitting_a_turn_on_a_free_session_runs_nine_commands(
     with recorded(TEST_REDIS_URL) as seen:
         assert _admit(reg, "s-1", "t-1") == "ok"
     assert names_of(seen, "rt") == ["EVALSHA"]
-    assert len(names_of(seen, "lua")) == 9, names_of(seen, "lua")
+    assert len(names_of(seen, "lua")) == 8, names_of(seen, "lua")
     with recorded(TEST_REDIS_URL) as seen:  # the queue known shallow: no LLEN
         found = reg.admit_turn("node.w1", 10, "acme", 4, "s-2", "t-2", 30, check_depth=False)
     assert found[0] == "ok" and "LLEN" not in names_of(seen, "lua")
     # the session's turns, its alone lock and its waiters in one EXISTS, no ZCARD of them
-    assert names_of(seen, "lua")[:3] == ["ZCARD", "EXISTS", "ZADD"], names_of(seen, "lua")
-    assert len(names_of(seen, "lua")) == 8, names_of(seen, "lua")
+    assert names_of(seen, "lua")[:3] == ["ZCOUNT", "EXISTS", "ZADD"], names_of(seen, "lua")
+    # the tenant's set already lives past this turn's deadline: its ZADD, no TTL
+    assert names_of(seen, "lua")[-1] == "ZADD" and "PTTL" not in names_of(seen, "lua")
+    assert len(names_of(seen, "lua")) == 7, names_of(seen, "lua")
 
 
 def test_one_exists_of_a_sessions_turns_still_finds_its_lock_and_its_waiters(
@@ -59,8 +62,8 @@ def test_one_exists_of_a_sessions_turns_still_finds_its_lock_and_its_waiters(
     assert _admit(reg, "s-1", "a", parallel=3, limit=9) == "ok"
     with recorded(TEST_REDIS_URL) as seen:
         assert _admit(reg, "s-1", "b", parallel=3, limit=9) == "ok"
-    assert names_of(seen, "lua")[:4] == ["LLEN", "ZCARD", "EXISTS", "ZCARD"]
-    assert len(names_of(seen, "lua")) == 10, names_of(seen, "lua")
+    assert names_of(seen, "lua")[:4] == ["LLEN", "ZCOUNT", "EXISTS", "ZCARD"]
+    assert len(names_of(seen, "lua")) == 9, names_of(seen, "lua")
     assert _admit(reg, "s-1", "c", parallel=2, limit=9) == "wait"  # both slots taken
     reg.end_turn("s-1", "a")
     assert _admit(reg, "s-1", "d", parallel=2, limit=9) == "wait"  # c waits first
@@ -174,7 +177,8 @@ def test_stale_slots_free_their_place_when_they_would_refuse(
     assert _admit(reg, "s-1", "t-3", parallel=1, limit=1) == "ok"  # both stale ones dropped
     assert reg.session_turns("s-1") == ["t-3"]
     assert 0 < redis_client.pttl(names.session_turns_key("s-1")) <= 30_000
-    assert 0 < redis_client.pttl(names.tenant_turns_key("acme")) <= 30_000
+    tenant_ms = redis_client.pttl(names.tenant_turns_key("acme"))  # to its bucket's end
+    assert 30_000 - 500 < tenant_ms <= (30 + TENANT_SLOTS_BUCKET_S) * 1000
 
 
 def test_a_shorter_turn_never_shortens_a_sets_ttl(redis_client: redis.Redis[str]) -> None:
@@ -206,3 +210,54 @@ def test_a_turns_lookup_reads_the_record_and_its_lease_only(
     assert brief.state == "live" and brief.lease_expires is None
     reg.close(info.id)
     assert reg.get("acme", info.id, brief=True).state == "closed"
+
+
+def test_a_tenants_set_keeps_its_expiry_and_moves_its_ttl_once_a_bucket(
+    redis_client: redis.Redis[str],
+) -> None:
+    """Issue 22.1: the tenant's set outlives its turns (its ``~expiry`` member, scored
+    by minus the end of the deadline's bucket): a turn whose bucket is there adds
+    itself alone; one beyond it moves the TTL, which never shrinks and always covers
+    every turn's deadline. The member is no slot: not counted, never dropped as stale."""
+    reg = SessionRegistry(redis_client)
+    key = names.tenant_turns_key("acme")
+    assert _admit(reg, "s-0", "t-0") == "ok"  # the script loaded, the set made
+    reg.finish_turn("s-0", "t-0", "acme")
+    assert redis_client.zrange(key, 0, -1) == ["~expiry"]  # no turn, the set stays
+    assert reg.turns_in_flight("acme") == 0
+    with recorded(TEST_REDIS_URL) as seen:
+        assert _admit(reg, "s-1", "t-1") == "ok"
+    assert names_of(seen, "lua").count("ZADD") == 2 and "PTTL" not in names_of(seen, "lua")
+    with recorded(TEST_REDIS_URL) as seen:  # a deadline past the bucket: the TTL moves
+        assert _admit(reg, "s-2", "t-2", ttl=TENANT_SLOTS_BUCKET_S + 60) == "ok"
+    assert names_of(seen, "lua")[-2:] == ["PTTL", "PEXPIRE"]
+    long_ms = redis_client.pttl(key)
+    assert long_ms > (TENANT_SLOTS_BUCKET_S + 60) * 1000 - 500
+    assert _admit(reg, "s-3", "t-3", ttl=5) == "ok"  # a shorter turn: never shortened
+    assert redis_client.pttl(key) > long_ms - 500
+    expires = time.time() + redis_client.pttl(key) / 1000 + 0.5
+    assert -float(redis_client.zscore(key, "~expiry") or 0) <= expires
+    for turn, deadline in redis_client.zrangebyscore(key, 0, "+inf", withscores=True):
+        assert deadline <= expires, turn
+    assert reg.turns_in_flight("acme") == 3
+    assert _admit(reg, "s-4", "t-4", limit=4) == "ok"  # 4 turns, the limit: no place taken
+    assert _admit(reg, "s-5", "t-5", limit=4) == "tenant_limit"
+    assert not reg.acquire_turn_slot("acme", "t-6", 4, 30)  # the exclusive ops' slot too
+    assert reg.acquire_turn_slot("acme", "t-6", 5, 30)
+
+
+def test_a_tenants_set_of_a_dead_api_lapses_by_its_bucket(redis_client: redis.Redis[str]) -> None:
+    """A turn whose API died is never given back: its slot is dropped when it would
+    refuse, as before, and the expiry member is not; the set lapses at its bucket's end."""
+    reg = SessionRegistry(redis_client)
+    key = names.tenant_turns_key("acme")
+    assert _admit(reg, "s-1", "t-1", ttl=0.05, limit=1) == "ok"  # its API dies
+    assert 0 < redis_client.pttl(key) <= TENANT_SLOTS_BUCKET_S * 1000 + 1000
+    time.sleep(0.08)
+    assert _admit(reg, "s-2", "t-2", limit=1) == "ok"  # the stale slot dropped
+    assert redis_client.zrange(key, 0, -1) == ["~expiry", "t-2"]  # minus its end: first
+    redis_client.zrem(key, "~expiry")  # a set made by the version before: no expiry member
+    redis_client.pexpire(key, 900_000)
+    assert _admit(reg, "s-3", "t-3", limit=3) == "ok"
+    assert redis_client.zscore(key, "~expiry") is not None
+    assert redis_client.pttl(key) > 900_000 - 1000  # never shortened
