@@ -12,9 +12,10 @@
 -- The record is marked done without a read first (issue 22.1): a live record always has
 -- its 'state', so an HSET that adds the field found the record gone (lapsed, or lost in
 -- a failover) and the field is taken away again: a gone record is never recreated
--- without a TTL. An abandoned record would become done, which every reader takes alike
--- (a final state: a claim, a cancel and an abandon refuse both); a turn is abandoned
--- only where its runner raises instead of ending it here (scheduler/turns/recovery.py).
+-- without a TTL. An abandoned record becomes done (its runner raises after abandoning
+-- it, but a later end may still come: a keyed retry that finds the turn's result ends
+-- it too), and every reader takes both alike: a final state, which a claim, a cancel
+-- and an abandon all refuse.
 if redis.call('HSET', KEYS[2], 'state', 'done') == 1 then
   redis.call('HDEL', KEYS[2], 'state')
 end

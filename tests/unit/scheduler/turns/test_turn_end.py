@@ -51,8 +51,8 @@ def test_finish_turn_releases_the_lock_of_an_op_that_held_the_session_alone(
 
 def test_finish_turn_leaves_what_is_not_its_own(redis_client: redis.Redis[str]) -> None:
     """Another turn's lock stays, no outcome is kept without one, and no result key is
-    deleted without one. A record marked abandoned (which no runner ends here: it
-    raises) would end done, as final to every reader: a claim, an abandon, a cancel."""
+    deleted without one. A record marked abandoned (its runner raised; a keyed retry
+    that finds the result may still end it) ends done, as final to every reader."""
     reg = SessionRegistry(redis_client)
     assert reg.begin_turn("s-1", "t-other", 30)
     assert reg.admit_turn("q", 10, "acme", 2, "s-2", "t-2", 30)[0] == "ok"
