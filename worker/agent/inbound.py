@@ -9,9 +9,12 @@ gVisor, ``--host-uds=open`` lets the sandbox connect to a host socket in its
 bind mount, as egress does.
 
 ``IDLE`` daemon threads each keep one such connection dialed. When the worker
-uses one, it writes ``P <port>\\n``; the thread connects to that port on the
-sandbox's loopback (127.0.0.1, then ::1), answers ``K\\n`` or ``E <errno>
-<reason>\\n``, hands both sockets to a splice ``Link`` (its two directions on
+uses one, it writes ``P <port>\\n``, or ``H <port> <n>\\n`` and the first ``n``
+bytes of the stream (at most ``EARLY_MAX``: a request's head, which then
+reaches the server as soon as it is connected, not one more round trip
+through the worker later); the thread connects to that port on the
+sandbox's loopback (127.0.0.1, then ::1), sends those bytes, answers ``K\\n``
+or ``E <errno> <reason>\\n``, hands both sockets to a splice ``Link`` (its two directions on
 threads kept for the next connections, ``linkthreads``: no thread start on a
 request's path while some wait) and dials again at once. The worker, not the
 sandbox, decides which port and how many bytes. Only the agent (root, no
@@ -31,12 +34,23 @@ import time
 from . import linkthreads, splice
 from .errors import log
 
-__all__ = ["IDLE", "INBOUND_SOCKET", "answer_for", "read_line", "start_inbound"]
+__all__ = [
+    "EARLY_MAX",
+    "IDLE",
+    "INBOUND_SOCKET",
+    "answer_for",
+    "read_line",
+    "split_line",
+    "start_inbound",
+]
 
 INBOUND_SOCKET = "/run/sandgrid-egress/inbound.sock"
 #: Connections kept dialed and waiting (the worker waits for the next one beyond).
 IDLE = 4
 _MAX_LINE = 64
+#: The most bytes an ``H`` request carries (an agent before it closes the connection
+#: on the verb, and the worker then writes ``P`` to that sandbox's agent).
+EARLY_MAX = 16 << 10
 _CONNECT_TIMEOUT_S = 5.0
 _BACKOFF_S = (0.02, 0.05, 0.1, 0.25, 0.5, 1.0)
 #: The links' threads; two per connection, as many idle as the dialed connections need.
@@ -45,18 +59,36 @@ _LINKS = linkthreads.Threads(
 )
 
 
-def read_line(sock: socket.socket, limit: int = _MAX_LINE) -> bytes:
-    """One short line; b"" at EOF, when it is longer than ``limit``, or when bytes follow
-    it. Each side sends one line and waits for the other's, so one read usually takes
-    it whole. The worker reads the agent's answers with it."""
+def split_line(sock: socket.socket, limit: int = _MAX_LINE) -> tuple[bytes, bytes] | None:
+    """One short line and the bytes read behind it; None at EOF or when no newline
+    comes within ``limit`` bytes. Reads at most ``limit`` bytes at a time."""
     buf = bytearray()
     while b"\n" not in buf and len(buf) < limit:
         chunk = sock.recv(limit)
         if not chunk:
-            return b""
+            return None
         buf += chunk
     line, nl, rest = bytes(buf).partition(b"\n")
-    return line if nl and not rest else b""
+    return (line, rest) if nl else None
+
+
+def read_line(sock: socket.socket, limit: int = _MAX_LINE) -> bytes:
+    """One short line; b"" at EOF, when it is longer than ``limit``, or when bytes follow
+    it. Each side sends one line and waits for the other's, so one read usually takes
+    it whole."""
+    got = split_line(sock, limit)
+    return got[0] if got is not None and not got[1] else b""
+
+
+def _read_exact(sock: socket.socket, n: int, first: bytes) -> bytes | None:
+    """``n`` bytes, ``first`` the start of them; None at EOF or if more came."""
+    buf = bytearray(first)
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf) if len(buf) == n else None
 
 
 def _connect_loopback(port: int) -> socket.socket:
@@ -84,13 +116,42 @@ def answer_for(exc: OSError | None) -> bytes:
     return f"E {code} {reason}\n".encode()
 
 
-def _serve(host: socket.socket, line: bytes) -> None:
-    kind, _, arg = line.partition(b" ")
-    if kind != b"P" or not arg.isdigit() or not 0 < int(arg) < 65536:
+def _request(host: socket.socket, line: bytes, rest: bytes) -> tuple[int, bytes] | None:
+    """The port a request line names and the bytes it carries; None for a bad one."""
+    kind, _, args = line.partition(b" ")
+    port, _, size = args.partition(b" ")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    if kind == b"P" and not size and not rest:
+        return int(port), b""
+    if kind != b"H" or not size.isdigit() or not 0 < int(size) <= EARLY_MAX:
+        return None
+    early = _read_exact(host, int(size), rest)
+    return None if early is None else (int(port), early)
+
+
+def _open_target(port: int, early: bytes) -> socket.socket:
+    """The connection to ``port`` on the loopback, ``early`` sent on it."""
+    target = _connect_loopback(port)
+    try:
+        if early:
+            target.sendall(early)
+    except OSError:
+        target.close()
+        raise
+    return target
+
+
+def _serve(host: socket.socket, line: bytes, rest: bytes = b"") -> None:
+    try:
+        request = _request(host, line, rest)
+    except OSError:
+        request = None
+    if request is None:
         host.close()
         return
     try:
-        target = _connect_loopback(int(arg))
+        target = _open_target(*request)
     except OSError as exc:
         with contextlib.suppress(OSError):
             host.sendall(answer_for(exc))
@@ -118,17 +179,17 @@ def _dial(path: str) -> None:
         try:
             sock.connect(path)
             failures = 0
-            line = read_line(sock)
+            got = split_line(sock)
         except OSError:
             sock.close()
             time.sleep(_BACKOFF_S[min(failures, len(_BACKOFF_S) - 1)])
             failures += 1
             continue
-        if not line:  # the worker closed it (its listener went, or it refused)
+        if got is None:  # the worker closed it (its listener went, or it refused)
             sock.close()
             time.sleep(_BACKOFF_S[1])
             continue
-        _serve(sock, line)
+        _serve(sock, *got)
 
 
 def start_inbound() -> bool:

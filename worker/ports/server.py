@@ -11,8 +11,10 @@ On success the worker answers ok and a splice ``Link`` relays the bytes both
 ways, counting each chunk against the byte cap, until either side ends: the
 connection's own thread carries API -> sandbox, one more thread the answer
 (``Link.run_here``), both kept for the next connections (``Threads``). The
-bytes the API sent behind its hello (a request's head) go first, counted as
-any. A refusal drops them: its answer is sent, the connection is shut for
+bytes the API sent behind its hello (a request's head) go to the agent with
+the port (``InboundSockets.connect``), counted as any, so the server has them
+as soon as the agent connected. A refusal drops them (and gives their count
+back): its answer is sent, the connection is shut for
 writing and read to its end (``_refuse``), so the API reads the answer rather
 than a reset. Then the connection is recorded (``PortBook``). A session with
 a connection open is marked used every ``_TOUCH_S`` by one thread of the
@@ -162,7 +164,7 @@ class PortServer:
             return
         t0 = time.time()
         try:
-            agent, ticket = self._open(hello.session, hello.port)
+            agent, ticket, first = self._open(hello.session, hello.port, early)
         except SandgridError as exc:
             self._record(hello.session, hello.port, t0, None, exc)
             _refuse(sock, answer_line(exc), min(1.0, self.timeout_s))
@@ -174,9 +176,11 @@ class PortServer:
             ticket.close()
             return
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._relay(sock, agent, ticket, hello.port, t0, early)
+        self._relay(sock, agent, ticket, hello.port, t0, first)
 
-    def _open(self, session: str, port: int) -> tuple[socket.socket, Ticket]:
+    def _open(self, session: str, port: int, early: bytes) -> tuple[socket.socket, Ticket, bytes]:
+        """The agent's connection to the port, ``early`` sent on it; the ticket that
+        counts it, and the port's bytes that came with the agent's answer."""
         if port in self.reserved:
             raise InvalidInput(
                 f"port {port} is the sandbox agent's own",
@@ -193,11 +197,16 @@ class PortServer:
             )
         self._touch(session)
         ticket = self.caps.admit(session)
+        allowed = ticket.count(0, len(early)) if early else 0
         try:
-            return self.inbound.connect(local.sandbox.name, port, self.timeout_s), ticket
+            agent, first = self.inbound.connect(
+                local.sandbox.name, port, self.timeout_s, early[:allowed]
+            )
         except SandgridError:
+            ticket.give_back(0, allowed)  # a refusal dropped them
             ticket.close()
             raise
+        return agent, ticket, first
 
     def _relay(
         self,
@@ -206,18 +215,21 @@ class PortServer:
         ticket: Ticket,
         port: int,
         t0: float,
-        early: bytes,
+        first: bytes,
     ) -> None:
-        done = threading.Event()
-        link = Link(
-            sock, agent, count=ticket.count, on_done=lambda _link: done.set(), pending=(early, b"")
-        )
-        link.run_here(spawn=self.threads.submit)
-        done.wait()  # the answer's direction too: the bytes are counted when it ends
+        cut = ticket.cut  # the early bytes crossed the byte cap: what fit went, no more
+        if not cut:
+            done = threading.Event()
+            link = Link(sock, agent, ticket.count, lambda _: done.set(), pending=(b"", first))
+            link.run_here(spawn=self.threads.submit)
+            done.wait()  # the answer's direction too: the bytes are counted when it ends
+            cut = link.cut
+        sock.close()
+        agent.close()
         ticket.close()
         self._touch(ticket.session)
-        cut = "cut: the session's byte cap" if link.cut else ""
-        self._record(ticket.session, port, t0, ticket, None, reason=cut)
+        reason = "cut: the session's byte cap" if cut else ""
+        self._record(ticket.session, port, t0, ticket, None, reason=reason)
 
     def _touch_open(self) -> None:
         while not self._stopped.wait(_TOUCH_S):
