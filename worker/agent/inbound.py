@@ -14,9 +14,11 @@ bytes of the stream (at most ``EARLY_MAX``: a request's head, which then
 reaches the server as soon as it is connected, not one more round trip
 through the worker later); the thread connects to that port on the
 sandbox's loopback (127.0.0.1, then ::1), sends those bytes, answers ``K\\n``
-or ``E <errno> <reason>\\n``, hands both sockets to a splice ``Link`` (its two directions on
-threads kept for the next connections, ``linkthreads``: no thread start on a
-request's path while some wait) and dials again at once. The worker, not the
+or ``E <errno> <reason>\\n``, hands the dialing on to another thread and
+relays the two sockets with a splice ``Link`` itself: the answer's direction
+in this thread, the other on one more (threads kept for the next connections,
+``linkthreads``: no thread start on a request's path while some wait, and no
+thread hop between the server's answer and the worker). The worker, not the
 sandbox, decides which port and how many bytes. Only the agent (root, no
 ``DAC_OVERRIDE``) can reach the directory, so the sandbox user can neither
 take these connections nor pose as the agent.
@@ -30,6 +32,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from . import linkthreads, splice
 from .errors import log
@@ -142,37 +145,43 @@ def _open_target(port: int, early: bytes) -> socket.socket:
     return target
 
 
-def _serve(host: socket.socket, line: bytes, rest: bytes = b"") -> None:
+def _serve(
+    host: socket.socket,
+    line: bytes,
+    rest: bytes = b"",
+    hand_on: Callable[[], None] = lambda: None,
+) -> bool:
+    """Serve the worker's request ``line``; once the port is connected, ``hand_on`` the
+    dialing to another thread and relay here, the answer's direction in this thread
+    (no thread hop on its way back). Whether it was relayed."""
     try:
         request = _request(host, line, rest)
     except OSError:
         request = None
     if request is None:
         host.close()
-        return
+        return False
     try:
         target = _open_target(*request)
     except OSError as exc:
         with contextlib.suppress(OSError):
             host.sendall(answer_for(exc))
         host.close()
-        return
+        return False
     try:
         host.sendall(answer_for(None))
-    except OSError:
+        hand_on()
+    except (OSError, RuntimeError):  # RuntimeError: no thread to be had (the pids limit)
         host.close()
         target.close()
-        return
-    link = splice.Link(host, target)
-    try:
-        _LINKS.submit(lambda: link.run_here(spawn=_LINKS.submit))
-    except RuntimeError:  # no thread to be had (the pids limit): this connection ends
-        host.close()
-        target.close()
+        return False
+    splice.Link(target, host).run_here(spawn=_LINKS.submit)
+    return True
 
 
 def _dial(path: str) -> None:
-    """Keep one connection dialed; serve it when the worker uses it; again."""
+    """Keep one connection dialed until the worker uses it, then relay it here while
+    another thread dials (``_serve``); a connection not relayed is dialed again here."""
     failures = 0
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -189,7 +198,8 @@ def _dial(path: str) -> None:
             sock.close()
             time.sleep(_BACKOFF_S[1])
             continue
-        _serve(sock, *got)
+        if _serve(sock, *got, hand_on=lambda: _LINKS.submit(lambda: _dial(path))):
+            return
 
 
 def start_inbound() -> bool:
