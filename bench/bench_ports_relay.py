@@ -97,10 +97,12 @@ def direct(port: int) -> None:
         assert _read_all(sock).endswith(SMALL)
 
 
-def _tunnel(listener: int, port: int, early: bytes) -> bytes:
-    with socket.create_connection(("127.0.0.1", listener)) as sock:
+def _tunnel(
+    addr: tuple[str, int], port: int, early: bytes, key: bytes = KEY, session: str = "s-1"
+) -> bytes:
+    with socket.create_connection(addr) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.sendall(Hello.make("s-1", port).line(KEY) + early)
+        sock.sendall(Hello.make(session, port).line(key) + early)
         data = _read_all(sock) if early else sock.recv(4096)
     line, _, rest = data.partition(b"\n")
     assert parse_answer(line) is None, line
@@ -108,11 +110,12 @@ def _tunnel(listener: int, port: int, early: bytes) -> bytes:
 
 
 def handshake(listener: int, port: int) -> None:
-    _tunnel(listener, port, b"")
+    _tunnel(("127.0.0.1", listener), port, b"")
 
 
-def raw_get(listener: int, port: int) -> None:
-    assert _tunnel(listener, port, _head(port)).endswith(SMALL)
+def raw_get(addr: tuple[str, int], port: int, key: bytes = KEY, session: str = "s-1") -> None:
+    """A GET over a tunnel opened by speaking the hello itself (no API)."""
+    assert _tunnel(addr, port, _head(port), key, session).endswith(SMALL)
 
 
 def forwarder(listener: int, port: int) -> Callable[[], None]:
@@ -165,7 +168,7 @@ def main() -> None:
         cases: dict[str, Callable[[], None]] = {
             "direct": lambda: direct(port),
             "handshake": lambda: handshake(listener, port),
-            "raw GET": lambda: raw_get(listener, port),
+            "raw GET": lambda: raw_get(("127.0.0.1", listener), port),
             "forward": forwarder(listener, port),
         }
         times: dict[str, list[float]] = {name: [] for name in cases}
