@@ -125,8 +125,16 @@ def _legacy_dial(path: str) -> None:
             continue
         target = socket.create_connection(("127.0.0.1", int(port)))
         sock.sendall(b"K\n")
-        threading.Thread(target=_pipe, args=(sock, target), daemon=True).start()
-        threading.Thread(target=_pipe, args=(target, sock), daemon=True).start()
+        threading.Thread(target=_relay, args=(sock, target), daemon=True).start()
+
+
+def _relay(sock: socket.socket, target: socket.socket) -> None:
+    back = threading.Thread(target=_pipe, args=(target, sock), daemon=True)
+    back.start()
+    _pipe(sock, target)
+    back.join(5)
+    sock.close()
+    target.close()
 
 
 def _pipe(src: socket.socket, dst: socket.socket) -> None:
