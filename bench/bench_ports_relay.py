@@ -14,8 +14,11 @@ API's side. It prints the p50/p99 of, in one run, alternated round by round:
   agent connects to the port), then close;
 - ``raw GET``: the same with the request's head sent with the hello, read to
   the end of the answer (what ``forward`` does, without the API);
-- ``forward``: ``scheduler.ports.forward.forward_http`` over ``open_stream``'s
-  connect, as the API does it (no HTTP server in front, no lookup).
+- ``asyncio GET``: the raw GET on the API's event loop, over the API's own
+  connect (``tunnel._connect``), read to the end with ``sock_recv``;
+- ``forward``: ``scheduler.ports.forward.forward_http`` over the same
+  connect, as the API does it (no HTTP server in front, no lookup): over
+  ``asyncio GET``, the cost of httpcore, h11 and the response object.
 
 It profiles where the route's time goes; ``bench_ports.py`` measures the route.
 """
@@ -118,8 +121,9 @@ def raw_get(addr: tuple[str, int], port: int, key: bytes = KEY, session: str = "
     assert _tunnel(addr, port, _head(port), key, session).endswith(SMALL)
 
 
-def forwarder(listener: int, port: int) -> Callable[[], None]:
-    """``forward_http`` as the API calls it, on one event loop kept across calls."""
+def forwarder(listener: int, port: int) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The asyncio GET and ``forward_http`` as the API calls it, on one event loop kept
+    across calls."""
     from starlette.requests import Request
 
     from scheduler.ports import tunnel
@@ -145,7 +149,18 @@ def forwarder(listener: int, port: int) -> Callable[[], None]:
         response = await forward_http(Request(scope), opener, port, "/p/x", "small.txt")
         assert bytes(response.body).endswith(SMALL)
 
-    return lambda: loop.run_until_complete(once())
+    async def plain() -> None:
+        sock, first = await opener(_head(port))
+        data = bytearray(first)
+        while chunk := await loop.sock_recv(sock, 65536):
+            data += chunk
+        sock.close()
+        assert bytes(data).endswith(SMALL)
+
+    return (
+        lambda: loop.run_until_complete(plain()),
+        lambda: loop.run_until_complete(once()),
+    )
 
 
 def main() -> None:
@@ -165,11 +180,13 @@ def main() -> None:
         procs.append(ctx.Process(target=_agent, args=(f"{sockets}/inbound.sock",), daemon=True))
         procs[2].start()
         time.sleep(1.0)
+        plain, forward = forwarder(listener, port)
         cases: dict[str, Callable[[], None]] = {
             "direct": lambda: direct(port),
             "handshake": lambda: handshake(listener, port),
             "raw GET": lambda: raw_get(("127.0.0.1", listener), port),
-            "forward": forwarder(listener, port),
+            "asyncio GET": plain,
+            "forward": forward,
         }
         times: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(20):
@@ -185,7 +202,7 @@ def main() -> None:
     base = pct(times["direct"], 50)
     for name, values in times.items():
         p50 = pct(values, 50)
-        print(f"{name:10s} p50 {p50:6.3f} ms  p99 {pct(values, 99):6.3f} ms  +{p50 - base:.3f}")
+        print(f"{name:12s} p50 {p50:6.3f} ms  p99 {pct(values, 99):6.3f} ms  +{p50 - base:.3f}")
 
 
 if __name__ == "__main__":
