@@ -246,3 +246,27 @@ def test_a_refusal_gives_the_early_bytes_count_back(server: Any, echo: int) -> N
             break
         time.sleep(0.05)
     assert [a.reason for a in book.attempts if a.allowed] == [""]
+
+
+def test_the_audit_tells_the_bytes_to_the_sandbox_from_those_it_sent(server: Any) -> None:
+    _srv, book, (port, _) = server
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        c, _ = srv.accept()
+        with c:
+            c.recv(4)
+            c.sendall(b"0123456789")
+
+    threading.Thread(target=answer, daemon=True).start()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(Hello.make("s-1", srv.getsockname()[1]).line(KEY) + b"ping")
+    answer_line, got = _answer(sock)
+    assert parse_answer(answer_line) is None
+    while chunk := sock.recv(100):
+        got += chunk
+    assert got == b"0123456789"
+    sock.close()
+    srv.close()
+    (attempt,) = _recorded(book)
+    assert (attempt.received, attempt.sent) == (4, 10)
