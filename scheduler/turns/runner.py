@@ -47,8 +47,6 @@ from sandgrid.errors import (
 )
 from sandgrid.models import ExecRequest, ExecResult, SessionInfo, WireModel
 from sandgrid.ops.exec import ExecOp
-from sandgrid.ops.session import CloseOp
-from sandgrid.wire import names
 from sandgrid.wire.jobs import TurnJob, TurnOp, TurnOutcome, expect
 from scheduler import metrics
 from scheduler.audit.log import AuditLog
@@ -57,6 +55,7 @@ from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from scheduler.tenants import Tenant
 from scheduler.turns.admission import Admission, check_exec
 from scheduler.turns.cancel import TurnCancels
+from scheduler.turns.closing import SessionCloser, closed_error
 from scheduler.turns.dispatch import Dispatcher, result_key
 from scheduler.turns.idempotency import (
     IdempotencyStore,
@@ -71,18 +70,13 @@ from scheduler.turns.waiting import TurnWaiting
 from scheduler.turns.watch import RESTART_GRACE_S
 
 __all__ = [
-    "CLOSE_EXPIRES_S",
     "TurnDone",
     "TurnRunner",
-    "closed_error",
 ]
 
 R = TypeVar("R", bound=WireModel)
 
 log = logging.getLogger(__name__)
-
-#: How long a close message may wait in the owner's queue before it is dropped.
-CLOSE_EXPIRES_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -342,39 +336,15 @@ class TurnRunner:
             self.audit.turn(job, outcome, error, timings["total_ms"])
 
     def close(self, tenant: Tenant, session_id: str) -> SessionInfo:
-        """Close a session: mark it closed and tell its owner to destroy the container.
+        """Close a session (``scheduler.turns.closing``), over this runner's parts.
 
         Raises:
-            NotFound: unknown session. Conflict: a turn is in flight.
+            NotFound: unknown session. Conflict: its turns did not end in time.
         """
-        session = self.registry.get(tenant.name, session_id)
-        if session.state == "closed":
-            return session
-        lock = new_turn_id()
-        if not self.cancels.lock_for_close(session, lock, self.turn_margin_s):
-            raise _busy(session.id, "sessions.close")
-        try:
-            self.registry.close(session.id)
-            if self.audit is not None:
-                self.audit.event(tenant.name, session.id, "session_close")
-            queue = self._close_queue(session)
-            if queue is not None:
-                job = TurnJob(turn_id=new_turn_id(), session=session, op=CloseOp())
-                self.dispatcher.send(job, queue, expires=CLOSE_EXPIRES_S)
-        finally:
-            self.registry.end_turn(session.id, lock)
-        return self.registry.get(tenant.name, session_id)
-
-    def _close_queue(self, session: SessionInfo) -> str | None:
-        """Where the close goes: the owner (it destroys the sandbox and deletes the
-        snapshots), else any worker of the type (it deletes the snapshots), else
-        nowhere when the session never had a sandbox or a snapshot. A close that
-        no worker handles is caught by the workers' snapshot collection."""
-        if session.owner and self.registry.node_alive(session.owner):
-            return names.node_queue(session.owner)
-        if session.snapshot or session.turns or session.forked_from:
-            return names.type_queue(session.type)
-        return None
+        closer = SessionCloser(
+            self.registry, self.cancels, self.dispatcher, self.audit, self.turn_margin_s
+        )
+        return closer.close(tenant, session_id)
 
     def _locked(
         self, tenant: Tenant, job: TurnJob, queue: str, ttl: float, *, settle: bool = False
@@ -437,25 +407,6 @@ class TurnRunner:
             keep_s=self.idempotency.ttl_s,
             alone=job.op.kind in EXCLUSIVE_KINDS,
         )
-
-
-def _busy(session_id: str, operation: str) -> Conflict:
-    return Conflict(
-        f"session {session_id!r}: its turns did not end in time for {operation}; retry later",
-        code=ErrorCode.SESSION_BUSY,
-        operation=operation,
-        context={"session": session_id},
-    )
-
-
-def closed_error(session_id: str, operation: str) -> Conflict:
-    """409 ``session_closed`` for ``operation`` on a closed session (also the fork route's)."""
-    return Conflict(
-        f"session {session_id!r} is closed",
-        code=ErrorCode.SESSION_CLOSED,
-        operation=operation,
-        context={"session": session_id},
-    )
 
 
 def _timings(t0: float, wait_ms: float, outcome: TurnOutcome | None) -> dict[str, float]:
