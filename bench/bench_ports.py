@@ -9,8 +9,11 @@ host's loopback (127.0.0.1, the same files). In the same run it prints:
 - a small GET through the port route (``Session.http``): p50, p99, and its
   p50 over a direct loopback GET on the host to the identical server (target:
   +3 ms or less), beside the API's own floor (a ``GET /v1/sessions/{id}``,
-  which reaches no worker), the same GET made from inside the sandbox with an
-  exec (python's urllib) and a plain warm exec (``true``);
+  which reaches no worker) and the same GET over a tunnel this process opens
+  to the owning worker with the signed hello itself (worker and agent, no
+  API), each request of the four kinds in turn (a load that changes during
+  the run weighs on all alike); the same GET made from inside the sandbox
+  with an exec (python's urllib) and a plain warm exec (``true``);
 - a bulk download through the route (a preview URL) against the direct one:
   MB/s of each, medians of ``--repeat`` alternating rounds, and their ratio
   (target: 0.5 or more).
@@ -19,23 +22,32 @@ host's loopback (127.0.0.1, the same files). In the same run it prints:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import os
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
+import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _grid import bench_grid
 from _stats import pct
+from bench_ports_relay import raw_get
 
 from sandgrid.client import Client, Session
+from sandgrid.localgrid import LocalGrid
+from sandgrid.wire.portkeys import port_key
+from sandgrid.wire.redis_ledger import RedisLedger
+from sandgrid.wire.settings import Settings
 
 TOKEN = "tok-bench-ports-" + "p" * 24
 SMALL = b"x" * 512
@@ -64,6 +76,43 @@ def _times(fn: object, runs: int) -> list[float]:
     return out
 
 
+def _in_turn(cases: dict[str, Callable[[], object]], runs: int) -> dict[str, list[float]]:
+    """Milliseconds of each case, the cases one after the other in every round."""
+    out: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(runs):
+        for name, fn in cases.items():
+            t0 = time.perf_counter()
+            fn()
+            out[name].append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def _raw(grid: LocalGrid, session_id: str) -> Callable[[], None]:
+    """A small GET over a tunnel to the session's owner opened with the hello itself."""
+    with _environ(grid.env):
+        key = port_key(Settings(), "link")
+    client = redis.Redis.from_url(grid.env["SANDGRID_REDIS_URL"], decode_responses=True)
+    ledger = RedisLedger(client, lease_ttl_s=60)
+    info = ledger.get_any(session_id)
+    record = ledger.node_record(info.owner) if info is not None and info.owner else None
+    assert record is not None and record.ports_addr, "no owner with a port listener"
+    host, _, port = record.ports_addr.rpartition(":")
+    addr = (host.strip("[]"), int(port))
+    return lambda: raw_get(addr, 8000, key, session_id)
+
+
+@contextlib.contextmanager
+def _environ(env: dict[str, str]) -> Iterator[None]:
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def _mbps(url: str, nbytes: int) -> float:
     t0 = time.perf_counter()
     got = 0
@@ -88,13 +137,15 @@ def _start(s: Session, mib: int) -> None:
     raise SystemExit("the sandbox's server never answered")
 
 
-def _print_small(route: list[float], host: list[float], floor: list[float], runs: int) -> None:
+def _print_small(times: dict[str, list[float]], runs: int) -> None:
     """The small GET's figures, printed as soon as measured (a later phase may fail)."""
+    route, host, floor, raw = (times[k] for k in ("route", "host", "floor", "raw"))
     print(f"small GET, {runs} runs, runc:")
     print(f"  through the route   p50 {pct(route, 50):6.2f} ms  p99 {pct(route, 99):6.2f} ms")
     print(f"  direct on the host  p50 {pct(host, 50):6.2f} ms  p99 {pct(host, 99):6.2f} ms")
     print(f"  route over direct   +{pct(route, 50) - pct(host, 50):.2f} ms p50 (target <= 3 ms)")
     print(f"  the API's own floor p50 {pct(floor, 50):6.2f} ms (GET /v1/sessions/{{id}}, no port)")
+    print(f"  tunnel, no API      p50 {pct(raw, 50):6.2f} ms (the hello spoken by this process)")
     sys.stdout.flush()
 
 
@@ -123,10 +174,13 @@ def main() -> None:
             httpx.Client(base_url=direct) as plain,
             httpx.Client(base_url=grid.api_url, headers=client._headers()) as api,
         ):
-            route = _times(lambda: routed.get("small.txt").raise_for_status(), args.runs)
-            host = _times(lambda: plain.get("small.txt").raise_for_status(), args.runs)
-            floor = _times(lambda: api.get(f"/v1/sessions/{s.id}").raise_for_status(), args.runs)
-        _print_small(route, host, floor, args.runs)
+            cases: dict[str, Callable[[], object]] = {
+                "route": lambda: routed.get("small.txt").raise_for_status(),
+                "host": lambda: plain.get("small.txt").raise_for_status(),
+                "floor": lambda: api.get(f"/v1/sessions/{s.id}").raise_for_status(),
+                "raw": _raw(grid, s.id),
+            }
+            _print_small(_in_turn(cases, args.runs), args.runs)
         inside = _times(lambda: s.exec(["python3", "-c", IN_SANDBOX_GET]), max(20, args.runs // 10))
         warm = _times(lambda: s.exec(shell="true"), max(20, args.runs // 10))
         preview = s.port_url(8000, read_only=True).url

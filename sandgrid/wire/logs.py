@@ -12,7 +12,8 @@ stderr and one of two formatters (``SANDGRID_LOG_FORMAT``):
   or a traceback is written ``\\n``.
 
 Neither ever writes a query string (a URL or a path keeps what is before its
-``?``: a token or any value in a query never reaches a log), a ``sg_`` token,
+``?``: a token or any value in a query never reaches a log), a preview URL's
+token (``/p/<token>/...``: the path itself is the credential), a ``sg_`` token,
 a ``Bearer`` credential, the password of a URL, or a ``token=``/``password=``
 pair: ``scrub`` runs over every message and traceback. This is the net under
 the rule that the code logs ids, ops, sizes and durations, never output, file
@@ -66,6 +67,8 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(rf"(?P<p>(?:{_URL_START}[^\s/?#\"'<>]*)?/[^\s?#\"'<>]*)\?[^\s\"'<>]*"), r"\g<p>"),
     # The password of user:password@ in a URL.
     (re.compile(rf"(?P<p>{_URL_START}[^\s:/@\"'<>]*):[^\s@/\"'<>]+@"), rf"\g<p>:{_REDACTED}@"),
+    # A preview URL's token (sandgrid.wire.preview: /p/<payload>.<signature>).
+    (re.compile(r"/p/[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), f"/p/{_REDACTED}"),
     # A tenant token (scheduler.tenants: "sg_" + 43 characters).
     (re.compile(r"\bsg_[A-Za-z0-9_-]{8,}"), f"sg_{_REDACTED}"),
     # Authorization header values.

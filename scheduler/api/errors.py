@@ -9,7 +9,9 @@ is gone is 410 ``process_lost``; Starlette's own answers (an unknown path, a
 method not allowed) keep their status with the same body; Redis (the registry, the broker)
 unreachable is 503 ``registry_unavailable`` with ``Retry-After``, whatever call
 found it so: mapped here, once, from the client libraries' own exceptions;
-anything unexpected is a 500 ``internal`` without a traceback (that goes to the
+a client that hangs up before its body is read is logged as information, not
+as an error (the answer reaches nobody); anything unexpected is a 500
+``internal`` without a traceback (that goes to the
 log). Never a 500 for bad input, nor for a service that is down.
 """
 
@@ -28,6 +30,7 @@ from fastapi.responses import JSONResponse
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sandgrid.errors import (
@@ -174,6 +177,16 @@ def install_error_handlers(app: FastAPI) -> None:
         log.warning("registry unavailable on %s: %s", _operation(request), exc)
         return error_response(registry_unavailable(exc, _operation(request)))
 
+    async def on_client_gone(request: Request, exc: Exception) -> JSONResponse:
+        # The caller hung up before its body was read: nothing was done, and the
+        # answer reaches nobody; not an error of the grid's.
+        log.info("client closed the connection during %s", _operation(request))
+        err = InvalidInput(
+            "the client closed the connection before its request was read",
+            operation=_operation(request),
+        )
+        return error_response(err)
+
     async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error on %s", _operation(request), exc_info=exc)
         err = SandgridError(f"internal error: {type(exc).__name__}", operation=_operation(request))
@@ -185,6 +198,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, on_http)
     for exc_type in REGISTRY_DOWN:
         app.add_exception_handler(exc_type, on_registry_down)
+    app.add_exception_handler(ClientDisconnect, on_client_gone)
     app.add_exception_handler(Exception, on_unexpected)
 
 

@@ -23,7 +23,7 @@ from sandgrid.wire.jobs import expect
 from scheduler.api.deps import CurrentTenant, Services, Svc
 from scheduler.api.lifecycle import ExpiryDep, check_memory_runtime
 from scheduler.tenants import Tenant
-from scheduler.turns.runner import closed_error
+from scheduler.turns.closing import closed_error
 
 __all__ = ["fork_session", "router"]
 

@@ -31,22 +31,22 @@ waits for it while it is in flight, and never sends the turn again.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import redis.exceptions
+
 from sandgrid.errors import (
     Conflict,
     ErrorCode,
-    InfrastructureError,
     SandgridError,
     error_from_body,
 )
 from sandgrid.models import ExecRequest, ExecResult, SessionInfo, WireModel
 from sandgrid.ops.exec import ExecOp
-from sandgrid.ops.session import CloseOp
-from sandgrid.wire import names
 from sandgrid.wire.jobs import TurnJob, TurnOp, TurnOutcome, expect
 from scheduler import metrics
 from scheduler.audit.log import AuditLog
@@ -55,6 +55,7 @@ from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from scheduler.tenants import Tenant
 from scheduler.turns.admission import Admission, check_exec
 from scheduler.turns.cancel import TurnCancels
+from scheduler.turns.closing import SessionCloser, closed_error
 from scheduler.turns.dispatch import Dispatcher, result_key
 from scheduler.turns.idempotency import (
     IdempotencyStore,
@@ -63,22 +64,19 @@ from scheduler.turns.idempotency import (
     fingerprint,
     turn_id_for,
 )
-from scheduler.turns.recovery import Earlier, TurnRecovery, timeout_of
-from scheduler.turns.routing import route
+from scheduler.turns.recovery import TurnRecovery
 from scheduler.turns.slots import EXCLUSIVE_KINDS, SessionSlots
-from scheduler.turns.watch import RESTART_GRACE_S, Lost, TurnWatch
+from scheduler.turns.waiting import TurnWaiting
+from scheduler.turns.watch import RESTART_GRACE_S
 
 __all__ = [
-    "CLOSE_EXPIRES_S",
     "TurnDone",
     "TurnRunner",
-    "closed_error",
 ]
 
 R = TypeVar("R", bound=WireModel)
 
-#: How long a close message may wait in the owner's queue before it is dropped.
-CLOSE_EXPIRES_S = 120.0
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -199,10 +197,18 @@ class TurnRunner:
                 )
             except TakeOver:
                 return self._keyed_run(tenant, session, op, turn_id, t0)
+            self._end_found(tenant, job)
             if not outcome.ok:
                 raise error_from_body(outcome.error or {})
             return TurnDone(outcome, _timings(t0, 0.0, outcome))
         return self._keyed_run(tenant, session, op, turn_id, t0)
+
+    def _end_found(self, tenant: Tenant, job: TurnJob) -> None:
+        """End a keyed turn whose outcome a retry found. Its sender may not have:
+        one whose Redis failed over while it waited answered 503 and could not write
+        the end, and the turn's slots would keep the session busy (a close refused)
+        until their deadline. Ending an ended turn changes nothing."""
+        self.registry.finish_turn(job.session.id, job.turn_id, tenant.name)
 
     def _keyed_run(
         self, tenant: Tenant, session: SessionInfo, op: ExecOp, turn_id: str, t0: float
@@ -330,39 +336,15 @@ class TurnRunner:
             self.audit.turn(job, outcome, error, timings["total_ms"])
 
     def close(self, tenant: Tenant, session_id: str) -> SessionInfo:
-        """Close a session: mark it closed and tell its owner to destroy the container.
+        """Close a session (``scheduler.turns.closing``), over this runner's parts.
 
         Raises:
-            NotFound: unknown session. Conflict: a turn is in flight.
+            NotFound: unknown session. Conflict: its turns did not end in time.
         """
-        session = self.registry.get(tenant.name, session_id)
-        if session.state == "closed":
-            return session
-        lock = new_turn_id()
-        if not self.cancels.lock_for_close(session, lock, self.turn_margin_s):
-            raise _busy(session.id, "sessions.close")
-        try:
-            self.registry.close(session.id)
-            if self.audit is not None:
-                self.audit.event(tenant.name, session.id, "session_close")
-            queue = self._close_queue(session)
-            if queue is not None:
-                job = TurnJob(turn_id=new_turn_id(), session=session, op=CloseOp())
-                self.dispatcher.send(job, queue, expires=CLOSE_EXPIRES_S)
-        finally:
-            self.registry.end_turn(session.id, lock)
-        return self.registry.get(tenant.name, session_id)
-
-    def _close_queue(self, session: SessionInfo) -> str | None:
-        """Where the close goes: the owner (it destroys the sandbox and deletes the
-        snapshots), else any worker of the type (it deletes the snapshots), else
-        nowhere when the session never had a sandbox or a snapshot. A close that
-        no worker handles is caught by the workers' snapshot collection."""
-        if session.owner and self.registry.node_alive(session.owner):
-            return names.node_queue(session.owner)
-        if session.snapshot or session.turns or session.forked_from:
-            return names.type_queue(session.type)
-        return None
+        closer = SessionCloser(
+            self.registry, self.cancels, self.dispatcher, self.audit, self.turn_margin_s
+        )
+        return closer.close(tenant, session_id)
 
     def _locked(
         self, tenant: Tenant, job: TurnJob, queue: str, ttl: float, *, settle: bool = False
@@ -372,16 +354,38 @@ class TurnRunner:
         try:
             t_send = time.perf_counter()
             handle = self.dispatcher.send(job, queue, expires=ttl)
-            outcome = self._wait(job, handle, queue, ttl)
+            outcome = self._waiting().wait(job, handle, queue, ttl)
             wait_ms = (time.perf_counter() - t_send) * 1000
         except BaseException:
+            self._give_back(tenant, job)
+            raise
+        self._end(tenant, job, handle, outcome if settle and outcome.ok else None)
+        return outcome, wait_ms
+
+    def _waiting(self) -> TurnWaiting:
+        """The wait of a turn, over the parts this runner has now."""
+        return TurnWaiting(
+            self.registry,
+            self.admission.nodes,
+            self.dispatcher,
+            self.recovery,
+            lost_check_s=self.lost_check_s,
+            restart_grace_s=self.restart_grace_s,
+            turn_margin_s=self.turn_margin_s,
+        )
+
+    def _give_back(self, tenant: Tenant, job: TurnJob) -> None:
+        """Give back the slots of a turn that did not answer. With Redis away (a
+        failover) the turn's own error stays the answer, with what it says of the
+        run: the slots lapse at their deadline, or the keyed retry that finds the
+        outcome ends them (``_end_found``)."""
+        try:
             try:
                 self.registry.end_turn(job.session.id, job.turn_id)
             finally:
                 self.admission.release_turn(tenant, job.turn_id)
-            raise
-        self._end(tenant, job, handle, outcome if settle and outcome.ok else None)
-        return outcome, wait_ms
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            log.warning("turn %s: its slots were not given back: %s", job.turn_id, exc)
 
     def _end(self, tenant: Tenant, job: TurnJob, handle: Any, settle: TurnOutcome | None) -> None:
         """The writes that end a turn that answered, in one round trip
@@ -403,86 +407,6 @@ class TurnRunner:
             keep_s=self.idempotency.ttl_s,
             alone=job.op.kind in EXCLUSIVE_KINDS,
         )
-
-    def _wait(self, job: TurnJob, handle: Any, queue: str, ttl: float) -> TurnOutcome:
-        """Wait for the outcome, checking every ``lost_check_s`` that its holder lives
-        (``scheduler.turns.watch``); when it is gone or time is up, ``recovery``
-        decides, and a next attempt is sent and waited for here."""
-        deadline = time.monotonic() + ttl
-        watch = TurnWatch(
-            self.registry,
-            self.admission.nodes,
-            job,
-            queue,
-            restart_grace_s=self.restart_grace_s,
-        )
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.dispatcher.forget(handle)
-                self.recovery.on_turn_timeout(job, ttl)
-            outcome = self.dispatcher.wait(handle, min(self.lost_check_s, left))
-            if outcome is not None:
-                return outcome
-            lost = watch.check()
-            if lost is not None:
-                last = self.dispatcher.wait(handle, self.lost_check_s / 10)
-                if last is not None:
-                    return last
-                retry = self._after_lost(job, handle, lost)
-                if retry is not None:
-                    return self._resend(retry, Earlier(job, handle, queue, lost))
-
-    def _after_lost(self, job: TurnJob, handle: Any, lost: Lost) -> TurnJob | None:
-        """Ask ``recovery`` about a turn whose holder is gone (None: a live process
-        took it meanwhile, keep waiting for it). The old attempt's result is kept
-        while the next one runs: it may be the turn's answer yet (``_resend``)."""
-        try:
-            return self.recovery.on_worker_lost(job, lost.node, holder=lost.holder)
-        except InfrastructureError:
-            self.dispatcher.forget(handle)
-            raise
-
-    def _resend(self, retry: TurnJob, earlier: Earlier) -> TurnOutcome:
-        """Send the next attempt of a turn (to its session's owner if it lives, else
-        its type's queue) and wait for it like the first; when the holder taken for
-        lost refused it with its lease, wait for the earlier attempt again
-        (``TurnRecovery.on_refused``, issue 22.5)."""
-        queue = route(self.registry, retry.session, batch=retry.batch)
-        ttl = (timeout_of(retry) or retry.session.quotas.timeout_s) + self.turn_margin_s
-        handle = self.dispatcher.send(retry, queue, expires=ttl)
-        try:
-            outcome = self._wait(retry, handle, queue, ttl)
-        except BaseException:
-            self.dispatcher.forget(earlier.handle)
-            raise
-        if not self.recovery.on_refused(retry, outcome, earlier.lost):
-            self.dispatcher.forget(earlier.handle)
-            return outcome
-        self.dispatcher.forget(handle)
-        # A fresh handle: its first wait reads the result key, which is the truth
-        # (a result stored while nobody listened is there).
-        again = self.dispatcher.handle_of(earlier.job)
-        return self._wait(retry, again, earlier.queue, ttl)
-
-
-def _busy(session_id: str, operation: str) -> Conflict:
-    return Conflict(
-        f"session {session_id!r}: its turns did not end in time for {operation}; retry later",
-        code=ErrorCode.SESSION_BUSY,
-        operation=operation,
-        context={"session": session_id},
-    )
-
-
-def closed_error(session_id: str, operation: str) -> Conflict:
-    """409 ``session_closed`` for ``operation`` on a closed session (also the fork route's)."""
-    return Conflict(
-        f"session {session_id!r} is closed",
-        code=ErrorCode.SESSION_CLOSED,
-        operation=operation,
-        context={"session": session_id},
-    )
 
 
 def _timings(t0: float, wait_ms: float, outcome: TurnOutcome | None) -> dict[str, float]:

@@ -34,12 +34,20 @@ class Ticket:
     session: str
     moved: list[int] = field(default_factory=lambda: [0, 0])
     done: bool = False
+    #: A count allowed fewer bytes than asked: the connection is to be cut.
+    cut: bool = False
 
     def count(self, direction: int, nbytes: int) -> int:
         """How many of ``nbytes`` may pass (``splice.Count``); fewer: the link is cut."""
         allowed = self.caps._take(self.session, nbytes)
         self.moved[direction] += allowed
+        self.cut = self.cut or allowed < nbytes
         return allowed
+
+    def give_back(self, direction: int, nbytes: int) -> None:
+        """Bytes counted that never moved (a refusal dropped them)."""
+        self.caps._give(self.session, nbytes)
+        self.moved[direction] -= nbytes
 
     def close(self) -> None:
         """The connection ended: it no longer counts as open. Idempotent."""
@@ -90,6 +98,11 @@ class PortCaps:
             allowed = max(0, min(nbytes, self.max_bytes - usage.bytes))
             usage.bytes += allowed
             return allowed
+
+    def _give(self, session: str, nbytes: int) -> None:
+        with self._lock:
+            usage = self._usage[session]
+            usage.bytes = max(0, usage.bytes - nbytes)
 
     def _release(self, session: str) -> None:
         with self._lock:

@@ -9,10 +9,14 @@ is closed without a word. Then: the session must be live here (else 503,
 its loopback (``InboundSockets.connect``; else 502, ``port_not_listening``).
 On success the worker answers ok and a splice ``Link`` relays the bytes both
 ways, counting each chunk against the byte cap, until either side ends: the
-connection's own thread carries API -> sandbox, one more thread the answer
-(``Link.run_here``), both kept for the next connections (``Threads``). The
-bytes the API sent behind its hello (a request's head) go first, counted as
-any. A refusal drops them: its answer is sent, the connection is shut for
+connection's own thread, the one that accepted it (it hands the accepting on
+to another first), carries the answer, sandbox -> API, and one more thread
+API -> sandbox (``Link.run_here``), both kept for the next connections
+(``Threads``): no thread hop between the accept and the answer. The
+bytes the API sent behind its hello (a request's head) go to the agent with
+the port (``InboundSockets.connect``), counted as any, so the server has them
+as soon as the agent connected. A refusal drops them (and gives their count
+back): its answer is sent, the connection is shut for
 writing and read to its end (``_refuse``), so the API reads the answer rather
 than a reset. Then the connection is recorded (``PortBook``). A session with
 a connection open is marked used every ``_TOUCH_S`` by one thread of the
@@ -25,10 +29,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-import socketserver
 import threading
 import time
-from typing import Any
 
 from sandgrid.errors import ErrorCode, InfrastructureError, InvalidInput, SandgridError
 from sandgrid.models import NetworkAttempt
@@ -46,35 +48,6 @@ log = logging.getLogger(__name__)
 
 #: How often an open connection marks its session used (the reaper's idle TTL is minutes).
 _TOUCH_S = 10.0
-
-
-class _Server(socketserver.TCPServer):
-    """A thread per connection (each lives as long as its relay), from ``Threads``."""
-
-    allow_reuse_address = True
-
-    def __init__(
-        self,
-        addr: tuple[str, int],
-        handler: type[socketserver.BaseRequestHandler],
-        threads: Threads,
-    ) -> None:
-        self.threads = threads
-        super().__init__(addr, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        try:
-            self.threads.submit(lambda: self._serve(request, client_address))
-        except RuntimeError:  # no thread to be had: this connection is refused
-            self.shutdown_request(request)
-
-    def _serve(self, request: Any, client_address: Any) -> None:
-        try:
-            self.finish_request(request, client_address)
-        except Exception:
-            self.handle_error(request, client_address)
-        finally:
-            self.shutdown_request(request)
 
 
 def _read_hello(sock: socket.socket) -> tuple[bytes, bytes]:
@@ -127,29 +100,50 @@ class PortServer:
         self.book = book
         self.reserved = reserved
         self.timeout_s = timeout_s
-        self._server: _Server | None = None
+        self._listener: socket.socket | None = None
         self._stopped = threading.Event()
         self.threads = Threads("ports", report=lambda _exc: log.exception("ports: a task failed"))
 
     def serve(self, addr: str, port: int) -> int:
-        """Start listening on ``addr:port`` (0: any) in a daemon thread; the bound port."""
-        outer = self
-
-        class _Handler(socketserver.BaseRequestHandler):
-            def handle(self) -> None:
-                outer.handle(self.request)
-
-        server = _Server((addr, port), _Handler, self.threads)
-        self._server = server
-        threading.Thread(target=server.serve_forever, name="ports", daemon=True).start()
+        """Start listening on ``addr:port`` (0: any); the bound port."""
+        family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        listener = socket.create_server((addr, port), family=family, backlog=128)
+        self._listener = listener
+        self.threads.submit(self._accept)
         threading.Thread(target=self._touch_open, name="ports-touch", daemon=True).start()
-        return int(server.server_address[1])
+        return int(listener.getsockname()[1])
 
     def stop(self) -> None:
         self._stopped.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+        if self._listener is not None:
+            with contextlib.suppress(OSError):  # wakes the accepting thread (EINVAL)
+                self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
+
+    def _accept(self) -> None:
+        """Wait for the next connection, hand the waiting on to another thread and
+        serve this one here: no thread hop between the accept and the hello."""
+        assert self._listener is not None
+        while not self._stopped.is_set():
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:
+                if self._stopped.is_set():
+                    return
+                time.sleep(0.01)  # EMFILE and the like: the connection waits in the backlog
+                continue
+            try:
+                self.threads.submit(self._accept)
+            except RuntimeError:  # no thread to be had: this connection is refused
+                sock.close()
+                continue
+            try:
+                self.handle(sock)
+            finally:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_WR)
+                sock.close()
+            return
 
     def handle(self, sock: socket.socket) -> None:
         """One connection of the API, from its hello to the relay's end."""
@@ -162,7 +156,7 @@ class PortServer:
             return
         t0 = time.time()
         try:
-            agent, ticket = self._open(hello.session, hello.port)
+            agent, ticket, first = self._open(hello.session, hello.port, early)
         except SandgridError as exc:
             self._record(hello.session, hello.port, t0, None, exc)
             _refuse(sock, answer_line(exc), min(1.0, self.timeout_s))
@@ -174,9 +168,11 @@ class PortServer:
             ticket.close()
             return
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self._relay(sock, agent, ticket, hello.port, t0, early)
+        self._relay(sock, agent, ticket, hello.port, t0, first)
 
-    def _open(self, session: str, port: int) -> tuple[socket.socket, Ticket]:
+    def _open(self, session: str, port: int, early: bytes) -> tuple[socket.socket, Ticket, bytes]:
+        """The agent's connection to the port, ``early`` sent on it; the ticket that
+        counts it, and the port's bytes that came with the agent's answer."""
         if port in self.reserved:
             raise InvalidInput(
                 f"port {port} is the sandbox agent's own",
@@ -193,11 +189,16 @@ class PortServer:
             )
         self._touch(session)
         ticket = self.caps.admit(session)
+        allowed = ticket.count(0, len(early)) if early else 0
         try:
-            return self.inbound.connect(local.sandbox.name, port, self.timeout_s), ticket
+            agent, first = self.inbound.connect(
+                local.sandbox.name, port, self.timeout_s, early[:allowed]
+            )
         except SandgridError:
+            ticket.give_back(0, allowed)  # a refusal dropped them
             ticket.close()
             raise
+        return agent, ticket, first
 
     def _relay(
         self,
@@ -206,18 +207,27 @@ class PortServer:
         ticket: Ticket,
         port: int,
         t0: float,
-        early: bytes,
+        first: bytes,
     ) -> None:
-        done = threading.Event()
-        link = Link(
-            sock, agent, count=ticket.count, on_done=lambda _link: done.set(), pending=(early, b"")
-        )
-        link.run_here(spawn=self.threads.submit)
-        done.wait()  # the answer's direction too: the bytes are counted when it ends
+        cut = ticket.cut  # the early bytes crossed the byte cap: what fit went, no more
+        if not cut:
+            done = threading.Event()
+            link = Link(
+                agent,  # the answer's direction runs here: no thread hop on its way
+                sock,
+                lambda direction, n: ticket.count(1 - direction, n),
+                lambda _: done.set(),
+                pending=(first, b""),
+            )
+            link.run_here(spawn=self.threads.submit)
+            done.wait()  # the answer's direction too: the bytes are counted when it ends
+            cut = link.cut
+        sock.close()
+        agent.close()
         ticket.close()
         self._touch(ticket.session)
-        cut = "cut: the session's byte cap" if link.cut else ""
-        self._record(ticket.session, port, t0, ticket, None, reason=cut)
+        reason = "cut: the session's byte cap" if cut else ""
+        self._record(ticket.session, port, t0, ticket, None, reason=reason)
 
     def _touch_open(self) -> None:
         while not self._stopped.wait(_TOUCH_S):

@@ -9,6 +9,13 @@ accepts, per sandbox. ``take`` hands out the next one, waiting briefly for
 the agent to dial again when all are in use. A connection the agent has
 closed meanwhile (it exited) is found out by the caller, whose handshake
 fails, and ``connect`` takes the next.
+
+``connect`` sends the stream's first bytes (a request's head) with the port
+(``H <port> <n>``): the agent writes them to the port as soon as it is
+connected, before its answer, so the server works while the answer travels
+back. An agent older than the verb (a sandbox restored with its memory from
+an image made before) closes the connection on it: the sandbox is marked, and
+its requests name the port alone (``P``) and send the bytes after ``K``.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from collections import deque
 from pathlib import Path
 
 from sandgrid.errors import PortUnreachable, SandboxError
-from worker.agent.inbound import read_line
+from worker.agent.inbound import EARLY_MAX, split_line
 
 __all__ = ["SOCKET_NAME", "InboundSockets"]
 
@@ -38,6 +45,8 @@ class _Sandbox:
         self.listener = listener
         self.idle: deque[socket.socket] = deque()
         self.ready = threading.Condition()
+        #: Its agent closed on an ``H`` request: it knows ``P`` alone.
+        self.legacy = False
 
 
 class InboundSockets:
@@ -129,7 +138,7 @@ class InboundSockets:
         box = self._boxes.get(name)
         return len(box.idle) if box is not None else 0
 
-    def _take(self, name: str, deadline: float) -> socket.socket:
+    def _take(self, name: str, deadline: float) -> tuple[socket.socket, _Sandbox]:
         box = self._boxes.get(name)
         if box is None:
             raise SandboxError(f"sandbox {name} has no port listener", operation="ports")
@@ -143,10 +152,13 @@ class InboundSockets:
                         retryable=True,
                     )
                 box.ready.wait(left)
-            return box.idle.popleft()
+            return box.idle.popleft(), box
 
-    def connect(self, name: str, port: int, timeout: float) -> socket.socket:
-        """A connection to ``port`` on sandbox ``name``'s loopback, through its agent.
+    def connect(
+        self, name: str, port: int, timeout: float, early: bytes = b""
+    ) -> tuple[socket.socket, bytes]:
+        """A connection to ``port`` on sandbox ``name``'s loopback, through its agent,
+        ``early`` sent on it; and the port's bytes that came with the agent's answer.
 
         Raises:
             PortUnreachable: nothing listens there (the agent's connect was refused).
@@ -154,21 +166,31 @@ class InboundSockets:
         """
         deadline = time.monotonic() + timeout
         while True:
-            conn = self._take(name, deadline)
+            conn, box = self._take(name, deadline)
+            ahead = not box.legacy and 0 < len(early) <= EARLY_MAX
             try:
                 conn.settimeout(max(0.05, deadline - time.monotonic()))
-                conn.sendall(f"P {port}\n".encode())
-                answer = read_line(conn, _MAX_ANSWER)
+                conn.sendall(_request(port, early if ahead else b""))
+                got = split_line(conn, _MAX_ANSWER)
+                if got is not None and got[0] == b"K" and early and not ahead:
+                    conn.sendall(early)
             except OSError:
-                conn.close()
-                continue  # an agent connection that died while idle: the next one
-            if answer == b"K":
+                got = None
+            if got is not None and got[0] == b"K":
                 conn.settimeout(None)
-                return conn
+                return conn, got[1]
             conn.close()
-            if not answer:
+            if got is None:  # it died while idle, or an older agent refused the verb
+                box.legacy = box.legacy or ahead
                 continue
-            raise _refusal(port, answer)
+            raise _refusal(port, got[0])
+
+
+def _request(port: int, early: bytes) -> bytes:
+    """The agent's request: the port, and ``early`` when there are any."""
+    if early:
+        return f"H {port} {len(early)}\n".encode() + early
+    return f"P {port}\n".encode()
 
 
 def _refusal(port: int, answer: bytes) -> PortUnreachable:

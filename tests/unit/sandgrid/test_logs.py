@@ -27,6 +27,8 @@ from sandgrid.wire.logs import (
 )
 
 SECRET = "sg_" + "S3cr3tT0k3n" * 4
+#: A preview URL's token as sandgrid.wire.preview makes it: ``<payload>.<signature>``.
+PREVIEW = "eyJ2IjoyLCJ0IjoiUzNjcjN0In0.S3cr3tS1gnatur3_-S3cr3tS1gnatur3"
 FORMATS = ("json", "text")
 
 
@@ -51,6 +53,18 @@ SECRET_RECORDS = {
         '%s - "WebSocket %s" [accepted]',
         "127.0.0.1:4242",
         f"/v1/sessions/s-1/terminal?ticket={SECRET}",
+    ),
+    "uvicorn access of a preview URL": _record(
+        "uvicorn.access",
+        '%s - "%s %s HTTP/%s" %d',
+        "127.0.0.1:4242",
+        "GET",
+        f"/p/{PREVIEW}/index.html",
+        "1.1",
+        200,
+    ),
+    "an error on a preview URL's path": _record(
+        "scheduler.api.errors", "registry unavailable on %s: %s", f"GET /p/{PREVIEW}/", "down"
     ),
     "a URL with a password": _record("x", "broker at %s", f"redis://:{SECRET}@127.0.0.1:6379/0"),
     "a bearer header": _record("x", "headers: %r", {"authorization": f"Bearer {SECRET}"}),
@@ -86,6 +100,11 @@ def _raise_with_secret() -> logging.LogRecord:
         record = logging.LogRecord("x", logging.ERROR, __file__, 1, "boom\nline2", None, None)
         record.exc_info = sys.exc_info()
         return record
+
+
+def test_a_preview_path_keeps_its_route_and_loses_its_token() -> None:
+    line = json.loads(JsonFormatter().format(SECRET_RECORDS["uvicorn access of a preview URL"]))
+    assert line["msg"] == '127.0.0.1:4242 - "GET /p/[redacted]/index.html HTTP/1.1" 200'
 
 
 def test_json_is_one_object_a_line_with_the_traceback_inside() -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import redis.exceptions
 
 from sandgrid.errors import Conflict, ErrorCode, InfrastructureError
 from sandgrid.models import ExecRequest
@@ -210,3 +211,60 @@ def test_a_retry_does_not_take_a_resends_lease_refusal_for_the_answer(grid: Grid
 
     threading.Timer(0.2, lambda: store.settle(job.turn_id, fingerprint(job.op), answer)).start()
     assert store.attach(Refusing(), reg, job, 5, 0.05) == answer
+
+
+def test_a_retry_that_finds_the_outcome_ends_the_turn_its_sender_could_not(
+    grid: Grid, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """22.5: the sender's Redis failed over as its turn answered, so it answered 503
+    and its turn's end (slots, record) was never written. The keyed retry that finds
+    the outcome ends the turn: the session is not held busy, and a close is not
+    refused, until the slot's deadline (CI: a Sentinel failover's 409 on close)."""
+    sid = _session(grid)
+    reg = grid.services.registry
+    finish, failed = reg.finish_turn, []
+
+    def down_once(*args: Any, **kwargs: Any) -> None:
+        if not failed:
+            failed.append(args)
+            raise redis.exceptions.ConnectionError("the primary was killed")
+        finish(*args, **kwargs)
+
+    monkeypatch.setattr(reg, "finish_turn", down_once)
+    first = _exec(grid, sid, {"shell": "echo once >> log"})
+    assert first.status_code == 503, first.text
+    assert reg.session_turns(sid) == [turn_id_for("acme", sid, KEY)]  # left behind
+    again = _exec(grid, sid, {"shell": "echo once >> log"})
+    assert again.status_code == 200, again.text
+    assert reg.session_turns(sid) == [] and reg.turns_in_flight("acme") == 0
+    assert reg.turn_state(turn_id_for("acme", sid, KEY))["state"] == "done"
+    assert _execs(grid) == [turn_id_for("acme", sid, KEY)]  # it ran once
+    closed = grid.http.delete(f"/v1/sessions/{sid}", headers=grid.headers())
+    assert closed.status_code == 200 and closed.json()["state"] == "closed", closed.text
+
+
+def test_a_turn_whose_slots_cannot_be_given_back_keeps_its_own_answer(
+    grid: Grid, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis went away while the sender waited: the answer is the wait's 503, which
+    tells the caller to retry with its key, not the give-back's connection error."""
+    from sandgrid.errors import unavailable
+
+    sid = _session(grid)
+    reg = grid.services.registry
+
+    def wait_down(handle: Any, timeout: float) -> None:
+        raise unavailable(
+            ErrorCode.REGISTRY_UNAVAILABLE,
+            "waiting: retry with the same Idempotency-Key",
+            context={"task_id": "t"},
+        )
+
+    def end_down(*args: Any) -> None:
+        raise redis.exceptions.ConnectionError("the primary was killed")
+
+    monkeypatch.setattr(grid.worker, "wait", wait_down)
+    monkeypatch.setattr(reg, "end_turn", end_down)
+    answer = _exec(grid, sid, {"shell": "true"})
+    assert answer.status_code == 503, answer.text
+    assert "retry with the same Idempotency-Key" in answer.json()["error"]["message"]

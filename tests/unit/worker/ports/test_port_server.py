@@ -205,3 +205,68 @@ def test_a_held_request_whose_head_came_with_the_hello_counts_against_the_cap(
     sock.close()
     refused = [a.reason for a in book.attempts if not a.allowed]
     assert len(refused) >= 3 and set(refused) == {"port_limit"}
+
+
+def test_early_bytes_past_the_byte_cap_go_as_far_as_it_allows_and_cut(
+    server: Any, echo: int
+) -> None:
+    _srv, book, (port, _) = server  # the cap is 1000 bytes
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(Hello.make("s-1", echo).line(KEY) + b"x" * 1500)
+    answer, _ = _answer(sock)
+    assert parse_answer(answer) is None
+    while sock.recv(4096):  # then the worker's end
+        pass
+    sock.close()
+    (attempt,) = _recorded(book)
+    assert attempt.received == 1000 and attempt.reason.startswith("cut")
+
+
+def test_a_refusal_gives_the_early_bytes_count_back(server: Any, echo: int) -> None:
+    _srv, book, (port, _) = server  # the cap is 1000 bytes
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    closed = free.getsockname()[1]
+    free.close()
+    for _ in range(2):  # 800 bytes refused: none of them counts
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(Hello.make("s-1", closed).line(KEY) + b"x" * 400)
+        assert json.loads(_answer(sock)[0])["status"] == 502
+        sock.close()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(Hello.make("s-1", echo).line(KEY) + b"y" * 400)
+    answer, got = _answer(sock)
+    assert parse_answer(answer) is None
+    while len(got) < 400 and (chunk := sock.recv(4096)):
+        got += chunk
+    sock.close()
+    assert got == b"y" * 400  # 400 each way: within the cap, with nothing counted before
+    for _ in range(50):
+        if len(book.attempts) == 3:
+            break
+        time.sleep(0.05)
+    assert [a.reason for a in book.attempts if a.allowed] == [""]
+
+
+def test_the_audit_tells_the_bytes_to_the_sandbox_from_those_it_sent(server: Any) -> None:
+    _srv, book, (port, _) = server
+    srv = socket.create_server(("127.0.0.1", 0))
+
+    def answer() -> None:
+        c, _ = srv.accept()
+        with c:
+            c.recv(4)
+            c.sendall(b"0123456789")
+
+    threading.Thread(target=answer, daemon=True).start()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    sock.sendall(Hello.make("s-1", srv.getsockname()[1]).line(KEY) + b"ping")
+    answer_line, got = _answer(sock)
+    assert parse_answer(answer_line) is None
+    while chunk := sock.recv(100):
+        got += chunk
+    assert got == b"0123456789"
+    sock.close()
+    srv.close()
+    (attempt,) = _recorded(book)
+    assert (attempt.received, attempt.sent) == (4, 10)
