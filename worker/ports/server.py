@@ -209,8 +209,8 @@ class PortServer:
         t0: float,
         first: bytes,
     ) -> None:
-        cut = ticket.cut  # the early bytes crossed the byte cap: what fit went, no more
-        if not cut:
+        # The ticket says whether a count fell short, the early bytes' or the link's.
+        if not ticket.cut:  # (the early bytes crossed the byte cap: what fit went, no more)
             done = threading.Event()
             link = Link(
                 agent,  # the answer's direction runs here: no thread hop on its way
@@ -221,12 +221,11 @@ class PortServer:
             )
             link.run_here(spawn=self.threads.submit)
             done.wait()  # the answer's direction too: the bytes are counted when it ends
-            cut = link.cut
         sock.close()
         agent.close()
         ticket.close()
         self._touch(ticket.session)
-        reason = "cut: the session's byte cap" if cut else ""
+        reason = "cut: the session's byte cap" if ticket.cut else ""
         self._record(ticket.session, port, t0, ticket, None, reason=reason)
 
     def _touch_open(self) -> None:
