@@ -15,25 +15,19 @@ from collections.abc import Callable, Mapping
 
 from sandgrid.models import Quotas
 from sandgrid.sandbox_types import SandboxTypeSpec, effective_quotas
-from sandgrid.wire import catalog, redis_connect
+from sandgrid.wire import catalog
 from sandgrid.wire.catalog import CatalogView, get_type
 from sandgrid.wire.celery_app import worker_queues
 from sandgrid.wire.ledger import SessionLedger
-from sandgrid.wire.portkeys import port_key
 from sandgrid.wire.redis_ledger import WORKER_OUTAGE_WAIT_S, RedisLedger
 from sandgrid.wire.settings import Settings, get_settings
 from worker import metrics
-from worker.egress import EgressProxy, RedisBook, Resolver
-from worker.egress.handler import Handler
-from worker.egress.hostguard import HostGuard
-from worker.egress.limits import Limits
+from worker.egress import EgressProxy
 from worker.heartbeat import Heartbeat
 from worker.images import ImagePuller
+from worker.node_services import catalog_view, egress_proxy, port_server, turn_control
 from worker.ops.base import NodeParts
 from worker.ops.terminal import TerminalBridge
-from worker.ports.audit import PortBook
-from worker.ports.caps import PortCaps
-from worker.ports.server import PortServer
 from worker.ports.sockets import InboundSockets
 from worker.reaper import Reaper
 from worker.runtimes import runtime_for
@@ -47,7 +41,6 @@ from worker.sessions.table import SessionTable
 from worker.snapshots import SnapshotStore, open_store
 from worker.turns import memory
 from worker.turns.executor import Executor
-from worker.turns.interactive import TurnControl
 from worker.turns.residency import Residency
 from worker.turns.snapshot_policy import Persistence
 
@@ -100,7 +93,7 @@ class Node:
         self._images: Callable[[str, str | None], str] | None = None
         self._own_backends = backends is None
         if backends is None:
-            self.egress = _egress_proxy(name, self.settings)
+            self.egress = egress_proxy(name, self.settings)
             self.inbound = InboundSockets()
             puller = ImagePuller.from_settings(self.settings, name)  # 25.3: one per node
             self._images = puller.ensure if puller is not None else None
@@ -114,9 +107,14 @@ class Node:
         self.watch: TypeWatch | None = None
         self._serving_lock = threading.Lock()
         self.sessions = SessionTable()
+        self.pool = pool or self._warm_pool()
+        self._wire_components(name)
+
+    def _warm_pool(self) -> WarmPool:
+        """The warm pool of every served type, sized by demand up to its ceiling (22.3)."""
         targets = {t: self._pool_size(self.specs[t]) for t in self.types}
         warm_quotas = {t: self._warm_quotas(s) for t, s in self.specs.items() if s.quotas}
-        self.pool = pool or WarmPool(
+        return WarmPool(
             self.backend_for,
             targets,
             quotas=warm_quotas,
@@ -124,19 +122,14 @@ class Node:
             ceilings={t: self._pool_max(s) for t, s in self.specs.items()},
             total=self.settings.worker.pool_total,
         )
+
+    def _wire_components(self, name: str) -> None:
+        """The components over the node's parts, each given the collaborators it uses."""
         worker = self.settings.worker
         self.persistence = Persistence(self.ledger, self.store, self.backend_for, worker.snapshots)
         self.residency = Residency(name, self.ledger, self.sessions, self.pool, self.persistence)
         #: Streamed output and cancel of this node's running execs.
-        self.control = TurnControl(
-            redis_connect.connect(
-                self.settings.redis_url,
-                decode_responses=True,
-                socket_timeout=5,  # a Redis outage must not hold a turn
-                socket_connect_timeout=2,
-            ),
-            self.sessions,
-        )
+        self.control = turn_control(self.settings, self.sessions)
         parts = NodeParts(
             self.ledger,
             self.sessions,
@@ -147,7 +140,7 @@ class Node:
             terminal=TerminalBridge.from_settings(self.settings),
         )
         self.executor = Executor(name, self.pool, parts, self.incarnation)
-        self.ports = _port_server(name, self.settings, self.sessions, self.inbound)
+        self.ports = port_server(name, self.settings, self.sessions, self.inbound)
         self.heartbeat = Heartbeat(
             name,
             self.ledger,
@@ -332,57 +325,6 @@ class Node:
         log.info("node %s: stopped", self.name)
 
 
-def _egress_proxy(name: str, settings: Settings) -> EgressProxy:
-    """The node's egress proxy over the grid's Redis (docs/network.md)."""
-    egress = settings.worker.egress
-    book = RedisBook(settings.redis_url, max_len=egress.audit_max, ttl_s=egress.audit_ttl_s)
-    handler = Handler(
-        book,
-        Resolver(egress.hosts),
-        name,
-        egress.connect_timeout_s,
-        guard=HostGuard.from_settings(settings),
-        limits=Limits.from_settings(egress),
-    )
-    return EgressProxy(handler, egress.state_dir / name)
-
-
-def _port_server(
-    name: str, settings: Settings, sessions: SessionTable, inbound: InboundSockets | None
-) -> PortServer | None:
-    """The node's port listener over its sandboxes' agents (docs/ports.md); None without them."""
-    if inbound is None:
-        return None
-    p, egress = settings.ports, settings.worker.egress
-    client = redis_connect.connect(
-        settings.redis_url, decode_responses=True, socket_timeout=5, socket_connect_timeout=2
-    )
-    book = PortBook(client, max_len=egress.audit_max, ttl_s=egress.audit_ttl_s)
-    return PortServer(
-        name,
-        port_key(settings, "link"),
-        sessions,
-        inbound,
-        PortCaps(p.max_connections, p.max_bytes, book.used_bytes),
-        book,
-        reserved=frozenset({egress.port}),
-        timeout_s=p.connect_timeout_s,
-    )
-
-
-def _catalog_view(settings: Settings) -> CatalogView:
-    """The registry's catalog, made this process's view of the types (25.1)."""
-    from sandgrid.wire.objects import open_objects
-    from sandgrid.wire.type_store import TypeStore
-
-    client = redis_connect.connect(
-        settings.redis_url, decode_responses=True, socket_timeout=5, socket_connect_timeout=2
-    )
-    view = CatalogView(TypeStore(client, open_objects(settings)), cache_s=settings.types_poll_s)
-    catalog.install(view)
-    return view
-
-
 _node: Node | None = None
 _lock = threading.Lock()
 
@@ -392,7 +334,7 @@ def start_node(name: str, types: list[str]) -> Node:
     global _node
     with _lock:
         if _node is None:
-            view = _catalog_view(get_settings())  # before the node reads the catalog
+            view = catalog_view(get_settings())  # before the node reads the catalog
             _node = Node(name, types)
             _node.watch_catalog(view)
             _node.start()
