@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import tarfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +18,11 @@ import pytest
 from sandgrid.errors import ErrorCode, InvalidInput, NotFound
 from sandgrid.models import FileWrite
 from tests.support.sandbox_calls import run, tar_b64, tar_of
+from tests.support.snapshot_stores import local_store
 from worker.ops.files import delete, get_tar, list_files, put_tar, read_file, write_files
 from worker.sandboxes import Sandbox, SandboxManager
+from worker.sandboxes.files import SCAN_INLINE_BYTES
+from worker.snapshots import restore_sandbox, snapshot_sandbox
 
 pytestmark = pytest.mark.integration
 
@@ -255,6 +259,19 @@ def test_scan_roots_validated(backend: SandboxManager, shared: Sandbox) -> None:
         backend.files.pack(shared, ["/etc/passwd"])
 
 
+def spied_ops(backend: SandboxManager, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ops of every agent request ``backend`` makes from now on, in order."""
+    ops: list[str] = []
+    call = backend.call
+
+    def spy(sbx_: Sandbox, op: str, fields: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        ops.append(op)
+        return call(sbx_, op, fields, **kw)
+
+    monkeypatch.setattr(backend, "call", spy)
+    return ops
+
+
 def test_an_exec_asked_to_scan_after_it_saves_the_scan_round_trip(
     backend: SandboxManager, sandbox_factory: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -264,14 +281,7 @@ def test_an_exec_asked_to_scan_after_it_saves_the_scan_round_trip(
     sbx = sandbox_factory()
     roots = ("/workspace", "/home/sandbox")
     assert backend.files.scan(sbx, list(roots)) == []
-    ops: list[str] = []
-    call = backend.call
-
-    def spy(sbx_: Sandbox, op: str, fields: dict[str, Any], **kw: Any) -> dict[str, Any]:
-        ops.append(op)
-        return call(sbx_, op, fields, **kw)
-
-    monkeypatch.setattr(backend, "call", spy)
+    ops = spied_ops(backend, monkeypatch)
     sbx.scan_after_exec = roots
     assert run(backend, sbx, shell="mkdir d && echo x > d/f && rm -f nothing").exit_code == 0
     rows = backend.files.scan(sbx, list(roots))
@@ -284,3 +294,32 @@ def test_an_exec_asked_to_scan_after_it_saves_the_scan_round_trip(
     read_file(backend, sbx, "g")  # a request between: the exec's scan is stale
     after = backend.files.scan(sbx, list(roots))
     assert ops[-1] == "scan" and "/workspace/g" in {r[0] for r in after}
+
+
+def test_a_small_change_reaches_the_store_without_a_pack(
+    backend: SandboxManager,
+    sandbox_factory: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The exec's scan carries the small file it read (``inline``, issue 22.2): the
+    snapshot after it asks the sandbox nothing more, and restores byte for byte; a
+    file past the scan's budget still comes by ``pack``."""
+    sbx = sandbox_factory()
+    roots = ("/workspace", "/home/sandbox")
+    ops = spied_ops(backend, monkeypatch)
+    with local_store(tmp_path / "store") as store:
+        sbx.scan_after_exec = roots
+        run(backend, sbx, shell="echo one >> log.txt")
+        first = snapshot_sandbox(backend.files, sbx, store, "acme", "s1", None)
+        assert first is not None and ops == ["exec"]
+        sbx.scan_after_exec = roots
+        run(backend, sbx, shell=f"echo two >> log.txt; head -c {SCAN_INLINE_BYTES + 1} "
+            "/dev/zero > big.bin")  # fmt: skip
+        second = snapshot_sandbox(backend.files, sbx, store, "acme", "s1", first.manifest)
+        assert second is not None and ops == ["exec", "exec", "pack"]
+        dst = sandbox_factory()
+        restore_sandbox(backend.files, dst, store, "acme", "s1", second)
+    assert run(backend, dst, shell="cat log.txt; wc -c < big.bin").stdout == (
+        f"one\ntwo\n{SCAN_INLINE_BYTES + 1}\n"
+    )

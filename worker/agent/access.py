@@ -25,6 +25,7 @@ __all__ = [
     "reaching",
     "settled_ctime",
     "sha256_of",
+    "small_file",
 ]
 
 
@@ -57,6 +58,14 @@ def sha256_of(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def small_file(path: str) -> tuple[str, bytes]:
+    """The hex SHA-256 of a small user's file and its bytes, from one read (see
+    ``open_own``): a scan hands them on with the row, so the bytes are those hashed."""
+    with open_own(path) as f:
+        data = f.read()
+    return hashlib.sha256(data).hexdigest(), data
 
 
 @contextlib.contextmanager

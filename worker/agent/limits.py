@@ -21,6 +21,7 @@ __all__ = [
     "KILL_BUDGET_S",
     "MAX_LIST_ENTRIES",
     "MAX_RAW_PAYLOAD",
+    "MAX_SCAN_INLINE",
     "MEMORY_LIMIT_FILE",
     "MEMORY_USAGE_FILE",
     "OOM_FILES",
@@ -45,6 +46,7 @@ ROOTS = (WORKSPACE, HOME)
 UID = GID = 1000
 MAX_RAW_PAYLOAD = 46 << 20  # raw bytes that still fit a frame once base64-encoded
 MAX_LIST_ENTRIES = 100_000
+MAX_SCAN_INLINE = 1 << 20  # bytes of changed small files a scan may carry (its ``inline``)
 KILL_BUDGET_S = 0.8  # the reply must come within timeout + 1 s
 CLEANUP_WAIT_S = 5.0
 EXIT_GRACE_S = 0.1  # read on after the command exits, while descendants hold its pipes

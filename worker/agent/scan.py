@@ -16,14 +16,15 @@ remembered.
 
 from __future__ import annotations
 
+import binascii
 import os
 import stat
 import threading
 from typing import cast
 
-from .access import lending, listing, settled_ctime, sha256_of
-from .errors import Json
-from .limits import check_roots
+from .access import lending, listing, settled_ctime, sha256_of, small_file
+from .errors import AgentError, Json
+from .limits import MAX_SCAN_INLINE, check_roots
 from .processes import as_user_files
 from .scanstate import ScanRow, ScanState
 
@@ -38,14 +39,20 @@ _ONE_SCAN = threading.Lock()  # the delta state is one: scans run one at a time
 
 
 def scan_diff(
-    roots: tuple[str, ...], prev: dict[str, ScanRow], hashes: Hashes | None = None
+    roots: tuple[str, ...],
+    prev: dict[str, ScanRow],
+    hashes: Hashes | None = None,
+    inline: int = 0,
 ) -> Json:
     """Walk ``roots`` (as the user) and compare what is there with ``prev``
     (PID 1's rows for a delta, empty for a full scan).
 
     Returns ``{"changed": rows new or different, "keys": [mtime_ns, ctime_ns, ino] per
     changed row (null unless a file), "removed": paths of ``prev`` gone}``, so
-    only differences cross the pipe to PID 1. A file whose (size, mtime_ns,
+    only differences cross the pipe to PID 1; with ``inline`` bytes, also
+    ``"inline": {path: base64}`` of the files read for their hash, smallest
+    budget first come, up to that many bytes in all (the snapshot after a
+    turn then needs no ``pack`` of its own for them). A file whose (size, mtime_ns,
     ctime_ns, ino) is in ``hashes`` (PID 1's ``HASHES``; a test double keeps its
     own) is not read again, and if its mode is as before its row is not even
     rebuilt. Symlinks are recorded, never followed; devices,
@@ -55,6 +62,7 @@ def scan_diff(
     """
     changed: list[ScanRow] = []
     keys: list[list[int] | None] = []
+    carried: dict[str, str] = {}
     seen: set[str] = set()
     old_row, cached, see = prev.get, (HASHES if hashes is None else hashes).get, seen.add
     is_reg, is_dir = stat.S_ISREG, stat.S_ISDIR
@@ -85,29 +93,41 @@ def scan_diff(
                             continue  # unchanged: PID 1 keeps the row it has
                         digest = hit[4]
                     else:
-                        read = _read_file(path, mode, size, mtime, ino, ctime)
+                        keep = size <= inline
+                        read = _read_file(path, mode, size, mtime, ino, ctime, keep)
                         if read is None:  # removed or renamed while walked
                             seen.discard(path)
                             continue
-                        digest, ctime = read
+                        digest, ctime, data = read
+                        if data is not None and len(data) == size:
+                            carried[path] = binascii.b2a_base64(data, newline=False).decode()
+                            inline -= size
                     changed.append((path, "file", mode, size, digest, None))
                     keys.append([mtime, ctime, ino])
     removed = [p for p in prev if p not in seen]
-    return {"changed": changed, "keys": keys, "removed": removed}
+    out: Json = {"changed": changed, "keys": keys, "removed": removed}
+    if carried:
+        out["inline"] = carried
+    return out
 
 
 def _read_file(
-    path: str, mode: int, size: int, mtime: int, ino: int, ctime: int
-) -> tuple[str, int] | None:
-    """A file's sha256 and its ctime after the read (``open_own``'s chmod of a file the user
-    cannot read moves it); None if it was removed or renamed meanwhile."""
+    path: str, mode: int, size: int, mtime: int, ino: int, ctime: int, keep: bool
+) -> tuple[str, int, bytes | None] | None:
+    """A file's sha256, its ctime after the read (``open_own``'s chmod of a file the user
+    cannot read moves it) and, when ``keep``, the bytes hashed; None if it was removed
+    or renamed meanwhile."""
+    data: bytes | None = None
     try:
-        digest = sha256_of(path)
+        if keep:
+            digest, data = small_file(path)
+        else:
+            digest = sha256_of(path)
         if not mode & 0o400:  # open_own's chmod moved ctime
             ctime = settled_ctime(path, size, mtime, ino, ctime)
     except FileNotFoundError:
         return None
-    return digest, ctime
+    return digest, ctime, data
 
 
 def _other_row(path: str, fmt: int, mode: int) -> ScanRow | None:
@@ -133,7 +153,8 @@ def update(
 ) -> Json:
     """Take a ``scan_diff`` result as the new state (applied to the rows when
     ``delta``, else in their place) and the hash cache (``HASHES`` unless
-    given); reply with the delta or every row."""
+    given); reply with the delta or every row, and the ``inline`` bytes the walk
+    carried, if any."""
     if hashes is None:
         hashes = HASHES
     if not delta:
@@ -150,20 +171,30 @@ def update(
             hashes[row[0]] = (row[3], key[0], key[1], key[2], cast(str, row[4]))
     # os.urandom as secrets.token_hex does, without its imports (hmac, random) at start
     since, state.token, state.roots = state.token, os.urandom(8).hex(), roots
+    carried = {"inline": diff["inline"]} if diff.get("inline") else {}
     if not delta:
-        return {"token": state.token, "entries": list(state.rows.values())}
+        return {"token": state.token, "entries": list(state.rows.values()), **carried}
     return {
         "token": state.token,
         "since": since,
         "changed": diff["changed"],
         "removed": diff["removed"],
+        **carried,
     }
 
 
 def op_scan(req: Json) -> Json:
-    """The ``scan`` reply: a delta on ``since`` when PID 1 holds that token, else every row."""
+    """The ``scan`` reply: a delta on ``since`` when PID 1 holds that token, else every row;
+    with ``inline`` (bytes, at most ``MAX_SCAN_INLINE``) the small files it read too."""
     roots = check_roots(req.get("roots"))
+    inline = req.get("inline", 0)
+    if type(inline) is not int or not 0 <= inline <= MAX_SCAN_INLINE:
+        raise AgentError(
+            "invalid_input",
+            f"inline must be an integer from 0 to {MAX_SCAN_INLINE} (bytes)",
+            field="inline",
+        )
     with _ONE_SCAN:
         delta = SCANNED.answers(req.get("since"), roots)
-        diff = as_user_files(scan_diff, roots, SCANNED.rows if delta else {})
+        diff = as_user_files(scan_diff, roots, SCANNED.rows if delta else {}, None, inline)
         return update(SCANNED, roots, diff, delta=delta)

@@ -22,10 +22,11 @@ from sandgrid.errors import InvalidInput, SandboxError
 from worker.agent.limits import ROOTS
 from worker.agent.scanstate import ScanRow, ScanState
 from worker.sandboxes.handle import Sandbox
-from worker.sandboxes.scan import apply_reply
+from worker.sandboxes.scan import apply_reply, inline_of
 from worker.snapshots.sandbox import FileRange, SandboxFiles
 
 __all__ = [
+    "SCAN_INLINE_BYTES",
     "SNAPSHOT_ROOTS",
     "AgentCaller",
     "AgentFiles",
@@ -40,6 +41,10 @@ __all__ = [
 
 SNAPSHOT_ROOTS = ROOTS
 """What a snapshot holds: the agent's own roots (``worker.agent.limits.ROOTS``)."""
+
+SCAN_INLINE_BYTES = 64 << 10
+"""A scan carries the changed files it read, up to this many bytes in all, so that the
+snapshot of a small change asks no ``pack`` (issue 22.2; a pointer carries as much)."""
 
 
 def check_roots(roots: list[str], operation: str) -> list[str]:
@@ -102,7 +107,7 @@ def _scan_request(sbx: Sandbox, checked: list[str]) -> ScanThen:
     """The request of the next scan of ``checked``: a delta on the rows kept on the
     sandbox when they are of the same roots. It takes them: a scan that fails in
     any way leaves none, so the next one is full."""
-    fields: dict[str, Any] = {"roots": checked}
+    fields: dict[str, Any] = {"roots": checked, "inline": SCAN_INLINE_BYTES}
     prior, sbx.scan_state = sbx.scan_state, None
     if prior is not None and prior.roots == tuple(checked):
         fields["since"] = prior.token
@@ -127,10 +132,12 @@ def keep_scan(sbx: Sandbox, then: ScanThen, reply: Any) -> None:
     full, as after any failed scan."""
     if not isinstance(reply, dict) or reply.get("ok") is not True:
         return
+    result = reply.get("result") or {}
     try:
-        sbx.scan_ready = apply_reply(reply.get("result") or {}, then.roots, then.prior)
+        sbx.scan_ready = apply_reply(result, then.roots, then.prior)
+        sbx.scan_inline = inline_of(result)
     except SandboxError:
-        sbx.scan_ready = None
+        sbx.scan_ready, sbx.scan_inline = None, {}
 
 
 class AgentFiles(SandboxFiles[Sandbox]):
@@ -155,9 +162,17 @@ class AgentFiles(SandboxFiles[Sandbox]):
             sbx.scan_state = ready
             return list(ready.ordered)
         then = _scan_request(sbx, checked)
-        state = apply_reply(self.sandboxes.call(sbx, "scan", then.fields), then.roots, then.prior)
+        sbx.scan_inline = {}
+        reply = self.sandboxes.call(sbx, "scan", then.fields)
+        state = apply_reply(reply, then.roots, then.prior)
+        sbx.scan_inline = inline_of(reply)
         sbx.scan_state = state
         return list(state.ordered)
+
+    def inlined(self, sbx: Sandbox) -> dict[str, bytes]:
+        """``SandboxFiles.inlined``: what the last scan carried, handed over once."""
+        inline, sbx.scan_inline = sbx.scan_inline, {}
+        return inline
 
     def pack(self, sbx: Sandbox, paths: list[str]) -> bytes:
         """``SandboxFiles.pack``: the agent's tar, not compressed (it crosses the channel only)."""

@@ -52,3 +52,6 @@ class Sandbox:
     snapshot after the turn then needs no round trip of its own)."""
     scan_ready: ScanState | None = field(default=None, repr=False)
     """That scan, until the next request: ``scan`` of the same roots answers with it."""
+    scan_inline: dict[str, bytes] = field(default_factory=dict, repr=False)
+    """The small files the last scan read, as it read them (``inline``), until the
+    snapshot after it takes them instead of a ``pack`` (``AgentFiles.inlined``)."""

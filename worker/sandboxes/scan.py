@@ -10,12 +10,14 @@ the next state.
 
 from __future__ import annotations
 
+import binascii
 from typing import Any
 
 from sandgrid.errors import SandboxError
+from worker.agent.limits import MAX_SCAN_INLINE
 from worker.agent.scanstate import ScanRow, ScanState
 
-__all__ = ["apply_reply"]
+__all__ = ["apply_reply", "inline_of"]
 
 
 def apply_reply(
@@ -43,6 +45,34 @@ def apply_reply(
         return ScanState(token, roots, prior.rows, prior.ordered)
     prior.apply(changed, removed)
     return ScanState(token, roots, prior.rows, sorted(prior.rows.values()))
+
+
+def inline_of(reply: dict[str, Any]) -> dict[str, bytes]:
+    """The bytes of the small files a scan reply carries (``inline``: path -> base64),
+    as the agent read them; none when it carries none. The snapshot uses one only
+    once it hashes to its row's sha256 (``worker.snapshots.sync``).
+
+    Raises:
+        SandboxError: ``inline`` is malformed or carries more than ``MAX_SCAN_INLINE``.
+    """
+    value = reply.get("inline")
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad_scan("inline must map paths to base64")
+    out: dict[str, bytes] = {}
+    total = 0
+    for path, text in value.items():
+        if type(path) is not str or type(text) is not str:
+            raise _bad_scan("inline must map paths to base64")
+        try:
+            out[path] = data = binascii.a2b_base64(text, strict_mode=True)
+        except (binascii.Error, ValueError):
+            raise _bad_scan(f"inline bytes of {path[:200]!r} are not base64") from None
+        total += len(data)
+        if total > MAX_SCAN_INLINE:
+            raise _bad_scan(f"inline carries more than {MAX_SCAN_INLINE} bytes")
+    return out
 
 
 def _scan_rows(value: Any, what: str) -> list[ScanRow]:

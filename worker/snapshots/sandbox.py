@@ -14,7 +14,7 @@ manager, a ``Path`` for the double); the snapshot code only passes it through.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar
 
 __all__ = ["FileRange", "SandboxFiles"]
@@ -51,6 +51,13 @@ class SandboxFiles(ABC, Generic[S]):
             InvalidInput: roots other than the snapshot roots.
             SandboxError: the sandbox failed.
         """
+
+    def inlined(self, sbx: S) -> Mapping[str, bytes]:
+        """Bytes of small files the last ``scan`` read, by path (none by default): the
+        snapshot takes a content from here instead of ``pack`` when it hashes to the
+        sha256 the scan gave (stale bytes never do). Handed over once.
+        """
+        return {}
 
     @abstractmethod
     def pack(self, sbx: S, paths: list[str]) -> bytes:

@@ -24,6 +24,7 @@ import dataclasses
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import closing
+from hashlib import sha256
 from typing import TypeVar
 
 from sandgrid.errors import ErrorCode, SandgridError, SnapshotError
@@ -116,12 +117,20 @@ def snapshot_sandbox(
 
 
 def _pack(backend: SandboxFiles[S], sbx: S, draft: SnapshotDraft) -> dict[str, bytes]:
-    """The bytes of every content the store lacks, asked in frame-sized batches
-    (and large files in chunks)."""
+    """The bytes of every content the store lacks: those the scan carried when they
+    hash to what the store needs, the rest asked in frame-sized batches (and large
+    files in chunks)."""
     contents: dict[str, bytes] = {}
     batch: dict[str, Entry] = {}
     used = 0
-    needed = sorted(draft.need.values(), key=lambda e: e.path)
+    carried = backend.inlined(sbx)
+    needed = []
+    for e in sorted(draft.need.values(), key=lambda e: e.path):
+        data = carried.get(e.path)
+        if data is not None and len(data) == e.size and sha256(data).hexdigest() == e.sha256:
+            contents[str(e.sha256)] = data
+        else:
+            needed.append(e)
     for e in needed:
         if e.size > LARGE_FILE_BYTES:
             contents[str(e.sha256)] = _read_large(backend, sbx, e)
