@@ -28,6 +28,8 @@ DEFERRED = {
     "random": "loaded by secrets",
     "platform": "seccomp reads os.uname().machine",
     "site": "the agent runs with -S (AGENT_COMMAND)",
+    "hashlib": "a scan imports it; warm_imports loads it once the first reply is sent",
+    "_hashlib": "loaded by hashlib (OpenSSL)",
 }
 
 
@@ -48,3 +50,16 @@ def test_the_agent_starts_without_the_deferred_modules(tmp_path: Path) -> None:
 
 def test_the_agent_runs_without_site() -> None:
     assert AGENT_COMMAND[:3] == ("python3", "-I", "-S")
+
+
+def test_the_first_reply_warms_what_the_start_left_out(tmp_path: Path) -> None:
+    archive = build_zipapp(tmp_path)
+    code = (
+        f"import sys; sys.path.insert(0, {str(archive)!r}); from {PACKAGE} import main; "
+        "main.warm_imports(); print('hashlib' in sys.modules)"
+    )
+    flags = [f for f in AGENT_COMMAND[1:] if f.startswith("-")]
+    out = subprocess.run(
+        [sys.executable, *flags, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "True"
