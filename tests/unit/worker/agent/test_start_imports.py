@@ -33,16 +33,19 @@ DEFERRED = {
 }
 
 
-def test_the_agent_starts_without_the_deferred_modules(tmp_path: Path) -> None:
+def agent_prints(tmp_path: Path, code: str) -> str:
+    """What ``code`` prints after ``from <agent package> import main``, in a fresh
+    interpreter run with the agent's flags on its zipapp."""
     archive = build_zipapp(tmp_path)
-    code = (
-        f"import sys; sys.path.insert(0, {str(archive)!r}); import {PACKAGE}.main; "
-        "import json; print(json.dumps(sorted(sys.modules)))"
-    )
+    head = f"import sys; sys.path.insert(0, {str(archive)!r}); from {PACKAGE} import main; "
     flags = [f for f in AGENT_COMMAND[1:] if f.startswith("-")]
-    out = subprocess.run(
-        [sys.executable, *flags, "-c", code], capture_output=True, text=True, check=True
+    return subprocess.run(
+        [sys.executable, *flags, "-c", head + code], capture_output=True, text=True, check=True
     ).stdout
+
+
+def test_the_agent_starts_without_the_deferred_modules(tmp_path: Path) -> None:
+    out = agent_prints(tmp_path, "import json; print(json.dumps(sorted(sys.modules)))")
     loaded = set(json.loads(out))
     assert f"{PACKAGE}.main" in loaded
     assert sorted(loaded & set(DEFERRED)) == []
@@ -53,13 +56,5 @@ def test_the_agent_runs_without_site() -> None:
 
 
 def test_the_first_reply_warms_what_the_start_left_out(tmp_path: Path) -> None:
-    archive = build_zipapp(tmp_path)
-    code = (
-        f"import sys; sys.path.insert(0, {str(archive)!r}); from {PACKAGE} import main; "
-        "main.warm_imports(); print('hashlib' in sys.modules)"
-    )
-    flags = [f for f in AGENT_COMMAND[1:] if f.startswith("-")]
-    out = subprocess.run(
-        [sys.executable, *flags, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
+    out = agent_prints(tmp_path, "main.warm_imports(); print('hashlib' in sys.modules)")
     assert out.strip() == "True"
