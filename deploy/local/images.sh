@@ -36,9 +36,15 @@ build_image() {
   have="$(docker image inspect -f '{{index .Config.Labels "sandgrid.inputs"}}' "$tag" 2>/dev/null || true)"
   if [ "$have" = "$hash" ]; then log "images: $tag up to date"; return 0; fi
   log "images: building $tag"
+  local old; old="$(docker image inspect -f '{{.Id}}' "$tag" 2>/dev/null || true)"
   docker build -q --network host --build-arg "BASE=$BASE_IMAGE" --label "sandgrid.inputs=$hash" \
     -t "$tag" -f "$file" "$ctx" >"$SG_LOG/build-${tag//\//_}.log" 2>&1 \
     || { tail -n 30 "$SG_LOG/build-${tag//\//_}.log"; die "docker build $tag failed"; }
+  # The build it replaced (~560 MB for the grid's image, rebuilt whenever the sources
+  # change) goes, unless a container or another tag still holds it: rm refuses then.
+  if [ -n "$old" ] && [ "$old" != "$(docker image inspect -f '{{.Id}}' "$tag")" ]; then
+    docker image rm "$old" >/dev/null 2>&1 || true
+  fi
 }
 
 DIGESTS="$SG_STATE/images/digests.json"
