@@ -16,6 +16,7 @@ the processes the tests start against their own password-less Redis servers
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +25,13 @@ import redis
 
 from sandgrid.wire.credentials import ADMIN_USER, DEFAULT_STATE_DIR, generated_secrets, with_user
 from sandgrid.wire.settings import Settings
+
+# A suite started in the background of a shell without job control (`nohup make test &`)
+# inherits SIGINT ignored, and so would each CLI a test interrupts with Ctrl-C (its
+# `SIGINT`): Python installs no KeyboardInterrupt handler then. A handler here is reset
+# to the default in every child at exec, as an ignored signal is not.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 STATE_DIR = Path(os.environ.get("SANDGRID_STATE_DIR", DEFAULT_STATE_DIR))
 SHARED_REDIS_PORT = int(os.environ.get("SANDGRID_REDIS_PORT", "6379"))

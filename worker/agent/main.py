@@ -44,7 +44,17 @@ from .seccomp import deny_user_namespaces
 from .threads import RequestThreads
 from .transfer import do_pack, do_read_range, do_unpack, do_write_range
 
-__all__ = ["OPS", "THEN_OPS", "WARM_EXEC", "handle", "limit_pids", "main", "op_ping", "serve"]
+__all__ = [
+    "OPS",
+    "THEN_OPS",
+    "WARM_EXEC",
+    "handle",
+    "limit_pids",
+    "main",
+    "op_ping",
+    "serve",
+    "warm_imports",
+]
 
 #: What an exec may ask to run right after its command, in the same reply:
 #: the snapshot's scan, one channel round trip less per turn.
