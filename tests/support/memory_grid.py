@@ -16,6 +16,7 @@ from typing import Any
 from sandgrid.localgrid import LocalGrid
 from tests.support.one_node_grid import flushed_redis
 from worker.quotas import LABEL_WORKER
+from worker.templates.warm import NODE_LABEL
 
 __all__ = ["MINIO", "memory_grid", "minio_objects", "store_env"]
 
@@ -58,7 +59,9 @@ def memory_grid(
     concurrency: int,
 ) -> Iterator[LocalGrid]:
     """``grid`` started with the ``start`` nodes on a flushed Redis; after, every
-    process stopped, every container of ``nodes`` removed and the bucket dropped."""
+    process stopped, every container of ``nodes`` removed (their sandboxes, and the
+    warm build sandbox of a node killed last, which no later start of it collected)
+    and the bucket dropped."""
     with flushed_redis(grid.env["SANDGRID_REDIS_URL"]):
         try:
             grid.start(list(start), types=types, concurrency=concurrency)
@@ -66,8 +69,9 @@ def memory_grid(
         finally:
             grid.stop()
             for node in nodes:
-                label = {"label": f"{LABEL_WORKER}={node}"}
-                for row in docker_client.api.containers(all=True, filters=label):
-                    docker_client.api.remove_container(row["Id"], force=True)
+                for key in (LABEL_WORKER, NODE_LABEL):
+                    label = {"label": f"{key}={node}"}
+                    for row in docker_client.api.containers(all=True, filters=label):
+                        docker_client.api.remove_container(row["Id"], force=True)
             with contextlib.suppress(Exception):
                 minio_objects(bucket).drop_bucket()
