@@ -3,6 +3,8 @@ the catalog's view and the turns' control channel (``worker.node`` wires them)."
 
 from __future__ import annotations
 
+import redis
+
 from sandgrid.wire import catalog, redis_connect
 from sandgrid.wire.catalog import CatalogView
 from sandgrid.wire.portkeys import port_key
@@ -43,10 +45,7 @@ def port_server(
     if inbound is None:
         return None
     p, egress = settings.ports, settings.worker.egress
-    client = redis_connect.connect(
-        settings.redis_url, decode_responses=True, socket_timeout=5, socket_connect_timeout=2
-    )
-    book = PortBook(client, max_len=egress.audit_max, ttl_s=egress.audit_ttl_s)
+    book = PortBook(_redis(settings), max_len=egress.audit_max, ttl_s=egress.audit_ttl_s)
     return PortServer(
         name,
         port_key(settings, "link"),
@@ -64,10 +63,8 @@ def catalog_view(settings: Settings) -> CatalogView:
     from sandgrid.wire.objects import open_objects
     from sandgrid.wire.type_store import TypeStore
 
-    client = redis_connect.connect(
-        settings.redis_url, decode_responses=True, socket_timeout=5, socket_connect_timeout=2
-    )
-    view = CatalogView(TypeStore(client, open_objects(settings)), cache_s=settings.types_poll_s)
+    store = TypeStore(_redis(settings), open_objects(settings))
+    view = CatalogView(store, cache_s=settings.types_poll_s)
     catalog.install(view)
     return view
 
@@ -75,7 +72,11 @@ def catalog_view(settings: Settings) -> CatalogView:
 def turn_control(settings: Settings, sessions: SessionTable) -> TurnControl:
     """Streamed output and cancel of the node's running execs, on a Redis client whose
     timeouts keep a Redis outage from holding a turn."""
-    client = redis_connect.connect(
+    return TurnControl(_redis(settings), sessions)
+
+
+def _redis(settings: Settings) -> redis.Redis[str]:
+    """A client of the grid's Redis whose timeouts keep an outage from holding the caller."""
+    return redis_connect.connect(
         settings.redis_url, decode_responses=True, socket_timeout=5, socket_connect_timeout=2
     )
-    return TurnControl(client, sessions)

@@ -50,9 +50,9 @@ def scan_diff(
     Returns ``{"changed": rows new or different, "keys": [mtime_ns, ctime_ns, ino] per
     changed row (null unless a file), "removed": paths of ``prev`` gone}``, so
     only differences cross the pipe to PID 1; with ``inline`` bytes, also
-    ``"inline": {path: base64}`` of the files read for their hash, smallest
-    budget first come, up to that many bytes in all (the snapshot after a
-    turn then needs no ``pack`` of its own for them). A file whose (size, mtime_ns,
+    ``"inline": {path: base64}`` of the files read for their hash, each in the
+    order walked while the budget holds it, up to that many bytes in all (the
+    snapshot after a turn then needs no ``pack`` of its own for them). A file whose (size, mtime_ns,
     ctime_ns, ino) is in ``hashes`` (PID 1's ``HASHES``; a test double keeps its
     own) is not read again, and if its mode is as before its row is not even
     rebuilt. Symlinks are recorded, never followed; devices,
