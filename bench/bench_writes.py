@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _cpu import wait_quiet
 from _grid import bench_grid
 from _services import minio_settings
 from _stats import pct
@@ -116,6 +117,7 @@ def many_sessions(
         try:
             for s in opened:
                 s.exec(shell="true")  # live before the burst
+            wait_quiet()  # the nodes' pools refilled after the new sessions (bench_grid)
             threads = [threading.Thread(target=run, args=(s,)) for s in opened]
             for t in threads:
                 t.start()
