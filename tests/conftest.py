@@ -104,12 +104,15 @@ def test_settings() -> Settings:
 
 
 # ---- nothing left behind ------------------------------------------------------
-# Every container the grid makes carries ``sandgrid.managed=1``. The test session
-# fails if one that it made is still there at its end (those that existed before
-# it, such as the warm pools of a ``make up`` grid, are not its own).
+# Every sandbox the grid makes carries ``sandgrid.managed=1``, and every template
+# build sandbox ``sandgrid.build`` (not the first: the reaper would take a build's
+# sandbox for a stray). The test session fails if one that it made is still there
+# at its end (those that existed before it, such as the warm pools of a ``make up``
+# grid, are not its own).
 
 _MANAGED_AT_START: set[str] | None = None
 LEAK_GRACE_S = 15.0
+LEAK_LABELS = ("sandgrid.managed=1", "sandgrid.build")  # a label without a value: any value
 
 
 def _managed_containers() -> set[str] | None:
@@ -117,7 +120,11 @@ def _managed_containers() -> set[str] | None:
         import docker
 
         client = docker.from_env()
-        rows = client.api.containers(all=True, filters={"label": ["sandgrid.managed=1"]})
+        rows = [
+            row
+            for label in LEAK_LABELS
+            for row in client.api.containers(all=True, filters={"label": [label]})
+        ]
     except Exception:
         return None
     return {row["Id"] for row in rows}
