@@ -25,9 +25,20 @@ __all__ = ["worker"]
 )
 @click.option("--concurrency", type=int, default=4, show_default=True, help="turns at once")
 @click.option("--node", default=None, help="node name, unique in the grid [host name]")
+@click.option(
+    "--task-log/--no-task-log",
+    default=None,
+    help="log every turn's received and succeeded lines at INFO "
+    "[SANDGRID_WORKER__TASK_LOG, off: DEBUG lines]",
+)
 @readable_errors
-def worker(types: str, concurrency: int, node: str | None) -> None:
+def worker(types: str, concurrency: int, node: str | None, task_log: bool | None) -> None:
     """Run a worker node consuming its direct queue and the types' shared queues."""
+    import os
+
+    if task_log is not None:  # before any get_settings() (the imports below make one)
+        os.environ["SANDGRID_WORKER__TASK_LOG"] = "true" if task_log else "false"
+
     from sandgrid.wire.credentials import refusal
     from sandgrid.wire.settings import Settings
     from worker.main import run_worker

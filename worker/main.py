@@ -26,7 +26,7 @@ from celery import current_task, signals
 from celery.worker.consumer import consumer
 
 from sandgrid.wire.celery_app import app, worker_queues
-from sandgrid.wire.logs import setup_logging
+from sandgrid.wire.logs import setup_logging, show_task_lines
 from sandgrid.wire.settings import get_settings
 
 __all__ = [
@@ -149,6 +149,7 @@ def configure_logging(loglevel: int | str | None = None, **_: Any) -> None:
     settings = get_settings()
     handler = setup_logging(settings.log_format, loglevel or settings.log_level)
     handler.addFilter(TaskContext())
+    show_task_lines(settings.worker.task_log)
 
 
 def _body_size(message: Any, body: Any = None) -> str:

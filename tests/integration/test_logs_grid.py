@@ -72,10 +72,15 @@ def _empty_db() -> redis.Redis[str]:
 
 @pytest.fixture(scope="module")
 def grid(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalGrid]:
-    """Flower first (it sees every event), the API with its access log, one worker."""
+    """Flower first (it sees every event), the API with its access log, one worker with
+    its task lines."""
     work = tmp_path_factory.mktemp("logsgrid")
     db = _empty_db()
-    env = {**GRID_ENV, "SANDGRID_WORKER__EGRESS__STATE_DIR": str(work / "egress")}
+    env = {
+        **GRID_ENV,
+        "SANDGRID_WORKER__EGRESS__STATE_DIR": str(work / "egress"),
+        "SANDGRID_WORKER__TASK_LOG": "true",  # Celery's line per turn, checked below
+    }
     g = LocalGrid(work / "grid", port=PORT, redis_url=REDIS_URL, tenants={"logs": TOKEN}, env=env)
     try:
         start_flower(g, FLOWER_PORT)

@@ -200,6 +200,11 @@ class MemorySettings(BaseModel):
 
 class WorkerSettings(BaseModel):
     node: str = Field("", description="SANDGRID_WORKER__NODE; default: the host name")
+    task_log: bool = Field(
+        False,
+        description="SANDGRID_WORKER__TASK_LOG (`sandgrid worker --task-log`): write Celery's "
+        "two lines per turn (received, succeeded) at INFO; off, they are DEBUG lines",
+    )
     types: list[str] = Field(
         default_factory=lambda: ["python"], description="SANDGRID_WORKER__TYPES"
     )

@@ -19,11 +19,14 @@ import pytest
 
 from sandgrid.wire.logs import (
     FRAMEWORK_LOGGERS,
+    TASK_LINE_LOGGERS,
     JsonFormatter,
     OneLineTextFormatter,
+    TaskLines,
     formatter_for,
     scrub,
     setup_logging,
+    show_task_lines,
 )
 
 SECRET = "sg_" + "S3cr3tT0k3n" * 4
@@ -169,3 +172,50 @@ def test_setup_sends_every_library_through_one_handler() -> None:
     lines = out.getvalue().splitlines()
     assert [json.loads(x)["logger"] for x in lines] == ["uvicorn.access", "celery.worker"]
     assert SECRET not in out.getvalue()
+
+
+@pytest.fixture
+def task_lines() -> Iterator[io.StringIO]:
+    """The root logger on a buffer at INFO; the task-line filters and levels put back."""
+    stream = io.StringIO()
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    setup_logging("text", "INFO", stream=stream)
+    try:
+        yield stream
+    finally:
+        show_task_lines(True)
+        for name in TASK_LINE_LOGGERS:
+            for f in [f for f in logging.getLogger(name).filters if isinstance(f, TaskLines)]:
+                logging.getLogger(name).removeFilter(f)
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
+
+
+def test_celery_per_task_lines_are_not_written_at_info_unless_asked(
+    task_lines: io.StringIO,
+) -> None:
+    show_task_lines(False)
+    trace = logging.getLogger("celery.app.trace")
+    trace.info("Task %s[%s] succeeded in 0.01s: <outcome>", "sandgrid.turn", "t-1.1")
+    logging.getLogger("celery.worker.strategy").info("Task sandgrid.turn[t-1.1] received")
+    trace.error("Task sandgrid.turn[t-2.1] raised unexpected: boom")
+    logging.getLogger("worker.node").info("node w1 serving python")
+    lines = task_lines.getvalue().splitlines()
+    assert len(lines) == 2, lines
+    assert "raised unexpected" in lines[0] and "serving python" in lines[1]
+
+
+def test_celery_per_task_lines_are_written_when_asked_or_at_debug(
+    task_lines: io.StringIO,
+) -> None:
+    trace = logging.getLogger("celery.app.trace")
+    show_task_lines(True)
+    show_task_lines(True)  # idempotent: one filter a logger
+    assert sum(isinstance(f, TaskLines) for f in trace.filters) == 1
+    trace.info("Task sandgrid.turn[t-1.1] succeeded in 0.01s: <outcome>")
+    show_task_lines(False)
+    logging.getLogger().setLevel(logging.DEBUG)
+    trace.info("Task sandgrid.turn[t-2.1] succeeded in 0.01s: <outcome>")
+    lines = task_lines.getvalue().splitlines()
+    assert [("t-1.1" in x, "t-2.1" in x) for x in lines] == [(True, False), (False, True)]
