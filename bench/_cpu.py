@@ -7,8 +7,10 @@ the grid's API (``sandgrid.cli serve``), its nodes (``sandgrid.cli worker``),
 the sandboxes (anything in a Docker container's cgroup: the agent, its launcher
 host, the commands they ran), Docker's relay (``dockerd``, ``containerd``, the
 shims), Redis, this process (the bench's clients), and the rest. A process that
-started and ended inside the window and was not reaped by one that is still
-there is not seen: the machine's busy time, read apart, shows what that leaves.
+ended inside the window is counted in the one that reaped it (its children's
+time), less what it had used before the window; one that started and ended
+inside the window and was not reaped by one that is still there is not seen:
+the machine's busy time, read apart, shows what that leaves.
 """
 
 from __future__ import annotations
@@ -62,9 +64,10 @@ def _kind(pid: int, comm: str) -> str:
     return "redis" if comm == "redis-server" else "other"
 
 
-def _ticks() -> dict[tuple[int, str], tuple[str, int]]:
-    """Per process (pid, start time): its kind and CPU ticks, reaped children's included."""
-    out: dict[tuple[int, str], tuple[str, int]] = {}
+def _ticks() -> dict[tuple[int, str], tuple[str, int, int]]:
+    """Per process (pid, start time): its kind, CPU ticks (reaped children's included)
+    and parent's pid."""
+    out: dict[tuple[int, str], tuple[str, int, int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -74,7 +77,7 @@ def _ticks() -> dict[tuple[int, str], tuple[str, int]]:
             fields = raw[raw.rfind(")") + 2 :].split()
             ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
             pid = int(entry.name)
-            out[(pid, fields[19])] = (_kind(pid, comm), ticks)
+            out[(pid, fields[19])] = (_kind(pid, comm), ticks, int(fields[1]))
     return out
 
 
@@ -97,8 +100,12 @@ def cpu_window() -> Iterator[CpuSplit]:
     split.wall_s = time.perf_counter() - t0
     hz = os.sysconf("SC_CLK_TCK")
     seconds = dict.fromkeys(KINDS, 0.0)
-    for key, (kind, ticks) in after.items():
-        seconds[kind] += (ticks - before.get(key, (kind, 0))[1]) / hz
+    for key, (kind, ticks, _) in after.items():
+        seconds[kind] += (ticks - before[key][1] if key in before else ticks) / hz
+    kind_of = {pid: kind for (pid, _), (kind, _, _) in before.items()}
+    for key, (kind, ticks, ppid) in before.items():
+        if key not in after:  # ended: its whole time went to its reaper's children's time
+            seconds[kind_of.get(ppid, kind)] -= ticks / hz
     split.seconds = seconds
     split.busy = (busy1 - busy0) / max(total1 - total0, 1)
 

@@ -41,6 +41,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from _cpu import cpu_window
 from _services import grid_env, minio_settings, shared_redis_url
 
 from sandgrid.client import Client, Session
@@ -199,18 +200,20 @@ def _fork(grid: LocalGrid, client: Client, a: Session, mb: int, n: int = 8) -> N
     _answer(a)  # running again (the second pause released it)
     time.sleep(8.0)  # both warm pools filled
     with concurrent.futures.ThreadPoolExecutor(n) as pool:
-        t0 = time.perf_counter()
-        forks = a.fork(n, memory=True)
-        fork_call_s = time.perf_counter() - t0
-        list(pool.map(_answer, forks))
-        fork_s = time.perf_counter() - t0
+        with cpu_window() as fork_cpu:
+            t0 = time.perf_counter()
+            forks = a.fork(n, memory=True)
+            fork_call_s = time.perf_counter() - t0
+            list(pool.map(_answer, forks))
+            fork_s = time.perf_counter() - t0
         nodes = {f.refresh().owner for f in forks}
         for f in forks:
             f.close()
         time.sleep(5.0)
-        t0 = time.perf_counter()
-        cold = list(pool.map(lambda _: _build(client, mb)[0], range(n)))
-        cold_s = time.perf_counter() - t0
+        with cpu_window() as cold_cpu:
+            t0 = time.perf_counter()
+            cold = list(pool.map(lambda _: _build(client, mb)[0], range(n)))
+            cold_s = time.perf_counter() - t0
         for c in cold:
             c.close()
     print(
@@ -218,7 +221,9 @@ def _fork(grid: LocalGrid, client: Client, a: Session, mb: int, n: int = 8) -> N
         f"(the fork call {fork_call_s * 1000:.0f} ms; restored on {sorted(map(str, nodes))})"
     )
     print(f"  the forks' restores: {_restores(grid, {f.id for f in forks})}")
+    print(f"  per fork, the machine's CPU: {fork_cpu.per(n)}")
     print(f"{n} cold sessions running the setup: {cold_s * 1000:.0f} ms")
+    print(f"  per cold session, the machine's CPU: {cold_cpu.per(n)}")
     print(f"fork vs cold: {cold_s / fork_s:.2f}x faster (target >= 3x)")
 
 
