@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,8 +92,6 @@ def _machine() -> tuple[int, int]:
 @contextlib.contextmanager
 def cpu_window() -> Iterator[CpuSplit]:
     """The CPU used by each kind of process between entering and leaving the block."""
-    import time
-
     split = CpuSplit()
     before, (busy0, total0), t0 = _ticks(), _machine(), time.perf_counter()
     yield split
@@ -114,8 +113,6 @@ def wait_quiet(busy_below: float = 0.25, within_s: float = 60.0, steps: int = 2)
     """Wait until the machine's busy share stays below ``busy_below`` for ``steps``
     seconds in a row (the grid's warm pools refilled after a burst of new sessions,
     say), at most ``within_s``. Returns the seconds waited."""
-    import time
-
     t0, quiet = time.perf_counter(), 0
     while quiet < steps and time.perf_counter() - t0 < within_s:
         busy0, total0 = _machine()

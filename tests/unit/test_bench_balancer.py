@@ -3,26 +3,14 @@ connection goes to the next API process, bytes both ways unchanged."""
 
 from __future__ import annotations
 
-import importlib
 import socket
 import socketserver
-import sys
 import threading
 from collections.abc import Iterator
-from types import ModuleType
 
 import pytest
 
-from tests.support.deploy_state import ROOT
-
-
-def _balancer() -> ModuleType:
-    """bench/_balancer.py, imported as the benchmarks do (bench/ on the path)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        return importlib.import_module("_balancer")
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
+from tests.support.bench_modules import bench_module
 
 
 class _Named(socketserver.BaseRequestHandler):
@@ -50,7 +38,7 @@ def _free_port() -> int:
 
 def test_connections_alternate_between_the_backends(backends: list[int]) -> None:
     port = _free_port()
-    balancer = _balancer().RoundRobin(port, backends).start()
+    balancer = bench_module("_balancer").RoundRobin(port, backends).start()
     try:
         answers = []
         for i in range(4):

@@ -3,24 +3,13 @@ time and its children's, once each, including a child that ended inside it."""
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 import sys
 import time
-from types import ModuleType
 
-from tests.support.deploy_state import ROOT
+from tests.support.bench_modules import bench_module
 
 BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\n"
-
-
-def _cpu() -> ModuleType:
-    """bench/_cpu.py, imported as the benchmarks do (bench/ on the path)."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        return importlib.import_module("_cpu")
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
 
 
 def _burn(seconds: float) -> None:
@@ -30,7 +19,7 @@ def _burn(seconds: float) -> None:
 
 
 def test_a_window_counts_this_process_and_a_child_reaped_inside_it() -> None:
-    cpu = _cpu()
+    cpu = bench_module("_cpu")
     with cpu.cpu_window() as split:
         _burn(0.3)
         subprocess.run([sys.executable, "-c", BURN.format(s=0.3)], check=True)
@@ -42,7 +31,7 @@ def test_a_window_counts_this_process_and_a_child_reaped_inside_it() -> None:
 def test_a_child_that_ended_inside_the_window_counts_only_its_time_inside() -> None:
     """Its whole time reappears as its reaper's children's time: what it had used
     before the window is taken off again, not counted twice."""
-    cpu = _cpu()
+    cpu = bench_module("_cpu")
     child = subprocess.Popen([sys.executable, "-c", BURN.format(s=1.0)])
     time.sleep(0.6)  # the child has used ~0.6 s before the window opens
     with cpu.cpu_window() as split:
@@ -51,7 +40,7 @@ def test_a_child_that_ended_inside_the_window_counts_only_its_time_inside() -> N
 
 
 def test_wait_quiet_returns_once_the_machine_is_quiet_or_at_its_limit() -> None:
-    cpu = _cpu()
+    cpu = bench_module("_cpu")
     waited = cpu.wait_quiet(busy_below=1.01, within_s=10.0, steps=1)  # always quiet
     assert 0.9 <= waited < 3.0
     waited = cpu.wait_quiet(busy_below=0.0, within_s=1.5, steps=1)  # never quiet
