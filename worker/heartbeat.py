@@ -13,6 +13,7 @@ and it refuses at once the types that no live node serves.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 from sandgrid.wire.ledger import SessionLedger
@@ -71,10 +72,12 @@ class Heartbeat:
         self.residency = residency
         self.interval_s = interval_s
         self._loop = Periodic(self.beat, interval_s, "heartbeat", log)
+        self._last: float | None = None
 
     def beat(self) -> None:
         """One beat: node key, then every local session's lease."""
         ttl = NODE_TTL_BEATS * self.interval_s
+        self._note_gap(ttl)
         self.ledger.heartbeat(
             self.node,
             ttl,
@@ -91,6 +94,20 @@ class Heartbeat:
                 if local is not None:  # another node took it over: ours is stale
                     log.warning("session %s: lease lost, dropping the local sandbox", sid)
                     self.residency.discard(local)
+
+    def _note_gap(self, ttl: float) -> None:
+        """Warn when this beat comes late: past two intervals the node's record is
+        close to lapsing, and the API soon refuses its types as served by no one."""
+        now = time.monotonic()
+        gap = None if self._last is None else now - self._last
+        self._last = now
+        if gap is not None and gap > 2 * self.interval_s:
+            log.warning(
+                "heartbeat: %.1f s since the last beat (every %.1f s; the record lives %.1f s)",
+                gap,
+                self.interval_s,
+                ttl,
+            )
 
     def start(self) -> None:
         self.beat()

@@ -5,6 +5,8 @@ What is retried is what cannot run anything twice:
 - a request that never reached the API (connection refused or timed out);
 - 429 (backpressure, a tenant's turn ceiling): the API refused before doing
   anything, and says when to come back (``Retry-After``);
+- 503 ``no_capacity`` with a ``retry_after`` (no live worker serves the type
+  yet, one restarting, say): the API refused at admission, before doing anything;
 - 503 ``registry_unavailable`` / ``store_unavailable`` (or a connection that broke
   after the request was sent) only for calls that are safe to repeat: GET and
   DELETE, and exec, which carries an ``Idempotency-Key`` (one per call, the same
@@ -100,6 +102,8 @@ def _retry_hint(call: Call[Any], error: SandgridError) -> float | None:
     if error.code == ErrorCode.API_UNREACHABLE:
         return hint if call.idempotent or not error.context.get("request_sent", True) else None
     if isinstance(error, LimitExceeded):
+        return hint
+    if error.code == ErrorCode.NO_CAPACITY and hint > 0:  # refused at admission (see above)
         return hint
     if error.code in UNAVAILABLE_CODES and call.idempotent:
         return hint

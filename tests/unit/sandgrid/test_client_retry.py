@@ -138,6 +138,18 @@ def test_what_never_reached_the_api_and_429_are_retried_for_any_call(slept: list
         _client(api).create_session()
 
 
+def test_no_capacity_refused_at_admission_is_retried_for_any_call(slept: list[float]) -> None:
+    """A type no live worker serves yet (a worker restarting) is refused before anything
+    is done, with a Retry-After: a session create waits for it like a 429."""
+    api = Api(_error(503, "no_capacity", 5.0), httpx.Response(201, json=SESSION))
+    assert _client(api).create_session().id == "s-1"
+    assert len(api.requests) == 2 and slept == [4.0]  # the hint, capped by max_wait_s
+    api = Api(_error(503, "no_capacity", 0.0), httpx.Response(201, json=SESSION))
+    with pytest.raises(InfrastructureError):  # no hint: not the admission's refusal
+        _client(api).create_session()
+    assert len(api.requests) == 1
+
+
 def test_retries_zero_never_retries(slept: list[float]) -> None:
     api = Api(_error(503, "registry_unavailable"), httpx.Response(200, json=SESSION))
     with pytest.raises(InfrastructureError):
