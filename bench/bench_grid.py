@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
@@ -256,6 +257,130 @@ def throughput(api: str, sessions: int, seconds: float) -> tuple[int, float, Cpu
     return sum(done), sum(done) / (time.perf_counter() - t0), cpu, settled_s
 
 
+@dataclass
+class Figures:
+    """What one run measured: latencies in ms, rates per second."""
+
+    total: list[float]
+    parts: dict[str, list[float]]
+    calls: Counted
+    base: list[float]
+    channel: list[float]
+    floor: list[float]
+    count: int
+    rate: float
+    cpu: CpuSplit
+    settled_s: float
+    ping_rate: float
+    http: list[float]
+    http_rate: float
+    channel_rate: float
+
+
+def measure(args: argparse.Namespace) -> Figures:
+    """Every figure of the run, on its own grid (two nodes)."""
+    nodes = ["bench-w1", "bench-w2"]
+    n = max(200, args.turns)
+    with bench_grid(
+        port=args.port, redis_url=REDIS_URL, token=TOKEN, nodes=nodes, concurrency=8
+    ) as grid:
+        with Client(grid.api_url, TOKEN) as client:
+            total, parts, calls = warm_turns(client, args.turns)
+        base, channel, floor = exec_run_baseline(n), channel_baseline(n), celery_latency(nodes, n)
+        count, rate, cpu, settled_s = throughput(grid.api_url, args.sessions, args.seconds)
+        ping_rate = celery_rate(nodes, args.sessions, args.seconds)
+        http, http_rate = http_floor(grid.api_url, n, args.sessions, args.seconds)
+        channel_rate = exec_rate(4, args.seconds)
+    return Figures(
+        total, parts, calls, base, channel, floor, count, rate, cpu, settled_s,
+        ping_rate, http, http_rate, channel_rate,
+    )  # fmt: skip
+
+
+def report_latency(f: Figures) -> float:
+    """The warm turn against its baselines; the redis commands per turn."""
+    p50, p99 = statistics.median(f.total), pct(f.total, 99)
+    b50, b99 = statistics.median(f.base), pct(f.base, 99)
+    print(
+        f"end-to-end warm turn of `true` ({len(f.total)} turns): p50 {p50:.2f} ms  p99 {p99:.2f} ms"
+    )
+    for k, xs in f.parts.items():
+        print(f"  {k:<11} p50 {statistics.median(xs):7.2f} ms  p99 {pct(xs, 99):7.2f} ms")
+    round_trips, per_turn = f.calls.per(len(f.total))
+    print(
+        f"  redis commands per turn (every client): {per_turn:.1f}  (target <= 30; "
+        f"{per_turn / COMMANDS_TARGET:.2f}x the target; round trips {round_trips:.1f}; "
+        f"{f.calls.top(len(f.total), 12)})"
+    )
+    print(f"  by kind, per turn: {f.calls.top(len(f.total), 0)}")
+    print(
+        f"docker exec_run('true') on a warm container ({len(f.base)} runs): "
+        f"p50 {b50:.2f} ms  p99 {b99:.2f} ms"
+    )
+    print(
+        f"ratio exec_run / grid turn: p50 {b50 / p50:.2f}x  p99 {b99 / p99:.2f}x"
+        "  (target: p50 <= 20 ms, ~3x)"
+    )
+    c50 = statistics.median(f.channel)
+    print(
+        f"backend channel alone, `true` on a warm sandbox ({len(f.channel)} runs): "
+        f"p50 {c50:.2f} ms  p99 {pct(f.channel, 99):.2f} ms"
+    )
+    print(f"ratio grid turn / channel: p50 {p50 / c50:.2f}x  (target <= 2.5x)")
+    f50, h50 = statistics.median(f.floor), statistics.median(f.http)
+    print(
+        f"celery round trip of a trivial task alone, one at a time ({len(f.floor)} runs): "
+        f"p50 {f50:.2f} ms = {f50 / c50:.2f}x the channel"
+    )
+    print(f"authenticated GET of the session, one at a time ({len(f.http)} runs): p50 {h50:.2f} ms")
+    print(
+        f"floor of any turn (that GET + that round trip + the channel): {h50 + f50 + c50:.2f} ms"
+        f" = {(h50 + f50 + c50) / c50:.2f}x the channel (target <= 2.5x)"
+    )
+    return per_turn
+
+
+def report_throughput(f: Figures, args: argparse.Namespace) -> float:
+    """The turns per second against the trivial task's rate and the bound; the bound."""
+    print(
+        f"throughput: {f.count} turns in {args.seconds:.0f} s over {args.sessions} sessions "
+        f"and 2 workers: {f.rate:.1f} turns/s (timed once the pools had refilled, "
+        f"{f.settled_s:.1f} s after the sessions began)"
+    )
+    print(f"  per turn, the machine's CPU: {f.cpu.per(f.count)}")
+    print(
+        f"celery round trip of a trivial task, {args.sessions} threads, same app and broker: "
+        f"{f.ping_rate:.1f} tasks/s"
+    )
+    print(f"ratio turns / trivial tasks: {f.rate / f.ping_rate:.0%}  (target >= 50%)")
+    bound = 1 / (1 / f.http_rate + 1 / f.ping_rate + 1 / f.channel_rate)
+    print(
+        f"same machine, {args.sessions} threads: {f.http_rate:.1f} GETs/s; channel, 4 sandboxes: "
+        f"{f.channel_rate:.1f} execs/s; a turn needs all three, so at most "
+        f"{bound:.1f} turns/s = {bound / f.ping_rate:.0%} of the trivial rate"
+    )
+    return bound
+
+
+def report_targets(f: Figures, per_turn: float, bound: float) -> None:
+    """The three figures of issue 22 against their targets."""
+    p50 = statistics.median(f.total)
+    floor_ms = statistics.median(f.http) + statistics.median(f.floor) + statistics.median(f.channel)
+    print("against the floor (issue 22, same run):")
+    print(
+        f"  warm turn p50 / the floor: {p50:.2f} / {floor_ms:.2f} ms = "
+        f"{p50 / floor_ms:.2f}x  (target <= {FLOOR_TARGET:.2f}x)"
+    )
+    print(
+        f"  throughput / the bound: {f.rate:.1f} / {bound:.1f} turns/s = "
+        f"{f.rate / bound:.0%}  (target >= {BOUND_TARGET:.0%})"
+    )
+    print(
+        f"  redis commands per turn: {per_turn:.1f} / {COMMANDS_TARGET} = "
+        f"{per_turn / COMMANDS_TARGET:.2f}x  (target <= 1.00x)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--turns", type=int, default=300)
@@ -263,90 +388,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--port", type=int, default=PORT, help="the bench grid's API port")
     args = ap.parse_args()
-    nodes = ["bench-w1", "bench-w2"]
-    with bench_grid(
-        port=args.port, redis_url=REDIS_URL, token=TOKEN, nodes=nodes, concurrency=8
-    ) as grid:
-        with Client(grid.api_url, TOKEN) as client:
-            total, parts, calls = warm_turns(client, args.turns)
-        base = exec_run_baseline(max(200, args.turns))
-        channel = channel_baseline(max(200, args.turns))
-        floor = celery_latency(nodes, max(200, args.turns))
-        count, rate, cpu, settled_s = throughput(grid.api_url, args.sessions, args.seconds)
-        ping_rate = celery_rate(nodes, args.sessions, args.seconds)
-        http, http_rate = http_floor(
-            grid.api_url, max(200, args.turns), args.sessions, args.seconds
-        )
-        channel_rate = exec_rate(4, args.seconds)
-    p50, p99 = statistics.median(total), pct(total, 99)
-    b50, b99 = statistics.median(base), pct(base, 99)
-    print(
-        f"end-to-end warm turn of `true` ({len(total)} turns): p50 {p50:.2f} ms  p99 {p99:.2f} ms"
-    )
-    for k, xs in parts.items():
-        print(f"  {k:<11} p50 {statistics.median(xs):7.2f} ms  p99 {pct(xs, 99):7.2f} ms")
-    round_trips, per_turn = calls.per(len(total))
-    print(
-        f"  redis commands per turn (every client): {per_turn:.1f}  (target <= 30; "
-        f"{per_turn / COMMANDS_TARGET:.2f}x the target; round trips {round_trips:.1f}; "
-        f"{calls.top(len(total), 12)})"
-    )
-    print(f"  by kind, per turn: {calls.top(len(total), 0)}")
-    print(
-        f"docker exec_run('true') on a warm container ({len(base)} runs): "
-        f"p50 {b50:.2f} ms  p99 {b99:.2f} ms"
-    )
-    print(
-        f"ratio exec_run / grid turn: p50 {b50 / p50:.2f}x  p99 {b99 / p99:.2f}x"
-        "  (target: p50 <= 20 ms, ~3x)"
-    )
-    c50 = statistics.median(channel)
-    print(
-        f"backend channel alone, `true` on a warm sandbox ({len(channel)} runs): "
-        f"p50 {c50:.2f} ms  p99 {pct(channel, 99):.2f} ms"
-    )
-    print(f"ratio grid turn / channel: p50 {p50 / c50:.2f}x  (target <= 2.5x)")
-    f50, h50 = statistics.median(floor), statistics.median(http)
-    print(
-        f"celery round trip of a trivial task alone, one at a time ({len(floor)} runs): "
-        f"p50 {f50:.2f} ms = {f50 / c50:.2f}x the channel"
-    )
-    print(f"authenticated GET of the session, one at a time ({len(http)} runs): p50 {h50:.2f} ms")
-    print(
-        f"floor of any turn (that GET + that round trip + the channel): {h50 + f50 + c50:.2f} ms"
-        f" = {(h50 + f50 + c50) / c50:.2f}x the channel (target <= 2.5x)"
-    )
-    print(
-        f"throughput: {count} turns in {args.seconds:.0f} s over {args.sessions} sessions "
-        f"and 2 workers: {rate:.1f} turns/s (timed once the pools had refilled, "
-        f"{settled_s:.1f} s after the sessions began)"
-    )
-    print(f"  per turn, the machine's CPU: {cpu.per(count)}")
-    print(
-        f"celery round trip of a trivial task, {args.sessions} threads, same app and broker: "
-        f"{ping_rate:.1f} tasks/s"
-    )
-    print(f"ratio turns / trivial tasks: {rate / ping_rate:.0%}  (target >= 50%)")
-    bound = 1 / (1 / http_rate + 1 / ping_rate + 1 / channel_rate)
-    print(
-        f"same machine, {args.sessions} threads: {http_rate:.1f} GETs/s; channel, 4 sandboxes: "
-        f"{channel_rate:.1f} execs/s; a turn needs all three, so at most "
-        f"{bound:.1f} turns/s = {bound / ping_rate:.0%} of the trivial rate"
-    )
-    floor_ms = h50 + f50 + c50
-    print("against the floor (issue 22, same run):")
-    print(
-        f"  warm turn p50 / the floor: {p50:.2f} / {floor_ms:.2f} ms = "
-        f"{p50 / floor_ms:.2f}x  (target <= {FLOOR_TARGET:.2f}x)"
-    )
-    print(
-        f"  throughput / the bound: {rate:.1f} / {bound:.1f} turns/s = "
-        f"{rate / bound:.0%}  (target >= {BOUND_TARGET:.0%})"
-    )
-    print(
-        f"  redis commands per turn: {per_turn:.1f} / {COMMANDS_TARGET} = "
-        f"{per_turn / COMMANDS_TARGET:.2f}x  (target <= 1.00x)"
-    )
+    figures = measure(args)
+    per_turn = report_latency(figures)
+    bound = report_throughput(figures, args)
+    report_targets(figures, per_turn, bound)
 
 
 if __name__ == "__main__":

@@ -20,12 +20,13 @@ from sandgrid.ops.session import CloseOp
 from sandgrid.wire import names
 from sandgrid.wire.jobs import TurnJob
 from scheduler.audit.log import AuditLog
+from scheduler.expiry import is_due
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from scheduler.tenants import Tenant
 from scheduler.turns.cancel import TurnCancels
 from scheduler.turns.dispatch import Dispatcher
 
-__all__ = ["CLOSE_EXPIRES_S", "SessionCloser", "closed_error"]
+__all__ = ["CLOSE_EXPIRES_S", "SessionCloser", "closed_error", "refuse_ended"]
 
 #: How long a close message may wait in the owner's queue before it is dropped.
 CLOSE_EXPIRES_S = 120.0
@@ -91,3 +92,21 @@ def closed_error(session_id: str, operation: str) -> Conflict:
         operation=operation,
         context={"session": session_id},
     )
+
+
+def refuse_ended(session: SessionInfo, operation: str) -> None:
+    """Refuse ``operation`` on a closed session, or on one past its TTL (the sweeper,
+    ``scheduler.expiry``, closes it).
+
+    Raises:
+        Conflict: 409 ``session_closed`` (``expired`` in its context for the latter).
+    """
+    if session.state == "closed":
+        raise closed_error(session.id, operation)
+    if is_due(session):
+        raise Conflict(
+            f"session {session.id!r} has expired (its idle timeout or lifetime)",
+            code=ErrorCode.SESSION_CLOSED,
+            operation=operation,
+            context={"session": session.id, "expired": True},
+        )

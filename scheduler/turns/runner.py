@@ -40,8 +40,6 @@ from typing import Any, TypeVar
 import redis.exceptions
 
 from sandgrid.errors import (
-    Conflict,
-    ErrorCode,
     SandgridError,
     error_from_body,
 )
@@ -50,12 +48,11 @@ from sandgrid.ops.exec import ExecOp
 from sandgrid.wire.jobs import TurnJob, TurnOp, TurnOutcome, expect
 from scheduler import metrics
 from scheduler.audit.log import AuditLog
-from scheduler.expiry import is_due
 from scheduler.registry.sessions import SessionRegistry, new_turn_id
 from scheduler.tenants import Tenant
 from scheduler.turns.admission import Admission, check_exec
 from scheduler.turns.cancel import TurnCancels
-from scheduler.turns.closing import SessionCloser, closed_error
+from scheduler.turns.closing import SessionCloser, closed_error, refuse_ended
 from scheduler.turns.dispatch import Dispatcher, result_key
 from scheduler.turns.idempotency import (
     IdempotencyStore,
@@ -275,15 +272,7 @@ class TurnRunner:
         t0 = time.perf_counter() if t0 is None else t0
         if not batch and self.on_interactive is not None:
             self.on_interactive()
-        if session.state == "closed":
-            raise closed_error(session.id, op.kind)
-        if is_due(session):  # past its TTL: the sweeper closes it (scheduler.expiry)
-            raise Conflict(
-                f"session {session.id!r} has expired (its idle timeout or lifetime)",
-                code=ErrorCode.SESSION_CLOSED,
-                operation=op.kind,
-                context={"session": session.id, "expired": True},
-            )
+        refuse_ended(session, op.kind)
         ttl = (timeout_s or session.quotas.timeout_s) + self.turn_margin_s
         self.admission.check_capacity(session.type, op.kind)
         job = TurnJob(
@@ -293,18 +282,7 @@ class TurnRunner:
             batch=batch,
             close_after=close_after,
         )
-        try:
-            admitted = self.slots.enter(tenant, session, op.kind, job.turn_id, ttl, batch=batch)
-        except SandgridError as exc:
-            self._finished(job, None, exc, _timings(t0, 0.0, None))
-            raise
-        queue = admitted.queue
-        if admitted.session is not session:  # it waited: the session as it is now
-            job = job.model_copy(update={"session": admitted.session})
-            if admitted.session.state == "closed":
-                self.registry.end_turn(session.id, job.turn_id)
-                self.admission.release_turn(tenant, job.turn_id)
-                raise closed_error(session.id, op.kind)
+        job, queue = self._admit(tenant, job, ttl, t0)
         try:
             outcome, wait_ms = self._locked(tenant, job, queue, ttl, settle=settle)
         except SandgridError as exc:
@@ -317,6 +295,26 @@ class TurnRunner:
         # The worker counts the turn and stores its snapshot (record_turn) before
         # it reports, so the next turn can run anywhere.
         return TurnDone(outcome, timings)
+
+    def _admit(self, tenant: Tenant, job: TurnJob, ttl: float, t0: float) -> tuple[TurnJob, str]:
+        """Take a turn slot of the tenant and the session: the job as it runs, and its queue.
+
+        A turn that waited for its slot runs on the session as it is now (and is
+        refused if the session closed meanwhile).
+        """
+        session, kind = job.session, job.op.kind
+        try:
+            admitted = self.slots.enter(tenant, session, kind, job.turn_id, ttl, batch=job.batch)
+        except SandgridError as exc:
+            self._finished(job, None, exc, _timings(t0, 0.0, None))
+            raise
+        if admitted.session is not session:  # it waited: the session as it is now
+            job = job.model_copy(update={"session": admitted.session})
+            if admitted.session.state == "closed":
+                self.registry.end_turn(session.id, job.turn_id)
+                self.admission.release_turn(tenant, job.turn_id)
+                raise closed_error(session.id, kind)
+        return job, admitted.queue
 
     def _finished(
         self,
