@@ -7,8 +7,8 @@ the grid's API (``sandgrid.cli serve``), its nodes (``sandgrid.cli worker``),
 the sandboxes (anything in a Docker container's cgroup: the agent, its launcher
 host, the commands they ran), Docker's relay (``dockerd``, ``containerd``, the
 shims), Redis, this process (the bench's clients), and the rest. A process that
-ended inside the window is counted in the one that reaped it (its children's
-time), less what it had used before the window; one that started and ended
+ended inside the window is counted in the nearest ancestor still there (whose
+children's time took its time), less what it had used before the window; one that started and ended
 inside the window and was not reaped by one that is still there is not seen:
 the machine's busy time, read apart, shows what that leaves.
 """
@@ -82,6 +82,27 @@ def _ticks() -> dict[tuple[int, str], tuple[str, int, int]]:
     return out
 
 
+def _reaper_kind(
+    ppid: int,
+    before: dict[tuple[int, str], tuple[str, int, int]],
+    after: dict[tuple[int, str], tuple[str, int, int]],
+) -> str | None:
+    """The kind of the nearest ancestor still there at the end (whose children's time
+    took an ended process's), through parents that ended too; None: none is known.
+
+    A sandbox's processes end with its container: their time lands, through the
+    container's first process, in the shim's; it is taken off the shim's kind."""
+    survivors = {
+        pid: kind for (pid, start), (kind, _, _) in before.items() if (pid, start) in after
+    }
+    parents = {pid: parent for (pid, _), (_, _, parent) in before.items()}
+    seen: set[int] = set()
+    while ppid not in survivors and ppid in parents and ppid not in seen:
+        seen.add(ppid)
+        ppid = parents[ppid]
+    return survivors.get(ppid)
+
+
 def _machine() -> tuple[int, int]:
     """The machine's (busy, total) ticks since boot."""
     values = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
@@ -101,10 +122,9 @@ def cpu_window() -> Iterator[CpuSplit]:
     seconds = dict.fromkeys(KINDS, 0.0)
     for key, (kind, ticks, _) in after.items():
         seconds[kind] += (ticks - before[key][1] if key in before else ticks) / hz
-    kind_of = {pid: kind for (pid, _), (kind, _, _) in before.items()}
     for key, (kind, ticks, ppid) in before.items():
         if key not in after:  # ended: its whole time went to its reaper's children's time
-            seconds[kind_of.get(ppid, kind)] -= ticks / hz
+            seconds[_reaper_kind(ppid, before, after) or kind] -= ticks / hz
     split.seconds = seconds
     split.busy = (busy1 - busy0) / max(total1 - total0, 1)
 

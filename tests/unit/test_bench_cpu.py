@@ -39,6 +39,21 @@ def test_a_child_that_ended_inside_the_window_counts_only_its_time_inside() -> N
     assert split.seconds["bench"] <= 0.8, split.seconds  # ~0.4 s, never the whole 1.0
 
 
+def test_a_grandchild_that_ended_with_its_parent_counts_in_the_surviving_ancestor() -> None:
+    """A sandbox's processes end with its container: what the grandchild used before
+    the window comes off the kind that received it (here the bench's), not its
+    ended parent's (``other``), which would go below zero."""
+    cpu = bench_module("_cpu")
+    burn = BURN.format(s=1.0)
+    parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"
+    proc = subprocess.Popen([sys.executable, "-c", parent])
+    time.sleep(0.8)  # the grandchild has used ~0.6 s before the window opens
+    with cpu.cpu_window() as split:
+        proc.wait()
+    assert split.seconds["bench"] <= 0.9, split.seconds  # ~0.4 s (+ the parent's start)
+    assert split.seconds["other"] >= -0.05, split.seconds
+
+
 def test_wait_quiet_returns_once_the_machine_is_quiet_or_at_its_limit() -> None:
     cpu = bench_module("_cpu")
     waited = cpu.wait_quiet(busy_below=1.01, within_s=10.0, steps=1)  # always quiet
