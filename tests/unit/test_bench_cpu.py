@@ -44,13 +44,15 @@ def test_a_grandchild_that_ended_with_its_parent_counts_in_the_surviving_ancesto
     the window comes off the kind that received it (here the bench's), not its
     ended parent's (``other``), which would go below zero."""
     cpu = bench_module("_cpu")
-    burn = BURN.format(s=1.0)
+    burn = BURN.format(s=0.6) + "print('half', flush=True)\n" + BURN.format(s=0.4)
     parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}])"
-    proc = subprocess.Popen([sys.executable, "-c", parent])
-    time.sleep(0.8)  # the grandchild has used ~0.6 s before the window opens
+    proc = subprocess.Popen([sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "half\n"  # the grandchild used 0.6 s before the window
     with cpu.cpu_window() as split:
         proc.wait()
-    assert split.seconds["bench"] <= 0.9, split.seconds  # ~0.4 s (+ the parent's start)
+    proc.stdout.close()
+    assert split.seconds["bench"] <= 0.8, split.seconds  # ~0.4 s, not the whole 1.0
     assert split.seconds["other"] >= -0.05, split.seconds
 
 
