@@ -8,9 +8,10 @@ the sandboxes (anything in a Docker container's cgroup: the agent, its launcher
 host, the commands they ran), Docker's relay (``dockerd``, ``containerd``, the
 shims), Redis, this process (the bench's clients), and the rest. A process that
 ended inside the window is counted in the nearest ancestor still there (whose
-children's time took its time), less what it had used before the window; one that started and ended
-inside the window and was not reaped by one that is still there is not seen:
-the machine's busy time, read apart, shows what that leaves.
+children's time took its time), less what it had used before the window; one
+that started and ended inside the window and was not reaped by one that is
+still there is not seen: the machine's busy time, read apart, shows what that
+leaves.
 """
 
 from __future__ import annotations
@@ -65,10 +66,13 @@ def _kind(pid: int, comm: str) -> str:
     return "redis" if comm == "redis-server" else "other"
 
 
-def _ticks() -> dict[tuple[int, str], tuple[str, int, int]]:
-    """Per process (pid, start time): its kind, CPU ticks (reaped children's included)
-    and parent's pid."""
-    out: dict[tuple[int, str], tuple[str, int, int]] = {}
+Procs = dict[tuple[int, str], tuple[str, int, int]]
+"""Per process (pid, start time): its kind, CPU ticks and parent's pid."""
+
+
+def _ticks() -> Procs:
+    """Every process now; its ticks include its reaped children's."""
+    out: Procs = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -82,13 +86,10 @@ def _ticks() -> dict[tuple[int, str], tuple[str, int, int]]:
     return out
 
 
-def _reaper_kind(
-    ppid: int,
-    before: dict[tuple[int, str], tuple[str, int, int]],
-    after: dict[tuple[int, str], tuple[str, int, int]],
-) -> str | None:
-    """The kind of the nearest ancestor still there at the end (whose children's time
-    took an ended process's), through parents that ended too; None: none is known.
+def _reaper_kinds(before: Procs, after: Procs) -> dict[int, str | None]:
+    """Per process that ended inside the window (by pid): the kind of its nearest
+    ancestor still there at the end (whose children's time took the ended one's),
+    through parents that ended too; None: none is known.
 
     A sandbox's processes end with its container: their time lands, through the
     container's first process, in the shim's; it is taken off the shim's kind."""
@@ -96,11 +97,16 @@ def _reaper_kind(
         pid: kind for (pid, start), (kind, _, _) in before.items() if (pid, start) in after
     }
     parents = {pid: parent for (pid, _), (_, _, parent) in before.items()}
-    seen: set[int] = set()
-    while ppid not in survivors and ppid in parents and ppid not in seen:
-        seen.add(ppid)
-        ppid = parents[ppid]
-    return survivors.get(ppid)
+    out: dict[int, str | None] = {}
+    for pid, start in before:
+        if (pid, start) in after:
+            continue
+        ppid, seen = parents[pid], {pid}
+        while ppid not in survivors and ppid in parents and ppid not in seen:
+            seen.add(ppid)
+            ppid = parents[ppid]
+        out[pid] = survivors.get(ppid)
+    return out
 
 
 def _machine() -> tuple[int, int]:
@@ -122,9 +128,10 @@ def cpu_window() -> Iterator[CpuSplit]:
     seconds = dict.fromkeys(KINDS, 0.0)
     for key, (kind, ticks, _) in after.items():
         seconds[kind] += (ticks - before[key][1] if key in before else ticks) / hz
-    for key, (kind, ticks, ppid) in before.items():
+    reapers = _reaper_kinds(before, after)
+    for key, (kind, ticks, _) in before.items():
         if key not in after:  # ended: its whole time went to its reaper's children's time
-            seconds[_reaper_kind(ppid, before, after) or kind] -= ticks / hz
+            seconds[reapers[key[0]] or kind] -= ticks / hz
     split.seconds = seconds
     split.busy = (busy1 - busy0) / max(total1 - total0, 1)
 
