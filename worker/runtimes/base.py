@@ -116,6 +116,12 @@ class Runtime(ABC):
         with a faster way than its engine's own kill overrides it."""
         return False
 
+    def host_pid(self, sandbox_id: str) -> int | None:
+        """The host PID whose ``/proc/<pid>/root`` is the sandbox's own filesystem, so
+        that a snapshot can read its files from the host (``hostfiles``); None when
+        the host cannot see them there (the default: gVisor keeps them in its sentry)."""
+        return None
+
     def checkpoint(self, sandbox_id: str, image_dir: Path, *, leave_running: bool = False) -> None:
         """Save the running sandbox's processes and memory into ``image_dir`` and stop it
         (``leave_running``: it goes on, as a fork's or a checkpoint's source does).

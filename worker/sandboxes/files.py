@@ -8,19 +8,22 @@ method validates its input, makes one agent request through the manager's
 and checks the reply; ``worker.snapshots.sync`` drives them.
 A file too large for one frame travels in chunks of ``read_range`` and
 ``write_range``; everything else in ``pack`` and ``unpack`` tars.
-``scan_then`` and ``keep_scan`` fold the scan into the exec before it; they act
-on the handle's scan state alone.
+``read_direct`` reads changed files from the host instead, where the runtime
+lets the host see them (runc). ``scan_then`` and ``keep_scan`` fold the scan
+into the exec before it; they act on the handle's scan state alone.
 """
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sandgrid.errors import InvalidInput, SandboxError
 from worker.agent.limits import ROOTS
 from worker.agent.scanstate import ScanRow, ScanState
+from worker.runtimes.hostfiles import read_beneath
 from worker.sandboxes.handle import Sandbox
 from worker.sandboxes.scan import apply_reply, inline_of
 from worker.snapshots.sandbox import FileRange, SandboxFiles
@@ -92,6 +95,8 @@ class AgentCaller(Protocol):
     """What makes one agent request on a usable sandbox: ``SandboxManager``."""
 
     def call(self, sbx: Sandbox, op: str, fields: dict[str, Any]) -> dict[str, Any]: ...
+
+    def host_pid(self, sbx: Sandbox) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -173,6 +178,14 @@ class AgentFiles(SandboxFiles[Sandbox]):
         """``SandboxFiles.inlined``: what the last scan carried, handed over once."""
         inline, sbx.scan_inline = sbx.scan_inline, {}
         return inline
+
+    def read_direct(self, sbx: Sandbox, files: Sequence[tuple[str, int]]) -> dict[str, bytes]:
+        """``SandboxFiles.read_direct``: from the host through the sandbox's top process
+        (``worker.runtimes.hostfiles``) when its runtime allows it (runc), else none."""
+        pid = self.sandboxes.host_pid(sbx)
+        if not pid or not files:
+            return {}
+        return read_beneath(pid, sbx.id, files, SNAPSHOT_ROOTS)
 
     def pack(self, sbx: Sandbox, paths: list[str]) -> bytes:
         """``SandboxFiles.pack``: the agent's tar, not compressed (it crosses the channel only)."""

@@ -45,6 +45,9 @@ class Sandbox:
     """The containers whose processes this one carries on, oldest first (restored from
     a memory image: issue 24): a background process's handle naming one of them still
     reaches its process here."""
+    host_pid: int | None = None
+    """The host PID through whose ``/proc`` root the host reads the sandbox's files
+    (runc's top process; 0: the host cannot; None: not asked of the runtime yet)."""
     scan_state: ScanState | None = field(default=None, repr=False)
     """The last scan, for the next one's delta; None means the next scan is full."""
     scan_after_exec: tuple[str, ...] | None = field(default=None, repr=False)

@@ -331,6 +331,13 @@ class SandboxManager:
         info.update(sandbox_state=sbx.state, session_id=sbx.session_id, type=sbx.sandbox_type)
         return info
 
+    def host_pid(self, sbx: Sandbox) -> int:
+        """The host PID whose root is the sandbox's filesystem (``Runtime.host_pid``),
+        asked of the runtime once per sandbox; 0 when there is none."""
+        if sbx.host_pid is None:
+            sbx.host_pid = self.engine.host_pid(sbx.id) or 0
+        return sbx.host_pid
+
     def list_managed(self, node: str | None = None) -> list[dict[str, Any]]:
         """Summaries of every sandgrid container (of ``node`` if given), for the reaper."""
         filters = {"sandgrid.managed": "1"}

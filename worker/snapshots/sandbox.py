@@ -59,6 +59,15 @@ class SandboxFiles(ABC, Generic[S]):
         """
         return {}
 
+    def read_direct(self, sbx: S, files: Sequence[tuple[str, int]]) -> Mapping[str, bytes]:
+        """Bytes of regular files ``(path, size)`` read without a request to the
+        sandbox, by path, for those it could (none by default): the snapshot takes
+        a content from here instead of ``pack`` when it hashes to the sha256 the
+        scan gave, exactly as from ``inlined``. Never raises for a file it could
+        not read; it is left out.
+        """
+        return {}
+
     @abstractmethod
     def pack(self, sbx: S, paths: list[str]) -> bytes:
         """A tar (plain, or gzip: both are read) of these regular files, for the store.

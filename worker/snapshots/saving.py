@@ -8,8 +8,9 @@ remembered by ``transfer``; the pointer is advanced by ``pointer``.
 A small snapshot (new blobs and manifest within ``Catalog.carry_bytes``) is one
 store round trip: the pointer's conditional write carries the manifest and the
 new blobs' bytes, and they are stored on their own after it, in the background
-(``Catalog.fold_out_later``). A larger one is two: blobs and manifest in
-parallel, then the pointer that must never name what is not stored.
+(``Catalog.fold_out_later``). A larger one is two: the blobs in parallel, then
+the pointer that must never name what is not stored, carrying the manifest
+when that fits (else the manifest is stored beside the blobs).
 """
 
 from __future__ import annotations
@@ -146,17 +147,14 @@ def commit(catalog: Catalog, draft: SnapshotDraft, contents: Mapping[str, bytes]
     )
 
     carried = _carry(catalog, manifest, uploads, contents)
+    then = partial(transfer.remember, catalog, draft, uploads)  # once the blobs are stored
     if carried is None:
-        _store_then_point(catalog, draft, manifest, uploads, contents)
-    else:
-        _check_fresh(catalog, draft)
-        catalog.advance_pointer(manifest, draft.pointer, carried)
-        catalog.fold_out_later(
-            draft.tenant,
-            draft.session_id,
-            carried,
-            partial(transfer.remember, catalog, draft, uploads),
-        )
+        carried = _store_first(catalog, draft, manifest, uploads, contents)
+        then = partial(transfer.remember, catalog, draft, [])  # stored already
+    _check_fresh(catalog, draft)
+    catalog.advance_pointer(manifest, draft.pointer, carried)
+    if carried is not None:
+        catalog.fold_out_later(draft.tenant, draft.session_id, carried, then)
     stats = {
         "files": manifest.file_count,
         "stored_entries": len(manifest.entries) if stored is None else stored[1].size,
@@ -164,19 +162,24 @@ def commit(catalog: Catalog, draft: SnapshotDraft, contents: Mapping[str, bytes]
         "uploaded_blobs": len(uploads),
         "uploaded_bytes": sum(draft.blobs[b] for b, _ in uploads),
         "carried": float(carried is not None),
+        "carried_blobs": len(carried.blobs) if carried is not None else 0,
         "commit_ms": (time.perf_counter() - t0) * 1000,
     }
     return make_ref(manifest, stats)
 
 
-def _store_then_point(
+def _store_first(
     catalog: Catalog,
     draft: SnapshotDraft,
     manifest: Manifest,
     uploads: list[tuple[str, list[Entry]]],
     contents: Mapping[str, bytes],
-) -> None:
-    """The commit in two round trips: blobs and manifest in parallel, then the pointer."""
+) -> Carried | None:
+    """Store the new blobs, too large to ride the pointer, in parallel: what the
+    pointer then carries is the manifest alone, or nothing when the manifest is
+    too large as well (it is stored beside the blobs: no snapshot before the
+    pointer names it)."""
+    doc = _carried_manifest(catalog.carry_bytes, manifest)
 
     def put(job: tuple[str, list[Entry]] | None) -> None:
         if job is None:
@@ -184,10 +187,17 @@ def _store_then_point(
         else:
             transfer.put_blob(catalog, draft.tenant, job[0], job[1], contents)
 
-    catalog.parallel(put, [None, *uploads])  # the manifest is no snapshot before the pointer
+    catalog.parallel(put, [*([] if doc is not None else [None]), *uploads])
     transfer.remember(catalog, draft, uploads)
-    _check_fresh(catalog, draft)
-    catalog.advance_pointer(manifest, draft.pointer)
+    return None if doc is None else Carried(manifest.name, doc, {})
+
+
+def _carried_manifest(budget: int, manifest: Manifest) -> bytes | None:
+    """The manifest's stored JSON when it fits in ``budget`` bytes of a pointer."""
+    if budget <= 0 or (manifest.delta is None and len(manifest.entries) * 64 > budget):
+        return None  # no need to serialise a big full manifest to know
+    doc = manifest.to_json()
+    return doc if len(doc) <= budget else None
 
 
 def _carry(
@@ -197,12 +207,11 @@ def _carry(
     contents: Mapping[str, bytes],
 ) -> Carried | None:
     """What the pointer carries of a snapshot small enough to travel in it (its
-    blobs verified as an upload's would be), or None to store it first."""
-    budget = catalog.carry_bytes - sum(manifest.blobs.get(b, 0) for b, _ in uploads)
-    if budget <= 0 or (manifest.delta is None and len(manifest.entries) * 64 > budget):
-        return None  # too large, and no need to serialise a big full manifest to know
-    doc = manifest.to_json()
-    if len(doc) > budget:
+    blobs verified as an upload's would be), or None to store its blobs first."""
+    doc = _carried_manifest(
+        catalog.carry_bytes - sum(manifest.blobs.get(b, 0) for b, _ in uploads), manifest
+    )
+    if doc is None:
         return None
     return Carried(
         manifest.name, doc, {blob: transfer.blob_bytes(group, contents) for blob, group in uploads}

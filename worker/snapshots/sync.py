@@ -2,7 +2,8 @@
 
 The sandbox side is the five calls of ``sandbox.SandboxFiles`` (served by the
 in-sandbox agent, see docs/agent-protocol.md): ``scan`` (the manifest entries, hashes cached by
-the agent), ``pack`` (a tar.gz of some files), ``unpack`` (a tar into the
+the agent), ``pack`` (a tar of some files, unless the scan carried them or the
+host could read them: ``inlined``, ``read_direct``), ``unpack`` (a tar into the
 roots), and ``read_range`` / ``write_range`` (a chunk of one large file). A
 snapshot asks only for contents the store does not have; a restore fetches and
 verifies everything before the first ``unpack``, or, over
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing
 from hashlib import sha256
 from typing import TypeVar
@@ -117,20 +118,18 @@ def snapshot_sandbox(
 
 
 def _pack(backend: SandboxFiles[S], sbx: S, draft: SnapshotDraft) -> dict[str, bytes]:
-    """The bytes of every content the store lacks: those the scan carried when they
-    hash to what the store needs, the rest asked in frame-sized batches (and large
-    files in chunks)."""
+    """The bytes of every content the store lacks: those the scan carried, then those
+    read from the host (``read_direct``), when they hash to what the store needs;
+    the rest asked in frame-sized batches (and large files in chunks)."""
     contents: dict[str, bytes] = {}
     batch: dict[str, Entry] = {}
     used = 0
-    carried = backend.inlined(sbx)
-    needed = []
-    for e in sorted(draft.need.values(), key=lambda e: e.path):
-        data = carried.get(e.path)
-        if data is not None and len(data) == e.size and sha256(data).hexdigest() == e.sha256:
-            contents[str(e.sha256)] = data
-        else:
-            needed.append(e)
+    needed = _taken(
+        backend.inlined(sbx), sorted(draft.need.values(), key=lambda e: e.path), contents
+    )
+    if needed:
+        direct = backend.read_direct(sbx, [(e.path, e.size) for e in needed])
+        needed = _taken(direct, needed, contents)
     for e in needed:
         if e.size > LARGE_FILE_BYTES:
             contents[str(e.sha256)] = _read_large(backend, sbx, e)
@@ -143,6 +142,21 @@ def _pack(backend: SandboxFiles[S], sbx: S, draft: SnapshotDraft) -> dict[str, b
             contents.update(read_packed(backend.pack(sbx, list(batch)), batch))
             batch, used = {}, 0
     return contents
+
+
+def _taken(
+    got: Mapping[str, bytes], entries: list[Entry], contents: dict[str, bytes]
+) -> list[Entry]:
+    """Put in ``contents`` the bytes ``got`` has of ``entries`` that hash to what the
+    scan gave (stale or foreign bytes never do); the entries still lacking bytes."""
+    lacking = []
+    for e in entries:
+        data = got.get(e.path)
+        if data is not None and len(data) == e.size and sha256(data).hexdigest() == e.sha256:
+            contents[str(e.sha256)] = data
+        else:
+            lacking.append(e)
+    return lacking
 
 
 def _read_large(backend: SandboxFiles[S], sbx: S, e: Entry) -> bytes:

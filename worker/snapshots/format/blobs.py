@@ -8,8 +8,9 @@ objects, not 10,000), named by ``pack_name``. A pack of one file is the file's
 own blob.
 
 Stored form: one tag byte, then the payload: ``Z`` zlib level 1, or ``R`` raw
-when a 64 KiB sample does not compress (random or already compressed data costs
-no CPU then). ``decode`` never inflates past the size the manifest announces.
+when a sample (three 4 KiB slices: the start, the middle and the end) does not
+compress (random or already compressed data costs no CPU then). ``decode``
+never inflates past the size the manifest announces.
 """
 
 from __future__ import annotations
@@ -34,16 +35,21 @@ SMALL_FILE_BYTES = 256 << 10
 PACK_BYTES = 8 << 20
 """Target size of a pack: large enough to amortise a request, small enough to
 keep a few in flight per thread."""
-_SAMPLE = 64 << 10
+_SLICE = 4 << 10
 _INFLATE_CHUNK = 4 << 20
 _RAW, _ZLIB = b"R", b"Z"
 
 
 def encode(data: bytes | memoryview) -> bytes:
     """The stored form of ``data``: zlib level 1, or raw if a sample does not compress."""
-    sample = data[:_SAMPLE]
+    n = len(data)
+    if n >= 3 * _SLICE:
+        mid = n // 2 - _SLICE // 2
+        sample = b"".join((data[:_SLICE], data[mid : mid + _SLICE], data[n - _SLICE :]))
+    else:
+        sample = bytes(data)
     if len(sample) >= 512 and len(zlib.compress(sample, 1)) > 0.9 * len(sample):
-        return _RAW + bytes(data)
+        return _RAW + data
     return _ZLIB + zlib.compress(data, 1)
 
 

@@ -10,6 +10,7 @@ between the two; verification on restore; garbage collection; old pointers.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import threading
@@ -142,15 +143,48 @@ def test_a_small_snapshot_is_one_write_on_the_callers_path(
     assert doc["carried"]["name"] == ref.name and doc["history"][-1][0] == ref.name
 
 
-def test_a_large_snapshot_is_stored_first_and_its_pointer_is_version_2(
+def test_a_large_snapshot_stores_its_blobs_first_and_its_pointer_carries_the_manifest(
     tmp_path: Path, sbx: Path, root: Path
 ) -> None:
+    data = os.urandom(8192)
+    with crashing(store_on(root, carry_bytes=4096)) as store:
+        write(sbx, "workspace/big.bin", data)
+        ref = take(sbx, store)
+    assert ref.stats["carried"] == 1.0 and ref.stats["carried_blobs"] == 0
+    assert hashlib.sha256(data).hexdigest() in blob_files(root)  # stored before the pointer
+    doc = pointer_doc(root)
+    assert doc["v"] == pointer_mod.CARRYING_VERSION
+    assert doc["carried"]["name"] == ref.name and doc["carried"]["blobs"] == []
+    assert not stored(root, "s1", ref.name)  # the node died before the fold-out
+    assert restored(tmp_path, root, "fresh") == tree(sbx)  # the pointer's manifest is enough
     with store_on(root, carry_bytes=4096) as store:
+        write(sbx, "workspace/big.bin", os.urandom(8192))
+        take(sbx, store, ref)  # the next pointer write folds the carried manifest out
+    assert stored(root, "s1", ref.name)
+
+
+def test_a_large_snapshot_with_a_manifest_too_large_to_carry_is_stored_first(
+    tmp_path: Path, sbx: Path, root: Path
+) -> None:
+    with store_on(root, carry_bytes=64) as store:
         write(sbx, "workspace/big.bin", os.urandom(8192))
         ref = take(sbx, store)
         assert ref.stats["carried"] == 0.0
         assert stored(root, "s1", ref.name)
         assert pointer_doc(root)["v"] == pointer_mod.POINTER_VERSION
+
+
+def test_the_carried_manifest_of_a_large_snapshot_is_folded_out_after_the_answer(
+    tmp_path: Path, sbx: Path, root: Path
+) -> None:
+    with store_on(root, carry_bytes=4096) as store:
+        write(sbx, "workspace/big.bin", os.urandom(8192))
+        ref = take(sbx, store)
+        store.settle()
+        assert stored(root, "s1", ref.name)
+    (root / keys.pointer_key(TENANT, "s1")).unlink()  # the stored objects alone
+    with store_on(root) as fresh:
+        assert fresh.read_manifest(TENANT, "s1", ref.name).hash == ref.hash
 
 
 # ---- read and restore -----------------------------------------------------------------
