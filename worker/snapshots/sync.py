@@ -98,7 +98,7 @@ def snapshot_sandbox(
             return None
         t2 = time.perf_counter()
         try:
-            contents = _pack(backend, sbx, draft)
+            contents = _pack(backend, sbx, draft, direct=attempt == 1)
             t3 = time.perf_counter()
             ref = store.commit(draft, contents)
         except WorkspaceChanged:
@@ -117,19 +117,22 @@ def snapshot_sandbox(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _pack(backend: SandboxFiles[S], sbx: S, draft: SnapshotDraft) -> dict[str, bytes]:
+def _pack(
+    backend: SandboxFiles[S], sbx: S, draft: SnapshotDraft, *, direct: bool = True
+) -> dict[str, bytes]:
     """The bytes of every content the store lacks: those the scan carried, then those
-    read from the host (``read_direct``), when they hash to what the store needs;
-    the rest asked in frame-sized batches (and large files in chunks)."""
+    read from the host (``read_direct``, unless not ``direct``: a second attempt),
+    when they hash to what the store needs; the rest asked in frame-sized batches
+    (and large files in chunks)."""
     contents: dict[str, bytes] = {}
     batch: dict[str, Entry] = {}
     used = 0
     needed = _taken(
         backend.inlined(sbx), sorted(draft.need.values(), key=lambda e: e.path), contents
     )
-    if needed:
-        direct = backend.read_direct(sbx, [(e.path, e.size) for e in needed])
-        needed = _taken(direct, needed, contents)
+    if needed and direct:
+        got = backend.read_direct(sbx, [(e.path, e.size) for e in needed])
+        needed = _taken(got, needed, contents, hashed=False)
     for e in needed:
         if e.size > LARGE_FILE_BYTES:
             contents[str(e.sha256)] = _read_large(backend, sbx, e)
@@ -145,14 +148,28 @@ def _pack(backend: SandboxFiles[S], sbx: S, draft: SnapshotDraft) -> dict[str, b
 
 
 def _taken(
-    got: Mapping[str, bytes], entries: list[Entry], contents: dict[str, bytes]
+    got: Mapping[str, bytes],
+    entries: list[Entry],
+    contents: dict[str, bytes],
+    *,
+    hashed: bool = True,
 ) -> list[Entry]:
     """Put in ``contents`` the bytes ``got`` has of ``entries`` that hash to what the
-    scan gave (stale or foreign bytes never do); the entries still lacking bytes."""
+    scan gave (stale or foreign bytes never do); the entries still lacking bytes.
+
+    ``hashed=False`` checks the size alone and leaves the sha256 to the commit,
+    which verifies every content it stores (``transfer.blob_bytes``): bytes read
+    after the scan that changed since are ``WorkspaceChanged`` there, as the
+    same file's ``pack`` would be, and the snapshot is taken again, asking the
+    sandbox (``_pack(direct=False)``)."""
     lacking = []
     for e in entries:
         data = got.get(e.path)
-        if data is not None and len(data) == e.size and sha256(data).hexdigest() == e.sha256:
+        if (
+            data is not None
+            and len(data) == e.size
+            and (not hashed or sha256(data).hexdigest() == e.sha256)
+        ):
             contents[str(e.sha256)] = data
         else:
             lacking.append(e)

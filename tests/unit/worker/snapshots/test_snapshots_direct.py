@@ -73,7 +73,7 @@ def test_a_snapshot_takes_the_hosts_bytes_and_asks_no_pack(
     assert restored(tmp_path, store) == tree(sbx)
 
 
-def test_host_bytes_that_do_not_hash_to_the_scan_are_packed_instead(
+def test_host_bytes_that_do_not_hash_to_the_scan_are_never_stored_the_retry_packs(
     tmp_path: Path, store: SnapshotStore
 ) -> None:
     sbx = new_sandbox(tmp_path, "sbx")
@@ -82,8 +82,13 @@ def test_host_bytes_that_do_not_hash_to_the_scan_are_packed_instead(
     write(sbx, "workspace/other.bin", os.urandom(2000))
     forged = bytes(b ^ 1 for b in data)  # the same size, other bytes
     backend = DirectBackend({"/workspace/big.bin": forged})
-    snapshot_sandbox(backend, sbx, store, TENANT, "s1", None)
-    assert backend.packed == [["/workspace/big.bin"]]
+    ref = snapshot_sandbox(backend, sbx, store, TENANT, "s1", None)
+    assert ref is not None and ref.stats["attempts"] == 2  # the first refused them
+    assert len(backend.asked) == 1  # the second attempt asked the sandbox for everything
+    assert sorted(p for batch in backend.packed for p in batch) == [
+        "/workspace/big.bin",
+        "/workspace/other.bin",
+    ]
     assert restored(tmp_path, store) == tree(sbx)
 
 
