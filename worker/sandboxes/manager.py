@@ -318,12 +318,14 @@ class SandboxManager:
 
     def warm(self, sbx: Sandbox) -> None:
         """Have a sandbox kept in the pool get ready for its first command ahead
-        (the agent answers this ping once its launcher host is ready).
+        (the agent answers this ping once its launcher host is ready), and ask
+        its host PID now (``host_pid``), off the path of its session's snapshots.
 
         Raises:
             SandboxLost: no answer; the sandbox is now ``lost``.
         """
         self.call(sbx, "ping", {"warm": True}, timeout=START_TIMEOUT_S)
+        self.host_pid(sbx)
 
     def inspect(self, sbx: Sandbox) -> dict[str, Any]:
         """The container as the runtime sees it, plus the handle's own state."""
@@ -335,7 +337,11 @@ class SandboxManager:
         """The host PID whose root is the sandbox's filesystem (``Runtime.host_pid``),
         asked of the runtime once per sandbox; 0 when there is none."""
         if sbx.host_pid is None:
-            sbx.host_pid = self.engine.host_pid(sbx.id) or 0
+            try:
+                sbx.host_pid = self.engine.host_pid(sbx.id) or 0
+            except Exception as exc:  # an optimisation only: the agent packs instead
+                log.warning("no host PID for sandbox %s: %s", sbx.name, exc)
+                sbx.host_pid = 0
         return sbx.host_pid
 
     def list_managed(self, node: str | None = None) -> list[dict[str, Any]]:

@@ -133,3 +133,14 @@ def test_a_runtime_without_a_host_pid_reads_nothing_and_is_asked_once(
     assert manager.files.read_direct(sbx, [("/workspace/a", 1)]) == {}
     assert manager.files.read_direct(sbx, [("/workspace/a", 1)]) == {}
     assert runtime.asked == 1 and sbx.host_pid == 0
+
+
+class FailingRuntime(StubRuntime):
+    def host_pid(self, sandbox_id: str) -> int | None:
+        raise RuntimeError("the engine did not answer")
+
+
+def test_a_runtime_that_fails_to_name_the_pid_leaves_the_agent_to_pack() -> None:
+    manager, sbx = SandboxManager(FailingRuntime()), handle()
+    assert manager.files.read_direct(sbx, [("/workspace/a", 1)]) == {}
+    assert sbx.host_pid == 0
