@@ -65,9 +65,7 @@ def prepare(
     if previous is None and history:
         if history[-1][1] == digest:
             return None
-        previous = catalog.read_latest(tenant, session_id, latest)
-        assert previous is not None  # the pointer has a history
-        change = delta.diff(previous, rows, roots_t, catalog.limits)
+        previous, change = _from_latest(catalog, latest, tenant, session_id, rows, roots_t)
     names = {n for n, _ in history}
     trusted = previous if previous and previous.name in names else None
     draft = SnapshotDraft(
@@ -89,6 +87,21 @@ def prepare(
     )
     transfer.classify(catalog, draft, trusted)
     return draft
+
+
+def _from_latest(
+    catalog: Catalog,
+    latest: pointer.Pointer,
+    tenant: str,
+    session_id: str,
+    rows: list[Row],
+    roots: tuple[str, ...],
+) -> tuple[Manifest, delta.Change | None]:
+    """The stored latest (a node that holds no previous manifest: a restore
+    elsewhere, say) and the change from it."""
+    previous = catalog.read_latest(tenant, session_id, latest)
+    assert previous is not None  # the pointer has a history
+    return previous, delta.diff(previous, rows, roots, catalog.limits)
 
 
 def _pointer(

@@ -36,8 +36,8 @@ from sandgrid.wire.objects import keys
 from worker.agent.limits import ROOTS
 from worker.snapshots import lifecycle, saving, transfer
 from worker.snapshots.catalog import Catalog
-from worker.snapshots.format.archive import MAX_TAR_BYTES, RestorePlan
 from worker.snapshots.format.manifest import Manifest
+from worker.snapshots.format.restoretars import MAX_TAR_BYTES, RestorePlan
 from worker.snapshots.refs import GcReport, SnapshotDraft, SnapshotRef
 
 __all__ = ["DEFAULT_ROOTS", "SnapshotStore"]

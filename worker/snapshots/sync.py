@@ -12,7 +12,7 @@ memory; see ``restore_sandbox``).
 
 Payloads are cut to fit the agent's frame (46 MiB of raw bytes): ``pack`` is
 asked for at most ``PACK_BATCH_BYTES`` of files at a time and ``unpack`` gets
-tars of at most ``archive.MAX_TAR_BYTES`` (the first one clears the roots).
+tars of at most ``restoretars.MAX_TAR_BYTES`` (the first one clears the roots).
 A file over ``LARGE_FILE_BYTES`` is in neither: it travels alone, in chunks of
 ``CHUNK_BYTES``, so any file within the snapshot limits fits. A restore writes
 such files after the tars and before the last tar, which sets the modes of the
@@ -29,14 +29,10 @@ from hashlib import sha256
 from typing import TypeVar
 
 from sandgrid.errors import ErrorCode, SandgridError, SnapshotError
-from worker.snapshots.format.archive import (
-    MAX_TAR_BYTES,
-    RestorePlan,
-    WorkspaceChanged,
-    read_packed,
-)
+from worker.snapshots.format.archive import WorkspaceChanged, read_packed
 from worker.snapshots.format.entries import Entry
 from worker.snapshots.format.manifest import Manifest
+from worker.snapshots.format.restoretars import MAX_TAR_BYTES, RestorePlan
 from worker.snapshots.refs import SnapshotDraft, SnapshotRef
 from worker.snapshots.sandbox import SandboxFiles
 from worker.snapshots.store import DEFAULT_ROOTS, SnapshotStore

@@ -17,16 +17,11 @@ from functools import partial
 from sandgrid.errors import ErrorCode, SnapshotError
 from sandgrid.wire.objects import keys
 from worker.snapshots.catalog import Catalog
-from worker.snapshots.format.archive import (
-    RestorePlan,
-    WorkspaceChanged,
-    layout_restore,
-    plan_restore,
-    tar_of,
-)
+from worker.snapshots.format.archive import WorkspaceChanged
 from worker.snapshots.format.blobs import decode, encode, group_files, pack_name
 from worker.snapshots.format.entries import Entry
 from worker.snapshots.format.manifest import Location, Manifest
+from worker.snapshots.format.restoretars import RestorePlan, layout_restore, plan_restore, tar_of
 from worker.snapshots.refs import SnapshotDraft
 
 __all__ = [

@@ -19,7 +19,6 @@ from tests.support.hostdir import HostDirBackend
 from worker.snapshots.format.archive import (
     TarError,
     WorkspaceChanged,
-    build_tars,
     gunzip_bounded,
     iter_tar,
     read_packed,
@@ -28,6 +27,7 @@ from worker.snapshots.format.archive import (
 from worker.snapshots.format.blobs import decode, encode, group_files
 from worker.snapshots.format.entries import Entry
 from worker.snapshots.format.manifest import Location
+from worker.snapshots.format.restoretars import build_tars
 from worker.snapshots.known import KnownBlobs
 
 LONG = "workspace/" + "deep/" * 40 + "file.txt"

@@ -30,9 +30,9 @@ from tests.support.snapshot_stores import local_store
 from worker.agent import limits, transfer
 from worker.snapshots import SnapshotStore, WorkspaceChanged, restore_sandbox, snapshot_sandbox
 from worker.snapshots import sync as sync_mod
-from worker.snapshots.format.archive import plan_restore
 from worker.snapshots.format.blobs import decode, encode
 from worker.snapshots.format.entries import Entry
+from worker.snapshots.format.restoretars import plan_restore
 from worker.snapshots.sandbox import FileRange
 
 TENANT = "acme"
