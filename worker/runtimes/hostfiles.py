@@ -10,9 +10,9 @@ through the sandbox, its attached stdio and Docker's attach stream: ~9 ms for
 What keeps the read safe (docs/decisions.md, "A runc snapshot reads its files
 from the host"):
 
-- the PID is pinned by a pidfd opened first, then checked against the
-  container's cgroup and for being alive *after* the root is opened, so a
-  recycled PID is never read through (as in ``hostkill``);
+- the PID is pinned by a pidfd whose cgroup names the container
+  (``hostkill.container_pidfd``), and found alive *after* the roots are
+  opened, so a recycled PID is never read through;
 - each file is opened with ``openat2`` beneath its root's directory, with no
   symlink of any kind followed and no mount crossed
   (``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
@@ -29,13 +29,14 @@ snapshot asks the agent as before.
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import signal
 import stat
 from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
+
+from worker.runtimes.hostkill import container_pidfd
 
 __all__ = ["read_beneath"]
 
@@ -105,9 +106,8 @@ def read_beneath(
 def _open_roots(pid: int, container_id: str, proc: Path, roots: list[str]) -> dict[str, int]:
     """Directory fds of ``roots`` inside the container whose top process is
     ``pid``; none when the PID is not (or is no longer) that container's."""
-    try:
-        pidfd = os.pidfd_open(pid)
-    except OSError:
+    pidfd = container_pidfd(pid, container_id, proc)
+    if pidfd is None:
         return {}
     dirs: dict[str, int] = {}
     try:
@@ -117,8 +117,6 @@ def _open_roots(pid: int, container_id: str, proc: Path, roots: list[str]) -> di
                     f"{proc}/{pid}/root{root}",
                     os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                 )
-        if container_id not in (proc / str(pid) / "cgroup").read_text():
-            raise OSError(errno.ESRCH, "the PID is not the container's")
         signal.pidfd_send_signal(pidfd, 0)  # alive: the roots were opened in its namespace
     except OSError:
         for fd in dirs.values():

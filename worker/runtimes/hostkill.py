@@ -15,7 +15,7 @@ import os
 import signal
 from pathlib import Path
 
-__all__ = ["kill_top_process"]
+__all__ = ["container_pidfd", "kill_top_process"]
 
 
 def kill_top_process(pid: int | None, container_id: str, proc: Path = Path("/proc")) -> bool:
@@ -30,19 +30,33 @@ def kill_top_process(pid: int | None, container_id: str, proc: Path = Path("/pro
     Returns:
         Whether the signal was sent; ``False`` leaves the kill to the engine.
     """
-    if not pid or pid <= 0 or not container_id:
+    fd = container_pidfd(pid, container_id, proc)
+    if fd is None:
         return False
     try:
-        fd = os.pidfd_open(pid)
-    except OSError:
-        return False
-    try:
-        cgroups = (proc / str(pid) / "cgroup").read_text()
-        if container_id not in cgroups:
-            return False
         signal.pidfd_send_signal(fd, signal.SIGKILL)
         return True
     except OSError:
         return False
     finally:
         os.close(fd)
+
+
+def container_pidfd(pid: int | None, container_id: str, proc: Path = Path("/proc")) -> int | None:
+    """A pidfd of ``pid`` when its cgroup names ``container_id`` (the caller closes it);
+    None otherwise. The pidfd pins the process: while it is alive (``pidfd_send_signal``
+    with 0 succeeds, or a signal is delivered through it), ``pid`` is still that
+    container's process, never a recycled PID (``hostfiles`` relies on this too)."""
+    if not pid or pid <= 0 or not container_id:
+        return None
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        if container_id in (proc / str(pid) / "cgroup").read_text():
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None

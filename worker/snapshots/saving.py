@@ -160,14 +160,14 @@ def commit(catalog: Catalog, draft: SnapshotDraft, contents: Mapping[str, bytes]
     )
 
     carried = _carry(catalog, manifest, uploads, contents)
-    then = partial(transfer.remember, catalog, draft, uploads)  # once the blobs are stored
     if carried is None:
         carried = _store_first(catalog, draft, manifest, uploads, contents)
-        then = partial(transfer.remember, catalog, draft, [])  # stored already
     _check_fresh(catalog, draft)
     catalog.advance_pointer(manifest, draft.pointer, carried)
-    if carried is not None:
-        catalog.fold_out_later(draft.tenant, draft.session_id, carried, then)
+    if carried is not None:  # the carried blobs are remembered once the fold-out stored them
+        folded = [u for u in uploads if u[0] in carried.blobs]
+        remember = partial(transfer.remember, catalog, draft, folded)
+        catalog.fold_out_later(draft.tenant, draft.session_id, carried, remember)
     stats = {
         "files": manifest.file_count,
         "stored_entries": len(manifest.entries) if stored is None else stored[1].size,
