@@ -134,3 +134,19 @@ def test_late_notifications_get_no_reply(backend: SandboxManager, shared: Sandbo
     shared.channel.notify("pty_input", {"data_b64": ""})
     shared.channel.notify("pty_close", {})
     assert exec_command(backend, shared, ExecRequest(argv=["echo", "ok"])).stdout == "ok\n"
+
+
+@pytest.mark.parametrize("delay_ms", [0, 1, 2, 3, 4, 6, 8, 11, 15, 20])
+def test_a_closing_terminal_spares_a_command_that_starts_as_it_closes(
+    backend: SandboxManager, shared: Sandbox, delay_ms: int
+) -> None:
+    """A closed terminal kills what its shell started, and nothing that another turn
+    starts meanwhile: an exec sent just after the close (at several delays, so that
+    some land in the middle of the kill) answers its own output."""
+    p = Pty(backend, shared)
+    p.wait_for("$ ")
+    p.control("pty_close")
+    time.sleep(delay_ms / 1000)
+    result = exec_command(backend, shared, ExecRequest(shell="echo beside"))
+    assert p.join()["reason"] == "closed"
+    assert (result.exit_code, result.stdout) == (0, "beside\n")

@@ -23,6 +23,7 @@ import errno
 import fcntl
 import json
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -189,23 +190,45 @@ def _become_user() -> None:
 def _kill_all_as_user(end: float, pgid: int) -> bool:
     """``kill(-1, SIGKILL)`` from a child running as the user (spares only itself);
     False, killing nothing, when a command other than ``pgid``'s runs (checked under
-    the lock every spawn holds until its leader is known)."""
+    the lock every spawn holds until its leader is known).
+
+    The lock is held until the child has sent its kill (it says so on a pipe), not
+    only while it forks: a command spawned after the check would be killed too."""
     with REAPER.cond:
         if LEADERS.others(pgid):
             return False
+        rfd, wfd = os.pipe()
         try:
             pid = os.fork()
         except OSError:
+            os.close(rfd)
+            os.close(wfd)
             return True
         if pid == 0:  # pragma: no cover - child
             with contextlib.suppress(BaseException):
+                os.close(rfd)
                 _become_user()
                 os.kill(-1, signal.SIGKILL)
+                os.write(wfd, b"k")
             os._exit(0)
+        os.close(wfd)
         REAPER.wanted.add(pid)
+        _until_killed(rfd, pid, end)
     REAPER.kick()
     REAPER.wait(pid, max(end - time.monotonic(), 0.01))
     return True
+
+
+def _until_killed(rfd: int, pid: int, end: float) -> None:
+    """Wait for the killer child's word (or its end); past ``end`` it is killed, so
+    that it cannot kill later what starts once the lock is let go."""
+    try:
+        ready, _, _ = select.select([rfd], [], [], max(end - time.monotonic(), 0.01))
+        if not ready:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    finally:
+        os.close(rfd)
 
 
 def tasks_besides_agent() -> int | None:
