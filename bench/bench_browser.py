@@ -133,15 +133,8 @@ def _cold(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sessions", type=int, default=3)
-    parser.add_argument("--runs", type=int, default=10)
-    parser.add_argument("--cold", type=int, default=3)
-    parser.add_argument("--port", type=int, default=8734)
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/11")
-    args = parser.parse_args()
+    args = _args()
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    starts, again, hits = [], [], []
     cold, docker, creates = _cold(args, headers)
     with (
         bench_grid(
@@ -156,17 +149,7 @@ def main() -> None:
         httpx.Client(base_url=grid.api_url, headers=headers, timeout=120) as api,
     ):
         time.sleep(5)  # the warm pool fills
-        sessions = []
-        for _ in range(args.sessions):
-            t0 = time.perf_counter()
-            s = client.session(type="browser", quotas={"memory_mb": 1024})
-            hits.append(_ms(t0))
-            ws = _cdp(api, s.id)
-            starts.append(_ms(t0))
-            t1 = time.perf_counter()
-            _cdp(api, s.id)
-            again.append(_ms(t1))
-            sessions.append((s, ws))
+        sessions, starts, hits, again = _starts(client, api, args.sessions)
         s, ws = sessions[0]
         turns = _page_turns(s, ws, headers, args.runs)
         warm = []
@@ -176,11 +159,10 @@ def main() -> None:
             warm.append(_ms(t0))
         for s, _ in sessions:
             s.close()
-    ratio = statistics.median(cold) / statistics.median(docker)
     print(f"browser (runsc), cold start (no warm pool), {args.cold} runs alternated:")
     print(f"  session create to first CDP answer    median {statistics.median(cold):8.1f} ms")
     print(f"  docker run to first DevTools answer   median {statistics.median(docker):8.1f} ms")
-    print(f"  ratio {ratio:.2f}x")
+    print(f"  ratio {statistics.median(cold) / statistics.median(docker):.2f}x")
     print(f"  of which the create (cold)            median {statistics.median(creates):8.1f} ms")
     print(f"browser (runsc), {args.sessions} sessions:")
     print(f"  start (pool hit) to first CDP answer  median {statistics.median(starts):8.1f} ms")
@@ -190,6 +172,35 @@ def main() -> None:
     print(f"  p50 {pct(turns, 50):8.1f} ms  p99 {pct(turns, 99):8.1f} ms")
     ratio = pct(turns, 50) / pct(warm, 50)
     print(f"  warm exec (true) p50 {pct(warm, 50):8.1f} ms; ratio {ratio:.1f}x")
+
+
+def _args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sessions", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--cold", type=int, default=3)
+    parser.add_argument("--port", type=int, default=8734)
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/11")
+    return parser.parse_args()
+
+
+def _starts(
+    client: Client, api: httpx.Client, n: int
+) -> tuple[list[tuple[Session, str]], list[float], list[float], list[float]]:
+    """``n`` browser sessions from the warm pool: (the sessions and their CDP URLs, ms to
+    the first CDP answer, ms of the create alone, ms of a second ``GET /cdp``)."""
+    sessions, starts, hits, again = [], [], [], []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        s = client.session(type="browser", quotas={"memory_mb": 1024})
+        hits.append(_ms(t0))
+        ws = _cdp(api, s.id)
+        starts.append(_ms(t0))
+        t1 = time.perf_counter()
+        _cdp(api, s.id)
+        again.append(_ms(t1))
+        sessions.append((s, ws))
+    return sessions, starts, hits, again
 
 
 if __name__ == "__main__":

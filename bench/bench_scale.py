@@ -39,6 +39,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -162,59 +163,93 @@ def measure(nodes: int, apis: int, sessions: int, turns: int, idle_s: float) -> 
                 s.exec(argv=["true"])
         session_bytes = (_db_bytes() - before) / sessions
         clients = _db_clients()
-        cpu0 = sum(group_cpu_s(p) for p in pgids)
-        node0 = sum(group_cpu_s(p) for p in nodes_pg)
-        with counting(REDIS_URL) as idle:
-            time.sleep(idle_s)
-        idle_cpu_rate = (sum(group_cpu_s(p) for p in pgids) - cpu0) / idle_s
-        node_idle = (sum(group_cpu_s(p) for p in nodes_pg) - node0) / idle_s / nodes
-        idle_rate = sum(idle.commands.values()) / idle_s
-        idle_rt_rate = idle.per(1)[0] / idle_s
-        routing: list[float] = []
-        latency: list[float] = []
-        lock = threading.Lock()
-
-        def run(session: object) -> None:
-            for _ in range(turns):
-                t0 = time.perf_counter()
-                result = session.exec(argv=["true"])  # type: ignore[attr-defined]
-                took = (time.perf_counter() - t0) * 1000
-                assert result.exit_code == 0, result
-                with lock:
-                    latency.append(took)
-                    routing.append(float(result.timings.get("api_ms", 0.0)))
-
-        cpu0 = sum(group_cpu_s(p) for p in pgids)
-        with counting(REDIS_URL) as busy:
-            t0 = time.perf_counter()
-            threads = [threading.Thread(target=run, args=(s,)) for s in live]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            wall = time.perf_counter() - t0
-        cpu = sum(group_cpu_s(p) for p in pgids) - cpu0
+        idle = _idle(pgids, nodes_pg, idle_s)
+        busy = _busy(live, turns, pgids)
         for s in live:
             s.close()
         if balancer is not None:
             print(f"balancer: connections per API port {balancer.connections}", flush=True)
-    n = sessions * turns
-    rt, cmds = busy.per(1)
+    n, wall = sessions * turns, busy.wall
+    rt, cmds = busy.counts.per(1)
     return Figures(
         nodes=nodes,
         apis=apis,
-        commands_per_turn=(cmds - idle_rate * wall) / n,
-        round_trips_per_turn=(rt - idle_rt_rate * wall) / n,
-        api_cpu_ms_per_turn=max(0.0, cpu - idle_cpu_rate * wall) / n * 1000,
-        idle_per_node_s=idle_rate / nodes,
-        idle_top=idle.top(int(idle_s * nodes), 6),
-        node_idle_cpu_pct=node_idle * 100,
+        commands_per_turn=(cmds - idle.rate * wall) / n,
+        round_trips_per_turn=(rt - idle.rt_rate * wall) / n,
+        api_cpu_ms_per_turn=max(0.0, busy.cpu - idle.cpu_rate * wall) / n * 1000,
+        idle_per_node_s=idle.rate / nodes,
+        idle_top=idle.counts.top(int(idle_s * nodes), 6),
+        node_idle_cpu_pct=idle.node_cpu_rate / nodes * 100,
         connections=clients,
         session_bytes=session_bytes,
-        routing_p50_ms=pct(routing, 50),
-        turn_p50_ms=pct(latency, 50),
+        routing_p50_ms=pct(busy.routing, 50),
+        turn_p50_ms=pct(busy.latency, 50),
         turns_per_s=n / wall,
     )
+
+
+@dataclass
+class _Idle:
+    """The idle window: the grid's CPU, the nodes' CPU and Redis's commands, per second."""
+
+    cpu_rate: float
+    node_cpu_rate: float
+    rate: float
+    rt_rate: float
+    counts: Any
+
+
+def _idle(pgids: list[int], nodes_pg: list[int], idle_s: float) -> _Idle:
+    cpu0 = sum(group_cpu_s(p) for p in pgids)
+    node0 = sum(group_cpu_s(p) for p in nodes_pg)
+    with counting(REDIS_URL) as counts:
+        time.sleep(idle_s)
+    return _Idle(
+        cpu_rate=(sum(group_cpu_s(p) for p in pgids) - cpu0) / idle_s,
+        node_cpu_rate=(sum(group_cpu_s(p) for p in nodes_pg) - node0) / idle_s,
+        rate=sum(counts.commands.values()) / idle_s,
+        rt_rate=counts.per(1)[0] / idle_s,
+        counts=counts,
+    )
+
+
+@dataclass
+class _Busy:
+    """The busy window: each turn's latency and routing, its wall time, CPU and commands."""
+
+    latency: list[float]
+    routing: list[float]
+    wall: float
+    cpu: float
+    counts: Any
+
+
+def _busy(live: list[Any], turns: int, pgids: list[int]) -> _Busy:
+    """``turns`` turns of ``true`` on every session at once, a thread each."""
+    out = _Busy([], [], 0.0, 0.0, None)
+    lock = threading.Lock()
+
+    def run(session: Any) -> None:
+        for _ in range(turns):
+            t0 = time.perf_counter()
+            result = session.exec(argv=["true"])
+            took = (time.perf_counter() - t0) * 1000
+            assert result.exit_code == 0, result
+            with lock:
+                out.latency.append(took)
+                out.routing.append(float(result.timings.get("api_ms", 0.0)))
+
+    cpu0 = sum(group_cpu_s(p) for p in pgids)
+    with counting(REDIS_URL) as out.counts:
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=run, args=(s,)) for s in live]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        out.wall = time.perf_counter() - t0
+    out.cpu = sum(group_cpu_s(p) for p in pgids) - cpu0
+    return out
 
 
 def report(rows: list[Figures]) -> None:

@@ -187,18 +187,25 @@ def run_case(case: Case, store: SnapshotStore, client: Minio, tmp: Path, reps: i
     row.ours["one_file"], last = median_time(reps, one_file, change_one)
     row.parts = {k: v for k, v in last.stats.items() if k.endswith("_ms")}
     row.parts["stored entries"] = last.stats["stored_entries"]
-    key = f"tar-baseline/{case.name}.tar.gz"
-    row.tar["snapshot"], _ = median_time(
-        reps, lambda _: tar_snapshot(client, store.objects.bucket, sbx, key)
-    )
-    row.tar["restore"], _ = median_time(
-        reps,
-        lambda _: tar_restore(client, store.objects.bucket, tmp / "tar-dst", key),
-        lambda _: fresh_dir(tmp / "tar-dst"),
-    )
+    row.tar = tar_baseline(case, client, store.objects.bucket, sbx, tmp, reps)
     for path in (sbx, dst, tmp / "tar-dst"):
         shutil.rmtree(path, ignore_errors=True)
     return row
+
+
+def tar_baseline(
+    case: Case, client: Minio, bucket: str, sbx: Path, tmp: Path, reps: int
+) -> dict[str, float]:
+    """The baseline's median snapshot and restore: one tar.gz of the sandbox, one object."""
+    key = f"tar-baseline/{case.name}.tar.gz"
+    out: dict[str, float] = {}
+    out["snapshot"], _ = median_time(reps, lambda _: tar_snapshot(client, bucket, sbx, key))
+    out["restore"], _ = median_time(
+        reps,
+        lambda _: tar_restore(client, bucket, tmp / "tar-dst", key),
+        lambda _: fresh_dir(tmp / "tar-dst"),
+    )
+    return out
 
 
 def round_trip(store: SnapshotStore, reps: int = 31) -> float:

@@ -154,7 +154,8 @@ def build_server(svc: Services, app: FastAPI) -> MCPServer:
     )
     _session_tools(server, svc, app)
     _exec_tool(server, svc)
-    _file_tools(server, svc)
+    _file_read_tools(server, svc)
+    _file_write_tool(server, svc)
     _run_code_tool(server, svc)
     mcp_browser.register(server, svc, _tenant_of, _tool_error)  # issue 21.4
     _forbid_unknown(server)
@@ -247,7 +248,9 @@ def _exec_tool(server: MCPServer, svc: Services) -> None:
         return await _call(run)
 
 
-def _file_tools(server: MCPServer, svc: Services) -> None:
+def _file_read_tools(server: MCPServer, svc: Services) -> None:
+    """``read_file`` and ``list_files``."""
+
     @server.tool()
     async def read_file(
         ctx: Context,
@@ -264,6 +267,25 @@ def _file_tools(server: MCPServer, svc: Services) -> None:
                 tenant, session_id, ReadOp(path=path, encoding=encoding), FileRead
             ).model_dump(mode="json")
         )
+
+    @server.tool()
+    async def list_files(
+        ctx: Context,
+        session_id: _SessionId,
+        path: _WsPath = ".",
+        recursive: Annotated[bool, Field(description="descend into directories")] = False,
+    ) -> dict[str, Any]:
+        """List a directory of the workspace."""
+        tenant = _tenant_of(ctx)
+        return await _call(
+            lambda: svc.runner.op(
+                tenant, session_id, ListOp(path=path, recursive=recursive), FileList
+            ).model_dump(mode="json")
+        )
+
+
+def _file_write_tool(server: MCPServer, svc: Services) -> None:
+    """``write_file``."""
 
     @server.tool()
     async def write_file(
@@ -284,21 +306,6 @@ def _file_tools(server: MCPServer, svc: Services) -> None:
             return bare_body(svc.runner.op(tenant, session_id, WriteOp(files=[one]), WriteResult))
 
         return await _call(write)
-
-    @server.tool()
-    async def list_files(
-        ctx: Context,
-        session_id: _SessionId,
-        path: _WsPath = ".",
-        recursive: Annotated[bool, Field(description="descend into directories")] = False,
-    ) -> dict[str, Any]:
-        """List a directory of the workspace."""
-        tenant = _tenant_of(ctx)
-        return await _call(
-            lambda: svc.runner.op(
-                tenant, session_id, ListOp(path=path, recursive=recursive), FileList
-            ).model_dump(mode="json")
-        )
 
 
 def _run_code_tool(server: MCPServer, svc: Services) -> None:
