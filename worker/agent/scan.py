@@ -85,23 +85,20 @@ def scan_diff(
                                 keys.append(None)
                         continue
                     see(path)
-                    size, mtime, ino = st.st_size, st.st_mtime_ns, st.st_ino
-                    ctime = st.st_ctime_ns
+                    size, mtime, ctime, ino = st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino
                     hit = cached(path)
                     if hit is not None and hit[:4] == (size, mtime, ctime, ino):
                         if old is not None and old[1] == "file" and old[2] == mode:
                             continue  # unchanged: PID 1 keeps the row it has
                         digest = hit[4]
                     else:
-                        keep = size <= inline
-                        read = _read_file(path, mode, size, mtime, ino, ctime, keep)
+                        read = _read_file(path, mode, size, mtime, ino, ctime, size <= inline)
                         if read is None:  # removed or renamed while walked
                             seen.discard(path)
                             continue
-                        digest, ctime, data = read
-                        if data is not None and len(data) == size:
-                            carried[path] = binascii.b2a_base64(data, newline=False).decode()
-                            inline -= size
+                        digest, ctime, carry = read
+                        if carry is not None:
+                            carried[path], inline = carry, inline - size
                     changed.append((path, "file", mode, size, digest, None))
                     keys.append([mtime, ctime, ino])
     removed = [p for p in prev if p not in seen]
@@ -113,10 +110,11 @@ def scan_diff(
 
 def _read_file(
     path: str, mode: int, size: int, mtime: int, ino: int, ctime: int, keep: bool
-) -> tuple[str, int, bytes | None] | None:
+) -> tuple[str, int, str | None] | None:
     """A file's sha256, its ctime after the read (``open_own``'s chmod of a file the user
-    cannot read moves it) and, when ``keep``, the bytes hashed; None if it was removed
-    or renamed meanwhile."""
+    cannot read moves it) and, when ``keep``, the bytes hashed in base64 if they are the
+    scanned size (else None: the file moved on); None if it was removed or renamed
+    meanwhile."""
     data: bytes | None = None
     try:
         if keep:
@@ -127,7 +125,9 @@ def _read_file(
             ctime = settled_ctime(path, size, mtime, ino, ctime)
     except FileNotFoundError:
         return None
-    return digest, ctime, data
+    if data is None or len(data) != size:
+        return digest, ctime, None
+    return digest, ctime, binascii.b2a_base64(data, newline=False).decode()
 
 
 def _other_row(path: str, fmt: int, mode: int) -> ScanRow | None:
