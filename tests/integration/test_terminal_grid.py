@@ -72,10 +72,13 @@ def _exec_when_free(s: Session, shell: str, within: float = WAIT_S) -> str:
     end = time.monotonic() + within
     while True:
         try:
-            return s.exec(shell=shell).stdout
+            result = s.exec(shell=shell)
         except Conflict:
             assert time.monotonic() < end, f"the session was still busy after {within}s"
             time.sleep(0.2)
+            continue
+        assert result.exit_code == 0, result  # a kill beside a closing terminal says so here
+        return result.stdout
 
 
 def _raw(grid: LocalGrid, s: Session, **params: object) -> ClientConnection:
