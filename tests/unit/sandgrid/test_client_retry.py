@@ -5,6 +5,8 @@ An httpx mock transport plays the API; sleeps are recorded, not slept.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,12 +58,25 @@ class Api:
 
 @pytest.fixture
 def slept(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
+    """The test thread's sleeps, recorded and not slept. Other threads of the process
+    (a library's background thread that an earlier test started) still sleep for
+    real: they would otherwise spin, filling the record and the CPU."""
     waits: list[float] = []
+    test_thread, real_sleep, real_async_sleep = threading.get_ident(), time.sleep, anyio.sleep
+
+    def fake_sleep(s: float) -> None:
+        if threading.get_ident() == test_thread:
+            waits.append(s)
+        else:
+            real_sleep(s)
 
     async def fake_async_sleep(s: float) -> None:
-        waits.append(s)
+        if threading.get_ident() == test_thread:
+            waits.append(s)
+        else:
+            await real_async_sleep(s)
 
-    monkeypatch.setattr("time.sleep", waits.append)
+    monkeypatch.setattr("time.sleep", fake_sleep)
     monkeypatch.setattr(anyio, "sleep", fake_async_sleep)
     yield waits
 
