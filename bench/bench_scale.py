@@ -226,7 +226,8 @@ class _Busy:
 
 def _busy(live: list[Any], turns: int, pgids: list[int]) -> _Busy:
     """``turns`` turns of ``true`` on every session at once, a thread each."""
-    out = _Busy([], [], 0.0, 0.0, None)
+    latency: list[float] = []
+    routing: list[float] = []
     lock = threading.Lock()
 
     def run(session: Any) -> None:
@@ -236,20 +237,20 @@ def _busy(live: list[Any], turns: int, pgids: list[int]) -> _Busy:
             took = (time.perf_counter() - t0) * 1000
             assert result.exit_code == 0, result
             with lock:
-                out.latency.append(took)
-                out.routing.append(float(result.timings.get("api_ms", 0.0)))
+                latency.append(took)
+                routing.append(float(result.timings.get("api_ms", 0.0)))
 
     cpu0 = sum(group_cpu_s(p) for p in pgids)
-    with counting(REDIS_URL) as out.counts:
+    with counting(REDIS_URL) as counts:
         t0 = time.perf_counter()
         threads = [threading.Thread(target=run, args=(s,)) for s in live]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        out.wall = time.perf_counter() - t0
-    out.cpu = sum(group_cpu_s(p) for p in pgids) - cpu0
-    return out
+        wall = time.perf_counter() - t0
+    cpu = sum(group_cpu_s(p) for p in pgids) - cpu0
+    return _Busy(latency, routing, wall, cpu, counts)
 
 
 def report(rows: list[Figures]) -> None:
