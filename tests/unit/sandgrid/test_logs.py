@@ -22,7 +22,6 @@ from sandgrid.wire.logs import (
     TASK_LINE_LOGGERS,
     JsonFormatter,
     OneLineTextFormatter,
-    TaskLines,
     formatter_for,
     scrub,
     setup_logging,
@@ -185,9 +184,6 @@ def task_lines() -> Iterator[io.StringIO]:
         yield stream
     finally:
         show_task_lines(True)
-        for name in TASK_LINE_LOGGERS:
-            for f in [f for f in logging.getLogger(name).filters if isinstance(f, TaskLines)]:
-                logging.getLogger(name).removeFilter(f)
         root.handlers[:] = saved[0]
         root.setLevel(saved[1])
 
@@ -211,11 +207,22 @@ def test_celery_per_task_lines_are_written_when_asked_or_at_debug(
 ) -> None:
     trace = logging.getLogger("celery.app.trace")
     show_task_lines(True)
-    show_task_lines(True)  # idempotent: one filter a logger
-    assert sum(isinstance(f, TaskLines) for f in trace.filters) == 1
+    show_task_lines(True)  # idempotent
     trace.info("Task sandgrid.turn[t-1.1] succeeded in 0.01s: <outcome>")
-    show_task_lines(False)
     logging.getLogger().setLevel(logging.DEBUG)
+    show_task_lines(False)
     trace.info("Task sandgrid.turn[t-2.1] succeeded in 0.01s: <outcome>")
     lines = task_lines.getvalue().splitlines()
     assert [("t-1.1" in x, "t-2.1" in x) for x in lines] == [(True, False), (False, True)]
+
+
+def test_celery_asks_for_no_per_task_line_when_they_are_off(task_lines: io.StringIO) -> None:
+    """Celery builds a line only when its logger says INFO is on (it asks once, at
+    the worker's start): off, the question answers no, and a failure still passes."""
+    show_task_lines(False)
+    for name in TASK_LINE_LOGGERS:
+        logger = logging.getLogger(name)
+        assert not logger.isEnabledFor(logging.INFO)
+        assert logger.isEnabledFor(logging.ERROR)
+    show_task_lines(True)
+    assert all(logging.getLogger(n).isEnabledFor(logging.INFO) for n in TASK_LINE_LOGGERS)
