@@ -8,6 +8,7 @@ MinIO in the integration tests.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 
@@ -105,4 +106,13 @@ class ObjectStoreContract:
         objects.put(f"t/{TENANT}/blobs/big", data)
         assert objects.get(f"t/{TENANT}/blobs/big") == data
         objects.put(f"t/{TENANT}/blobs/empty", b"")
+        assert objects.get(f"t/{TENANT}/blobs/empty") == b""
+
+    def test_an_addressed_write_keeps_its_bytes(self, objects: ObjectStore) -> None:
+        data = bytes(range(256)) * 4096
+        key = f"t/{TENANT}/blobs/" + hashlib.sha256(data).hexdigest()
+        objects.put_addressed(key, data)
+        objects.put_addressed(key, data)  # the same content again: harmless
+        assert objects.get(key) == data
+        objects.put_addressed(f"t/{TENANT}/blobs/empty", b"")
         assert objects.get(f"t/{TENANT}/blobs/empty") == b""

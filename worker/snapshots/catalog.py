@@ -261,7 +261,7 @@ class Catalog:
             InfrastructureError: ``store_unavailable``.
         """
         for blob in sorted(carried.blobs):  # on the caller's thread: never waits on the pool
-            self.objects.put(keys.blob_key(tenant, blob), encode(carried.blobs[blob]))
+            self.objects.put_addressed(keys.blob_key(tenant, blob), encode(carried.blobs[blob]))
         self.objects.put(
             keys.manifest_key(tenant, session_id, carried.name), encode(carried.manifest)
         )

@@ -152,7 +152,7 @@ def put_chunks(
         key = keys.memory_chunk_key(tenant, sha)
         new = 0
         if not objects.exists(key):
-            objects.put(key, data)
+            objects.put_addressed(key, data)
             new = len(data)
         chunk = Chunk(sha, len(data), len(raw))
         if cache is not None:

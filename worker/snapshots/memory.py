@@ -138,7 +138,7 @@ class MemoryStore:
         }
         data = json.dumps(body, sort_keys=True).encode()
         sha = hashlib.sha256(data).hexdigest()
-        self.objects.put(keys.memory_image_key(meta.tenant, meta.session, sha), data)
+        self.objects.put_addressed(keys.memory_image_key(meta.tenant, meta.session, sha), data)
         every = [c for cs in chunks.values() for c in cs]
         return StoredImage(
             sha256=sha,

@@ -203,7 +203,7 @@ def put_blob(
     Raises:
         WorkspaceChanged: some bytes do not hash to what the scan said.
     """
-    catalog.objects.put(keys.blob_key(tenant, blob), encode(blob_bytes(group, contents)))
+    catalog.objects.put_addressed(keys.blob_key(tenant, blob), encode(blob_bytes(group, contents)))
 
 
 def blob_bytes(group: list[Entry], contents: Mapping[str, bytes]) -> bytes:
