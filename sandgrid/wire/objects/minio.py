@@ -54,9 +54,10 @@ class _Client(Minio):
     """The SDK's client, except that a request naming ``UNSIGNED-PAYLOAD`` as its
     ``x-amz-content-sha256`` keeps it: over plain HTTP the SDK hashes every body
     for its signature (and MinIO hashes it again to check it), which a
-    content-addressed object does not need (``put_addressed``). The SDK sends
-    unsigned payloads itself over HTTPS; the signature still covers the
-    request's method, key and headers."""
+    content-addressed object does not need (``put_addressed``). Over HTTPS the
+    SDK sends every payload unsigned, with a ``Content-MD5`` of it; an addressed
+    object goes without that too. The signature still covers the request's
+    method, key and headers."""
 
     def _build_headers(  # type: ignore[no-untyped-def]  # the SDK's own signature
         self, host, headers=None, body=None, creds=None
