@@ -9,7 +9,7 @@ the p50 of connect-to-first-byte of a tiny request, each with the ratio. The
 downloads alternate direct and proxied ``--repeat`` times and the medians are
 compared, so a burst of load from elsewhere on the host skews both alike.
 
-    PYTHONPATH=. python bench/bench_egress.py [--mib 256] [--rounds 200] [--repeat 5]
+    python3 bench/bench_egress.py [--mib 256] [--rounds 200] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -20,11 +20,15 @@ import multiprocessing
 import os
 import socket
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' helpers
+
 from _services import shared_redis_url
 
 from sandgrid.models import NetworkPolicy

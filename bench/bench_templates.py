@@ -13,7 +13,7 @@
 3. Then a pool hit: ``POST /v1/sessions`` answered from a warm pool of one, on the
    main engine's node (target <= 15 ms, p50).
 
-    PYTHONPATH=. python bench/bench_templates.py [--rounds 3] [--hits 20]
+    python3 bench/bench_templates.py [--rounds 3] [--hits 20]
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ from typing import Any
 import docker
 import httpx
 import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' helpers
+
 from _services import grid_env, shared_redis_url
 from _stats import pct
 
