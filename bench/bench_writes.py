@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import statistics
 import sys
 import threading
@@ -90,7 +91,7 @@ def plain_put() -> Iterator[Callable[[], float]]:
     client = Minio(s.endpoint, s.access_key, s.secret_key, secure=s.secure)
     bucket = f"sgbench-put-{uuid.uuid4().hex[:8]}"
     client.make_bucket(bucket)
-    count = iter(range(1 << 30))
+    count = itertools.count()
 
     def put() -> float:
         body = uuid.uuid4().bytes * (MB // 16)  # fresh bytes each time, as a turn's

@@ -51,6 +51,7 @@ from sandgrid.models import (
     FileWrite,
     Quotas,
     SessionCreate,
+    WireModel,
 )
 from sandgrid.ops.files import ListOp, ReadOp, WriteOp, WriteResult
 from sandgrid.ops.saved import bare_body
@@ -261,11 +262,8 @@ def _file_read_tools(server: MCPServer, svc: Services) -> None:
         ] = "utf-8",
     ) -> dict[str, Any]:
         """Read one file of the workspace."""
-        tenant = _tenant_of(ctx)
-        return await _call(
-            lambda: svc.runner.op(
-                tenant, session_id, ReadOp(path=path, encoding=encoding), FileRead
-            ).model_dump(mode="json")
+        return await _file_op(
+            svc, ctx, session_id, lambda: ReadOp(path=path, encoding=encoding), FileRead
         )
 
     @server.tool()
@@ -276,12 +274,24 @@ def _file_read_tools(server: MCPServer, svc: Services) -> None:
         recursive: Annotated[bool, Field(description="descend into directories")] = False,
     ) -> dict[str, Any]:
         """List a directory of the workspace."""
-        tenant = _tenant_of(ctx)
-        return await _call(
-            lambda: svc.runner.op(
-                tenant, session_id, ListOp(path=path, recursive=recursive), FileList
-            ).model_dump(mode="json")
+        return await _file_op(
+            svc, ctx, session_id, lambda: ListOp(path=path, recursive=recursive), FileList
         )
+
+
+async def _file_op(
+    svc: Services,
+    ctx: Context,
+    session_id: str,
+    op: Callable[[], ReadOp | ListOp],
+    model: type[WireModel],
+) -> dict[str, Any]:
+    """One read-only file op of the caller's tenant, answered as the REST API answers it;
+    the op is built inside ``_call``, so a field it refuses is the tool's error."""
+    tenant = _tenant_of(ctx)
+    return await _call(
+        lambda: svc.runner.op(tenant, session_id, op(), model).model_dump(mode="json")
+    )
 
 
 def _file_write_tool(server: MCPServer, svc: Services) -> None:
