@@ -9,10 +9,12 @@ gVisor, Redis and the MinIO of ``make services`` (a bucket of its own, dropped
 after). Session A builds ``--mb`` MB of numpy arrays in its Jupyter kernel (half
 random, half regular), then:
 
-- pause with memory on ``bm-w1``: checkpoint time, stored bytes and the
-  compression ratio, the pause's total latency;
-- ``bm-w1`` stops; resume on ``bm-w2``: the time to the first answered
-  ``run_code`` (its variables there, ``kernel_restarted`` false);
+- pause with memory on the node that ran it: checkpoint time, stored bytes and
+  the compression ratio, the pause's total latency; the pause asks the other
+  node to stage the image ahead (``--no-stage``: the nodes stage nothing);
+- the pausing node stops; resume on the other: the time to the first answered
+  ``run_code`` (its variables there, ``kernel_restarted`` false), from the
+  staged image or (``--no-stage``) fetched from the store;
 - against the cold path for session B, built the same way and paused without
   memory: its next turn is the setup code again, which restores the workspace into
   a fresh sandbox and starts a new kernel first (one turn, as a user would send
@@ -20,7 +22,7 @@ random, half regular), then:
 - a second pause with memory of session A after the resume: the bytes it
   uploaded (chunks the store lacked: images are chunked and shared, 24.4)
   beside the first pause's;
-- ``bm-w1`` starts again; fork x8 with memory of A (running again): the time
+- the stopped node starts again; fork x8 with memory of A (running again): the time
   to 8 sessions that each answered a ``run_code`` on the state, against 8 cold
   sessions that each run the setup (target >= 3x).
 """
@@ -61,7 +63,7 @@ total = float(sum(a.sum() for a in arrays))
 CHECK = "round(float(sum(a.sum() for a in arrays)) - total, 6), len(arrays[0])"
 
 
-def _grid(tmp: Path, port: int, redis_url: str, bucket: str) -> LocalGrid:
+def _grid(tmp: Path, port: int, redis_url: str, bucket: str, stage: bool) -> LocalGrid:
     url = shared_redis_url(redis_url)
     minio = minio_settings()
     env = {
@@ -75,6 +77,7 @@ def _grid(tmp: Path, port: int, redis_url: str, bucket: str) -> LocalGrid:
         "SANDGRID_MINIO__BUCKET": bucket,
         "SANDGRID_LEASE_TTL_S": "6",
         "SANDGRID_HEARTBEAT_S": "0.5",
+        **({} if stage else {"SANDGRID_WORKER__MEMORY__STAGE_MB": "0"}),
     }
     return LocalGrid(tmp, port=port, redis_url=url, tenants={"bench": TOKEN}, env=env)
 
@@ -95,9 +98,10 @@ def _build(client: Client, mb: int) -> tuple[Session, float]:
 def run(args: argparse.Namespace) -> None:
     bucket = f"sandgrid-bench-memory-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
-        grid = _grid(Path(tmp), args.port, args.redis_url, bucket)
+        grid = _grid(Path(tmp), args.port, args.redis_url, bucket, not args.no_stage)
         try:
-            grid.start(NODES[:1], types=TYPES, concurrency=4)
+            grid.start(NODES, types=TYPES, concurrency=4)
+            grid.wait(lambda: set(NODES) <= grid.workers_seen(), "both nodes")
             with Client(grid.api_url, token=TOKEN, timeout=600) as client:
                 _measure(grid, client, args.mb, args.settle)
         finally:
@@ -116,16 +120,16 @@ def run(args: argparse.Namespace) -> None:
 def _measure(grid: LocalGrid, client: Client, mb: int, args_settle: float) -> None:
     a, setup_s = _build(client, mb)
     b, _ = _build(client, mb)
+    paused_on = str(a.refresh().owner)
     pause_s, done = _timed(lambda: a.pause(memory=True))
     assert done.memory, done  # type: ignore[attr-defined]
     assert not b.pause().memory  # type: ignore[attr-defined]
-    grid.start_worker(NODES[1], types=TYPES, concurrency=4)
-    grid.wait(lambda: NODES[1] in grid.workers_seen(), "the second node")
-    grid.kill(NODES[0], signal.SIGTERM)
-    time.sleep(args_settle)  # the new node's warm pool fills: neither path waits for it
+    grid.kill(paused_on, signal.SIGTERM)
+    time.sleep(args_settle)  # the warm pools refill (and the image is staged): neither waits
+    staged_on = a.refresh().memory_staged_on
 
     resume_s, res = _timed(lambda: a.run_code(CHECK))
-    assert res.kernel_restarted is False and res.node == NODES[1], res  # type: ignore[attr-defined]
+    assert res.kernel_restarted is False and res.node != paused_on, res  # type: ignore[attr-defined]
     # What a user without memory does: the setup again as the session's next turn, which
     # restores the workspace into a fresh sandbox and starts a new kernel first.
     cold_s, cold = _timed(lambda: b.run_code(SETUP.format(mb=mb), timeout_s=300))
@@ -147,6 +151,7 @@ def _measure(grid: LocalGrid, client: Client, mb: int, args_settle: float) -> No
         f"(compression {raw / max(stored, 1):.2f}x)"
     )
     print(f"resume on the other node, first answered turn: {resume_s * 1000:.0f} ms")
+    print(f"  the image staged ahead on: {staged_on or 'no node (fetched at the resume)'}")
     print(f"cold: one turn of workspace restore + new kernel + setup again {cold_s * 1000:.0f} ms")
     print(f"  the resume's restore: {_restores(grid, {a.id})}")
     print(f"resume vs rebuild: {cold_s / resume_s:.2f}x faster (target >= 3x)")
@@ -158,7 +163,7 @@ def _measure(grid: LocalGrid, client: Client, mb: int, args_settle: float) -> No
         f"{new / max(done.memory_new_bytes or 1, 1):.2f} of it)"  # type: ignore[attr-defined]
     )
     b.close()
-    _fork(grid, client, a, mb)
+    _fork(grid, client, a, mb, paused_on)
 
 
 _RESTORED = re.compile(
@@ -193,10 +198,10 @@ def _answer(s: Session) -> None:
     assert res.error is None and res.kernel_restarted is False, res
 
 
-def _fork(grid: LocalGrid, client: Client, a: Session, mb: int, n: int = 8) -> None:
+def _fork(grid: LocalGrid, client: Client, a: Session, mb: int, stopped: str, n: int = 8) -> None:
     """Fork x``n`` with memory of running ``a`` vs ``n`` cold sessions running the setup."""
-    grid.start_worker(NODES[0], types=TYPES, concurrency=4)
-    grid.wait(lambda: NODES[0] in grid.workers_seen(), "the first node again")
+    grid.start_worker(stopped, types=TYPES, concurrency=4)
+    grid.wait(lambda: stopped in grid.workers_seen(), "the stopped node again")
     _answer(a)  # running again (the second pause released it)
     time.sleep(8.0)  # both warm pools filled
     with concurrent.futures.ThreadPoolExecutor(n) as pool:
@@ -231,7 +236,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=100, help="MB of arrays in the kernel")
     ap.add_argument("--port", type=int, default=8792)
-    ap.add_argument("--settle", type=float, default=8.0, help="s for the new node to warm up")
+    ap.add_argument("--settle", type=float, default=8.0, help="s for the pools to refill")
+    ap.add_argument("--no-stage", action="store_true", help="nodes stage no image ahead")
     ap.add_argument("--redis-url", default="redis://127.0.0.1:6379/3")
     ap.add_argument("--logs", type=Path, help="copy the grid's logs here when done")
     run(ap.parse_args())

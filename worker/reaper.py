@@ -4,7 +4,8 @@ snapshots of the tenants this node served are collected when due.
 An idle session whose snapshot fails (the store is down) is kept, not
 released, so that its changes are not lost; the next pass tries again. An idle
 session created with ``on_idle: "memory"`` is paused with its processes
-(``worker.turns.memory``), background processes and all; when it cannot be
+(``worker.turns.memory``), background processes and all, and its image staged
+ahead on another node (``worker.turns.memory_stage``); when it cannot be
 (an egress connection open), it is treated as any other.
 
 Every container the grid makes carries ``sandgrid.managed=1`` and the label of
@@ -23,6 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from sandgrid.errors import SandgridError
 from sandgrid.wire.periodic import Periodic
@@ -30,7 +32,7 @@ from worker.ops.processes import keeps_resident
 from worker.sandboxes import SandboxManager
 from worker.sessions.pool_protocol import SandboxPool
 from worker.sessions.table import LocalSession, SessionTable
-from worker.turns import memory
+from worker.turns import memory, memory_stage
 from worker.turns.residency import Residency
 from worker.turns.snapshot_policy import Persistence
 
@@ -118,8 +120,10 @@ class Reaper:
             log.info("session %s: idle, not paused with memory: %s", local.session_id, exc)
             return False
         log.info("session %s: idle, pausing with memory", local.session_id)
+        ledger, sid = self.residency.ledger, local.session_id
+        offer = partial(memory_stage.offer, ledger, self.node, local.sandbox_type, sid)
         try:
-            memory.pause(self.residency.ledger, self.persistence.store, backend, local)
+            memory.pause(ledger, self.persistence.store, backend, local, stored_as=offer)
         finally:
             self.residency.discard(local)
         return True

@@ -31,9 +31,10 @@ from sandgrid.wire.jobs import TurnJob
 from worker import metrics
 from worker.node import get_node
 from worker.turns.entry import gate, run_turn
+from worker.turns.memory_stage import stage
 from worker.turns.task_repr import LoggedOutcome, SafeRequest
 
-__all__ = ["build_template", "cancel", "note_received", "ping", "turn"]
+__all__ = ["build_template", "cancel", "note_received", "ping", "stage_memory", "turn"]
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +87,13 @@ def build_template(job: dict[str, Any]) -> str:
     except (BuildFailed, ValidationError) as exc:
         log.warning("template build refused: %s", type(exc).__name__)
         return "refused"
+
+
+@app.task(name=names.TASK_STAGE, acks_late=False, ignore_result=True)
+def stage_memory(session_id: str, sha256: str) -> str:
+    """Stage a paused session's memory image on this node for its resume (24.1)."""
+    node = get_node()
+    return stage(node.name, node.executor.parts, session_id, sha256)
 
 
 @signals.task_received.connect(weak=False)

@@ -135,6 +135,11 @@ class SessionInfo(WireModel):
         description="the memory image a pause with memory saved (its sha256): the next "
         "turn restores the processes from it, once",
     )
+    memory_staged_on: str | None = Field(
+        None,
+        description="the node that staged memory_image ahead (fetched and verified it): "
+        "while it lives, the next turn goes there and the resume skips the fetch",
+    )
     memory_restored: bool | None = Field(
         None,
         description="the last resume from a memory image: true it came back, false the "

@@ -194,6 +194,11 @@ class SessionLedger(ABC):
     def node_record(self, node: str) -> NodeRecord | None:
         """The heartbeat record of ``node``; None when it has lapsed."""
 
+    @abstractmethod
+    def node_records(self) -> dict[str, NodeRecord]:
+        """Every live node's heartbeat record, by name (a pause picks the node that
+        stages its image among them, ``worker.turns.memory_stage``)."""
+
     # ---- records -------------------------------------------------------------------
 
     @abstractmethod

@@ -55,6 +55,7 @@ __all__ = [
     "TASK_BUILD",
     "TASK_CANCEL",
     "TASK_PING",
+    "TASK_STAGE",
     "TASK_TURN",
     "audit_export_lock_key",
     "audit_key",
@@ -114,6 +115,8 @@ TASK_PING = "sandgrid.ping"
 TASK_CANCEL = "sandgrid.cancel"
 TASK_BUILD = "sandgrid.template_build"
 """A template's build (25.2), sent to one node's direct queue."""
+TASK_STAGE = "sandgrid.memory_stage"
+"""Stage a paused session's memory image ahead on one node (24.1, ``worker.turns.memory_stage``)."""
 
 
 def type_queue(sandbox_type: str) -> str:

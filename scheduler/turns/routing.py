@@ -25,23 +25,37 @@ class LivenessSource(Protocol):
     def node_alive(self, node: str) -> bool: ...
 
 
-def choose_queue(session: SessionInfo, *, owner_alive: bool, batch: bool = False) -> str:
+def choose_queue(
+    session: SessionInfo, *, owner_alive: bool, batch: bool = False, staged_alive: bool = False
+) -> str:
     """The queue for a turn of ``session``, from facts already known (pure).
 
     Args:
         session: the session, with ``owner`` read from its lease.
         owner_alive: whether the owner's heartbeat is current.
         batch: a batch job (shared batch queue when the session is not live).
+        staged_alive: whether the node that staged the session's memory image
+            (``memory_staged_on``) lives: a paused session's resume goes there and
+            skips the image's fetch (``worker.turns.memory_stage``).
     """
     if session.owner and owner_alive:
         return names.node_queue(session.owner)
+    if session.memory_image and session.memory_staged_on and staged_alive:
+        return names.node_queue(session.memory_staged_on)
     return names.batch_queue(session.type) if batch else names.type_queue(session.type)
 
 
 def route(nodes: LivenessSource, session: SessionInfo, *, batch: bool = False) -> str:
-    """The queue for a turn of ``session``; asks ``nodes`` whether the owner lives."""
+    """The queue for a turn of ``session``; asks ``nodes`` whether the owner (or, for a
+    session paused with memory, the node that staged its image) lives."""
     alive = bool(session.owner) and nodes.node_alive(session.owner or "")
-    return choose_queue(session, owner_alive=alive, batch=batch)
+    staged = session.memory_staged_on if session.memory_image and not alive else None
+    return choose_queue(
+        session,
+        owner_alive=alive,
+        batch=batch,
+        staged_alive=bool(staged) and nodes.node_alive(staged or ""),
+    )
 
 
 class CachedLiveness:

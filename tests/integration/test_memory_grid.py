@@ -204,3 +204,37 @@ def test_an_idle_session_is_paused_with_its_memory(grid: LocalGrid) -> None:
 def test_on_idle_memory_on_a_runc_type_is_422(grid: LocalGrid) -> None:
     with _client(grid) as acme, pytest.raises(InvalidInput, match="runs on runc"):
         acme.session(type="python", on_idle="memory")
+
+
+def _both_up(grid: LocalGrid) -> None:
+    for node in NODES:
+        if node not in grid.procs:
+            grid.start_worker(node, types=TYPES, concurrency=4)
+    grid.wait(lambda: set(NODES) <= grid.workers_seen(), "both nodes")
+
+
+def test_a_paused_image_is_staged_on_the_other_node_and_the_resume_goes_there(
+    grid: LocalGrid,
+) -> None:
+    """24.1, resume speed: the pause asks the other node to stage the image; the next
+    turn is routed there (the pausing node still lives) and takes the staged files
+    instead of fetching them. Last in the module: it leaves both nodes up."""
+    _both_up(grid)
+    with _client(grid) as acme:
+        s = acme.session(type="python-gvisor")
+        assert s.run_code("kept = list(range(1000))").error is None
+        paused_on = s.refresh().owner
+        other = next(n for n in NODES if n != paused_on)
+        assert s.pause(memory=True).memory
+        grid.wait(lambda: s.refresh().memory_staged_on == other, "the image staged", timeout=60)
+
+        again = s.run_code("sum(kept)")
+        assert again.node == other and again.kernel_restarted is False, again
+        assert again.result == str(sum(range(1000)))
+        info = s.refresh()
+        assert info.memory_restored is True and info.memory_image is None, info
+        log = (grid.workdir / f"{other}.log").read_text(errors="replace")
+        assert f"session {s.id}: memory image fetched in" in log
+        line = next(x for x in log.splitlines() if f"session {s.id}: memory image fetched" in x)
+        assert "0 chunks from the store; staged here: True" in line, line
+        s.close()

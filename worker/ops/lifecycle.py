@@ -24,6 +24,7 @@ store alone (``worker.snapshots.checkpoints``).
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 
 from sandgrid.errors import Conflict, ErrorCode, InvalidInput
 from sandgrid.lifecycle import (
@@ -45,7 +46,7 @@ from sandgrid.ops.lifecycle import (
 from worker.ops.base import NodeHandler, NodeParts, TurnContext
 from worker.sessions.table import LocalSession
 from worker.snapshots import checkpoints
-from worker.turns import memory, memory_copies
+from worker.turns import memory, memory_copies, memory_stage
 
 __all__ = ["HANDLERS"]
 
@@ -155,7 +156,11 @@ def _pause(ctx: TurnContext, op: PauseOp) -> PauseResult:
         try:
             if op.memory:
                 backend = parts.backend_for(local.sandbox_type)
-                return memory.pause(parts.ledger, parts.persistence.store, backend, local)
+                offer = partial(
+                    memory_stage.offer, parts.ledger, ctx.node, local.sandbox_type, session_id
+                )
+                store = parts.persistence.store
+                return memory.pause(parts.ledger, store, backend, local, stored_as=offer)
         finally:
             parts.residency.discard(local)
     return PauseResult(session=session_id, snapshot=local.snapshot, released=True)

@@ -45,6 +45,7 @@ __all__ = [
     "MemoryRefused",
     "MemoryStore",
     "StoredImage",
+    "check_meta",
 ]
 
 SWEEP_GRACE_S = 600.0
@@ -202,7 +203,7 @@ class MemoryStore:
             meta, files = _parse(data, self.max_bytes)
         except (ValueError, KeyError, TypeError) as exc:
             raise refused(f"cannot be read: {exc}") from exc
-        _check(meta, want, sha256)
+        check_meta(meta, want, sha256)
         return meta, files
 
     def discard(self, tenant: str, session_id: str, sha256: str) -> None:
@@ -272,7 +273,9 @@ def _parse(data: bytes, max_bytes: int) -> tuple[MemoryMeta, dict[str, list[Chun
     return meta, files
 
 
-def _check(meta: MemoryMeta, want: MemoryMeta, sha256: str) -> None:
+def check_meta(meta: MemoryMeta, want: MemoryMeta, sha256: str) -> None:
+    """Refuse an image whose record names another tenant, session, snapshot, type or
+    runtime than the session that asks (``MemoryRefused`` names the field)."""
     for field in ("tenant", "session", "snapshot", "sandbox_type", "runtime"):
         if getattr(meta, field) != getattr(want, field):
             raise MemoryRefused(

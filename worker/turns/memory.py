@@ -41,6 +41,7 @@ from worker.sessions.table import LocalSession
 from worker.snapshots.memcache import ChunkCache
 from worker.snapshots.memory import MemoryMeta, MemoryStore
 from worker.snapshots.memshare import SharedFiles
+from worker.snapshots.memstage import StagedImages
 from worker.snapshots.store import SnapshotStore
 
 __all__ = [
@@ -52,6 +53,8 @@ __all__ = [
     "memory_store",
     "pause",
     "scratch",
+    "staged_images",
+    "wanted",
 ]
 
 log = logging.getLogger(__name__)
@@ -78,6 +81,21 @@ def chunk_cache() -> ChunkCache | None:
 @functools.cache
 def _cache_at(root: Path, max_bytes: int) -> ChunkCache:
     return ChunkCache(root, max_bytes)
+
+
+def staged_images() -> StagedImages | None:
+    """This node process's images staged ahead for their resume here
+    (``worker.snapshots.memstage``), or None when ``stage_mb`` is 0."""
+    memory = get_settings().worker.memory
+    if memory.stage_mb <= 0:
+        return None
+    root = memory.image_dir / f"img-{os.getpid()}-stage"
+    return _stage_at(root, memory.stage_mb << 20, memory.stage_max_age_s)
+
+
+@functools.cache
+def _stage_at(root: Path, max_bytes: int, max_age_s: float) -> StagedImages:
+    return StagedImages(root, max_bytes, max_age_s)
 
 
 @functools.cache
@@ -164,6 +182,17 @@ def image_meta(info_tenant: str, session_id: str, snapshot: str | None, sbx: San
     )
 
 
+def wanted(info: SessionInfo, runtime: str) -> MemoryMeta:
+    """The record an image of ``info``'s session must carry to be restored for it now."""
+    return MemoryMeta(
+        tenant=info.tenant,
+        session=info.id,
+        snapshot=info.snapshot,
+        sandbox_type=info.type,
+        runtime=runtime,
+    )
+
+
 def check_savable(backend: SandboxManager, sbx: Sandbox) -> None:
     """Refuse, naming the cause, a sandbox whose memory cannot be saved; change nothing.
 
@@ -191,10 +220,15 @@ def check_savable(backend: SandboxManager, sbx: Sandbox) -> None:
 
 
 def pause(
-    ledger: SessionLedger, store: SnapshotStore, backend: SandboxManager, local: LocalSession
+    ledger: SessionLedger,
+    store: SnapshotStore,
+    backend: SandboxManager,
+    local: LocalSession,
+    stored_as: Callable[[str], None] = lambda sha256: None,
 ) -> PauseResult:
     """Checkpoint ``local``'s sandbox and store the image (the caller holds the gate
-    alone, has saved the workspace and gives the sandbox up after, whatever happens)."""
+    alone, has saved the workspace and gives the sandbox up after, whatever happens);
+    ``stored_as`` is told the image's name once the record names it."""
     sbx, sid = local.sandbox, local.session_id
     check_savable(backend, sbx)
     try:
@@ -212,7 +246,14 @@ def pause(
         return PauseResult(
             session=sid, snapshot=local.snapshot, released=True, memory_reason=str(exc)
         )
-    ledger.update(sid, memory_image=stored.sha256, memory_restored=None, memory_reason=None)
+    ledger.update(
+        sid,
+        memory_image=stored.sha256,
+        memory_staged_on=None,
+        memory_restored=None,
+        memory_reason=None,
+    )
+    stored_as(stored.sha256)
     return PauseResult(
         session=sid,
         snapshot=local.snapshot,
@@ -233,7 +274,7 @@ def arrive(
     sha = info.memory_image
     if sha is None:
         return None
-    ledger.update(info.id, memory_image=None)  # taken: never restored twice
+    ledger.update(info.id, memory_image=None, memory_staged_on=None)  # taken: never twice
     images = memory_store(store)
     with ThreadPoolExecutor(1, thread_name_prefix="memload") as aside:
         # The workspace manifest (the next snapshot's base) is read while the image
@@ -266,22 +307,29 @@ def _timed(work: Callable[..., T], *args: object) -> tuple[float, T]:
     return (time.perf_counter() - t0) * 1000, out
 
 
+def _obtain(
+    images: MemoryStore, want: MemoryMeta, sha: str, dest: Path
+) -> tuple[MemoryMeta, int, bool]:
+    """Image ``sha`` of ``want``'s session in ``dest``: taken from this node's stage
+    when it was staged here (``memstage``), else fetched; its record, how many chunks
+    came from the store, whether it was staged."""
+    stage = staged_images()
+    meta = stage.take(want, sha, dest) if stage is not None else None
+    if meta is not None:
+        return meta, 0, True
+    return (*images.fetch_counted(want, sha, dest), False)
+
+
 def _restore(images: MemoryStore, backend: SandboxManager, info: SessionInfo, sha: str) -> Sandbox:
     if not backend.engine.can_checkpoint:
         raise InvalidInput(f"the {backend.runtime} runtime cannot restore memory")
-    want = MemoryMeta(
-        tenant=info.tenant,
-        session=info.id,
-        snapshot=info.snapshot,
-        sandbox_type=info.type,
-        runtime=backend.runtime,
-    )
+    want = wanted(info, backend.runtime)
     t0 = time.perf_counter()
     with scratch() as image, ThreadPoolExecutor(1, thread_name_prefix="memfetch") as aside:
         # The container is made while its image is fetched; it starts (runsc restore)
         # once the image is whole and the node's restores allow (24.4): the create no
         # longer waits behind the fetch, nor the fetch behind another restore.
-        fetching = aside.submit(_timed, images.fetch_counted, want, sha, image)
+        fetching = aside.submit(_timed, _obtain, images, want, sha, image)
         gate = _Gate(fetching.result)  # fetched first: the image is ready at its turn
         try:
             sbx = backend.create(
@@ -295,15 +343,16 @@ def _restore(images: MemoryStore, backend: SandboxManager, info: SessionInfo, sh
         finally:
             gate.release()
         t1 = time.perf_counter()
-    fetch_ms, (meta, fetched) = fetching.result()
+    fetch_ms, (meta, fetched, staged) = fetching.result()
     cache = dict(images.cache.stats) if isinstance(images.cache, ChunkCache) else None
     log.info(  # where a resume's time goes (24.4): fetch + verify + unpack, then runsc restore
-        "session %s: memory image fetched in %.0f ms (%d chunks from the store; node cache: "
-        "%s), restored in %.0f ms (create %.0f ms beside the fetch, waited %.0f ms for the "
-        "node's restores, start %.0f ms, first ping %.0f ms)",
+        "session %s: memory image fetched in %.0f ms (%d chunks from the store; staged here: "
+        "%s; node cache: %s), restored in %.0f ms (create %.0f ms beside the fetch, waited "
+        "%.0f ms for the node's restores, start %.0f ms, first ping %.0f ms)",
         info.id,
         fetch_ms,
         fetched,
+        staged,
         cache,
         (t1 - t0) * 1000 - fetch_ms - gate.waited_ms,
         sbx.timings.get("create_ms", 0.0),

@@ -196,6 +196,20 @@ class MemorySettings(BaseModel):
         "unpacked, verified memory chunks, so forks restored on it fetch each chunk once "
         "(least recently used evicted first; 0: no cache)",
     )
+    # 24.1 (resume speed, memstage): images staged ahead for their resume on this node.
+    stage_mb: int = Field(
+        2048,
+        ge=0,
+        description="SANDGRID_WORKER__MEMORY__STAGE_MB: the most a node keeps on its disk of "
+        "paused sessions' images staged ahead (fetched, verified, unpacked) for a resume "
+        "routed to it (oldest dropped first; 0: the node stages nothing)",
+    )
+    stage_max_age_s: float = Field(
+        3600.0,
+        gt=0,
+        description="SANDGRID_WORKER__MEMORY__STAGE_MAX_AGE_S: a staged image not resumed "
+        "within this long is dropped (the resume then fetches it, as any node would)",
+    )
 
 
 class WorkerSettings(BaseModel):

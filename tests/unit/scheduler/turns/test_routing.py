@@ -1,4 +1,5 @@
-"""Routing: the owner's direct queue when live, else the type's shared queue."""
+"""Routing: the owner's direct queue when live, a paused session's staging node when
+live, else the type's shared queue."""
 
 from __future__ import annotations
 
@@ -55,6 +56,38 @@ def test_route_asks_about_the_owner_only() -> None:
     assert route(nodes, _session("w2", "node-js")) == "sbx.node-js"
     assert route(nodes, _session(None)) == "sbx.python"
     assert nodes.asked == ["w1", "w2"]
+
+
+def _paused(staged_on: str | None, image: str | None = "f" * 64) -> SessionInfo:
+    return _session(None).model_copy(update={"memory_image": image, "memory_staged_on": staged_on})
+
+
+@pytest.mark.parametrize(
+    ("session", "staged_alive", "queue"),
+    [
+        (_paused("w2"), True, "node.w2"),
+        (_paused("w2"), False, "sbx.python"),
+        (_paused(None), True, "sbx.python"),
+        (_paused("w2", image=None), True, "sbx.python"),  # resumed already: nothing staged
+    ],
+)
+def test_a_paused_session_goes_to_the_node_that_staged_its_image(
+    session: SessionInfo, staged_alive: bool, queue: str
+) -> None:
+    assert choose_queue(session, owner_alive=False, staged_alive=staged_alive) == queue
+
+
+def test_the_live_owner_wins_over_the_staging_node() -> None:
+    session = _paused("w2").model_copy(update={"owner": "w1"})
+    assert choose_queue(session, owner_alive=True, staged_alive=True) == "node.w1"
+    nodes = _Nodes("w1", "w2")
+    assert route(nodes, session) == "node.w1"
+    assert nodes.asked == ["w1"]
+
+
+def test_route_asks_whether_the_staging_node_lives() -> None:
+    assert route(_Nodes("w2"), _paused("w2")) == "node.w2"
+    assert route(_Nodes(), _paused("w2")) == "sbx.python"  # it died: any node fetches
 
 
 class _Cached:

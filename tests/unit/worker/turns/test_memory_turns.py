@@ -100,7 +100,8 @@ def test_pause_then_arrive_restores_once(tmp_path: Path) -> None:
     image = ledger.updates[-1]["memory_image"]
     local = memory.arrive(ledger, store, backend, _info(image))  # type: ignore[arg-type]
     assert local is not None and local.sandbox.lineage == ("old",)
-    assert ledger.updates[-2] == {"memory_image": None}  # taken before the restore
+    # taken before the restore
+    assert ledger.updates[-2] == {"memory_image": None, "memory_staged_on": None}
     assert ledger.updates[-1] == {"memory_restored": True, "memory_reason": None}
     again = memory.arrive(ledger, store, backend, _info(image))  # type: ignore[arg-type]
     assert again is None and "not in the store" in ledger.updates[-1]["memory_reason"]
