@@ -1,8 +1,10 @@
 """Choose the queue of a turn: the owner's direct queue, or the shared one.
 
 A session whose container is live on worker W (W holds the lease and W's
-heartbeat has not lapsed) goes to ``node.W``: no restore, lowest latency. Any
-other session goes to the shared queue of its sandbox type, where any worker
+heartbeat has not lapsed) goes to ``node.W``: no restore, lowest latency. A
+session paused with memory whose image node S staged ahead goes to ``node.S``
+while S lives: its restore skips the image's fetch (``memory_staged_on``,
+docs/memory.md). Any other session goes to the shared queue of its sandbox type, where any worker
 serving that type takes it and restores the latest snapshot; batch jobs use the
 type's batch queue so that they never delay interactive turns. The API's turns
 ask the owner's liveness of its cached view of the heartbeats first

@@ -20,6 +20,7 @@ lands (docs/memory.md).
 from __future__ import annotations
 
 import logging
+import time
 import zlib
 from collections.abc import Mapping
 
@@ -84,6 +85,7 @@ def stage(node: str, parts: NodeParts, session_id: str, sha: str) -> str:
         return "unsupported"
     want = wanted(info, backend.runtime)
     images = memory_store(parts.persistence.store)
+    t0 = time.perf_counter()
     try:
         if not staged.stage(want, sha, lambda dest: images.fetch(want, sha, dest)):
             return "busy"
@@ -98,5 +100,6 @@ def stage(node: str, parts: NodeParts, session_id: str, sha: str) -> str:
     if now is None or now.memory_image != sha:  # resumed elsewhere meanwhile: not wanted
         staged.drop(info.tenant, session_id, sha)
         return "moved"
-    log.info("session %s: memory image staged here for its resume", session_id)
+    took_ms = (time.perf_counter() - t0) * 1000
+    log.info("session %s: memory image staged here for its resume in %.0f ms", session_id, took_ms)
     return "staged"
