@@ -86,6 +86,11 @@ class StagedImages:
         with self._lock:
             return sum(e.size for e in self._entries.values())
 
+    def staged(self) -> list[tuple[str, str, str]]:
+        """What is staged now: (tenant, session, image) of each entry."""
+        with self._lock:
+            return list(self._entries)
+
     def has(self, tenant: str, session: str, sha256: str) -> bool:
         with self._lock:
             return (tenant, session, sha256) in self._entries

@@ -29,6 +29,7 @@ from sandgrid.wire import names
 from sandgrid.wire.celery_app import app
 from sandgrid.wire.ledger import NodeRecord, SessionLedger
 from worker.ops.base import NodeParts
+from worker.snapshots.memstage import StagedImages
 from worker.turns.memory import memory_store, staged_images, wanted
 
 __all__ = ["STAGE_EXPIRES_S", "offer", "pick_peer", "stage"]
@@ -77,6 +78,7 @@ def stage(node: str, parts: NodeParts, session_id: str, sha: str) -> str:
         return "off"
     if staged.busy:
         return "busy"
+    _prune(staged, parts.ledger)
     info = parts.ledger.get_any(session_id)
     if info is None or info.memory_image != sha:  # resumed already (the lease may still be
         return "moved"  # the pausing node's: its turn ends after the offer)
@@ -103,3 +105,12 @@ def stage(node: str, parts: NodeParts, session_id: str, sha: str) -> str:
     took_ms = (time.perf_counter() - t0) * 1000
     log.info("session %s: memory image staged here for its resume in %.0f ms", session_id, took_ms)
     return "staged"
+
+
+def _prune(staged: StagedImages, ledger: SessionLedger) -> None:
+    """Drop the staged images that no record names any more (the session closed, or
+    resumed elsewhere): before a new one is staged, so they never wait for their age."""
+    for tenant, session_id, sha in staged.staged():
+        info = ledger.get_any(session_id)
+        if info is None or info.tenant != tenant or info.memory_image != sha:
+            staged.drop(tenant, session_id, sha)

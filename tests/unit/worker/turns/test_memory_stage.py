@@ -3,6 +3,7 @@ the request sent, and a resume that takes the staged files instead of fetching."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +105,31 @@ def test_staging_off_stages_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     get_settings.cache_clear()
     assert memory.staged_images() is None
     assert memory_stage.stage("w2", object(), "s-1", "f" * 64) == "off"  # type: ignore[arg-type]
+
+
+class _Records:
+    def __init__(self, *infos: Any) -> None:
+        self.infos = {i.id: i for i in infos}
+
+    def get_any(self, session_id: str) -> Any:
+        return self.infos.get(session_id)
+
+
+def _filled(want: MemoryMeta) -> Callable[[Path], MemoryMeta]:
+    def fill(dest: Path) -> MemoryMeta:
+        (dest / "pages.img").write_bytes(b"p")
+        return want
+
+    return fill
+
+
+def test_staged_images_no_record_names_are_dropped_before_the_next_stage() -> None:
+    staged = memory.staged_images()
+    assert staged is not None
+    for sid in ("s-1", "s-2", "s-3"):
+        want = MemoryMeta("acme", sid, None, "python-gvisor", "runsc")
+        assert staged.stage(want, "a" * 64, _filled(want))
+    kept = _info("a" * 64)  # s-1 still paused with that image
+    moved = _info(None).model_copy(update={"id": "s-2"})  # s-2 resumed elsewhere; s-3 closed
+    memory_stage._prune(staged, _Records(kept, moved))  # type: ignore[arg-type]
+    assert staged.staged() == [("acme", "s-1", "a" * 64)]
