@@ -29,6 +29,8 @@ from sandgrid.wire.settings import DEFAULT_WORKER_METRICS_ADDR
 
 __all__ = [
     "IMAGE_PULL_SECONDS",
+    "MEMORY_RESUMES",
+    "MEMORY_STAGES",
     "SNAPSHOT_BYTES",
     "SNAPSHOT_SECONDS",
     "STAGE_BUCKETS",
@@ -82,6 +84,19 @@ IMAGE_PULL_SECONDS = Histogram(
     "(ok, missing: the registry has no such image, failed: out of reach or another fault).",
     ["repository", "outcome"],
     buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+)
+# 24 (resume speed): memory images staged ahead, and where a resume took its image.
+MEMORY_STAGES = Counter(
+    "sandgrid_worker_memory_stages",
+    "Requests to stage a paused session's memory image on this node, by result (staged; "
+    "moved: no record names it now; busy: another was staging; failed; off; unsupported).",
+    ["result"],
+)
+MEMORY_RESUMES = Counter(
+    "sandgrid_worker_memory_resumes",
+    "Memory images this node restored, by where their files came from (staged: ready on "
+    "this node; store: fetched at the resume).",
+    ["source"],
 )
 _STORE_CODES = {"registry_unavailable": "registry", "store_unavailable": "objects"}
 

@@ -36,6 +36,7 @@ from sandgrid.lifecycle import PauseResult
 from sandgrid.models import SessionInfo
 from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.settings import get_settings
+from worker import metrics
 from worker.sandboxes import Sandbox, SandboxManager
 from worker.sessions.table import LocalSession
 from worker.snapshots.memcache import ChunkCache
@@ -316,8 +317,11 @@ def _obtain(
     stage = staged_images()
     meta = stage.take(want, sha, dest) if stage is not None else None
     if meta is not None:
+        metrics.MEMORY_RESUMES.labels(source="staged").inc()
         return meta, 0, True
-    return (*images.fetch_counted(want, sha, dest), False)
+    fetched = images.fetch_counted(want, sha, dest)
+    metrics.MEMORY_RESUMES.labels(source="store").inc()
+    return (*fetched, False)
 
 
 def _restore(images: MemoryStore, backend: SandboxManager, info: SessionInfo, sha: str) -> Sandbox:

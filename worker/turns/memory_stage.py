@@ -28,6 +28,7 @@ from sandgrid.errors import NotFound
 from sandgrid.wire import names
 from sandgrid.wire.celery_app import app
 from sandgrid.wire.ledger import NodeRecord, SessionLedger
+from worker import metrics
 from worker.ops.base import NodeParts
 from worker.snapshots.memstage import StagedImages
 from worker.turns.memory import memory_store, staged_images, wanted
@@ -72,7 +73,14 @@ def offer(ledger: SessionLedger, node: str, sandbox_type: str, session_id: str, 
 
 def stage(node: str, parts: NodeParts, session_id: str, sha: str) -> str:
     """Stage image ``sha`` of ``session_id`` on this node; what happened, in a word
-    (the task's result; never the image's contents)."""
+    (the task's result and ``sandgrid_worker_memory_stages``' label; never the
+    image's contents)."""
+    result = _stage(node, parts, session_id, sha)
+    metrics.MEMORY_STAGES.labels(result=result).inc()
+    return result
+
+
+def _stage(node: str, parts: NodeParts, session_id: str, sha: str) -> str:
     staged = staged_images()
     if staged is None:
         return "off"

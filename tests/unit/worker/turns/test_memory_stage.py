@@ -22,6 +22,7 @@ from tests.unit.worker.turns.test_memory_turns import (
     _local,
     _scratch,  # noqa: F401  (the same autouse fixture: images under tmp_path)
 )
+from worker import metrics
 from worker.snapshots.memory import MemoryMeta
 from worker.turns import memory, memory_stage
 
@@ -93,18 +94,22 @@ def test_a_resume_takes_the_staged_image_without_fetching_it(tmp_path: Path) -> 
     assert staged is not None
     assert staged.stage(want, sha, lambda dest: images.fetch(want, sha, dest))
     store.objects.delete(keys.memory_image_key("acme", "s-1", sha))  # a fetch would fail now
+    taken = metrics.MEMORY_RESUMES.labels(source="staged")._value.get()
 
     local = memory.arrive(ledger, store, backend, _info(sha))  # type: ignore[arg-type]
     assert local is not None and local.sandbox.lineage == ("old",)
     assert ledger.updates[-1] == {"memory_restored": True, "memory_reason": None}
     assert not staged.has("acme", "s-1", sha)  # taken once
+    assert metrics.MEMORY_RESUMES.labels(source="staged")._value.get() == taken + 1
 
 
 def test_staging_off_stages_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SANDGRID_WORKER__MEMORY__STAGE_MB", "0")
     get_settings.cache_clear()
     assert memory.staged_images() is None
+    off = metrics.MEMORY_STAGES.labels(result="off")._value.get()
     assert memory_stage.stage("w2", object(), "s-1", "f" * 64) == "off"  # type: ignore[arg-type]
+    assert metrics.MEMORY_STAGES.labels(result="off")._value.get() == off + 1
 
 
 class _Records:
