@@ -218,7 +218,7 @@ def test_a_paused_image_is_staged_on_the_other_node_and_the_resume_goes_there(
 ) -> None:
     """24.1, resume speed: the pause asks the other node to stage the image; the next
     turn is routed there (the pausing node still lives) and takes the staged files
-    instead of fetching them. Last in the module: it leaves both nodes up."""
+    instead of fetching them. It leaves both nodes up (the next test needs them)."""
     _both_up(grid)
     with _client(grid) as acme:
         s = acme.session(type="python-gvisor")
@@ -237,4 +237,27 @@ def test_a_paused_image_is_staged_on_the_other_node_and_the_resume_goes_there(
         assert f"session {s.id}: memory image fetched in" in log
         line = next(x for x in log.splitlines() if f"session {s.id}: memory image fetched" in x)
         assert "0 chunks from the store; staged here: True" in line, line
+        s.close()
+
+
+def test_a_staging_node_that_dies_leaves_the_resume_to_the_store(grid: LocalGrid) -> None:
+    """The node that staged the image is gone: the record still names it, but the
+    turn goes to a live node, which fetches the image from the store and restores it."""
+    _both_up(grid)
+    with _client(grid) as acme:
+        s = acme.session(type="python-gvisor")
+        assert s.run_code("left = 'here'").error is None
+        paused_on = s.refresh().owner
+        other = next(n for n in NODES if n != paused_on)
+        assert s.pause(memory=True).memory
+        grid.wait(lambda: s.refresh().memory_staged_on == other, "the image staged", timeout=60)
+        grid.kill(other, signal.SIGKILL)
+
+        again = s.run_code("left")
+        assert again.node == paused_on and again.kernel_restarted is False, again
+        assert again.result == "'here'"
+        assert s.refresh().memory_restored is True
+        log = (grid.workdir / f"{paused_on}.log").read_text(errors="replace")
+        line = next(x for x in log.splitlines() if f"session {s.id}: memory image fetched" in x)
+        assert "staged here: False" in line and " 0 chunks from the store" not in line, line
         s.close()
