@@ -152,6 +152,8 @@ def _measure(grid: LocalGrid, client: Client, mb: int, args_settle: float) -> No
     )
     print(f"resume on the other node, first answered turn: {resume_s * 1000:.0f} ms")
     print(f"  the image staged ahead on: {staged_on or 'no node (fetched at the resume)'}")
+    if staged_on:
+        print(f"  the stage (off the pause's and the resume's path): {_staged_ms(grid, a.id)}")
     print(f"cold: one turn of workspace restore + new kernel + setup again {cold_s * 1000:.0f} ms")
     print(f"  the resume's restore: {_restores(grid, {a.id})}")
     print(f"resume vs rebuild: {cold_s / resume_s:.2f}x faster (target >= 3x)")
@@ -191,6 +193,17 @@ def _restores(grid: LocalGrid, sessions: set[str]) -> str:
             f"(max {restore[-1]}){store}"
         )
     return "; ".join(rows) or "no restore in the nodes' logs"
+
+
+def _staged_ms(grid: LocalGrid, session: str) -> str:
+    """How long the staging node took to stage the session's image (its log)."""
+    line = re.compile(rf"session {re.escape(session)}: memory image staged here .*? in (\d+) ms")
+    for node in NODES:
+        path = grid.workdir / f"{node}.log"
+        found = line.findall(path.read_text(errors="replace")) if path.exists() else []
+        if found:
+            return f"{found[0]} ms on {node}"
+    return "not in the nodes' logs"
 
 
 def _answer(s: Session) -> None:
