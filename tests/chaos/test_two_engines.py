@@ -35,8 +35,10 @@ IMAGE = "sandgrid/sandbox-python:latest"
 
 
 def ids(engine: Any, node: str) -> set[str]:
-    """The containers of ``node`` on ``engine``."""
-    found = engine.containers.list(all=True, filters={"label": f"{LABEL_WORKER}={node}"})
+    """The containers of ``node`` on ``engine``: the listing alone (``sparse``), so a
+    container the node removes meanwhile is not inspected after it is gone (404)."""
+    label = {"label": f"{LABEL_WORKER}={node}"}
+    found = engine.containers.list(all=True, filters=label, sparse=True)
     return {c.id for c in found}
 
 
