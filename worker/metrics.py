@@ -89,7 +89,8 @@ IMAGE_PULL_SECONDS = Histogram(
 MEMORY_STAGES = Counter(
     "sandgrid_worker_memory_stages",
     "Requests to stage a paused session's memory image on this node, by result (staged; "
-    "moved: no record names it now; busy: another was staging; failed; off; unsupported).",
+    "moved: no record names it now; busy: another was staging; not_kept: larger than "
+    "the bound, or another began meanwhile; failed; off; unsupported).",
     ["result"],
 )
 MEMORY_RESUMES = Counter(

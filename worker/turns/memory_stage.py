@@ -75,7 +75,11 @@ def stage(node: str, parts: NodeParts, session_id: str, sha: str) -> str:
     """Stage image ``sha`` of ``session_id`` on this node; what happened, in a word
     (the task's result and ``sandgrid_worker_memory_stages``' label; never the
     image's contents)."""
-    result = _stage(node, parts, session_id, sha)
+    try:
+        result = _stage(node, parts, session_id, sha)
+    except Exception as exc:  # the registry or the store failed: the resume fetches
+        log.warning("session %s: memory image not staged: %s", session_id, exc)
+        result = "failed"
     metrics.MEMORY_STAGES.labels(result=result).inc()
     return result
 
@@ -96,12 +100,8 @@ def _stage(node: str, parts: NodeParts, session_id: str, sha: str) -> str:
     want = wanted(info, backend.runtime)
     images = memory_store(parts.persistence.store)
     t0 = time.perf_counter()
-    try:
-        if not staged.stage(want, sha, lambda dest: images.fetch(want, sha, dest)):
-            return "busy"
-    except Exception as exc:
-        log.warning("session %s: memory image not staged: %s", session_id, exc)
-        return "failed"
+    if not staged.stage(want, sha, lambda dest: images.fetch(want, sha, dest)):
+        return "not_kept"  # another began staging meanwhile, or it is larger than the bound
     try:
         parts.ledger.update(session_id, memory_staged_on=node)
         now = parts.ledger.get_any(session_id)

@@ -138,3 +138,16 @@ def test_staged_images_no_record_names_are_dropped_before_the_next_stage() -> No
     moved = _info(None).model_copy(update={"id": "s-2"})  # s-2 resumed elsewhere; s-3 closed
     memory_stage._prune(staged, _Records(kept, moved))  # type: ignore[arg-type]
     assert staged.staged() == [("acme", "s-1", "a" * 64)]
+
+
+def test_a_stage_whose_registry_fails_says_failed() -> None:
+    class Down:
+        def get_any(self, session_id: str) -> Any:
+            raise ConnectionError("redis went away")
+
+    class Parts:
+        ledger = Down()
+
+    failed = metrics.MEMORY_STAGES.labels(result="failed")._value.get()
+    assert memory_stage.stage("w2", Parts(), "s-1", "f" * 64) == "failed"  # type: ignore[arg-type]
+    assert metrics.MEMORY_STAGES.labels(result="failed")._value.get() == failed + 1
