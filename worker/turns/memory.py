@@ -13,8 +13,9 @@ Resume (``arrive``, the first turn on whichever node): the record's image is
 taken out of the record first (never restored twice, so a turn can never run
 twice on one memory), fetched and verified (or taken ready from this node's
 stage, when the pause had it staged here: ``worker.turns.memory_stage``) and
-restored into a new container made for the session; any failure falls back to the workspace snapshot and says so
-in the record (``memory_restored: false``, ``memory_reason``). docs/memory.md.
+restored into a new container made for the session; any failure falls back to
+the workspace snapshot and says so in the record (``memory_restored: false``,
+``memory_reason``). docs/memory.md.
 """
 
 from __future__ import annotations
