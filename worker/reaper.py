@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from functools import partial
 
 from sandgrid.errors import SandgridError
 from sandgrid.wire.periodic import Periodic
@@ -120,10 +119,9 @@ class Reaper:
             log.info("session %s: idle, not paused with memory: %s", local.session_id, exc)
             return False
         log.info("session %s: idle, pausing with memory", local.session_id)
-        ledger, sid = self.residency.ledger, local.session_id
-        offer = partial(memory_stage.offer, ledger, self.node, local.sandbox_type, sid)
+        ledger, store = self.residency.ledger, self.persistence.store
         try:
-            memory.pause(ledger, self.persistence.store, backend, local, stored_as=offer)
+            memory_stage.pause(self.node, ledger, store, backend, local)
         finally:
             self.residency.discard(local)
         return True

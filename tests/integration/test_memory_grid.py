@@ -213,6 +213,24 @@ def _both_up(grid: LocalGrid) -> None:
     grid.wait(lambda: set(NODES) <= grid.workers_seen(), "both nodes")
 
 
+def _paused_and_staged(acme: Client, grid: LocalGrid, setup: str) -> tuple[Session, str, str]:
+    """A gVisor session that ran ``setup``, paused with memory and staged: the session,
+    the node it was paused on and the other node, which staged its image."""
+    s = acme.session(type="python-gvisor")
+    assert s.run_code(setup).error is None
+    paused_on = s.refresh().owner or ""
+    other = next(n for n in NODES if n != paused_on)
+    assert s.pause(memory=True).memory
+    grid.wait(lambda: s.refresh().memory_staged_on == other, "the image staged", timeout=60)
+    return s, paused_on, other
+
+
+def _restore_line(grid: LocalGrid, node: str, s: Session) -> str:
+    """``node``'s log line of the restore of ``s``'s memory image."""
+    log = (grid.workdir / f"{node}.log").read_text(errors="replace")
+    return next(x for x in log.splitlines() if f"session {s.id}: memory image fetched" in x)
+
+
 def test_a_paused_image_is_staged_on_the_other_node_and_the_resume_goes_there(
     grid: LocalGrid,
 ) -> None:
@@ -221,21 +239,14 @@ def test_a_paused_image_is_staged_on_the_other_node_and_the_resume_goes_there(
     instead of fetching them. It leaves both nodes up (the next test needs them)."""
     _both_up(grid)
     with _client(grid) as acme:
-        s = acme.session(type="python-gvisor")
-        assert s.run_code("kept = list(range(1000))").error is None
-        paused_on = s.refresh().owner
-        other = next(n for n in NODES if n != paused_on)
-        assert s.pause(memory=True).memory
-        grid.wait(lambda: s.refresh().memory_staged_on == other, "the image staged", timeout=60)
+        s, _, other = _paused_and_staged(acme, grid, "kept = list(range(1000))")
 
         again = s.run_code("sum(kept)")
         assert again.node == other and again.kernel_restarted is False, again
         assert again.result == str(sum(range(1000)))
         info = s.refresh()
         assert info.memory_restored is True and info.memory_image is None, info
-        log = (grid.workdir / f"{other}.log").read_text(errors="replace")
-        assert f"session {s.id}: memory image fetched in" in log
-        line = next(x for x in log.splitlines() if f"session {s.id}: memory image fetched" in x)
+        line = _restore_line(grid, other, s)
         assert "0 chunks from the store; staged here: True" in line, line
         s.close()
 
@@ -245,19 +256,13 @@ def test_a_staging_node_that_dies_leaves_the_resume_to_the_store(grid: LocalGrid
     turn goes to a live node, which fetches the image from the store and restores it."""
     _both_up(grid)
     with _client(grid) as acme:
-        s = acme.session(type="python-gvisor")
-        assert s.run_code("left = 'here'").error is None
-        paused_on = s.refresh().owner
-        other = next(n for n in NODES if n != paused_on)
-        assert s.pause(memory=True).memory
-        grid.wait(lambda: s.refresh().memory_staged_on == other, "the image staged", timeout=60)
+        s, paused_on, other = _paused_and_staged(acme, grid, "left = 'here'")
         grid.kill(other, signal.SIGKILL)
 
         again = s.run_code("left")
         assert again.node == paused_on and again.kernel_restarted is False, again
         assert again.result == "'here'"
         assert s.refresh().memory_restored is True
-        log = (grid.workdir / f"{paused_on}.log").read_text(errors="replace")
-        line = next(x for x in log.splitlines() if f"session {s.id}: memory image fetched" in x)
+        line = _restore_line(grid, paused_on, s)
         assert "staged here: False" in line and " 0 chunks from the store" not in line, line
         s.close()

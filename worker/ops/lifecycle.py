@@ -24,7 +24,6 @@ store alone (``worker.snapshots.checkpoints``).
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
-from functools import partial
 
 from sandgrid.errors import Conflict, ErrorCode, InvalidInput
 from sandgrid.lifecycle import (
@@ -156,11 +155,8 @@ def _pause(ctx: TurnContext, op: PauseOp) -> PauseResult:
         try:
             if op.memory:
                 backend = parts.backend_for(local.sandbox_type)
-                offer = partial(
-                    memory_stage.offer, parts.ledger, ctx.node, local.sandbox_type, session_id
-                )
                 store = parts.persistence.store
-                return memory.pause(parts.ledger, store, backend, local, stored_as=offer)
+                return memory_stage.pause(ctx.node, parts.ledger, store, backend, local)
         finally:
             parts.residency.discard(local)
     return PauseResult(session=session_id, snapshot=local.snapshot, released=True)

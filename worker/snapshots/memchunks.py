@@ -160,17 +160,14 @@ def cut_points(data: bytes | mmap.mmap) -> Iterator[tuple[int, int]]:
         yield start, size - start
 
 
-def _pieces(
-    files: list[Path], found: list[tuple[Path, int, int]]
-) -> Iterator[tuple[Path, int, int]]:
+def _pieces(files: list[Path]) -> Iterator[tuple[Path, int, int]]:
     """The pieces of ``files`` as they are cut (the pool compresses the first ones
-    while the rest are cut), each also added to ``found``."""
+    while the rest are cut)."""
     for path in files:
         if path.stat().st_size == 0:
             continue
         with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
             for at, length in cut_points(m):
-                found.append((path, at, length))
                 yield path, at, length
 
 
@@ -188,7 +185,7 @@ def put_chunks(
         (the rest was there already: an earlier pause, the fork's source).
     """
 
-    def one(piece: tuple[Path, int, int]) -> tuple[Chunk, int]:
+    def one(piece: tuple[Path, int, int]) -> tuple[str, Chunk, int]:
         path, at, length = piece
         with path.open("rb") as f:
             f.seek(at)
@@ -203,14 +200,13 @@ def put_chunks(
         chunk = Chunk(sha, len(data), len(raw))
         if cache is not None:
             cache.keep(tenant, chunk, raw)
-        return chunk, new
+        return path.name, chunk, new
 
-    pieces: list[tuple[Path, int, int]] = []
-    done = parallel(one, _pieces(files, pieces))
+    done = parallel(one, _pieces(files))
     chunks: dict[str, list[Chunk]] = {path.name: [] for path in files}
-    for (path, _, _), (chunk, _) in zip(pieces, done, strict=True):
-        chunks[path.name].append(chunk)
-    return chunks, sum(new for _, new in done)
+    for name, chunk, _ in done:  # in the pieces' order
+        chunks[name].append(chunk)
+    return chunks, sum(new for _, _, new in done)
 
 
 def fetch_chunks(

@@ -157,15 +157,14 @@ class StagedImages:
         """Drop the entries past ``max_age_s``, then the oldest while over ``max_bytes``."""
         now = self.clock()
         with self._lock:
-            gone = [k for k, e in self._entries.items() if now - e.at > self.max_age_s]
-            by_age = sorted(self._entries.items(), key=lambda kv: kv[1].at)
-            total = sum(e.size for k, e in by_age if k not in gone)
+            by_age = sorted(self._entries.items(), key=lambda kv: kv[1].at)  # oldest first
+            total = sum(e.size for _, e in by_age)
+            gone = []
             for k, e in by_age:
-                if total <= self.max_bytes:
+                if now - e.at <= self.max_age_s and total <= self.max_bytes:
                     break
-                if k not in gone:
-                    gone.append(k)
-                    total -= e.size
+                gone.append(k)
+                total -= e.size
             dropped = [self._entries.pop(k) for k in gone]
         for e in dropped:
             shutil.rmtree(e.path, ignore_errors=True)

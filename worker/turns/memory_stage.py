@@ -1,6 +1,7 @@
 """Stage a paused session's memory image ahead, on another node (24.1, resume speed).
 
-A pause with memory (``worker.turns.memory.pause``) stores the image, then
+A pause with memory (``pause`` here: the explicit one and the reaper's idle one
+both go through it) stores the image (``worker.turns.memory.pause``), then
 ``offer`` asks one other live node serving the session's type to stage it
 (``sandgrid.memory_stage`` on that node's direct queue; best effort: a pause
 never fails for it). That node's ``stage`` checks the record still names the
@@ -23,17 +24,23 @@ import logging
 import time
 import zlib
 from collections.abc import Mapping
+from functools import partial
 
 from sandgrid.errors import NotFound
+from sandgrid.lifecycle import PauseResult
 from sandgrid.wire import names
 from sandgrid.wire.celery_app import app
 from sandgrid.wire.ledger import NodeRecord, SessionLedger
 from worker import metrics
 from worker.ops.base import NodeParts
+from worker.sandboxes import SandboxManager
+from worker.sessions.table import LocalSession
 from worker.snapshots.memstage import StagedImages
+from worker.snapshots.store import SnapshotStore
+from worker.turns import memory
 from worker.turns.memory import memory_store, staged_images, wanted
 
-__all__ = ["STAGE_EXPIRES_S", "offer", "pick_peer", "stage"]
+__all__ = ["STAGE_EXPIRES_S", "offer", "pause", "pick_peer", "stage"]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +59,19 @@ def pick_peer(
     if not peers:
         return None
     return peers[zlib.crc32(session_id.encode()) % len(peers)]
+
+
+def pause(
+    node: str,
+    ledger: SessionLedger,
+    store: SnapshotStore,
+    backend: SandboxManager,
+    local: LocalSession,
+) -> PauseResult:
+    """``memory.pause`` on ``node``, then ``offer``: every pause with memory (an
+    explicit one, an idle one) has its image staged ahead on a peer."""
+    stage_it = partial(offer, ledger, node, local.sandbox_type, local.session_id)
+    return memory.pause(ledger, store, backend, local, stored_as=stage_it)
 
 
 def offer(ledger: SessionLedger, node: str, sandbox_type: str, session_id: str, sha: str) -> None:
