@@ -64,3 +64,31 @@ def test_an_addressed_write_sends_its_body_unsigned_and_others_stay_signed() -> 
     finally:
         made.drop_bucket()
         made.close()
+
+
+def test_delete_many_sends_one_request_per_batch_of_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """S3's multi-object delete: five keys at two a request are three requests, not five."""
+    require_minio()
+    from sandgrid.wire.objects import minio as minio_objects
+
+    s = SETTINGS
+    made = minio_objects.MinioObjects(
+        s.endpoint, s.access_key, s.secret_key, f"sgtest-{uuid.uuid4().hex[:12]}", secure=False
+    )
+    keys = [f"t/acme/s/s1/snap/{i:012d}-aaaaaaaaaaaa" for i in range(5)]
+    try:
+        for key in keys:
+            made.put(key, b"m")
+        monkeypatch.setattr(minio_objects, "_DELETE_MAX", 2)
+        trace = io.StringIO()
+        made._client.trace_on(trace)
+        made.delete_many(keys)
+        made._client.trace_off()
+        assert trace.getvalue().count("POST /") == 3
+        assert "DELETE /" not in trace.getvalue()
+        assert made.list("t/acme/") == []
+    finally:
+        made.drop_bucket()
+        made.close()

@@ -45,6 +45,17 @@ class ObjectStoreContract:
         objects.delete(key)  # absent: not an error
         assert not objects.exists(key)
 
+    def test_delete_many_removes_each_key_and_absent_ones_are_no_error(
+        self, objects: ObjectStore
+    ) -> None:
+        gone = [f"t/{TENANT}/s/s1/snap/{i:012d}-aaaaaaaaaaaa" for i in range(5)]
+        kept = f"t/{TENANT}/s/s1/snap/{9:012d}-aaaaaaaaaaaa"
+        for key in [*gone, kept]:
+            objects.put(key, b"m")
+        objects.delete_many([*gone, f"t/{TENANT}/s/s1/snap/never-there"])
+        objects.delete_many([])
+        assert objects.list(f"t/{TENANT}/") == [kept]
+
     def test_a_conditional_write_is_checked_by_the_store(self, objects: ObjectStore) -> None:
         key = f"t/{TENANT}/s/cas/latest"
         objects.put_if(key, b"one", None)

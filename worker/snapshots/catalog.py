@@ -43,6 +43,12 @@ CARRY_BYTES = DEFAULT_SNAPSHOT_CARRY_BYTES
 """A snapshot whose new blobs and manifest come to at most this many bytes
 travels inside its pointer: a commit of one store round trip."""
 _FOLDS_REMEMBERED = 10_000
+DELETE_BATCH = 32
+"""Manifests that fell out of retention are deleted this many at a time, in one
+request (``ObjectStore.delete_many``): one DELETE per snapshot was a fourth of
+what MinIO served per append (docs/performance.md). Until then they are
+strays, as after a failure: no pointer names them, and ``settle``, ``close``
+and the collector delete what is left."""
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -94,6 +100,7 @@ class Catalog:
         self._pending_lock = threading.Lock()
         self._folds: OrderedDict[tuple[str, str, str], Future[None]] = OrderedDict()
         self._written: OrderedDict[tuple[str, str], pointer.Pointer] = OrderedDict()
+        self._doomed: list[str] = []  # manifests retention dropped, not yet deleted
 
     @property
     def location(self) -> str:
@@ -101,8 +108,10 @@ class Catalog:
         return self.objects.location
 
     def close(self) -> None:
-        """Stop the transfer pool (waiting for what runs) and close the object store."""
+        """Stop the transfer pool (waiting for what runs), delete the manifests
+        retention dropped, and close the object store."""
         self._pool.shutdown(wait=True, cancel_futures=True)
+        self._forget_manifests(self._take_doomed(0))
         self.objects.close()
 
     # ---- manifests and the pointer --------------------------------------------------
@@ -232,9 +241,9 @@ class Catalog:
                 self._written[session] = after
                 while len(self._written) > _FOLDS_REMEMBERED:
                     self._written.popitem(last=False)
-        for name in dropped:
-            key = keys.manifest_key(manifest.tenant, manifest.session_id, name)
-            self._background(partial(self._forget_manifest, key))
+        doomed = [keys.manifest_key(*session, name) for name in dropped]
+        if batch := self._take_doomed(DELETE_BATCH, doomed):
+            self._background(partial(self._forget_manifests, batch))
 
     def written_pointer(self, tenant: str, session_id: str) -> pointer.Pointer | None:
         """The pointer this process last wrote for the session, with its tag: what
@@ -327,16 +336,31 @@ class Catalog:
             self._pending.discard(future)
 
     def settle(self) -> None:
-        """Wait for the deletions retention started in the background."""
+        """Delete the manifests retention dropped, and wait for the deletions and
+        fold-outs started in the background."""
+        if batch := self._take_doomed(0):
+            self._background(partial(self._forget_manifests, batch))
         with self._pending_lock:
             pending = list(self._pending)
         wait(pending)
 
-    def _forget_manifest(self, key: str) -> None:
+    def _take_doomed(self, at_least: int, more: list[str] | None = None) -> list[str]:
+        """Add ``more`` to the manifests retention dropped; all of them, taken, once
+        there are ``at_least`` (none taken below that)."""
+        with self._pending_lock:
+            self._doomed += more or []
+            if not self._doomed or len(self._doomed) < at_least:
+                return []
+            batch, self._doomed = self._doomed, []
+        return batch
+
+    def _forget_manifests(self, names: list[str]) -> None:
+        if not names:
+            return
         try:
-            self.objects.delete(key)
-        except InfrastructureError as exc:
-            log.warning("retention could not delete %s: %s", key, exc)
+            self.objects.delete_many(names)
+        except InfrastructureError as exc:  # left to the collector, as strays
+            log.warning("retention could not delete %d manifests: %s", len(names), exc)
 
     def delete_session(self, tenant: str, session_id: str) -> int:
         """Forget a closed session's snapshots (its blobs are left to ``gc``).

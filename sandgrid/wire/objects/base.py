@@ -19,6 +19,7 @@ the next call can succeed.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 __all__ = ["ObjectStore", "StoreConflict"]
 
@@ -114,6 +115,16 @@ class ObjectStore(ABC):
         Raises:
             InfrastructureError: ``store_unavailable``.
         """
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """Remove each of ``keys``; absent is not an error. The default deletes
+        them one by one; a store with a batch request overrides it.
+
+        Raises:
+            InfrastructureError: ``store_unavailable``.
+        """
+        for key in keys:
+            self.delete(key)
 
     def exists(self, key: str) -> bool:
         """Whether ``key`` holds an object (one ``mtime`` request)."""

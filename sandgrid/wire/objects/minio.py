@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TypeVar
 
 from sandgrid.errors import ErrorCode, InfrastructureError
@@ -26,6 +27,7 @@ from sandgrid.wire.settings import DEFAULT_SNAPSHOT_THREADS
 try:
     import urllib3
     from minio import Minio
+    from minio.deleteobjects import DeleteError, DeleteObject
     from minio.error import MinioException, S3Error
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
@@ -47,6 +49,7 @@ _SINGLE_PUT_MAX = 5 << 30  # S3's largest single PUT: no multipart for our blobs
 _MISSING = frozenset({"NoSuchKey", "NoSuchObject", "ResourceNotFound"})
 _CONFLICT = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 _UNSIGNED = "UNSIGNED-PAYLOAD"
+_DELETE_MAX = 1000  # S3's most keys in one multi-object delete
 T = TypeVar("T")
 
 
@@ -226,6 +229,20 @@ class MinioObjects(ObjectStore):
 
     def delete(self, key: str) -> None:
         self._call("delete", lambda: self._client.remove_object(self.bucket, key))
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """S3's multi-object delete: one request per ``_DELETE_MAX`` keys. A key
+        the store could not delete fails the call (absent is not an error)."""
+        for at in range(0, len(keys), _DELETE_MAX):
+            batch = [DeleteObject(k) for k in keys[at : at + _DELETE_MAX]]
+            failed = self._call("delete", partial(self._remove_objects, batch))
+            if failed:
+                why = f"{len(failed)} of {len(batch)} keys not deleted ({failed[0].code})"
+                raise self._unavailable("delete", why, RuntimeError(why))
+
+    def _remove_objects(self, batch: Sequence[DeleteObject]) -> tuple[DeleteError, ...]:
+        """One multi-object delete (the SDK sends it as its answer is read)."""
+        return tuple(self._client.remove_objects(self.bucket, batch))
 
     def drop_bucket(self) -> None:
         """Delete every object and the bucket itself (tests and benchmarks only)."""

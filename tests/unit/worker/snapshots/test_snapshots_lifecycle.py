@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,7 @@ from sandgrid.wire.objects import LocalObjects, StoreConflict
 from tests.support.hostdir import HostDirBackend
 from tests.support.sandbox_trees import new_sandbox
 from tests.support.snapshot_stores import local_store
-from worker.snapshots import SnapshotRef, SnapshotStore, restore_sandbox
+from worker.snapshots import SnapshotRef, SnapshotStore, catalog, restore_sandbox
 from worker.snapshots import snapshot_sandbox as _snapshot_sandbox
 from worker.snapshots.transfer import plan, put_blob
 
@@ -105,6 +105,47 @@ def test_retention_drops_a_base_no_kept_snapshot_needs(sbx: Path, store: Snapsho
     assert manifests(store) == {full.name, last.name}
     with pytest.raises(NotFound):
         store.load(TENANT, "s1", first.name)
+
+
+def test_dropped_manifests_are_deleted_a_batch_at_a_time(
+    sbx: Path, store: SnapshotStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What retention drops waits (a stray no pointer names) until ``DELETE_BATCH``
+    manifests are due, then goes in one ``delete_many``; ``settle`` takes the rest."""
+    monkeypatch.setattr(catalog, "DELETE_BATCH", 3)
+    calls: list[list[str]] = []
+    delete_many = store.objects.delete_many
+
+    def counted(keys: Sequence[str]) -> None:
+        calls.append([k.rsplit("/", 1)[-1].removesuffix(".json") for k in keys])
+        delete_many(keys)
+
+    monkeypatch.setattr(store.objects, "delete_many", counted)
+    refs = []
+    for i in range(5):  # keep=2 and the base, refs[0]: refs[1] and refs[2] dropped
+        put(sbx, "f", b"version %d" % i)
+        refs.append(take(sbx, store))
+    assert calls == [] and {refs[1].name, refs[2].name} <= manifests(store)
+    put(sbx, "f", b"version 5")
+    refs.append(take(sbx, store))  # refs[3] dropped: three due, one request
+    deadline = time.monotonic() + 10
+    while not calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [sorted(c) for c in calls] == [sorted(r.name for r in refs[1:4])]
+    put(sbx, "f", b"version 6")
+    refs.append(take(sbx, store))  # refs[4] dropped, alone: left until settle
+    store.settle()
+    assert calls[1:] == [[refs[4].name]]
+    assert manifests(store) == {refs[0].name, refs[5].name, refs[6].name}
+
+
+def test_close_deletes_the_manifests_retention_dropped(sbx: Path, store: SnapshotStore) -> None:
+    refs = []
+    for i in range(4):
+        put(sbx, "f", b"version %d" % i)
+        refs.append(take(sbx, store))
+    store.close()
+    assert manifests(store) == {refs[0].name, refs[2].name, refs[3].name}
 
 
 # ---- garbage collection -------------------------------------------------------------
