@@ -37,7 +37,7 @@ from worker.snapshots.format.entries import ManifestLimits
 from worker.snapshots.format.manifest import MAX_MANIFEST_BYTES, Manifest, corrupt
 from worker.snapshots.known import KnownBlobs
 
-__all__ = ["CARRY_BYTES", "Catalog"]
+__all__ = ["CARRY_BYTES", "DELETE_BATCH", "Catalog"]
 
 CARRY_BYTES = DEFAULT_SNAPSHOT_CARRY_BYTES
 """A snapshot whose new blobs and manifest come to at most this many bytes
