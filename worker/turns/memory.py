@@ -68,7 +68,16 @@ def memory_store(store: SnapshotStore) -> MemoryStore:
     """The memory images beside ``store``'s snapshots, with the node's size limit, its
     cache of unpacked chunks and the image files its restores share."""
     limit = get_settings().worker.memory.max_image_mb << 20
-    return MemoryStore(store.objects, max_bytes=limit, cache=chunk_cache(), share=_shared())
+    cache = chunk_cache()
+    with _MAKING:
+        share = _shared()
+    return MemoryStore(store.objects, max_bytes=limit, cache=cache, share=share)
+
+
+_MAKING = threading.Lock()
+"""The process's cache, stage and shared files are each made once, under this lock:
+``functools.cache`` alone let four restores starting together make two stages, the
+second emptying and making the directory the first had just made (EEXIST)."""
 
 
 def chunk_cache() -> ChunkCache | None:
@@ -78,7 +87,8 @@ def chunk_cache() -> ChunkCache | None:
     memory = get_settings().worker.memory
     if memory.cache_mb <= 0:
         return None
-    return _cache_at(memory.image_dir / f"img-{os.getpid()}-cache", memory.cache_mb << 20)
+    with _MAKING:
+        return _cache_at(memory.image_dir / f"img-{os.getpid()}-cache", memory.cache_mb << 20)
 
 
 @functools.cache
@@ -93,7 +103,8 @@ def staged_images() -> StagedImages | None:
     if memory.stage_mb <= 0:
         return None
     root = memory.image_dir / f"img-{os.getpid()}-stage"
-    return _stage_at(root, memory.stage_mb << 20, memory.stage_max_age_s)
+    with _MAKING:
+        return _stage_at(root, memory.stage_mb << 20, memory.stage_max_age_s)
 
 
 @functools.cache

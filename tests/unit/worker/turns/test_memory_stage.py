@@ -3,7 +3,9 @@ the request sent, and a resume that takes the staged files instead of fetching."
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +128,23 @@ def _filled(want: MemoryMeta) -> Callable[[Path], MemoryMeta]:
         return want
 
     return fill
+
+
+def test_restores_starting_together_share_one_stage_and_one_cache() -> None:
+    """Four threads asking at once for the process's stage and cache each get the
+    same one, made once (two stages made at once: ``mkdir`` failed with EEXIST)."""
+    memory._stage_at.cache_clear()
+    memory._cache_at.cache_clear()
+    start = threading.Barrier(4)
+
+    def ask() -> tuple[object, object]:
+        start.wait()
+        return memory.staged_images(), memory.chunk_cache()
+
+    with ThreadPoolExecutor(4) as pool:
+        asked = [pool.submit(ask) for _ in range(4)]
+    got = [f.result() for f in asked]  # an error made in any thread is raised here
+    assert len({id(stage) for stage, _ in got}) == 1 and len({id(cache) for _, cache in got}) == 1
 
 
 def test_staged_images_no_record_names_are_dropped_before_the_next_stage() -> None:
