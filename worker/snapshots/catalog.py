@@ -241,9 +241,7 @@ class Catalog:
                 self._written[session] = after
                 while len(self._written) > _FOLDS_REMEMBERED:
                     self._written.popitem(last=False)
-        doomed = [keys.manifest_key(*session, name) for name in dropped]
-        if batch := self._take_doomed(DELETE_BATCH, doomed):
-            self._background(partial(self._forget_manifests, batch))
+        self._forget_dropped(DELETE_BATCH, [keys.manifest_key(*session, n) for n in dropped])
 
     def written_pointer(self, tenant: str, session_id: str) -> pointer.Pointer | None:
         """The pointer this process last wrote for the session, with its tag: what
@@ -338,25 +336,28 @@ class Catalog:
     def settle(self) -> None:
         """Delete the manifests retention dropped, and wait for the deletions and
         fold-outs started in the background."""
-        if batch := self._take_doomed(0):
-            self._background(partial(self._forget_manifests, batch))
+        self._forget_dropped(0)
         with self._pending_lock:
             pending = list(self._pending)
         wait(pending)
 
+    def _forget_dropped(self, at_least: int, more: list[str] | None = None) -> None:
+        """Add ``more`` to the manifests retention dropped, and delete them all in
+        the background once there are ``at_least`` (and at least one)."""
+        if batch := self._take_doomed(at_least, more):
+            self._background(partial(self._forget_manifests, batch))
+
     def _take_doomed(self, at_least: int, more: list[str] | None = None) -> list[str]:
         """Add ``more`` to the manifests retention dropped; all of them, taken, once
-        there are ``at_least`` (none taken below that)."""
+        there are ``at_least`` and at least one (none taken below that)."""
         with self._pending_lock:
             self._doomed += more or []
-            if not self._doomed or len(self._doomed) < at_least:
+            if len(self._doomed) < max(at_least, 1):
                 return []
             batch, self._doomed = self._doomed, []
         return batch
 
     def _forget_manifests(self, names: list[str]) -> None:
-        if not names:
-            return
         try:
             self.objects.delete_many(names)
         except InfrastructureError as exc:  # left to the collector, as strays

@@ -64,6 +64,12 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+_MAKING = threading.Lock()
+"""The process's cache, stage and shared files are each made once, under this lock:
+``functools.cache`` alone let four restores starting together make two stages, the
+second emptying and making the directory the first had just made (EEXIST)."""
+
+
 def memory_store(store: SnapshotStore) -> MemoryStore:
     """The memory images beside ``store``'s snapshots, with the node's size limit, its
     cache of unpacked chunks and the image files its restores share."""
@@ -72,12 +78,6 @@ def memory_store(store: SnapshotStore) -> MemoryStore:
     with _MAKING:
         share = _shared()
     return MemoryStore(store.objects, max_bytes=limit, cache=cache, share=share)
-
-
-_MAKING = threading.Lock()
-"""The process's cache, stage and shared files are each made once, under this lock:
-``functools.cache`` alone let four restores starting together make two stages, the
-second emptying and making the directory the first had just made (EEXIST)."""
 
 
 def chunk_cache() -> ChunkCache | None:
