@@ -12,8 +12,9 @@ the cost measured), and prints, each beside its target:
    snapshot (``timings.snapshot_ms``); an append / ``true`` (target <= 1.3x);
    then appends in a row, in blocks of ``BLOCK`` taken in turn with blocks of
    ``true``: an append after another one finds the work the one before left
-   after its answer (its fold-out, ``Catalog.ensure_folded``), which turns
-   taken in turn leave to the kinds between;
+   after its answer (a fold-out of the pointer's chain once it passes its
+   budget, ``Catalog.ensure_folded``), which turns taken in turn leave to the
+   kinds between;
 2. the 1 MB turn's snapshot rate against a plain PUT of the same number of
    bytes to the same MinIO, one PUT after each 1 MB turn (once the turn's
    node has stored what it stores after the answer), so that both see the

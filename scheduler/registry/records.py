@@ -52,10 +52,11 @@ RECORD_FIELDS = frozenset(
         "port_url_epochs",  # a revocation survives a registry that lost its data
     }
 )
-#: The pointer formats (``worker.snapshots.pointer``: ``POINTER_VERSION`` and
-#: ``CARRYING_VERSION``, which carries its latest snapshot) read here.
-_POINTER_VERSIONS = (2, 3)
-_MAX_POINTER_BYTES = 1 << 20
+#: The pointer formats (``worker.snapshots.pointer``: ``POINTER_VERSION``,
+#: ``CARRYING_VERSION``, which carries its latest snapshot, and ``CHAIN_VERSION``,
+#: which carries a chain of small ones) read here.
+_POINTER_VERSIONS = (2, 3, 4)
+_MAX_POINTER_BYTES = 2 << 20
 
 
 class SessionRecord(BaseModel):

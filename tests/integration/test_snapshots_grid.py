@@ -399,14 +399,17 @@ def test_a_hostile_manifest_is_refused(acme: Client, grid: Grid) -> None:
         try:
             latest = st.latest("acme", s.id)
             assert latest is not None
-            key = store_keys.manifest_key("acme", s.id, latest.name)
-            st.objects.put(key, encode(_hostile(bytes(decode(st.objects.get(key))))))
             pkey = store_keys.pointer_key("acme", s.id)
             pointer = json.loads(bytes(decode(st.objects.get(pkey))))
-            if "carried" in pointer:  # a small snapshot: its pointer carries it too
-                carried = pointer["carried"]["manifest"].encode()
-                pointer["carried"]["manifest"] = _hostile(carried).decode()
+            carried = pointer.get("carried", {}).get("manifests", [])
+            for entry in carried:  # a small snapshot: its pointer carries it
+                if entry[0] == latest.name:
+                    entry[1] = _hostile(entry[1].encode()).decode()
+            if latest.name in {n for n, _ in carried}:
                 st.objects.put(pkey, encode(json.dumps(pointer).encode()))
+            else:
+                key = store_keys.manifest_key("acme", s.id, latest.name)
+                st.objects.put(key, encode(_hostile(bytes(decode(st.objects.get(key))))))
         finally:
             st.close()
         with pytest.raises(SnapshotError) as err:

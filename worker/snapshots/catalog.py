@@ -3,26 +3,26 @@
 ``Catalog`` is the layer the parts of the store's algorithm share (``saving``,
 ``transfer``, ``lifecycle``): the ``ObjectStore`` the bytes go to, the
 settings of the algorithm (retention, grace, limits, pack sizes), the thread
-pool for parallel transfers, this process's memory of stored blobs, and the
-reads and writes of manifests and of the session pointer, and the folding out
-of a snapshot its pointer carries (see ``pointer``): its blobs, then its
-manifest, stored as their own objects after the turn's answer. ``SnapshotStore``
-builds the public operations on top of it; nothing here knows about them, so
-the modules import one way.
-"""
+pool for parallel transfers, this process's memory of stored blobs, the
+reads of manifests (``reads``), the writes of the session pointer, and the
+chain of small snapshots a pointer carries (see ``pointer``): what the next
+pointer carries, and its folding out (the blobs, then the manifests, stored
+as their own objects after a turn's answer once the chain passes
+``fold_bytes``). ``SnapshotStore`` builds the public operations on top of it;
+nothing here knows about them, so the modules import one way."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from functools import partial
 from typing import TypeVar
 
-from sandgrid.errors import InfrastructureError, InvalidInput, NotFound
+from sandgrid.errors import InfrastructureError, InvalidInput, SnapshotError
 from sandgrid.wire.objects import keys
 from sandgrid.wire.objects.base import ObjectStore
 from sandgrid.wire.settings import (
@@ -32,16 +32,18 @@ from sandgrid.wire.settings import (
     DEFAULT_SNAPSHOT_THREADS,
 )
 from worker.snapshots import pointer
-from worker.snapshots.format.blobs import PACK_BYTES, SMALL_FILE_BYTES, decode, encode
+from worker.snapshots.format.blobs import PACK_BYTES, SMALL_FILE_BYTES, encode
 from worker.snapshots.format.entries import ManifestLimits
-from worker.snapshots.format.manifest import MAX_MANIFEST_BYTES, Manifest, corrupt
+from worker.snapshots.format.manifest import Location, Manifest
 from worker.snapshots.known import KnownBlobs
+from worker.snapshots.reads import ManifestReads
 
-__all__ = ["CARRY_BYTES", "DELETE_BATCH", "Catalog"]
+__all__ = ["CARRY_BYTES", "DELETE_BATCH", "Catalog", "Note"]
 
 CARRY_BYTES = DEFAULT_SNAPSHOT_CARRY_BYTES
 """A snapshot whose new blobs and manifest come to at most this many bytes
-travels inside its pointer: a commit of one store round trip."""
+travels inside its pointer: a commit of one store round trip. The chain a
+pointer carries stays within it too, and is folded out once past half of it."""
 _FOLDS_REMEMBERED = 10_000
 DELETE_BATCH = 32
 """Manifests that fell out of retention are deleted this many at a time, in one
@@ -52,10 +54,15 @@ and the collector delete what is left."""
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+Note = tuple[str, Location, int]
+"""A content a carried blob holds: ``(sha256, where it is, the blob's size)``,
+noted in ``known`` once the blob is stored."""
 R = TypeVar("R")
+K = TypeVar("K")
+V = TypeVar("V")
 
 
-class Catalog:
+class Catalog(ManifestReads):
     """Manifests and pointers of every tenant's sessions in one ``ObjectStore``.
 
     Args:
@@ -68,6 +75,8 @@ class Catalog:
         small_file_bytes: files below this go into packs.
         pack_bytes: target size of a pack.
         carry_bytes: a snapshot this small is carried by its pointer (0: never).
+        fold_bytes: a carried chain past this is folded out after its write
+            (None: half of ``carry_bytes``; 0: every chain, at once).
     """
 
     def __init__(
@@ -81,6 +90,7 @@ class Catalog:
         small_file_bytes: int = SMALL_FILE_BYTES,
         pack_bytes: int = PACK_BYTES,
         carry_bytes: int = CARRY_BYTES,
+        fold_bytes: int | None = None,
     ) -> None:
         if keep < 1 or gc_grace_s <= 0 or threads < 1:
             raise InvalidInput(
@@ -94,11 +104,13 @@ class Catalog:
         self.small_file_bytes = small_file_bytes
         self.pack_bytes = pack_bytes
         self.carry_bytes = carry_bytes
+        self.fold_bytes = carry_bytes // 2 if fold_bytes is None else fold_bytes
         self.known = KnownBlobs(fresh_s=gc_grace_s / 2)
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="sg-snapshots")
         self._pending: set[Future[None]] = set()
         self._pending_lock = threading.Lock()
-        self._folds: OrderedDict[tuple[str, str, str], Future[None]] = OrderedDict()
+        self._folds: OrderedDict[tuple[str, str, tuple[str, ...]], Future[None]] = OrderedDict()
+        self._notes: OrderedDict[tuple[str, str, str], list[Note]] = OrderedDict()
         self._written: OrderedDict[tuple[str, str], pointer.Pointer] = OrderedDict()
         self._doomed: list[str] = []  # manifests retention dropped, not yet deleted
 
@@ -116,132 +128,72 @@ class Catalog:
 
     # ---- manifests and the pointer --------------------------------------------------
 
-    def read_pointer(self, tenant: str, session_id: str) -> list[tuple[str, str]]:
-        """The session's retained snapshots ``(name, hash)``, oldest first."""
-        return pointer.read(self.objects, tenant, session_id).history
-
-    def read_manifest(
-        self, tenant: str, session_id: str, name: str, *, via_pointer: bool = False
-    ) -> Manifest:
-        """The manifest ``name`` of a session, validated (and its base, for a difference).
-
-        Args:
-            via_pointer: the pointer named it, so its absence is corruption, not
-                ``NotFound``.
-
-        Raises:
-            NotFound: no such manifest (and not ``via_pointer``).
-            SnapshotError: ``snapshot_corrupt``.
-            InfrastructureError: ``store_unavailable``.
-        """
-        stored = self._stored_manifest(tenant, session_id, name)
-        if stored is None:  # not folded out yet: its pointer may carry it
-            carried = pointer.read(self.objects, tenant, session_id).carried
-            if carried is not None and carried.name == name:
-                return self._from_carried(tenant, session_id, carried)
-            stored = self._stored_manifest(tenant, session_id, name)  # folded meanwhile
-        if stored is None:
-            if via_pointer:
-                raise corrupt(name, "the session's pointer names a missing manifest") from None
-            raise NotFound(
-                f"session {session_id} has no snapshot {name}",
-                operation="snapshot.restore",
-                context={"session": session_id, "snapshot": name},
-            )
-        try:
-            data = decode(stored, limit=MAX_MANIFEST_BYTES)
-        except ValueError as exc:
-            raise corrupt(name, str(exc)) from None
-        return self._parse(tenant, session_id, name, bytes(data))
-
-    def read_latest(
-        self, tenant: str, session_id: str, ptr: pointer.Pointer | None = None
-    ) -> Manifest | None:
-        """The session's latest manifest (None without a snapshot): the one its
-        pointer carries, or the stored one it names.
-
-        Args:
-            ptr: the session's pointer, if the caller has just read it.
-
-        Raises:
-            SnapshotError: ``snapshot_corrupt``.
-            InfrastructureError: ``store_unavailable``.
-        """
-        ptr = ptr or pointer.read(self.objects, tenant, session_id)
-        if not ptr.history:
-            return None
-        name = ptr.history[-1][0]
-        if ptr.carried is not None:
-            return self._from_carried(tenant, session_id, ptr.carried)
-        return self.read_manifest(tenant, session_id, name, via_pointer=True)
-
-    def _stored_manifest(self, tenant: str, session_id: str, name: str) -> bytes | None:
-        try:
-            return self.objects.get(keys.manifest_key(tenant, session_id, name))
-        except KeyError:
-            return None
-
-    def _from_carried(self, tenant: str, session_id: str, carried: pointer.Carried) -> Manifest:
-        """The manifest a pointer carries, validated, with the blobs it carries."""
-        manifest = self._parse(tenant, session_id, carried.name, carried.manifest)
-        for blob, data in carried.blobs.items():
-            if manifest.blobs.get(blob) != len(data):
-                raise corrupt(carried.name, f"the pointer carries blob {blob} of the wrong size")
-        return dataclasses.replace(manifest, carried=carried.blobs)
-
-    def _parse(self, tenant: str, session_id: str, name: str, data: bytes) -> Manifest:
-        def load_base(base: str) -> Manifest:
-            try:
-                return self.read_manifest(tenant, session_id, base)
-            except NotFound:
-                raise corrupt(name, f"its base {base} is missing") from None
-
-        return Manifest.from_json(
-            data,
-            tenant=tenant,
-            session_id=session_id,
-            name=name,
-            limits=self.limits,
-            load_base=load_base,
-        )
-
-    def write_manifest(self, manifest: Manifest) -> None:
-        """Store ``manifest`` (not yet a snapshot: the pointer makes it one)."""
-        key = keys.manifest_key(manifest.tenant, manifest.session_id, manifest.name)
-        self.objects.put(key, encode(manifest.to_json()))
-
     def advance_pointer(
         self,
         manifest: Manifest,
         before: pointer.Pointer,
         carried: pointer.Carried | None = None,
+        notes: list[Note] | None = None,
     ) -> None:
         """Make ``manifest`` the latest, then delete, in the background, the
         manifests that fell out of retention (a stray left by a failure is gc's).
 
-        What ``before`` carried is stored on its own first (``ensure_folded``):
-        the new pointer names it as a stored snapshot. With ``carried``, the new
-        pointer carries ``manifest`` (see ``pointer.advance``); the caller
-        folds it out after (``fold_out_later``).
+        With ``carried`` (``manifest`` itself, and the blobs it added) the new
+        pointer carries it after the chain ``before`` carries (``_chain``);
+        without, ``manifest`` and its blobs must be stored already, and what
+        ``before`` carried is stored first (``ensure_folded``). A chain past
+        ``fold_bytes`` is folded out after the write (``fold_out_later``).
+
+        Args:
+            notes: the contents of the blobs ``carried`` adds, noted in ``known``
+                once they are stored.
 
         Raises:
             SnapshotError: the pointer moved on since ``before`` was read.
             InfrastructureError: ``store_unavailable``.
         """
-        self.ensure_folded(manifest.tenant, manifest.session_id, before)
         session = (manifest.tenant, manifest.session_id)
+        chain, unstored = self._chain(manifest, before, carried)
         try:
-            dropped, after = pointer.advance(self.objects, manifest, before, self.keep, carried)
+            dropped, after = pointer.advance(self.objects, manifest, before, self.keep, chain)
         except Exception:
             self.forget_pointer(*session)
             raise
+        stored = [n for n in dropped if n not in unstored]
         with self._pending_lock:
             self._written.pop(session, None)
             if after is not None and after.tag is not None:
                 self._written[session] = after
-                while len(self._written) > _FOLDS_REMEMBERED:
-                    self._written.popitem(last=False)
-        self._forget_dropped(DELETE_BATCH, [keys.manifest_key(*session, n) for n in dropped])
+                _bound(self._written)
+            for name in dropped:
+                self._notes.pop((*session, name), None)
+            if carried is not None and notes:
+                self._notes[(*session, manifest.name)] = notes
+                _bound(self._notes)
+        self._forget_dropped(DELETE_BATCH, [keys.manifest_key(*session, n) for n in stored])
+        if after is not None and after.carried and after.carried.size > self.fold_bytes:
+            self.fold_out_later(*session, after.carried)
+
+    def _chain(
+        self, manifest: Manifest, before: pointer.Pointer, new: pointer.Carried | None
+    ) -> tuple[pointer.Carried | None, set[str]]:
+        """What the pointer that makes ``manifest`` the latest carries: ``new`` after
+        the chain ``before`` carries, cut to what retention keeps, while that fits
+        the carry budget and no fold-out of the chain has started; else ``new``
+        alone, once what ``before`` carried is stored. And the snapshots of
+        ``before`` that are not stored (those carried on: retention drops them
+        with nothing to delete)."""
+        prior = before.carried
+        if prior is not None and new is not None:
+            with self._pending_lock:
+                folding = self._fold_key(manifest.tenant, manifest.session_id, prior) in self._folds
+            if not folding:
+                kept, _ = pointer.retain(before, manifest, self.keep)
+                chain = prior.then(new).kept({n for n, _ in kept.history})
+                if chain is not None and chain.size <= self.carry_bytes:
+                    return chain, set(prior.manifests)
+        self.ensure_folded(manifest.tenant, manifest.session_id, before)
+        return new, set()
 
     def written_pointer(self, tenant: str, session_id: str) -> pointer.Pointer | None:
         """The pointer this process last wrote for the session, with its tag: what
@@ -258,7 +210,8 @@ class Catalog:
     # ---- folding out what a pointer carries -----------------------------------------
 
     def fold_out(self, tenant: str, session_id: str, carried: pointer.Carried) -> None:
-        """Store a carried snapshot's blobs, then its manifest, as their own objects.
+        """Store a carried chain's blobs, then its manifests (oldest first), as their
+        own objects, and note the blobs' contents in ``known``.
 
         Idempotent (the same bytes under the same names). In this order, a
         stored manifest's blobs are always stored: a reader that finds it needs
@@ -269,29 +222,25 @@ class Catalog:
         """
         for blob in sorted(carried.blobs):  # on the caller's thread: never waits on the pool
             self.objects.put_addressed(keys.blob_key(tenant, blob), encode(carried.blobs[blob]))
-        self.objects.put(
-            keys.manifest_key(tenant, session_id, carried.name), encode(carried.manifest)
-        )
-
-    def fold_out_later(
-        self,
-        tenant: str,
-        session_id: str,
-        carried: pointer.Carried,
-        then: Callable[[], None] = lambda: None,
-    ) -> None:
-        """``fold_out`` in the background (``then`` after it succeeds); a failure is
-        logged, and the next pointer write of the session folds it out again."""
-
-        def run() -> None:
-            self.fold_out(tenant, session_id, carried)
-            then()
-
-        future = self._background(run)
+        for name, doc in carried.manifests.items():
+            self.objects.put(keys.manifest_key(tenant, session_id, name), encode(doc))
         with self._pending_lock:
-            self._folds[(tenant, session_id, carried.name)] = future
-            while len(self._folds) > _FOLDS_REMEMBERED:
-                self._folds.popitem(last=False)
+            notes = [self._notes.pop((tenant, session_id, n), []) for n in carried.manifests]
+        self.remember(tenant, [note for some in notes for note in some])
+
+    def remember(self, tenant: str, notes: Iterable[Note]) -> None:
+        """Note stored contents in ``known``, for later snapshots to reuse."""
+        stamp = time.time()
+        for sha, location, blob_size in notes:
+            self.known.put(tenant, sha, location, blob_size, stamp)
+
+    def fold_out_later(self, tenant: str, session_id: str, carried: pointer.Carried) -> None:
+        """``fold_out`` in the background; a failure is logged, and the next pointer
+        write of the session folds it out again."""
+        future = self._background(partial(self.fold_out, tenant, session_id, carried))
+        with self._pending_lock:
+            self._folds[self._fold_key(tenant, session_id, carried)] = future
+            _bound(self._folds)
 
     def ensure_folded(self, tenant: str, session_id: str, ptr: pointer.Pointer) -> None:
         """Make sure what ``ptr`` carries is stored on its own: this process's fold-out
@@ -303,15 +252,23 @@ class Catalog:
         """
         if ptr.carried is None:
             return
+        key = self._fold_key(tenant, session_id, ptr.carried)
         with self._pending_lock:
-            future = self._folds.get((tenant, session_id, ptr.carried.name))
+            future = self._folds.get(key)
         if future is not None and not future.cancelled() and future.exception() is None:
             return  # this process folded it out (``exception`` waits for a pending one)
         self.fold_out(tenant, session_id, ptr.carried)
         done: Future[None] = Future()
         done.set_result(None)
         with self._pending_lock:
-            self._folds[(tenant, session_id, ptr.carried.name)] = done
+            self._folds[key] = done
+            _bound(self._folds)
+
+    @staticmethod
+    def _fold_key(
+        tenant: str, session_id: str, carried: pointer.Carried
+    ) -> tuple[str, str, tuple[str, ...]]:
+        return tenant, session_id, tuple(carried.manifests)
 
     def _background(self, fn: Callable[[], None]) -> Future[None]:
         """Run ``fn`` on the pool, logged rather than raised, waited for by ``settle``."""
@@ -367,13 +324,19 @@ class Catalog:
         """Forget a closed session's snapshots (its blobs are left to ``gc``).
 
         Returns:
-            How many manifests were deleted.
+            How many snapshots were deleted: manifests stored on their own, and
+            those its pointer carried.
         """
         self.forget_pointer(tenant, session_id)
+        try:
+            carried = pointer.read(self.objects, tenant, session_id).carried
+        except SnapshotError:  # an unreadable pointer is deleted all the same
+            carried = None
         self.objects.delete(keys.pointer_key(tenant, session_id))
         names = self.objects.list(keys.manifests_prefix(tenant, session_id))
         self.parallel(self.objects.delete, names)
-        return len(names)
+        stored = {p[1] for k in names if (p := keys.parse_session_key(tenant, k)) and p[1]}
+        return len(stored.union(carried.manifests if carried else ()))
 
     # ---- the transfer pool ----------------------------------------------------------
 
@@ -393,3 +356,9 @@ class Catalog:
         finally:
             for f in futures:
                 f.cancel()
+
+
+def _bound(remembered: OrderedDict[K, V]) -> None:
+    """Forget the oldest of what this process remembers past ``_FOLDS_REMEMBERED``."""
+    while len(remembered) > _FOLDS_REMEMBERED:
+        remembered.popitem(last=False)

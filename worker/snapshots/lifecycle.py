@@ -140,9 +140,9 @@ def _collect_once(catalog: Catalog, tenant: str, cutoff: float) -> GcReport:
         ptr = pointer.read(catalog.objects, tenant, session)
         history = {n for n, _ in ptr.history}
         strays += [(session, n) for n in sorted(names - history)]
-        if ptr.carried is not None:  # its blobs are read from the pointer, folded out or not
-            carried |= _blob_names(ptr.carried.manifest, session, ptr.carried.name)
-            history.discard(ptr.carried.name)
+        if ptr.carried is not None:  # their blobs are read from the pointer, folded out or not
+            carried = carried.union(*ptr.carried.refs.values())
+            history -= set(ptr.carried.manifests)
         retained |= {(session, n) for n in history}
     ages = catalog.parallel(
         lambda sn: catalog.objects.mtime(keys.manifest_key(tenant, *sn)), strays

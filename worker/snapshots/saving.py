@@ -7,10 +7,11 @@ remembered by ``transfer``; the pointer is advanced by ``pointer``.
 
 A small snapshot (new blobs and manifest within ``Catalog.carry_bytes``) is one
 store round trip: the pointer's conditional write carries the manifest and the
-new blobs' bytes, and they are stored on their own after it, in the background
-(``Catalog.fold_out_later``). A larger one is two: the blobs in parallel, then
-the pointer that must never name what is not stored, carrying the manifest
-when that fits (else the manifest is stored beside the blobs).
+new blobs' bytes, after the small snapshots it carried already (a chain,
+stored on its own once past half the budget: ``Catalog.advance_pointer``). A
+larger one is two: the blobs in parallel, then the pointer that must never
+name what is not stored, carrying the manifest when that fits (else the
+manifest is stored beside the blobs).
 """
 
 from __future__ import annotations
@@ -163,11 +164,8 @@ def commit(catalog: Catalog, draft: SnapshotDraft, contents: Mapping[str, bytes]
     if carried is None:
         carried = _store_first(catalog, draft, manifest, uploads, contents)
     _check_fresh(catalog, draft)
-    catalog.advance_pointer(manifest, draft.pointer, carried)
-    if carried is not None:  # the carried blobs are remembered once the fold-out stored them
-        folded = [u for u in uploads if u[0] in carried.blobs]
-        remember = partial(transfer.remember, catalog, draft, folded)
-        catalog.fold_out_later(draft.tenant, draft.session_id, carried, remember)
+    notes = transfer.notes(draft, [u for u in uploads if carried and u[0] in carried.blobs])
+    catalog.advance_pointer(manifest, draft.pointer, carried, notes)
     stats = {
         "files": manifest.file_count,
         "stored_entries": len(manifest.entries) if stored is None else stored[1].size,
@@ -202,7 +200,7 @@ def _store_first(
 
     catalog.parallel(put, [*([] if doc is not None else [None]), *uploads])
     transfer.remember(catalog, draft, uploads)
-    return None if doc is None else Carried(manifest.name, doc, {})
+    return None if doc is None else Carried.of(manifest, doc, {})
 
 
 def _carried_manifest(budget: int, manifest: Manifest) -> bytes | None:
@@ -226,8 +224,8 @@ def _carry(
     )
     if doc is None:
         return None
-    return Carried(
-        manifest.name, doc, {blob: transfer.blob_bytes(group, contents) for blob, group in uploads}
+    return Carried.of(
+        manifest, doc, {blob: transfer.blob_bytes(group, contents) for blob, group in uploads}
     )
 
 

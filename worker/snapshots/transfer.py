@@ -10,13 +10,12 @@ single ``tar | gzip`` stream.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Generator, Iterable, Mapping
 from functools import partial
 
 from sandgrid.errors import ErrorCode, SnapshotError
 from sandgrid.wire.objects import keys
-from worker.snapshots.catalog import Catalog
+from worker.snapshots.catalog import Catalog, Note
 from worker.snapshots.format.archive import WorkspaceChanged
 from worker.snapshots.format.blobs import decode, encode, group_files, pack_name
 from worker.snapshots.format.entries import Entry
@@ -29,6 +28,7 @@ __all__ = [
     "STREAM_RESTORE_BYTES",
     "blob_bytes",
     "classify",
+    "notes",
     "plan",
     "put_blob",
     "referenced",
@@ -180,15 +180,20 @@ def plan(catalog: Catalog, draft: SnapshotDraft) -> list[tuple[str, list[Entry]]
     return out
 
 
+def notes(draft: SnapshotDraft, uploaded: Iterable[tuple[str, list[Entry]]]) -> list[Note]:
+    """The contents of blobs uploaded for the draft, with where each is."""
+    return [
+        (str(e.sha256), draft.where[str(e.sha256)], draft.blobs[blob])
+        for blob, group in uploaded
+        for e in group
+    ]
+
+
 def remember(
     catalog: Catalog, draft: SnapshotDraft, uploaded: Iterable[tuple[str, list[Entry]]]
 ) -> None:
     """Note the contents of blobs just stored, for later snapshots to reuse."""
-    stamp = time.time()
-    for blob, group in uploaded:
-        for e in group:
-            sha = str(e.sha256)
-            catalog.known.put(draft.tenant, sha, draft.where[sha], draft.blobs[blob], stamp)
+    catalog.remember(draft.tenant, notes(draft, uploaded))
 
 
 def put_blob(

@@ -70,9 +70,9 @@ class SnapshotSettings(BaseModel):
         ge=0,
         le=MAX_SNAPSHOT_CARRY_BYTES,
         description="SANDGRID_WORKER__SNAPSHOTS__CARRY_BYTES: a snapshot whose new blobs and "
-        "manifest are at most this many bytes travels inside its pointer's one write (pointer "
-        "v3, folded out after the answer); 0: never, as during a rollout while nodes older "
-        "than pointer v3 still run",
+        "manifest are at most this many bytes travels inside its pointer's one write, after the "
+        "small ones before it (pointer v4: a chain, folded out after the answer once past half "
+        "of this); 0: never, as during a rollout while nodes older than pointer v4 still run",
     )
 
 

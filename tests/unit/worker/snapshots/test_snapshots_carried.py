@@ -1,7 +1,10 @@
-"""Pointers that carry their latest snapshot: the commit of one store round trip.
+"""Pointers that carry small snapshots: the commit of one store round trip.
 
 A small snapshot's manifest and new blobs travel inside the conditional write
-of the session's pointer, and are stored on their own after it (the fold-out).
+of the session's pointer, after the small ones before it (a chain), and are
+stored on their own after it once the chain passes its budget (the fold-out).
+Most tests here fold out every chain at once (``fold_bytes=0``): one carried
+snapshot at a time; the chain's own tests are at the end.
 These tests hold the store's promises across that: what a reported turn saved
 restores exactly on any node, before the fold-out, after it, and after a crash
 between the two; verification on restore; garbage collection; old pointers.
@@ -51,8 +54,18 @@ class WatchedObjects(LocalObjects):
         self.writes.append((threading.current_thread().name, key))
         return super().put_if(key, data, tag)
 
+    def put_addressed(self, key: str, data: bytes) -> None:
+        self.writes.append((threading.current_thread().name, key))
+        super().put_addressed(key, data)
+
+    def delete_many(self, keys_: list[str]) -> None:
+        if keys_:
+            self.writes.append((threading.current_thread().name, f"delete {len(keys_)}"))
+        super().delete_many(keys_)
+
 
 def store_on(root: Path, **kw: Any) -> SnapshotStore:
+    kw.setdefault("fold_bytes", 0)
     return SnapshotStore(
         WatchedObjects(root), keep=3, gc_grace_s=GRACE, threads=2, small_file_bytes=1024, **kw
     )
@@ -97,6 +110,14 @@ def pointer_doc(root: Path, session: str = "s1") -> dict[str, Any]:
     return doc
 
 
+def put_pointer_doc(root: Path, doc: dict[str, Any]) -> None:
+    (root / keys.pointer_key(TENANT, "s1")).write_bytes(encode(json.dumps(doc).encode()))
+
+
+def carried_names(root: Path, session: str = "s1") -> list[str]:
+    return [n for n, _ in pointer_doc(root, session)["carried"]["manifests"]]
+
+
 def stored(root: Path, session: str, name: str) -> bool:
     return (root / keys.manifest_key(TENANT, session, name)).exists()
 
@@ -139,8 +160,8 @@ def test_a_small_snapshot_is_one_write_on_the_callers_path(
     assert mine == [keys.pointer_key(TENANT, "s1")]
     assert ref.stats["carried"] == 1.0
     doc = pointer_doc(root)
-    assert doc["v"] == pointer_mod.CARRYING_VERSION
-    assert doc["carried"]["name"] == ref.name and doc["history"][-1][0] == ref.name
+    assert doc["v"] == pointer_mod.CHAIN_VERSION
+    assert carried_names(root) == [ref.name] and doc["history"][-1][0] == ref.name
 
 
 def test_a_large_snapshot_stores_its_blobs_first_and_its_pointer_carries_the_manifest(
@@ -153,13 +174,14 @@ def test_a_large_snapshot_stores_its_blobs_first_and_its_pointer_carries_the_man
     assert ref.stats["carried"] == 1.0 and ref.stats["carried_blobs"] == 0
     assert hashlib.sha256(data).hexdigest() in blob_files(root)  # stored before the pointer
     doc = pointer_doc(root)
-    assert doc["v"] == pointer_mod.CARRYING_VERSION
-    assert doc["carried"]["name"] == ref.name and doc["carried"]["blobs"] == []
+    assert doc["v"] == pointer_mod.CHAIN_VERSION
+    assert carried_names(root) == [ref.name] and doc["carried"]["blobs"] == []
     assert not stored(root, "s1", ref.name)  # the node died before the fold-out
     assert restored(tmp_path, root, "fresh") == tree(sbx)  # the pointer's manifest is enough
     with store_on(root, carry_bytes=4096) as store:
         write(sbx, "workspace/big.bin", os.urandom(8192))
-        take(sbx, store, ref)  # the next pointer write folds the carried manifest out
+        take(sbx, store, ref)  # carried on in the next chain, folded out after its write
+        store.settle()
     assert stored(root, "s1", ref.name)
 
 
@@ -199,10 +221,11 @@ def test_a_carried_snapshot_restores_exactly_on_another_node_before_its_fold_out
         first = take(sbx, store)
         write(sbx, "workspace/a.txt", b"one, changed")
         second = take(sbx, store, first)
-    assert stored(root, "s1", first.name)  # the second's pointer write stored the first
-    assert not stored(root, "s1", second.name)
+    assert carried_names(root) == [first.name, second.name]  # a chain: neither is stored
+    assert not stored(root, "s1", first.name) and not stored(root, "s1", second.name)
     assert restored(tmp_path, root, "latest") == tree(sbx)
     assert restored(tmp_path, root, "by-name", second.name) == tree(sbx)  # the registry's way
+    assert restored(tmp_path, root, "older", first.name) == {"a.txt": b"one", "b.txt": b"two"}
 
 
 def test_the_fold_out_stores_blobs_and_manifest_after_the_answer(
@@ -229,21 +252,21 @@ def test_a_carried_blob_that_does_not_verify_is_refused(
     blob, data = doc["carried"]["blobs"][0]
     forged = bytes(b ^ 1 for b in base64.b64decode(data))  # same size, other bytes
     doc["carried"]["blobs"][0] = [blob, base64.b64encode(forged).decode()]
-    (root / keys.pointer_key(TENANT, "s1")).write_bytes(encode(json.dumps(doc).encode()))
+    put_pointer_doc(root, doc)
     with pytest.raises(SnapshotError) as err:
         restored(tmp_path, root, "dst")
     assert err.value.code == ErrorCode.SNAPSHOT_CORRUPT
 
 
-def test_a_pointer_carrying_another_snapshot_than_its_latest_is_corrupt(
+def test_a_pointer_carrying_a_snapshot_its_history_does_not_name_is_corrupt(
     sbx: Path, root: Path
 ) -> None:
     with crashing(store_on(root)) as store:
         write(sbx, "workspace/a.txt", b"1")
         take(sbx, store)
         doc = pointer_doc(root)
-        doc["carried"]["name"] = "000000000009-aaaaaaaaaaaa"
-        (root / keys.pointer_key(TENANT, "s1")).write_bytes(encode(json.dumps(doc).encode()))
+        doc["carried"]["manifests"][0][0] = "000000000009-aaaaaaaaaaaa"
+        put_pointer_doc(root, doc)
         with pytest.raises(SnapshotError) as err:
             store.load(TENANT, "s1")
     assert err.value.code == ErrorCode.SNAPSHOT_CORRUPT
@@ -273,7 +296,7 @@ def test_the_registry_reads_the_latest_name_of_a_carrying_pointer(
 # ---- a crash between the pointer and the fold-out -------------------------------------
 
 
-def test_the_next_owner_folds_out_what_a_dead_node_carried_before_its_own_pointer(
+def test_the_next_owner_carries_on_the_chain_a_dead_node_left(
     tmp_path: Path, sbx: Path, root: Path
 ) -> None:
     with crashing(store_on(root)) as dead:
@@ -282,9 +305,8 @@ def test_the_next_owner_folds_out_what_a_dead_node_carried_before_its_own_pointe
     with crashing(store_on(root)) as heir:
         write(sbx, "workspace/b.txt", b"two")
         second = take(sbx, heir)  # compares with the stored latest, which is carried
-    assert stored(root, "s1", first.name)  # folded out before the pointer moved on
-    assert set(first.manifest.blobs) <= blob_files(root)  # type: ignore[union-attr]
-    assert pointer_doc(root)["carried"]["name"] == second.name
+    assert carried_names(root) == [first.name, second.name]  # nothing folded out
+    assert not stored(root, "s1", first.name) and not blob_files(root)
     assert restored(tmp_path, root, "latest") == tree(sbx)
     assert restored(tmp_path, root, "older", first.name) == {"a.txt": b"one"}
 
@@ -296,7 +318,7 @@ def test_a_failed_fold_out_is_done_again_by_the_next_snapshot(
     calls: list[str] = []
 
     def failing_once(tenant: str, session_id: str, carried: Any) -> None:
-        calls.append(carried.name)
+        calls.append(carried.latest)
         if len(calls) == 1:
             raise OSError("the store went away")  # the background job dies
         real(tenant, session_id, carried)
@@ -430,3 +452,105 @@ def test_a_remembered_tag_the_store_spells_otherwise_still_writes(
         ref = take(sbx, store, ref)  # conflict on the tag alone: written on the tag read
         assert store.latest(TENANT, "s1") == ref
     assert restored(tmp_path, root, "dst") == tree(sbx)
+
+
+# ---- the chain: small snapshots carried on, folded out past half the budget -------------
+
+
+def chained(root: Path, **kw: Any) -> SnapshotStore:
+    """A store whose pointers carry a chain (folded out past half of ``carry_bytes``)."""
+    return store_on(root, fold_bytes=None, **kw)
+
+
+def test_a_run_of_small_snapshots_is_one_write_each_and_carries_what_is_retained(
+    tmp_path: Path, sbx: Path, root: Path
+) -> None:
+    contents: dict[str, dict[str, bytes]] = {}
+    with chained(root) as store:
+        objects: Any = store.objects
+        ref = None
+        for i in range(7):
+            write(sbx, "workspace/log.txt", b"line\n" * (i + 1))
+            before = len(objects.writes)
+            ref = take(sbx, store, ref)
+            store.settle()
+            assert [k for _, k in objects.writes[before:]] == [keys.pointer_key(TENANT, "s1")]
+            contents[ref.name] = tree(sbx)
+        history = [n for n, _ in pointer_doc(root)["history"]]
+    assert carried_names(root) == history and len(history) >= 3  # keep=3, and their bases
+    assert not blob_files(root) and not any(stored(root, "s1", n) for n in contents)
+    assert len(pointer_doc(root)["carried"]["blobs"]) <= len(history)  # dropped ones' blobs go
+    for name in history:  # a fresh node restores each, the older ones from the chain too
+        assert restored(tmp_path, root, f"r{name[:12]}", name) == contents[name]
+
+
+def test_a_chain_past_half_the_budget_is_folded_out_and_the_next_starts_anew(
+    tmp_path: Path, sbx: Path, root: Path
+) -> None:
+    with chained(root, carry_bytes=8192) as store:
+        refs: list[SnapshotRef] = []
+        while len(refs) < 12 and (not refs or not stored(root, "s1", refs[0].name)):
+            write(sbx, f"workspace/f{len(refs)}.bin", os.urandom(700))
+            refs.append(take(sbx, store, refs[-1] if refs else None))
+            store.settle()
+        assert stored(root, "s1", refs[0].name), "the chain was never folded out"
+        folded = [r for r in refs[:-1] if stored(root, "s1", r.name)]
+        assert folded and all(  # the folded ones' blobs are stored before their manifests
+            set(r.manifest.blobs) <= blob_files(root)  # type: ignore[union-attr]
+            for r in folded
+        )
+        write(sbx, "workspace/next.txt", b"next")
+        last = take(sbx, store, refs[-1])
+    assert refs[-1].name not in carried_names(root) and carried_names(root)[-1] == last.name
+    assert restored(tmp_path, root, "latest") == tree(sbx)
+
+
+def test_retention_deletes_nothing_it_never_stored(sbx: Path, root: Path) -> None:
+    with chained(root) as store:
+        objects: Any = store.objects
+        ref = None
+        for i in range(8):
+            write(sbx, "workspace/a.txt", b"%d" % i)
+            ref = take(sbx, store, ref)
+        store.settle()
+    assert not [k for _, k in objects.writes if k.startswith("delete")]
+
+
+def test_gc_keeps_stored_blobs_only_a_carried_chain_names(
+    tmp_path: Path, sbx: Path, root: Path
+) -> None:
+    big = os.urandom(16384)
+    contents: dict[str, dict[str, bytes]] = {}
+    with chained(root, carry_bytes=8192) as store:
+        write(sbx, "workspace/big.bin", big)
+        ref = take(sbx, store)  # too large to carry: its blob is stored, its manifest carried
+        contents[ref.name] = tree(sbx)
+        for i in range(2):
+            write(sbx, "workspace/small.txt", b"%d" % i)
+            ref = take(sbx, store, ref)
+            contents[ref.name] = tree(sbx)
+        store.settle()
+        assert len(carried_names(root)) == 3 and blob_files(root)
+        report = store.gc(TENANT, now=time.time() + LATER)
+    assert report.blobs_deleted == 0
+    for name, files in contents.items():
+        assert restored(tmp_path, root, f"r{name[:12]}", name) == files
+
+
+def test_an_old_pointer_that_carries_its_latest_alone_is_read_and_followed(
+    tmp_path: Path, sbx: Path, root: Path
+) -> None:
+    with crashing(chained(root)) as store:
+        write(sbx, "workspace/a.txt", b"1")
+        take(sbx, store)
+    doc = pointer_doc(root)
+    [[name, manifest]] = doc["carried"]["manifests"]
+    doc["v"] = pointer_mod.CARRYING_VERSION  # as a node of the release before wrote it
+    doc["carried"] = {"name": name, "manifest": manifest, "blobs": doc["carried"]["blobs"]}
+    put_pointer_doc(root, doc)
+    assert restored(tmp_path, root, "old") == tree(sbx)
+    with chained(root) as store:
+        write(sbx, "workspace/b.txt", b"2")
+        take(sbx, store)  # compares with the carried latest, and carries it on
+    assert carried_names(root)[0] == name
+    assert restored(tmp_path, root, "new") == tree(sbx)
