@@ -554,3 +554,20 @@ def test_an_old_pointer_that_carries_its_latest_alone_is_read_and_followed(
         take(sbx, store)  # compares with the carried latest, and carries it on
     assert carried_names(root)[0] == name
     assert restored(tmp_path, root, "new") == tree(sbx)
+
+
+def test_a_chain_never_passes_the_carry_budget(tmp_path: Path, sbx: Path, root: Path) -> None:
+    """With no fold-out after the writes (a node that dies after each), the chain
+    that would pass the budget is stored first, and the next starts anew."""
+    budget = 4096
+    refs: list[SnapshotRef] = []
+    for i in range(10):
+        with crashing(chained(root, carry_bytes=budget)) as store:
+            write(sbx, f"workspace/f{i}.bin", os.urandom(700))
+            refs.append(take(sbx, store, refs[-1] if refs else None))
+        raw = pointer_doc(root)["carried"]
+        weight = sum(len(m) for _, m in raw["manifests"])
+        weight += sum(len(base64.b64decode(b)) for _, b in raw["blobs"])
+        assert weight <= budget
+    assert any(stored(root, "s1", r.name) for r in refs)  # stored before it was let go
+    assert restored(tmp_path, root, "latest") == tree(sbx)
