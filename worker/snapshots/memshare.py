@@ -15,15 +15,22 @@ only reads its image):
   verified chunks, in the node's own scratch root, exactly as if it had
   assembled it itself;
 - a copy that is gone (its restore ended and removed its scratch directory) or
-  that failed is not linked: the restore assembles the file itself.
+  that failed is not linked: the restore assembles the file itself;
+- the node that checkpoints a fork's source *offers* the checkpoint's own files
+  (``offer``): hard-linked into this process's directory as they were chunked,
+  and held there for ``keep_s``, so the forks restored on that node link them
+  instead of assembling them from its chunk cache (reading, hashing and writing
+  the whole image again, ~0.9 s for 190 MB).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,11 +69,45 @@ class Ticket:
 
 
 class SharedFiles:
-    """The image files this node's restores are assembling or have assembled."""
+    """The image files this node's restores are assembling or have assembled.
 
-    def __init__(self) -> None:
+    Args:
+        root: this process's own directory for offered files (made; emptied
+            first), or None: nothing is offered.
+        keep_s: how long an offered file is held.
+    """
+
+    def __init__(self, root: Path | None = None, keep_s: float = 120.0) -> None:
         self._lock = threading.Lock()
         self._files: dict[tuple[str, str], Ticket] = {}
+        self.root, self.keep_s = root, keep_s
+        if root is not None:
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir(parents=True, mode=0o700)
+
+    def offer(self, tenant: str, files: Mapping[str, Sequence[Chunk]], image: Path) -> bool:
+        """Hold ``image``'s files (a checkpoint this node made and cut into ``files``'
+        chunks, of ``tenant``) as assembled copies for ``keep_s``: hard-linked here,
+        so the checkpoint's directory may go. False when nothing is offered (no
+        root, or a link failed: the restores assemble their files as before)."""
+        if self.root is None:
+            return False
+        held = Path(tempfile.mkdtemp(dir=self.root))
+        try:
+            for name in files:
+                os.link(image / name, held / name)
+        except OSError:
+            shutil.rmtree(held, ignore_errors=True)
+            return False
+        with self._lock:
+            for name, chunks in files.items():
+                ticket = Ticket()
+                ticket.finish(held / name)
+                self._files[(tenant, _identity(name, chunks))] = ticket
+        timer = threading.Timer(self.keep_s, shutil.rmtree, (held,), {"ignore_errors": True})
+        timer.daemon = True
+        timer.start()
+        return True
 
     def claim(self, tenant: str, name: str, chunks: Sequence[Chunk]) -> tuple[bool, Ticket]:
         """The file ``name`` made of ``chunks`` of ``tenant``: True and a new ticket when

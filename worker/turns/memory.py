@@ -76,7 +76,7 @@ def memory_store(store: SnapshotStore) -> MemoryStore:
     limit = get_settings().worker.memory.max_image_mb << 20
     cache = chunk_cache()
     with _MAKING:
-        share = _shared()
+        share = _shared(get_settings().worker.memory.image_dir / f"img-{os.getpid()}-shared")
     return MemoryStore(store.objects, max_bytes=limit, cache=cache, share=share)
 
 
@@ -113,9 +113,10 @@ def _stage_at(root: Path, max_bytes: int, max_age_s: float) -> StagedImages:
 
 
 @functools.cache
-def _shared() -> SharedFiles:
-    """This node process's image files, shared by its restores (a fork's copies)."""
-    return SharedFiles()
+def _shared(root: Path) -> SharedFiles:
+    """This node process's image files, shared by its restores (a fork's copies), and
+    the directory that holds the files its forks offer (``SharedFiles.offer``)."""
+    return SharedFiles(root)
 
 
 @functools.cache

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 from pathlib import Path
 
 from sandgrid.wire.objects import LocalObjects
@@ -72,3 +73,50 @@ def test_a_failed_copy_is_not_linked_and_the_waiter_assembles_its_own(tmp_path: 
     waiter.join(5)
     assert linked == [False] and not (tmp_path / "dest").exists()
     assert share.claim("acme", "pages.img", CHUNKS)[0]  # the next restore makes it
+
+
+# ---- the source's own files, offered to its forks on this node --------------------------
+
+
+def _offering(tmp_path: Path, keep_s: float = 60.0) -> tuple[MemoryStore, SharedFiles]:
+    share = SharedFiles(tmp_path / "offered", keep_s=keep_s)
+    return MemoryStore(LocalObjects(tmp_path / "objects"), max_bytes=1 << 30, share=share), share
+
+
+def test_a_forks_restore_on_the_source_node_links_the_checkpoints_own_files(
+    tmp_path: Path,
+) -> None:
+    store, _ = _offering(tmp_path)
+    image = memory_image(tmp_path)
+    metas = [MemoryMeta("acme", f"f-{i}", None, "python-gvisor", "runsc") for i in range(2)]
+    stored = store.put_many(image, metas)
+    inodes = {n: (image / n).stat().st_ino for n in ("pages.img", "checkpoint.img")}
+    expected = {n: (image / n).read_bytes() for n in inodes}
+    shutil.rmtree(image)  # the checkpoint's scratch directory goes after the put
+    out = _out(tmp_path, "r0")
+    assert store.fetch_counted(metas[0], stored[0].sha256, out)[1] == 0  # nothing fetched
+    for name, ino in inodes.items():
+        assert (out / name).stat().st_ino == ino and (out / name).read_bytes() == expected[name]
+
+
+def test_an_offered_copy_is_never_linked_for_another_tenant(tmp_path: Path) -> None:
+    _, share = _offering(tmp_path)
+    assert share.offer("acme", {"pages.img": CHUNKS}, memory_image(tmp_path))
+    assert share.claim("globex", "pages.img", CHUNKS)[0]  # its own
+    assert not share.claim("acme", "pages.img", CHUNKS)[0]  # the offered copy
+
+
+def test_an_offered_copy_goes_after_its_time(tmp_path: Path) -> None:
+    _, share = _offering(tmp_path, keep_s=0.05)
+    assert share.offer("acme", {"pages.img": CHUNKS}, memory_image(tmp_path))
+    deadline = time.monotonic() + 5
+    while any((tmp_path / "offered").iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not any((tmp_path / "offered").iterdir())
+    assert share.claim("acme", "pages.img", CHUNKS)[0]  # gone: the next restore makes it
+
+
+def test_a_single_pause_offers_nothing(tmp_path: Path) -> None:
+    store, _ = _offering(tmp_path)
+    store.put(memory_image(tmp_path), MemoryMeta("acme", "s", None, "python-gvisor", "runsc"))
+    assert not any((tmp_path / "offered").iterdir())
