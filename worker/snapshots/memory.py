@@ -129,11 +129,12 @@ class MemoryStore:
         # A fork's copies restore its pages, some on this node: its files are offered
         # to them as they are (``SharedFiles.offer``), else its chunks kept in the
         # node's cache (24.4).
-        offered = len(metas) > 1 and self.share is not None and self.share.root is not None
-        seed = self.cache if len(metas) > 1 and not offered else None
+        forks = len(metas) > 1
+        share = self.share if forks and self.share and self.share.root is not None else None
+        seed = self.cache if forks and share is None else None
         chunks, new = put_chunks(self.objects, metas[0].tenant, files, seed)
-        if offered and self.share is not None:
-            self.share.offer(metas[0].tenant, chunks, image_dir)
+        if share is not None:
+            share.offer(metas[0].tenant, chunks, image_dir)
         return [self._manifest(meta, chunks, new if i == 0 else 0) for i, meta in enumerate(metas)]
 
     def _manifest(self, meta: MemoryMeta, chunks: dict[str, list[Chunk]], new: int) -> StoredImage:

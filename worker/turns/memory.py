@@ -73,11 +73,11 @@ second emptying and making the directory the first had just made (EEXIST)."""
 def memory_store(store: SnapshotStore) -> MemoryStore:
     """The memory images beside ``store``'s snapshots, with the node's size limit, its
     cache of unpacked chunks and the image files its restores share."""
-    limit = get_settings().worker.memory.max_image_mb << 20
+    memory = get_settings().worker.memory
     cache = chunk_cache()
     with _MAKING:
-        share = _shared(get_settings().worker.memory.image_dir / f"img-{os.getpid()}-shared")
-    return MemoryStore(store.objects, max_bytes=limit, cache=cache, share=share)
+        share = _shared(memory.image_dir / f"img-{os.getpid()}-shared")
+    return MemoryStore(store.objects, max_bytes=memory.max_image_mb << 20, cache=cache, share=share)
 
 
 def chunk_cache() -> ChunkCache | None:
