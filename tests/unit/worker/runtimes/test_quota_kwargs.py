@@ -3,10 +3,13 @@ engine needed)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sandgrid.models import Quotas
 from worker.agent_client.bundle import AGENT_MOUNT, agent_path
 from worker.quotas import sandbox_labels, sandbox_spec
 from worker.runtimes.docker import container_kwargs
+from worker.runtimes.hosts import HOSTS
 from worker.runtimes.spec import AGENT_CAPS, HostLimits
 
 
@@ -26,12 +29,16 @@ def test_hardened_by_default() -> None:
     assert set(AGENT_CAPS) == {"SETUID", "SETGID", "KILL"}
     assert hc["security_opt"] == ["no-new-privileges"] and hc["read_only"] is True
     assert hc["network_mode"] == "none" and hc["log_config"]["Type"] == "none"
+    assert kw["network_disabled"] is True  # no engine network hook at start
     assert kw["stdin_open"] is True and kw["detach"] is False and kw["tty"] is False
     assert kw["command"] == ["python3", "-I", "-S", AGENT_MOUNT]
     mount = hc["mounts"][0]
     assert mount["Target"] == AGENT_MOUNT and mount["Source"] == str(agent_path())
     assert mount["ReadOnly"] is True
     assert agent_path().is_file()
+    hosts = hc["mounts"][1]
+    assert hosts["Target"] == "/etc/hosts" and hosts["ReadOnly"] is True
+    assert Path(hosts["Source"]).read_text() == HOSTS and Path(hosts["Source"]).stat().st_mode & 0o4
 
 
 def test_limits_follow_quotas() -> None:
@@ -60,6 +67,8 @@ def test_host_overrides_and_network() -> None:
     hc = kw["host_config"]
     assert isinstance(hc, dict)
     assert hc["runtime"] == "runsc" and hc["network_mode"] == "sandnet"
+    assert kw["network_disabled"] is False  # the engine's network, with its own /etc/hosts
+    assert "/etc/hosts" not in [m["Target"] for m in hc["mounts"]]
     assert hc["pids_limit"] == 999 and hc["mem_limit"] == "1000m"
 
 
