@@ -38,6 +38,7 @@ from typing import ClassVar
 
 from sandgrid.errors import SandboxError
 from sandgrid.wire.settings import get_settings
+from worker.runtimes.cgroup_memory import raise_memory_limit
 from worker.runtimes.docker import DockerRuntime, container_kwargs
 from worker.runtimes.spec import SandboxSpec
 
@@ -125,11 +126,16 @@ class DockerRunsc(DockerRuntime):
     def _raise_host_memory(self, container_id: str) -> None:
         """Add the sentry's headroom to the host memory limit of a started sandbox.
 
-        Swap limit first: runsc writes the memory limit before the swap limit,
-        and the kernel refuses a memory limit above the current swap limit.
+        In its memory cgroup directly where this process can (``cgroup_memory``:
+        microseconds), else through the Engine API: the swap limit first (runsc
+        writes the memory limit before the swap limit, and the kernel refuses a
+        memory limit above the current swap limit), two ``runsc update`` calls.
         """
         api = self.client.api
-        quota = int(api.inspect_container(container_id)["HostConfig"]["Memory"])
+        info = api.inspect_container(container_id)
+        quota = int(info["HostConfig"]["Memory"])
         limit = quota + self.sentry_memory_headroom_mb * _MIB
+        if raise_memory_limit(int(info["State"]["Pid"] or 0), str(info["Id"]), limit):
+            return
         api.update_container(container_id, mem_limit=quota, memswap_limit=limit)
         api.update_container(container_id, mem_limit=limit, memswap_limit=limit)
