@@ -12,7 +12,8 @@ which says what every container gets and why). Here:
   ``worker/agent/memory.py``), the host's limits (``HostLimits``) then carrying
   the runtime's headroom.
 - The agent zipapp mounted read-only at ``AGENT_MOUNT``; with no network, an
-  ``/etc/hosts`` of loopback names (``worker.runtimes.hosts``); the egress directory
+  ``/etc/hosts`` of loopback names for the runtime to mount
+  (``worker.runtimes.hosts``); the egress directory
   (``egress_dir``: the Unix socket of the node's egress proxy) read-only at
   ``/run/sandgrid-egress``, with the proxy variables and
   ``SANDGRID_EGRESS_PORT`` for the agent's loopback relay (``worker.egress``;
@@ -37,7 +38,7 @@ from worker.agent_client.bundle import AGENT_MOUNT
 from worker.agent_client.bundle import agent_path as bundled_agent
 from worker.egress.env import MOUNT as EGRESS_MOUNT
 from worker.egress.env import proxy_env
-from worker.runtimes.hosts import HOSTS_MOUNT, hosts_file
+from worker.runtimes.hosts import hosts_file
 from worker.runtimes.spec import HostLimits, Mount, SandboxSpec
 
 __all__ = [
@@ -122,8 +123,6 @@ def sandbox_spec(
     }
     agent = agent_path or bundled_agent()
     mounts = [Mount(AGENT_MOUNT, agent)]
-    if network is None:  # the engine's networking is off: worker.runtimes.hosts
-        mounts.append(Mount(HOSTS_MOUNT, hosts_file(agent.parent)))
     if egress_dir is not None:
         mounts.append(Mount(EGRESS_MOUNT, egress_dir))
         environment.update(proxy_env(egress_port), SANDGRID_EGRESS_PORT=str(egress_port))
@@ -138,4 +137,5 @@ def sandbox_spec(
         mounts=tuple(mounts),
         network=network,
         host=host or HostLimits(pids=quotas.pids, memory_mb=quotas.memory_mb),
+        hosts=hosts_file(agent.parent) if network is None else None,
     )

@@ -21,8 +21,9 @@ What every container gets from the spec, and why:
   network, and then Docker's networking disabled altogether
   (``network_disabled``): the engine runs no network hook at the container's
   start (~110-130 ms of it) and mounts no ``/etc/hosts`` or ``/etc/resolv.conf``
-  of its own; the spec mounts the sandbox's ``/etc/hosts``
-  (``worker.runtimes.hosts``). The egress relay is a bind-mounted Unix
+  of its own; the spec's ``/etc/hosts`` (``worker.runtimes.hosts``) is
+  mounted instead. ``spec.engine_network`` keeps the engine's (a memory image
+  saved before restores only into that layout). The egress relay is a bind-mounted Unix
   socket, not a network.
 - ``pids_limit``, ``mem_limit`` with ``memswap_limit`` equal (no swap), both
   the spec's host limits; ``nano_cpus`` (a CFS quota: ``cpus=0.5`` is half a
@@ -45,7 +46,9 @@ from sandgrid.errors import SandboxError
 from worker.runtimes.base import ByteStream, Runtime
 from worker.runtimes.docker_attach import AttachStream, attach_params
 from worker.runtimes.hostkill import kill_top_process
+from worker.runtimes.hosts import HOSTS_MOUNT
 from worker.runtimes.spec import AGENT_CAPS, SANDBOX_GID, SANDBOX_UID, SandboxSpec
+from worker.runtimes.spec import Mount as SpecMount
 
 try:
     import docker
@@ -78,7 +81,7 @@ def container_kwargs(spec: SandboxSpec, *, oci_runtime: str) -> dict[str, Any]:
         "hostname": "sandbox",
         "environment": dict(spec.environment),
         "labels": dict(spec.labels),
-        "network_disabled": spec.network is None,
+        "network_disabled": _network_disabled(spec),
         "stdin_open": True,
         "detach": False,  # with stdin_open: AttachStdin and StdinOnce (no other way in the SDK)
         "tty": False,
@@ -93,6 +96,17 @@ def _tmpfs(size_mb: int, *, user_owned: bool, sticky: bool = False) -> str:
     elif sticky:
         opts.append("mode=1777")
     return ",".join(opts)
+
+
+def _network_disabled(spec: SandboxSpec) -> bool:
+    return spec.network is None and not spec.engine_network
+
+
+def _mounts(spec: SandboxSpec) -> tuple[SpecMount, ...]:
+    """The spec's mounts, and its ``/etc/hosts`` where the engine mounts none."""
+    if _network_disabled(spec) and spec.hosts is not None:
+        return (*spec.mounts, SpecMount(HOSTS_MOUNT, spec.hosts))
+    return spec.mounts
 
 
 def _host_config(spec: SandboxSpec, oci_runtime: str) -> dict[str, Any]:
@@ -121,7 +135,8 @@ def _host_config(spec: SandboxSpec, oci_runtime: str) -> dict[str, Any]:
             Ulimit(name="core", soft=0, hard=0),
         ],
         "mounts": [
-            Mount(m.target, str(m.source), type="bind", read_only=m.read_only) for m in spec.mounts
+            Mount(m.target, str(m.source), type="bind", read_only=m.read_only)
+            for m in _mounts(spec)
         ],
         "log_config": LogConfig(type="none"),
     }

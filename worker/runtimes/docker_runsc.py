@@ -42,7 +42,7 @@ from worker.runtimes.cgroup_memory import raise_memory_limit
 from worker.runtimes.docker import DockerRuntime, container_kwargs
 from worker.runtimes.spec import SandboxSpec
 
-__all__ = ["RESTORE_BACKGROUND_ENV", "RESTORE_ENV", "DockerRunsc"]
+__all__ = ["RESTORE_BACKGROUND_ENV", "RESTORE_ENV", "DockerRunsc", "refused_layout"]
 
 RESTORE_ENV = "SANDGRID_RESTORE_IMAGE"
 """In a container's environment: the image its ``runsc-restore`` create restores.
@@ -53,6 +53,13 @@ RESTORE_BACKGROUND_ENV = "SANDGRID_RESTORE_BACKGROUND"
 pages are still loading from the image, instead of after."""
 
 _MIB = 1 << 20
+_LAYOUT_REFUSED = ('"Mounts" does not match across checkpoint restore',)
+
+
+def refused_layout(exc: BaseException) -> bool:
+    """Whether a restore failed because runsc found the container's mounts other
+    than the image's (saved in another layout: ``SandboxSpec.engine_network``)."""
+    return any(words in str(exc) for words in _LAYOUT_REFUSED)
 
 
 class DockerRunsc(DockerRuntime):

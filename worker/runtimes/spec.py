@@ -74,6 +74,13 @@ class SandboxSpec:
         restore_image: a memory image (a directory on the host) the sandbox is
             restored from instead of booted (issue 24; only a runtime whose
             ``can_checkpoint`` is set accepts one).
+        hosts: an ``/etc/hosts`` of loopback names on the host, mounted where the
+            runtime gives a sandbox with no network none of its own (Docker
+            with its networking off: ``worker.runtimes.hosts``).
+        engine_network: with no network, let the engine set up its own empty
+            one anyway (its hook, its ``/etc/hosts`` and ``/etc/resolv.conf``):
+            the layout of sandboxes made before the engine's networking was
+            turned off, which a memory image saved then restores only into.
     """
 
     name: str
@@ -87,3 +94,5 @@ class SandboxSpec:
     network: str | None
     host: HostLimits
     restore_image: Path | None = None
+    hosts: Path | None = None
+    engine_network: bool = False

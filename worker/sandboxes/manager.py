@@ -134,6 +134,7 @@ class SandboxManager:
         session_id: str | None = None,
         tenant: str | None = None,
         restore_image: Path | None = None,
+        engine_network: bool = False,
         before_start: Callable[[], object] | None = None,
     ) -> Sandbox:
         """Create and start a sandbox, and wait until its agent answers.
@@ -147,6 +148,9 @@ class SandboxManager:
             restore_image: a memory image to restore instead of booting
                 (``Runtime.can_checkpoint``; docs/memory.md): its agent answers
                 on the new container's stdio, its processes carry on.
+            engine_network: the engine's own empty network for a sandbox with
+                none (``SandboxSpec.engine_network``: an image saved before it
+                was turned off restores only so).
             before_start: called once the container exists, before it starts: a
                 restore waits there for its image, fetched meanwhile (24.4); what
                 it raises removes the container and is raised as is.
@@ -167,7 +171,11 @@ class SandboxManager:
             tenant=tenant,
             extra=labels,
         )
-        spec = replace(self._spec(sandbox_type, quotas, all_labels), restore_image=restore_image)
+        spec = replace(
+            self._spec(sandbox_type, quotas, all_labels),
+            restore_image=restore_image,
+            engine_network=engine_network,
+        )
         t0 = time.perf_counter()
         cid = self._create_container(spec, sandbox_type)
         sbx = Sandbox(cid, spec.name, sandbox_type, self.runtime, quotas, all_labels)

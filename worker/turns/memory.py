@@ -33,12 +33,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from sandgrid.errors import Conflict, ErrorCode, InvalidInput, SandgridError
+from sandgrid.errors import CapacityError, Conflict, ErrorCode, InvalidInput, SandgridError
 from sandgrid.lifecycle import PauseResult
 from sandgrid.models import SessionInfo
 from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.settings import get_settings
 from worker import metrics
+from worker.runtimes.docker_runsc import refused_layout
 from worker.sandboxes import Sandbox, SandboxManager
 from worker.sessions.table import LocalSession
 from worker.snapshots.memcache import ChunkCache
@@ -338,6 +339,30 @@ def _obtain(
     return (*fetched, False)
 
 
+def _create_restoring(
+    backend: SandboxManager, info: SessionInfo, image: Path, gate: _Gate
+) -> Sandbox:
+    """The restored sandbox. An image saved when the engine still set up its own
+    empty network (before docs/decisions.md, "A sandbox with no network has
+    Docker's networking disabled") is refused by runsc in the new layout, its
+    mounts differing: it is restored once more in the layout it was saved in."""
+    made = functools.partial(
+        backend.create,
+        info.type,
+        info.quotas,
+        session_id=info.id,
+        tenant=info.tenant,
+        restore_image=image,
+    )
+    try:
+        return made(before_start=gate)
+    except CapacityError as exc:
+        if not refused_layout(exc) or not gate.held:
+            raise
+        log.info("session %s: memory image saved in the engine's network layout", info.id)
+        return made(engine_network=True)  # the image is whole and the node's turn held
+
+
 def _restore(images: MemoryStore, backend: SandboxManager, info: SessionInfo, sha: str) -> Sandbox:
     if not backend.engine.can_checkpoint:
         raise InvalidInput(f"the {backend.runtime} runtime cannot restore memory")
@@ -350,14 +375,7 @@ def _restore(images: MemoryStore, backend: SandboxManager, info: SessionInfo, sh
         fetching = aside.submit(_timed, _obtain, images, want, sha, image)
         gate = _Gate(fetching.result)  # fetched first: the image is ready at its turn
         try:
-            sbx = backend.create(
-                info.type,
-                info.quotas,
-                session_id=info.id,
-                tenant=info.tenant,
-                restore_image=image,
-                before_start=gate,
-            )
+            sbx = _create_restoring(backend, info, image, gate)
         finally:
             gate.release()
         t1 = time.perf_counter()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sandgrid.errors import Conflict, ErrorCode, InvalidInput, SandboxError
+from sandgrid.errors import CapacityError, Conflict, ErrorCode, InvalidInput, SandboxError
 from sandgrid.models import Quotas, SessionInfo
 from sandgrid.wire.settings import get_settings
 from tests.support.snapshot_stores import local_store
@@ -131,3 +131,43 @@ def test_the_scratch_of_a_dead_worker_is_collected_and_a_live_ones_kept(tmp_path
     assert not dead.exists() and live.exists()
     with memory.scratch() as path:
         assert path.name.startswith(f"img-{os.getpid()}-")
+
+
+class _Creates:
+    """A backend's ``create`` that refuses the first restore with ``first`` (or not)."""
+
+    def __init__(self, first: str | None) -> None:
+        self.first = first
+        self.calls: list[dict[str, Any]] = []
+
+    def create(self, *args: Any, **kw: Any) -> Sandbox:
+        self.calls.append(kw)
+        if kw.get("before_start") is not None:
+            kw["before_start"]()
+        if self.first is not None and len(self.calls) == 1:
+            raise CapacityError(f"sandbox did not come up (runsc): {self.first}")
+        return Sandbox("new", "sandgrid-y", "python-gvisor", "runsc", Quotas(), {})
+
+
+def _restore_with(backend: _Creates, tmp_path: Path) -> Sandbox:
+    gate = memory._Gate(lambda: None)
+    try:
+        return memory._create_restoring(backend, _info("sha"), tmp_path, gate)  # type: ignore[arg-type]
+    finally:
+        gate.release()
+
+
+def test_an_image_of_the_engines_network_layout_is_restored_in_it(tmp_path: Path) -> None:
+    refused = 'validate restore spec: "Mounts" does not match across checkpoint restore for c'
+    backend = _Creates(refused)
+    assert _restore_with(backend, tmp_path).id == "new"
+    first, second = backend.calls
+    assert "engine_network" not in first and second["engine_network"] is True
+    assert second["restore_image"] == tmp_path and "before_start" not in second
+
+
+def test_any_other_restore_failure_is_not_tried_again(tmp_path: Path) -> None:
+    backend = _Creates("checkpoint image is corrupt")
+    with pytest.raises(CapacityError):
+        _restore_with(backend, tmp_path)
+    assert len(backend.calls) == 1
