@@ -99,7 +99,8 @@ def _tmpfs(size_mb: int, *, user_owned: bool, sticky: bool = False) -> str:
 
 
 def _network_disabled(spec: SandboxSpec) -> bool:
-    return spec.network is None and not spec.engine_network
+    """No network, and an ``/etc/hosts`` to mount in place of the engine's."""
+    return spec.network is None and not spec.engine_network and spec.hosts is not None
 
 
 def _mounts(spec: SandboxSpec) -> tuple[SpecMount, ...]:

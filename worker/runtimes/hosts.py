@@ -15,9 +15,12 @@ host's resolver (no DNS in the sandbox: docs/network.md).
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 
 __all__ = ["HOSTS", "HOSTS_MOUNT", "hosts_file"]
+
+_log = logging.getLogger(__name__)
 
 HOSTS_MOUNT = "/etc/hosts"
 HOSTS = (
@@ -30,17 +33,26 @@ HOSTS = (
 
 
 @functools.cache
-def hosts_file(directory: Path) -> Path:
+def hosts_file(directory: Path) -> Path | None:
     """``HOSTS`` written once into ``directory`` (a directory the engine's host
-    sees, beside the agent's zipapp), world-readable; its path."""
+    sees, beside the agent's zipapp), world-readable; its path. None if it cannot
+    be written there: the sandboxes then keep the engine's network setup (and its
+    files), as before."""
     path = directory / "sandgrid-hosts"
     try:
         if path.read_text() == HOSTS:
             return path
     except (FileNotFoundError, UnicodeDecodeError):
         pass
+    except OSError as exc:
+        _log.warning("sandboxes keep the engine's network setup: %s unreadable (%s)", path, exc)
+        return None
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(HOSTS)
-    tmp.chmod(0o644)
-    tmp.replace(path)
+    try:
+        tmp.write_text(HOSTS)
+        tmp.chmod(0o644)
+        tmp.replace(path)
+    except OSError as exc:
+        _log.warning("sandboxes keep the engine's network setup: cannot write %s (%s)", path, exc)
+        return None
     return path

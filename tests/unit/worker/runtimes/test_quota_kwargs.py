@@ -9,7 +9,7 @@ from sandgrid.models import Quotas
 from worker.agent_client.bundle import AGENT_MOUNT, agent_path
 from worker.quotas import sandbox_labels, sandbox_spec
 from worker.runtimes.docker import container_kwargs
-from worker.runtimes.hosts import HOSTS
+from worker.runtimes.hosts import HOSTS, hosts_file
 from worker.runtimes.spec import AGENT_CAPS, HostLimits
 
 
@@ -88,3 +88,21 @@ def test_labels_cannot_be_overridden() -> None:
     }
     empty = sandbox_labels(node="n1", sandbox_type="python", incarnation="inc")
     assert empty["sandgrid.session"] == "" and empty["sandgrid.tenant"] == ""
+
+
+def test_a_hosts_file_that_cannot_be_written_keeps_the_engines_network_setup(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "sandgrid-hosts").mkdir()  # not a file: unreadable and unwritable, even as root
+    assert hosts_file(tmp_path) is None
+    labels = sandbox_labels(node="n", sandbox_type="python", incarnation="i")
+    spec = sandbox_spec(
+        Quotas(), image="i", name="c", labels=labels, runtime="runc",
+        agent_path=tmp_path / "agent.pyz",
+    )  # fmt: skip
+    assert spec.hosts is None
+    kw = container_kwargs(spec, oci_runtime="runc")
+    hc = kw["host_config"]
+    assert isinstance(hc, dict)
+    assert kw["network_disabled"] is False and hc["network_mode"] == "none"
+    assert "/etc/hosts" not in [m["Target"] for m in hc["mounts"]]
