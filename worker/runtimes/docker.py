@@ -18,13 +18,14 @@ What every container gets from the spec, and why:
   all ``nosuid,nodev``. tmpfs pages are charged to the container's memory
   cgroup, so the memory limit must cover what the user writes there too.
 - ``network_mode="none"`` (only a loopback interface) unless the spec names a
-  network, and then Docker's networking disabled altogether
+  network. With none, Docker's networking is disabled altogether
   (``network_disabled``): the engine runs no network hook at the container's
   start (~110-130 ms of it) and mounts no ``/etc/hosts`` or ``/etc/resolv.conf``
-  of its own; the spec's ``/etc/hosts`` (``worker.runtimes.hosts``) is
-  mounted instead. ``spec.engine_network`` keeps the engine's (a memory image
-  saved before restores only into that layout). The egress relay is a bind-mounted Unix
-  socket, not a network.
+  of its own, and the spec's ``/etc/hosts`` (``worker.runtimes.hosts``) is
+  mounted instead. The engine's setup is kept for ``spec.engine_network`` (a
+  memory image saved before restores only into that layout) and when the spec
+  has no hosts file (the worker could not write it). The egress relay is a
+  bind-mounted Unix socket, not a network.
 - ``pids_limit``, ``mem_limit`` with ``memswap_limit`` equal (no swap), both
   the spec's host limits; ``nano_cpus`` (a CFS quota: ``cpus=0.5`` is half a
   core), ulimits ``nofile``, ``fsize`` and ``core=0``.

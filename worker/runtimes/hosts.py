@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from pathlib import Path
 
 __all__ = ["HOSTS", "HOSTS_MOUNT", "hosts_file"]
@@ -47,7 +48,7 @@ def hosts_file(directory: Path) -> Path | None:
     except OSError as exc:
         _log.warning("sandboxes keep the engine's network setup: %s unreadable (%s)", path, exc)
         return None
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # workers of one host at once
     try:
         tmp.write_text(HOSTS)
         tmp.chmod(0o644)
