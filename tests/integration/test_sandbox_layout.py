@@ -16,7 +16,7 @@ from sandgrid.errors import CapacityError
 from sandgrid.models import Quotas, SessionInfo
 from tests.integration.conftest import SandboxFactory
 from tests.support.sandbox_calls import run
-from worker.runtimes.docker_runsc import DockerRunsc, refused_layout
+from worker.runtimes.docker_runsc import DockerRunsc
 from worker.sandboxes import SandboxManager
 from worker.turns import memory
 
@@ -93,7 +93,7 @@ def test_an_image_saved_in_the_engines_network_layout_restores(
     backend.destroy(old)
     with pytest.raises(CapacityError) as refused:  # runsc: the mounts differ
         backend.create("python-gvisor", quotas, restore_image=image)
-    assert refused_layout(refused.value)
+    assert backend.engine.refused_layout(refused.value)
     gate = memory._Gate(lambda: None)  # its first create takes the node's turn
     try:
         sbx = memory._create_restoring(backend, _info(quotas), image, gate)

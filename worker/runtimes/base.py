@@ -137,6 +137,12 @@ class Runtime(ABC):
             context={"runtime": self.name},
         )
 
+    def refused_layout(self, exc: BaseException) -> bool:
+        """Whether a restore failed only because the image was saved in another
+        container layout (``SandboxSpec.engine_network``), so restoring it in that
+        layout may succeed. The default: never."""
+        return False
+
     @abstractmethod
     def inspect(self, sandbox_id: str) -> dict[str, Any]:
         """A JSON-able summary: id, name, status, running, oom_killed, labels, runtime."""

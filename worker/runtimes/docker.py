@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import socket
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 from sandgrid.errors import SandboxError
@@ -82,7 +83,7 @@ def container_kwargs(spec: SandboxSpec, *, oci_runtime: str) -> dict[str, Any]:
         "hostname": "sandbox",
         "environment": dict(spec.environment),
         "labels": dict(spec.labels),
-        "network_disabled": _network_disabled(spec),
+        "network_disabled": _own_hosts(spec) is not None,
         "stdin_open": True,
         "detach": False,  # with stdin_open: AttachStdin and StdinOnce (no other way in the SDK)
         "tty": False,
@@ -99,16 +100,18 @@ def _tmpfs(size_mb: int, *, user_owned: bool, sticky: bool = False) -> str:
     return ",".join(opts)
 
 
-def _network_disabled(spec: SandboxSpec) -> bool:
-    """No network, and an ``/etc/hosts`` to mount in place of the engine's."""
-    return spec.network is None and not spec.engine_network and spec.hosts is not None
+def _own_hosts(spec: SandboxSpec) -> Path | None:
+    """The ``/etc/hosts`` to mount when the engine's networking is off: no
+    network, a hosts file, and not the engine's layout; None keeps it on."""
+    if spec.network is None and not spec.engine_network:
+        return spec.hosts
+    return None
 
 
 def _mounts(spec: SandboxSpec) -> tuple[SpecMount, ...]:
     """The spec's mounts, and its ``/etc/hosts`` where the engine mounts none."""
-    if _network_disabled(spec) and spec.hosts is not None:
-        return (*spec.mounts, SpecMount(HOSTS_MOUNT, spec.hosts))
-    return spec.mounts
+    hosts = _own_hosts(spec)
+    return spec.mounts if hosts is None else (*spec.mounts, SpecMount(HOSTS_MOUNT, hosts))
 
 
 def _host_config(spec: SandboxSpec, oci_runtime: str) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from worker.runtimes.cgroup_memory import raise_memory_limit
 from worker.runtimes.docker import DockerRuntime, container_kwargs
 from worker.runtimes.spec import SandboxSpec
 
-__all__ = ["RESTORE_BACKGROUND_ENV", "RESTORE_ENV", "DockerRunsc", "refused_layout"]
+__all__ = ["RESTORE_BACKGROUND_ENV", "RESTORE_ENV", "DockerRunsc"]
 
 RESTORE_ENV = "SANDGRID_RESTORE_IMAGE"
 """In a container's environment: the image its ``runsc-restore`` create restores.
@@ -53,13 +53,7 @@ RESTORE_BACKGROUND_ENV = "SANDGRID_RESTORE_BACKGROUND"
 pages are still loading from the image, instead of after."""
 
 _MIB = 1 << 20
-_LAYOUT_REFUSED = ('"Mounts" does not match across checkpoint restore',)
-
-
-def refused_layout(exc: BaseException) -> bool:
-    """Whether a restore failed because runsc found the container's mounts other
-    than the image's (saved in another layout: ``SandboxSpec.engine_network``)."""
-    return any(words in str(exc) for words in _LAYOUT_REFUSED)
+_LAYOUT_REFUSED = '"Mounts" does not match across checkpoint restore'
 
 
 class DockerRunsc(DockerRuntime):
@@ -93,6 +87,10 @@ class DockerRunsc(DockerRuntime):
         host_config = self.client.api.create_host_config(**args.pop("host_config"))
         reply = self.client.api.create_container(**args, host_config=host_config)
         return str(reply["Id"])
+
+    def refused_layout(self, exc: BaseException) -> bool:
+        """runsc found the container's mounts other than the image's."""
+        return _LAYOUT_REFUSED in str(exc)
 
     def start(self, sandbox_id: str) -> None:
         super().start(sandbox_id)

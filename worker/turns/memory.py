@@ -39,7 +39,6 @@ from sandgrid.models import SessionInfo
 from sandgrid.wire.ledger import SessionLedger
 from sandgrid.wire.settings import get_settings
 from worker import metrics
-from worker.runtimes.docker_runsc import refused_layout
 from worker.sandboxes import Sandbox, SandboxManager
 from worker.sessions.table import LocalSession
 from worker.snapshots.memcache import ChunkCache
@@ -357,7 +356,7 @@ def _create_restoring(
     try:
         return made(before_start=gate)
     except CapacityError as exc:
-        if not refused_layout(exc) or not gate.held:
+        if not backend.engine.refused_layout(exc) or not gate.held:
             raise
         log.info("session %s: memory image saved in the engine's network layout", info.id)
         return made(engine_network=True)  # the image is whole and the node's turn held

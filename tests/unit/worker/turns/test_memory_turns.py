@@ -13,6 +13,7 @@ from sandgrid.errors import CapacityError, Conflict, ErrorCode, InvalidInput, Sa
 from sandgrid.models import Quotas, SessionInfo
 from sandgrid.wire.settings import get_settings
 from tests.support.snapshot_stores import local_store
+from worker.runtimes.docker_runsc import DockerRunsc
 from worker.sandboxes import Sandbox
 from worker.sessions.table import LocalSession
 from worker.turns import memory
@@ -134,11 +135,13 @@ def test_the_scratch_of_a_dead_worker_is_collected_and_a_live_ones_kept(tmp_path
 
 
 class _Creates:
-    """A backend's ``create`` that refuses the first restore with ``first`` (or not)."""
+    """A backend's ``create`` that refuses the first restore with ``first`` (or not);
+    its engine is runsc's, which reads the refusal (no Docker client is used)."""
 
     def __init__(self, first: str | None) -> None:
         self.first = first
         self.calls: list[dict[str, Any]] = []
+        self.engine = DockerRunsc(client=object())  # type: ignore[arg-type]
 
     def create(self, *args: Any, **kw: Any) -> Sandbox:
         self.calls.append(kw)
